@@ -1,0 +1,526 @@
+//! Provider addresses, versions and platforms, validated and canonical.
+//!
+//! Everything that comes from a request path or an upstream document passes through these types
+//! before it is used as a cache key, a URL part or a file name. Their `parse` functions accept only
+//! a strict character set, so a value of one of these types is always safe to join onto a path:
+//! no `/`, `\`, `..`, NUL or percent sign can survive parsing.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// Why a part of an address was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {value:?}: {reason}")]
+pub struct AddressError {
+    what: &'static str,
+    value: String,
+    reason: &'static str,
+}
+
+impl AddressError {
+    fn new(what: &'static str, value: &str, reason: &'static str) -> Self {
+        // Keep hostile input from bloating logs and error bodies.
+        let value: String = value.chars().take(80).collect();
+        AddressError { what, value, reason }
+    }
+}
+
+const MAX_HOST_LEN: usize = 253;
+const MAX_PART_LEN: usize = 64;
+const MAX_VERSION_LEN: usize = 128;
+
+/// A registry hostname as Terraform compares it: IDNA-normalised, lowercase punycode, with an
+/// optional port (`:443` is dropped because it is the default).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Hostname(String);
+
+impl Hostname {
+    /// Parses and normalises a hostname such as `registry.terraform.io` or `Example.COM:8443`.
+    pub fn parse(input: &str) -> Result<Hostname, AddressError> {
+        let err = |reason| AddressError::new("hostname", input, reason);
+        if input.is_empty() || input.len() > MAX_HOST_LEN + 6 {
+            return Err(err("must be 1 to 253 characters"));
+        }
+        let (host, port) = match input.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (input, None),
+        };
+        let port = match port {
+            None => None,
+            Some(p) => {
+                if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) || p.starts_with('0') {
+                    return Err(err("port must be a number from 1 to 65535"));
+                }
+                match p.parse::<u16>() {
+                    Ok(443) => None,
+                    Ok(n) => Some(n),
+                    Err(_) => return Err(err("port must be a number from 1 to 65535")),
+                }
+            }
+        };
+        let ascii = idna::domain_to_ascii_strict(host).map_err(|_| err("not a valid internationalised domain name"))?;
+        if ascii.is_empty() || ascii.len() > MAX_HOST_LEN {
+            return Err(err("must be 1 to 253 characters"));
+        }
+        for label in ascii.split('.') {
+            if label.is_empty() || label.len() > 63 {
+                return Err(err("each dot-separated label must be 1 to 63 characters"));
+            }
+            if !label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+                return Err(err("may contain only letters, digits, dots and dashes"));
+            }
+            if label.starts_with('-') || label.ends_with('-') {
+                return Err(err("labels may not start or end with a dash"));
+            }
+        }
+        Ok(Hostname(match port {
+            Some(port) => format!("{ascii}:{port}"),
+            None => ascii,
+        }))
+    }
+
+    /// The normalised form, e.g. `registry.terraform.io` or `example.com:8443`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Hostname {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for Hostname {
+    type Error = AddressError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Hostname::parse(&s)
+    }
+}
+
+impl From<Hostname> for String {
+    fn from(h: Hostname) -> String {
+        h.0
+    }
+}
+
+/// Parses a namespace or type: ASCII letters, digits, `-` (and `_` in namespaces), starting and
+/// ending with a letter or digit, lowercased as Terraform compares them.
+fn parse_part(what: &'static str, input: &str, allow_underscore: bool) -> Result<String, AddressError> {
+    let err = |reason| AddressError::new(what, input, reason);
+    if input.is_empty() || input.len() > MAX_PART_LEN {
+        return Err(err("must be 1 to 64 characters"));
+    }
+    let ok_char = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || (allow_underscore && b == b'_');
+    if !input.bytes().all(ok_char) {
+        return Err(if allow_underscore {
+            err("may contain only letters, digits, dashes and underscores")
+        } else {
+            err("may contain only letters, digits and dashes")
+        });
+    }
+    let first_last_ok = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    if !first_last_ok(input.bytes().next()) || !first_last_ok(input.bytes().last()) {
+        return Err(err("must start and end with a letter or digit"));
+    }
+    Ok(input.to_ascii_lowercase())
+}
+
+/// A provider address: `hostname/namespace/type`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ProviderAddr {
+    pub hostname: Hostname,
+    pub namespace: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+}
+
+impl ProviderAddr {
+    /// Validates the three parts of an address.
+    pub fn new(hostname: &str, namespace: &str, type_: &str) -> Result<ProviderAddr, AddressError> {
+        Ok(ProviderAddr {
+            hostname: Hostname::parse(hostname)?,
+            namespace: parse_part("namespace", namespace, true)?,
+            type_: parse_part("provider type", type_, false)?,
+        })
+    }
+
+    /// Parses `hostname/namespace/type` or the short `namespace/type` (registry.terraform.io).
+    pub fn parse(source: &str) -> Result<ProviderAddr, AddressError> {
+        let parts: Vec<&str> = source.split('/').collect();
+        match parts.as_slice() {
+            [ns, ty] => ProviderAddr::new("registry.terraform.io", ns, ty),
+            [host, ns, ty] => ProviderAddr::new(host, ns, ty),
+            _ => Err(AddressError::new("provider source", source, "expected [hostname/]namespace/type")),
+        }
+    }
+
+    /// The file name Terraform expects for a package of this provider.
+    pub fn archive_filename(&self, version: &Version, platform: &Platform) -> String {
+        format!("terraform-provider-{}_{}_{}.zip", self.type_, version, platform)
+    }
+}
+
+impl fmt::Display for ProviderAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.hostname, self.namespace, self.type_)
+    }
+}
+
+/// A provider version: `MAJOR.MINOR.PATCH[-prerelease][+build]`, kept in canonical text form.
+///
+/// Origins may publish short forms such as `1.2`; [`Version::parse_lenient`] accepts those and
+/// canonicalises them to `1.2.0`, which is the form the CLI then asks the mirror for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Version {
+    text: String,
+    major: u64,
+    minor: u64,
+    patch: u64,
+    /// Byte offset of the prerelease part (after `-`) within `text`, if any.
+    pre: Option<(usize, usize)>,
+}
+
+impl Version {
+    /// Parses a version exactly as it appears in mirror request paths: three numeric parts.
+    pub fn parse(input: &str) -> Result<Version, AddressError> {
+        Self::parse_inner(input, false)
+    }
+
+    /// Parses a version as an origin may publish it, also accepting `1` and `1.2`.
+    pub fn parse_lenient(input: &str) -> Result<Version, AddressError> {
+        Self::parse_inner(input, true)
+    }
+
+    fn parse_inner(input: &str, lenient: bool) -> Result<Version, AddressError> {
+        let err = |reason| AddressError::new("version", input, reason);
+        if input.is_empty() || input.len() > MAX_VERSION_LEN {
+            return Err(err("must be 1 to 128 characters"));
+        }
+        let (rest, build) = match input.split_once('+') {
+            Some((r, b)) => (r, Some(b)),
+            None => (input, None),
+        };
+        let (core, pre) = match rest.split_once('-') {
+            Some((c, p)) => (c, Some(p)),
+            None => (rest, None),
+        };
+        let nums: Vec<&str> = core.split('.').collect();
+        if nums.len() > 3 || (!lenient && nums.len() != 3) {
+            return Err(err("expected MAJOR.MINOR.PATCH"));
+        }
+        let mut parsed = [0u64; 3];
+        for (slot, n) in parsed.iter_mut().zip(&nums) {
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
+                return Err(err("version numbers must be decimal without leading zeros"));
+            }
+            *slot = n.parse().map_err(|_| err("version number too large"))?;
+        }
+        let ident_ok = |s: &str| {
+            !s.is_empty() && s.split('.').all(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+        };
+        if pre.is_some_and(|p| !ident_ok(p)) {
+            return Err(err("prerelease must be dot-separated letters, digits and dashes"));
+        }
+        if build.is_some_and(|b| !ident_ok(b)) {
+            return Err(err("build metadata must be dot-separated letters, digits and dashes"));
+        }
+        let [major, minor, patch] = parsed;
+        let mut text = format!("{major}.{minor}.{patch}");
+        let pre_span = pre.map(|p| {
+            text.push('-');
+            let start = text.len();
+            text.push_str(p);
+            (start, text.len())
+        });
+        if let Some(b) = build {
+            text.push('+');
+            text.push_str(b);
+        }
+        Ok(Version { text, major, minor, patch, pre: pre_span })
+    }
+
+    /// The canonical text, e.g. `1.2.0` or `2.0.0-beta.1+build.5`.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The prerelease part (without `-`), if any.
+    pub fn prerelease(&self) -> Option<&str> {
+        self.pre.map(|(a, b)| &self.text[a..b])
+    }
+
+    /// `(major, minor, patch)`.
+    pub fn numbers(&self) -> (u64, u64, u64) {
+        (self.major, self.minor, self.patch)
+    }
+}
+
+impl Ord for Version {
+    /// Semantic-versioning precedence; build metadata only breaks ties so the order is total.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.numbers()
+            .cmp(&other.numbers())
+            .then_with(|| match (self.prerelease(), other.prerelease()) {
+                (None, None) => Ordering::Equal,
+                (None, Some(_)) => Ordering::Greater,
+                (Some(_), None) => Ordering::Less,
+                (Some(a), Some(b)) => cmp_prerelease(a, b),
+            })
+            .then_with(|| self.text.cmp(&other.text))
+    }
+}
+
+impl PartialOrd for Version {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn cmp_prerelease(a: &str, b: &str) -> Ordering {
+    let mut ai = a.split('.');
+    let mut bi = b.split('.');
+    loop {
+        match (ai.next(), bi.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) => {
+                let ord = match (x.parse::<u64>(), y.parse::<u64>()) {
+                    (Ok(x), Ok(y)) => x.cmp(&y),
+                    (Ok(_), Err(_)) => Ordering::Less,
+                    (Err(_), Ok(_)) => Ordering::Greater,
+                    (Err(_), Err(_)) => x.cmp(y),
+                };
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl TryFrom<String> for Version {
+    type Error = AddressError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Version::parse(&s)
+    }
+}
+
+impl From<Version> for String {
+    fn from(v: Version) -> String {
+        v.text
+    }
+}
+
+/// A target platform such as `linux_amd64`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Platform {
+    pub os: String,
+    pub arch: String,
+}
+
+impl Platform {
+    /// Validates an operating system and architecture pair (lowercase letters and digits).
+    pub fn new(os: &str, arch: &str) -> Result<Platform, AddressError> {
+        let check = |what, s: &str| {
+            if s.is_empty() || s.len() > 32 || !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+                Err(AddressError::new(what, s, "must be 1 to 32 lowercase letters or digits"))
+            } else {
+                Ok(s.to_string())
+            }
+        };
+        Ok(Platform { os: check("operating system", os)?, arch: check("architecture", arch)? })
+    }
+
+    /// Parses `os_arch`.
+    pub fn parse(s: &str) -> Result<Platform, AddressError> {
+        match s.split_once('_') {
+            Some((os, arch)) => Platform::new(os, arch),
+            None => Err(AddressError::new("platform", s, "expected os_arch, e.g. linux_amd64")),
+        }
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_{}", self.os, self.arch)
+    }
+}
+
+impl TryFrom<String> for Platform {
+    type Error = AddressError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Platform::parse(&s)
+    }
+}
+
+impl From<Platform> for String {
+    fn from(p: Platform) -> String {
+        p.to_string()
+    }
+}
+
+/// One of the three documents a network mirror serves, parsed from the path below the base path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MirrorPath {
+    /// `:hostname/:namespace/:type/index.json`
+    Index(ProviderAddr),
+    /// `:hostname/:namespace/:type/:version.json`
+    Version(ProviderAddr, Version),
+    /// `:hostname/:namespace/:type/terraform-provider-:type_:version_:os_:arch.zip`
+    Archive(ProviderAddr, Version, Platform),
+}
+
+impl MirrorPath {
+    /// Parses the part of a request path below the mirror's base path, e.g.
+    /// `registry.terraform.io/hashicorp/random/index.json`. Segments are percent-decoded first and
+    /// must then pass the strict validation of each part.
+    pub fn parse(path: &str) -> Result<MirrorPath, AddressError> {
+        let segments: Vec<&str> = path.split('/').collect();
+        let [host, ns, ty, file] = segments.as_slice() else {
+            return Err(AddressError::new("path", path, "expected :hostname/:namespace/:type/:file"));
+        };
+        let decode = |what, s: &str| -> Result<String, AddressError> {
+            let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
+            let text = String::from_utf8(bytes).map_err(|_| AddressError::new(what, s, "not valid UTF-8"))?;
+            if text.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
+                return Err(AddressError::new(what, s, "contains a control character or slash"));
+            }
+            Ok(text)
+        };
+        let addr = ProviderAddr::new(&decode("hostname", host)?, &decode("namespace", ns)?, &decode("provider type", ty)?)?;
+        let file = decode("file name", file)?;
+        if file == "index.json" {
+            return Ok(MirrorPath::Index(addr));
+        }
+        if let Some(version) = file.strip_suffix(".json") {
+            return Ok(MirrorPath::Version(addr, Version::parse(version)?));
+        }
+        let bad_file = || AddressError::new("file name", &file, "expected index.json, <version>.json or terraform-provider-<type>_<version>_<os>_<arch>.zip");
+        let prefix = format!("terraform-provider-{}_", addr.type_);
+        let rest = file
+            .strip_suffix(".zip")
+            .and_then(|f| strip_prefix_ignore_case(f, &prefix))
+            .ok_or_else(bad_file)?;
+        let mut parts = rest.rsplitn(3, '_');
+        let (Some(arch), Some(os), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad_file());
+        };
+        let version = Version::parse(version)?;
+        let platform = Platform::new(os, arch)?;
+        Ok(MirrorPath::Archive(addr, version, platform))
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_are_normalised() {
+        assert_eq!(Hostname::parse("Registry.Terraform.IO").unwrap().as_str(), "registry.terraform.io");
+        assert_eq!(Hostname::parse("example.com:443").unwrap().as_str(), "example.com");
+        assert_eq!(Hostname::parse("example.com:8443").unwrap().as_str(), "example.com:8443");
+        assert_eq!(Hostname::parse("bücher.example").unwrap().as_str(), "xn--bcher-kva.example");
+        assert_eq!(Hostname::parse("xn--bcher-kva.example").unwrap().as_str(), "xn--bcher-kva.example");
+    }
+
+    #[test]
+    fn bad_hostnames_are_refused() {
+        for bad in [
+            "", ".", "..", "a..b", "-a.com", "a-.com", "a_b.com", "a/b", "a\\b", "a\0b", "a b", "[::1]", "::1",
+            "example.com:", "example.com:0", "example.com:65536", "example.com:08443", "example.com:x", "%2e%2e",
+        ] {
+            assert!(Hostname::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(Hostname::parse(&"a".repeat(64)).is_err());
+        assert!(Hostname::parse(&format!("{}.com", "a.".repeat(130))).is_err());
+    }
+
+    #[test]
+    fn versions_parse_canonically_and_order_by_semver() {
+        assert_eq!(Version::parse("1.2.3").unwrap().as_str(), "1.2.3");
+        assert_eq!(Version::parse("5.0.0+build.1").unwrap().as_str(), "5.0.0+build.1");
+        assert_eq!(Version::parse_lenient("1.2").unwrap().as_str(), "1.2.0");
+        assert_eq!(Version::parse_lenient("1").unwrap().as_str(), "1.0.0");
+        assert_eq!(Version::parse("2.0.0-beta.1").unwrap().prerelease(), Some("beta.1"));
+        for bad in ["1.2", "01.2.3", "1.2.3-", "1.2.3+", "1.2.3-a..b", "v1.2.3", "1.2.3.4", "1.2.x", "..", "1.2.3/..", ""] {
+            assert!(Version::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        let mut vs: Vec<Version> = ["1.0.0", "1.0.0-rc.1", "1.0.0-alpha", "0.9.10", "0.9.9", "1.0.0-rc.10", "1.0.0-rc.2"]
+            .iter()
+            .map(|s| Version::parse(s).unwrap())
+            .collect();
+        vs.sort();
+        let order: Vec<&str> = vs.iter().map(|v| v.as_str()).collect();
+        assert_eq!(order, ["0.9.9", "0.9.10", "1.0.0-alpha", "1.0.0-rc.1", "1.0.0-rc.2", "1.0.0-rc.10", "1.0.0"]);
+    }
+
+    #[test]
+    fn mirror_paths_parse() {
+        let addr = ProviderAddr::new("registry.terraform.io", "hashicorp", "random").unwrap();
+        assert_eq!(
+            MirrorPath::parse("registry.terraform.io/hashicorp/random/index.json").unwrap(),
+            MirrorPath::Index(addr.clone())
+        );
+        assert_eq!(
+            MirrorPath::parse("registry.terraform.io/HashiCorp/Random/2.0.0.json").unwrap(),
+            MirrorPath::Version(addr.clone(), Version::parse("2.0.0").unwrap())
+        );
+        assert_eq!(
+            MirrorPath::parse("registry.terraform.io/hashicorp/random/5.0.0+build.1.json").unwrap(),
+            MirrorPath::Version(addr.clone(), Version::parse("5.0.0+build.1").unwrap())
+        );
+        assert_eq!(
+            MirrorPath::parse("registry.terraform.io/hashicorp/random/terraform-provider-random_2.0.0-rc.1_linux_amd64.zip")
+                .unwrap(),
+            MirrorPath::Archive(addr, Version::parse("2.0.0-rc.1").unwrap(), Platform::parse("linux_amd64").unwrap())
+        );
+        let ported = MirrorPath::parse("example.com:8443/a/b/index.json").unwrap();
+        assert!(matches!(ported, MirrorPath::Index(a) if a.hostname.as_str() == "example.com:8443"));
+    }
+
+    #[test]
+    fn hostile_mirror_paths_are_refused() {
+        for bad in [
+            "../hashicorp/random/index.json",
+            "registry.terraform.io/../random/index.json",
+            "registry.terraform.io/hashicorp/../index.json",
+            "registry.terraform.io/%2e%2e/random/index.json",
+            "registry.terraform.io/hashicorp/random/..%2f..%2fetc.json",
+            "registry.terraform.io/hashicorp%2frandom/x/index.json",
+            "registry.terraform.io/hashi\\corp/random/index.json",
+            "registry.terraform.io/hashicorp/ran%00dom/index.json",
+            "registry.terraform.io/hashicorp/random/../../x.json",
+            "registry.terraform.io/hashicorp/random/1.0.0/../x.json",
+            "registry.terraform.io/hashicorp/random/terraform-provider-other_1.0.0_linux_amd64.zip",
+            "registry.terraform.io/hashicorp/random/terraform-provider-random_1.0.0_linux.zip",
+            "registry.terraform.io/hashicorp/random/terraform-provider-random_1.0.0_linux_amd64.tar",
+            "registry.terraform.io/hashicorp/random/terraform-provider-random_1.0.0_../x_amd64.zip",
+            "registry.terraform.io/hashicorp/random/index.json/extra",
+            "registry.terraform.io/hashicorp/random",
+            "registry.terraform.io/hashicorp/random/",
+            "%ff/hashicorp/random/index.json",
+            "127.0.0.1:99999/a/b/index.json",
+        ] {
+            assert!(MirrorPath::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+        let long = format!("registry.terraform.io/{}/random/index.json", "a".repeat(65));
+        assert!(MirrorPath::parse(&long).is_err());
+    }
+}

@@ -1,0 +1,135 @@
+//! Single flight: concurrent requests for the same key share one piece of work.
+//!
+//! The work runs in its own task, detached from every caller, so a client that hangs up does not
+//! cancel a fetch others are waiting for. All waiters get the same result; errors are not
+//! remembered, so the next call after a failure starts a fresh flight.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+
+use crate::error::{Error, Result};
+
+type Flight<T> = Shared<BoxFuture<'static, Result<T>>>;
+
+/// A table of in-progress flights keyed by `K`.
+pub struct Flights<K, T> {
+    inner: Arc<Mutex<Table<K, T>>>,
+}
+
+struct Table<K, T> {
+    next_id: u64,
+    flights: HashMap<K, (u64, Flight<T>)>,
+}
+
+impl<K, T> Default for Flights<K, T> {
+    fn default() -> Self {
+        Flights { inner: Arc::new(Mutex::new(Table { next_id: 0, flights: HashMap::new() })) }
+    }
+}
+
+impl<K, T> Flights<K, T>
+where
+    K: Eq + Hash + Clone + Send + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    /// Joins the flight for `key`, or starts one with `work` if none is in progress.
+    /// Returns the shared result and whether this call started the flight.
+    pub async fn run<F>(&self, key: K, work: impl FnOnce() -> F) -> (Result<T>, bool)
+    where
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let (flight, leader) = {
+            let mut table = self.inner.lock().expect("flight table lock");
+            if let Some((_, flight)) = table.flights.get(&key) {
+                (flight.clone(), false)
+            } else {
+                let id = table.next_id;
+                table.next_id += 1;
+                let task = tokio::spawn(work());
+                let inner = self.inner.clone();
+                let done_key = key.clone();
+                let flight: Flight<T> = async move {
+                    let result = task.await.unwrap_or_else(|e| Err(Error::Internal(format!("background fetch failed: {e}"))));
+                    // The table lock is held while this flight is inserted, so it is there now.
+                    let mut table = inner.lock().expect("flight table lock");
+                    if table.flights.get(&done_key).is_some_and(|(fid, _)| *fid == id) {
+                        table.flights.remove(&done_key);
+                    }
+                    result
+                }
+                .boxed()
+                .shared();
+                table.flights.insert(key, (id, flight.clone()));
+                // Drive the flight even if every caller goes away.
+                tokio::spawn(flight.clone());
+                (flight, true)
+            }
+        };
+        (flight.await, leader)
+    }
+
+    /// Number of flights in progress.
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("flight table lock").flights.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn concurrent_calls_share_one_run_and_errors_are_not_kept() {
+        let flights: Arc<Flights<&'static str, u32>> = Arc::new(Flights::default());
+        let runs = Arc::new(AtomicUsize::new(0));
+        let mut joins = Vec::new();
+        for _ in 0..20 {
+            let (flights, runs) = (flights.clone(), runs.clone());
+            joins.push(tokio::spawn(async move {
+                flights
+                    .run("k", move || async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Err::<u32, _>(Error::Upstream("boom".into()))
+                    })
+                    .await
+                    .0
+            }));
+        }
+        for j in joins {
+            assert!(j.await.unwrap().is_err());
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(flights.is_empty());
+        let (ok, leader) = flights.run("k", || async { Ok(7) }).await;
+        assert_eq!(ok.unwrap(), 7);
+        assert!(leader);
+    }
+
+    #[tokio::test]
+    async fn work_survives_its_callers() {
+        let flights: Flights<u8, ()> = Flights::default();
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = done.clone();
+        let call = flights.run(1, move || async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            d.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        // The caller gives up almost at once.
+        let _ = tokio::time::timeout(Duration::from_millis(5), call).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert!(flights.is_empty());
+    }
+}

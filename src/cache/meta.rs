@@ -1,0 +1,262 @@
+//! Provider metadata: version lists and per-version download metadata.
+//!
+//! Records live in two bounded moka caches (the hot path never touches the disk) and are
+//! persisted as JSON under `<cache.dir>/metadata`, so a restarted server answers from what it
+//! already knew. A version list expires from memory when it stops being fresh (`cache.index_ttl`;
+//! `cache.not_found_ttl` for "no such provider"); version records are immutable and stay until
+//! evicted by size.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use moka::Expiry;
+use serde::{Deserialize, Serialize};
+
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::upstream::{ListedVersion, SigningKey};
+
+/// A provider's version list as last fetched from its origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexRecord {
+    /// Unix seconds when the origin answered.
+    pub fetched_at: u64,
+    /// `false`: the origin said it has no such provider (kept only in memory, briefly).
+    pub found: bool,
+    pub versions: Vec<IndexVersion>,
+    /// Set when this record is served because the origin could not be reached (never persisted).
+    #[serde(skip)]
+    pub stale: bool,
+}
+
+/// One version in an [`IndexRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexVersion {
+    pub version: Version,
+    pub platforms: Vec<Platform>,
+}
+
+impl From<ListedVersion> for IndexVersion {
+    fn from(v: ListedVersion) -> Self {
+        IndexVersion { version: v.version, platforms: v.platforms }
+    }
+}
+
+impl IndexRecord {
+    /// The platforms the origin lists for `version`, or `None` if it doesn't list the version.
+    pub fn platforms_of(&self, version: &Version) -> Option<&[Platform]> {
+        self.versions.iter().find(|v| &v.version == version).map(|v| v.platforms.as_slice())
+    }
+
+    /// The `index.json` document: `{"versions":{"1.0.0":{},...}}`.
+    pub fn to_mirror_json(&self) -> Vec<u8> {
+        let versions: serde_json::Map<String, serde_json::Value> =
+            self.versions.iter().map(|v| (v.version.to_string(), serde_json::json!({}))).collect();
+        serde_json::to_vec(&serde_json::json!({ "versions": versions })).expect("JSON of strings")
+    }
+}
+
+/// Verified download metadata for one platform's package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Package {
+    /// The origin's file name (the one its SHA256SUMS lists).
+    pub filename: String,
+    pub download_url: String,
+    /// Lowercase hex SHA-256, equal to the origin's `shasum` and its SHA256SUMS line.
+    pub shasum: String,
+    pub shasums_url: String,
+    pub shasums_signature_url: String,
+    #[serde(default)]
+    pub signing_keys: Vec<SigningKey>,
+    /// `h1:` hash, once provender has processed the archive.
+    #[serde(default)]
+    pub h1: Option<String>,
+}
+
+/// Everything the mirror knows about one provider version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    pub fetched_at: u64,
+    /// Platforms the origin lists for this version.
+    pub offered: Vec<Platform>,
+    /// Listed platforms whose download metadata the origin answered with 404.
+    #[serde(default)]
+    pub unavailable: Vec<Platform>,
+    pub packages: BTreeMap<Platform, Package>,
+}
+
+impl VersionRecord {
+    /// Whether every offered platform that passes `allowed` has been looked up.
+    pub fn covers(&self, allowed: impl Fn(&Platform) -> bool) -> bool {
+        self.offered
+            .iter()
+            .filter(|p| allowed(p))
+            .all(|p| self.packages.contains_key(p) || self.unavailable.contains(p))
+    }
+}
+
+type VersionKey = (ProviderAddr, Version);
+
+/// Lets each version list stay in memory exactly as long as it is fresh.
+struct IndexExpiry {
+    ttl: Duration,
+    not_found_ttl: Duration,
+    stale_retry: Duration,
+}
+
+impl Expiry<ProviderAddr, Arc<IndexRecord>> for IndexExpiry {
+    fn expire_after_create(&self, _: &ProviderAddr, rec: &Arc<IndexRecord>, _: Instant) -> Option<Duration> {
+        Some(if rec.stale {
+            self.stale_retry
+        } else if !rec.found {
+            self.not_found_ttl
+        } else {
+            let age = Duration::from_secs(super::now_secs().saturating_sub(rec.fetched_at));
+            self.ttl.saturating_sub(age)
+        })
+    }
+}
+
+/// Metadata caches plus their on-disk copies.
+pub struct MetaStore {
+    root: PathBuf,
+    ttl: Duration,
+    pub indexes: moka::future::Cache<ProviderAddr, Arc<IndexRecord>>,
+    pub versions: moka::future::Cache<VersionKey, Arc<VersionRecord>>,
+}
+
+impl MetaStore {
+    /// `root` is `<cache.dir>/metadata`; `capacity` bounds each in-memory cache's entry count.
+    pub fn new(root: PathBuf, capacity: u64, ttl: Duration, not_found_ttl: Duration) -> io::Result<MetaStore> {
+        std::fs::create_dir_all(&root)?;
+        let expiry = IndexExpiry { ttl, not_found_ttl, stale_retry: Duration::from_secs(30).min(ttl) };
+        Ok(MetaStore {
+            root,
+            ttl,
+            indexes: moka::future::Cache::builder().max_capacity(capacity).expire_after(expiry).build(),
+            versions: moka::future::Cache::builder().max_capacity(capacity).build(),
+        })
+    }
+
+    fn dir_of(&self, addr: &ProviderAddr) -> PathBuf {
+        self.root.join(addr.hostname.as_str()).join(&addr.namespace).join(&addr.type_)
+    }
+
+    fn index_path(&self, addr: &ProviderAddr) -> PathBuf {
+        self.dir_of(addr).join("index.json")
+    }
+
+    fn version_path(&self, addr: &ProviderAddr, version: &Version) -> PathBuf {
+        self.dir_of(addr).join(format!("{version}.json"))
+    }
+
+    /// Whether a record fetched at `fetched_at` is still within `cache.index_ttl`.
+    pub fn is_fresh(&self, rec: &IndexRecord) -> bool {
+        super::now_secs().saturating_sub(rec.fetched_at) < self.ttl.as_secs().max(1)
+    }
+
+    /// The persisted version list, if any (unreadable files are logged and ignored).
+    pub async fn read_index(&self, addr: &ProviderAddr) -> Option<IndexRecord> {
+        read_json(self.index_path(addr)).await
+    }
+
+    /// Persists a found version list.
+    pub async fn write_index(&self, addr: &ProviderAddr, rec: &IndexRecord) -> io::Result<()> {
+        write_json(self.index_path(addr), rec).await
+    }
+
+    pub async fn read_version(&self, addr: &ProviderAddr, version: &Version) -> Option<VersionRecord> {
+        read_json(self.version_path(addr, version)).await
+    }
+
+    pub async fn write_version(&self, addr: &ProviderAddr, version: &Version, rec: &VersionRecord) -> io::Result<()> {
+        write_json(self.version_path(addr, version), rec).await
+    }
+
+    /// Records the `h1:` hash of a committed archive in its version record (memory and disk).
+    pub async fn set_h1(&self, addr: &ProviderAddr, version: &Version, platform: &Platform, h1: &str) -> io::Result<()> {
+        let key = (addr.clone(), version.clone());
+        let current = match self.versions.get(&key).await {
+            Some(rec) => Some((*rec).clone()),
+            None => self.read_version(addr, version).await,
+        };
+        let Some(mut rec) = current else { return Ok(()) };
+        let Some(pkg) = rec.packages.get_mut(platform) else { return Ok(()) };
+        if pkg.h1.as_deref() == Some(h1) {
+            return Ok(());
+        }
+        pkg.h1 = Some(h1.to_string());
+        self.write_version(addr, version, &rec).await?;
+        self.versions.insert(key, Arc::new(rec)).await;
+        Ok(())
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Option<T> {
+    let bytes = match tokio::fs::read(&path).await {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "cannot read cached metadata: {e}");
+            return None;
+        }
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "ignoring unreadable cached metadata: {e}");
+            None
+        }
+    }
+}
+
+async fn write_json<T: Serialize>(path: PathBuf, value: &T) -> io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    tokio::task::spawn_blocking(move || super::write_atomic(&path, &bytes)).await.map_err(io::Error::other)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_json_shape() {
+        let rec = IndexRecord {
+            fetched_at: 0,
+            found: true,
+            stale: false,
+            versions: vec![
+                IndexVersion { version: Version::parse("1.0.0").unwrap(), platforms: vec![] },
+                IndexVersion { version: Version::parse("2.0.0-rc.1").unwrap(), platforms: vec![] },
+            ],
+        };
+        assert_eq!(String::from_utf8(rec.to_mirror_json()).unwrap(), r#"{"versions":{"1.0.0":{},"2.0.0-rc.1":{}}}"#);
+    }
+
+    #[tokio::test]
+    async fn version_records_round_trip_through_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::new(dir.path().to_path_buf(), 10, Duration::from_secs(60), Duration::from_secs(5)).unwrap();
+        let addr = ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap();
+        let v = Version::parse("1.0.0+b.1").unwrap();
+        let linux = Platform::parse("linux_amd64").unwrap();
+        let pkg = Package {
+            filename: "f.zip".into(),
+            download_url: "https://x/f.zip".into(),
+            shasum: "0".repeat(64),
+            shasums_url: "https://x/S".into(),
+            shasums_signature_url: "https://x/S.sig".into(),
+            signing_keys: vec![],
+            h1: None,
+        };
+        let rec = VersionRecord { fetched_at: 1, offered: vec![linux.clone()], unavailable: vec![], packages: [(linux.clone(), pkg)].into() };
+        store.write_version(&addr, &v, &rec).await.unwrap();
+        assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);
+        store.set_h1(&addr, &v, &linux, "h1:abc").await.unwrap();
+        let back = store.read_version(&addr, &v).await.unwrap();
+        assert_eq!(back.packages[&linux].h1.as_deref(), Some("h1:abc"));
+        assert!(back.covers(|_| true));
+    }
+}

@@ -1,0 +1,123 @@
+//! Command-line interface: argument parsing, logging set-up, exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::server::Server;
+
+/// Exit code for an unusable configuration (sysexits' EX_CONFIG).
+const EXIT_CONFIG: u8 = 78;
+
+#[derive(Parser)]
+#[command(name = "provender", version, about = "A read-through caching mirror for Terraform and OpenTofu providers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the mirror server (built-in defaults when no config file is given).
+    Serve {
+        /// Configuration file (TOML); see config.toml.example.
+        #[arg(long, short, env = "PROVENDER_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Serve { config } => serve(config),
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PROVENDER_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn serve(config_path: Option<PathBuf>) -> ExitCode {
+    let config = match &config_path {
+        Some(path) => Config::from_file(path),
+        None => Ok(Config::default()),
+    };
+    let settings = match config.and_then(|c| c.validate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("provender: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("provender: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let server = match Server::bind(settings).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("provender: {e:#}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        };
+        announce(&server);
+        match server.run(shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("provender: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Logs where the mirror listens and exactly how to point the CLI at it.
+fn announce(server: &Server) {
+    let url = server.base_url();
+    tracing::info!("provender {} listening on {} (mirror base URL {url})", env!("CARGO_PKG_VERSION"), server.local_addr());
+    let mut help = format!(
+        "Point Terraform or OpenTofu at this mirror with this CLI configuration block:\n\n\
+         provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n"
+    );
+    if let Some(ca) = server.ca_file() {
+        help.push_str(&format!(
+            "\nThe server uses a self-signed certificate. Trust its CA, e.g.:\n\n  export SSL_CERT_FILE={}\n\n\
+             (SSL_CERT_FILE replaces the system roots for the CLI; to keep them, add the CA to the system trust store instead.)\n",
+            std::path::absolute(ca).unwrap_or_else(|_| ca.clone()).display()
+        ));
+    }
+    tracing::info!("\n{help}");
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown requested");
+}

@@ -1,0 +1,422 @@
+//! Configuration: the TOML file, its built-in defaults, and validation.
+//!
+//! [`Config`] mirrors the file key by key (see `config.toml.example`). [`Config::validate`] turns
+//! it into [`Settings`], the typed form the rest of the program uses, and refuses bad values with
+//! a message that names the offending key. Validation touches no network and binds nothing, so a
+//! bad file fails before the server starts.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::address::{Hostname, Platform};
+
+/// The configuration file as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub cache: CacheConfig,
+    pub upstream: UpstreamConfig,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub base_path: String,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub public_url: Option<String>,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8443".into(),
+            base_path: "/".into(),
+            tls_cert: None,
+            tls_key: None,
+            public_url: None,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[cache]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    pub dir: PathBuf,
+    #[serde(with = "humantime_serde")]
+    pub index_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub not_found_ttl: Duration,
+    #[serde(with = "humantime_serde")]
+    pub stale_if_error: Duration,
+    pub metadata_entries: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            dir: PathBuf::from("./provender-data"),
+            index_ttl: Duration::from_secs(10 * 60),
+            not_found_ttl: Duration::from_secs(60),
+            stale_if_error: Duration::from_secs(7 * 24 * 3600),
+            metadata_entries: 10_000,
+        }
+    }
+}
+
+/// `[upstream]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    pub allowed_hosts: Vec<String>,
+    pub platforms: Vec<String>,
+    pub ca_file: Option<PathBuf>,
+    pub hosts: BTreeMap<String, HostConfig>,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub archive_timeout: Duration,
+    pub max_document_size: bytesize::ByteSize,
+    pub max_archive_size: bytesize::ByteSize,
+    pub max_redirects: usize,
+    pub concurrency: usize,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            allowed_hosts: vec!["registry.terraform.io".into(), "registry.opentofu.org".into()],
+            platforms: Vec::new(),
+            ca_file: None,
+            hosts: BTreeMap::new(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            archive_timeout: Duration::from_secs(30 * 60),
+            max_document_size: bytesize::ByteSize::mib(4),
+            max_archive_size: bytesize::ByteSize::gib(2),
+            max_redirects: 3,
+            concurrency: 8,
+        }
+    }
+}
+
+/// `[upstream.hosts."<hostname>"]`
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostConfig {
+    pub connect_to: Option<String>,
+    pub token: Option<String>,
+}
+
+/// A configuration error, naming the key or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config key {key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), message: message.into() }
+}
+
+impl Config {
+    /// Reads and parses a TOML file (unknown keys are errors).
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::from_toml(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse { path: path.into(), message },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse { path: PathBuf::from("<inline>"), message: e.to_string().trim_end().to_string() })
+    }
+
+    /// Checks every key and produces the typed settings.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let s = &self.server;
+        let listen: SocketAddr =
+            s.listen.parse().map_err(|_| invalid("server.listen", format!("{:?} is not an address like 127.0.0.1:8443", s.listen)))?;
+        let base_path = normalise_base_path(&s.base_path)?;
+        let tls = match (&s.tls_cert, &s.tls_key) {
+            (Some(cert), Some(key)) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
+            (None, None) => TlsSource::SelfSigned,
+            (Some(_), None) => return Err(invalid("server.tls_key", "must be set when server.tls_cert is set")),
+            (None, Some(_)) => return Err(invalid("server.tls_cert", "must be set when server.tls_key is set")),
+        };
+        for (key, path) in [("server.tls_cert", &s.tls_cert), ("server.tls_key", &s.tls_key), ("upstream.ca_file", &self.upstream.ca_file)] {
+            if let Some(path) = path {
+                if let Err(e) = std::fs::metadata(path) {
+                    return Err(invalid(key, format!("cannot read {}: {e}", path.display())));
+                }
+            }
+        }
+        let public_url = match &s.public_url {
+            Some(u) => {
+                let url = url::Url::parse(u).map_err(|e| invalid("server.public_url", format!("{u:?}: {e}")))?;
+                if !matches!(url.scheme(), "https" | "http") || url.host().is_none() {
+                    return Err(invalid("server.public_url", format!("{u:?} must be an absolute https URL")));
+                }
+                Some(with_trailing_slash(url))
+            }
+            None => None,
+        };
+
+        let c = &self.cache;
+        if c.dir.as_os_str().is_empty() {
+            return Err(invalid("cache.dir", "must not be empty"));
+        }
+        if c.metadata_entries == 0 {
+            return Err(invalid("cache.metadata_entries", "must be at least 1"));
+        }
+        if c.index_ttl.is_zero() {
+            return Err(invalid("cache.index_ttl", "must be longer than zero"));
+        }
+
+        let u = &self.upstream;
+        let mut allowed_hosts = Vec::new();
+        for (i, h) in u.allowed_hosts.iter().enumerate() {
+            let host = Hostname::parse(h).map_err(|e| invalid(format!("upstream.allowed_hosts[{i}]"), e.to_string()))?;
+            allowed_hosts.push(host);
+        }
+        let mut platforms = Vec::new();
+        for (i, p) in u.platforms.iter().enumerate() {
+            platforms.push(Platform::parse(p).map_err(|e| invalid(format!("upstream.platforms[{i}]"), e.to_string()))?);
+        }
+        let mut hosts = BTreeMap::new();
+        for (name, hc) in &u.hosts {
+            let key = format!("upstream.hosts.{name:?}");
+            let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
+            if !allowed_hosts.contains(&host) {
+                return Err(invalid(&key, format!("{host} is not listed in upstream.allowed_hosts")));
+            }
+            let connect_to = match &hc.connect_to {
+                Some(addr) => Some(parse_connect_to(addr).map_err(|m| invalid(format!("{key}.connect_to"), m))?),
+                None => None,
+            };
+            if hc.token.as_deref().is_some_and(|t| t.is_empty() || t.chars().any(|c| c.is_control() || c == ' ')) {
+                return Err(invalid(format!("{key}.token"), "must be a non-empty token without spaces or control characters"));
+            }
+            hosts.insert(host, HostSettings { connect_to, token: hc.token.clone() });
+        }
+        for (key, d) in [
+            ("upstream.connect_timeout", u.connect_timeout),
+            ("upstream.request_timeout", u.request_timeout),
+            ("upstream.archive_timeout", u.archive_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be longer than zero"));
+            }
+        }
+        if u.max_document_size.as_u64() < 1024 {
+            return Err(invalid("upstream.max_document_size", "must be at least 1 KiB"));
+        }
+        if u.max_archive_size.as_u64() < 1024 {
+            return Err(invalid("upstream.max_archive_size", "must be at least 1 KiB"));
+        }
+        if u.max_redirects > 10 {
+            return Err(invalid("upstream.max_redirects", "must be at most 10"));
+        }
+        if u.concurrency == 0 {
+            return Err(invalid("upstream.concurrency", "must be at least 1"));
+        }
+
+        Ok(Settings {
+            listen,
+            base_path,
+            tls,
+            public_url,
+            shutdown_grace: s.shutdown_grace,
+            cache_dir: c.dir.clone(),
+            index_ttl: c.index_ttl,
+            not_found_ttl: c.not_found_ttl,
+            stale_if_error: c.stale_if_error,
+            metadata_entries: c.metadata_entries,
+            allowed_hosts,
+            platforms,
+            ca_file: u.ca_file.clone(),
+            hosts,
+            connect_timeout: u.connect_timeout,
+            request_timeout: u.request_timeout,
+            archive_timeout: u.archive_timeout,
+            max_document_size: u.max_document_size.as_u64(),
+            max_archive_size: u.max_archive_size.as_u64(),
+            max_redirects: u.max_redirects,
+            concurrency: u.concurrency,
+        })
+    }
+}
+
+fn normalise_base_path(p: &str) -> Result<String, ConfigError> {
+    if !p.starts_with('/') {
+        return Err(invalid("server.base_path", format!("{p:?} must start with '/'")));
+    }
+    let ok = p.split('/').filter(|s| !s.is_empty()).all(|seg| {
+        seg != "." && seg != ".." && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+    });
+    if !ok || p.contains("//") {
+        return Err(invalid("server.base_path", format!("{p:?} may contain only letters, digits, '-', '.', '_', '~' between single slashes")));
+    }
+    Ok(if p.ends_with('/') { p.to_string() } else { format!("{p}/") })
+}
+
+fn with_trailing_slash(mut url: url::Url) -> url::Url {
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    url
+}
+
+fn parse_connect_to(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>().map_err(|_| format!("{s:?} is not an IP address and port like 127.0.0.1:9443"))
+}
+
+/// Where the server's certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsSource {
+    /// `server.tls_cert` and `server.tls_key`.
+    Files { cert: PathBuf, key: PathBuf },
+    /// A CA and certificate generated into `<cache.dir>/tls` on first start.
+    SelfSigned,
+}
+
+/// Per-registry settings from `[upstream.hosts."<hostname>"]`.
+#[derive(Debug, Clone, Default)]
+pub struct HostSettings {
+    pub connect_to: Option<SocketAddr>,
+    pub token: Option<String>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    /// Always starts and ends with `/`.
+    pub base_path: String,
+    pub tls: TlsSource,
+    pub public_url: Option<url::Url>,
+    pub shutdown_grace: Duration,
+    pub cache_dir: PathBuf,
+    pub index_ttl: Duration,
+    pub not_found_ttl: Duration,
+    pub stale_if_error: Duration,
+    pub metadata_entries: u64,
+    pub allowed_hosts: Vec<Hostname>,
+    /// Empty means every platform.
+    pub platforms: Vec<Platform>,
+    pub ca_file: Option<PathBuf>,
+    pub hosts: BTreeMap<Hostname, HostSettings>,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub archive_timeout: Duration,
+    pub max_document_size: u64,
+    pub max_archive_size: u64,
+    pub max_redirects: usize,
+    pub concurrency: usize,
+}
+
+impl Settings {
+    /// Whether the platform filter lets this platform through.
+    pub fn platform_allowed(&self, p: &Platform) -> bool {
+        self.platforms.is_empty() || self.platforms.contains(p)
+    }
+
+    /// Whether provider addresses on this registry host may be looked up at all.
+    pub fn host_allowed(&self, h: &Hostname) -> bool {
+        self.allowed_hosts.contains(h)
+    }
+
+    /// The settings of one registry host (empty when it has no `[upstream.hosts]` table).
+    pub fn host(&self, h: &Hostname) -> HostSettings {
+        self.hosts.get(h).cloned().unwrap_or_default()
+    }
+
+    /// The URL clients use to reach the mirror, for logs and the help page.
+    pub fn public_url(&self) -> url::Url {
+        if let Some(u) = &self.public_url {
+            return u.clone();
+        }
+        let scheme = "https";
+        let host = match self.listen.ip() {
+            ip if ip.is_unspecified() || ip.is_loopback() => "localhost".to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        let port = match self.listen.port() {
+            443 => String::new(),
+            p => format!(":{p}"),
+        };
+        url::Url::parse(&format!("{scheme}://{host}{port}{}", self.base_path)).expect("listen address and base path form a valid URL")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(toml: &str) -> String {
+        match Config::from_toml(toml).and_then(|c| c.validate()) {
+            Ok(_) => panic!("expected an error for {toml}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let s = Config::default().validate().unwrap();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8443");
+        assert_eq!(s.base_path, "/");
+        assert_eq!(s.tls, TlsSource::SelfSigned);
+        assert_eq!(s.allowed_hosts.len(), 2);
+        assert_eq!(s.public_url().as_str(), "https://localhost:8443/");
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = include_str!("../config.toml.example");
+        let cfg = Config::from_toml(text).unwrap();
+        assert_eq!(cfg.server.listen, "127.0.0.1:8443");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert!(err("[server]\nlisten = 'nope'").contains("server.listen"));
+        assert!(err("[server]\nbase_path = 'x'").contains("server.base_path"));
+        assert!(err("[server]\nbase_path = '/a/../b'").contains("server.base_path"));
+        assert!(err("[server]\ntls_cert = 'a.pem'").contains("server.tls_key"));
+        assert!(err("[upstream]\nallowed_hosts = ['ok.example', 'bad host']").contains("upstream.allowed_hosts[1]"));
+        assert!(err("[upstream]\nplatforms = ['linux']").contains("upstream.platforms[0]"));
+        assert!(err("[upstream.hosts.'other.example']\ntoken = 'x'").contains("not listed in upstream.allowed_hosts"));
+        assert!(err("[upstream.hosts.'registry.terraform.io']\nconnect_to = 'x'").contains("connect_to"));
+        assert!(err("[server]\nlisten = 5").contains("listen"));
+        assert!(err("[server]\nlisen = '1.2.3.4:1'").contains("lisen"));
+        assert!(err("[cache]\nindex_ttl = 'soon'").contains("index_ttl"));
+        assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
+    }
+
+    #[test]
+    fn base_path_gets_a_trailing_slash() {
+        let s = Config::from_toml("[server]\nbase_path = '/providers'").unwrap().validate().unwrap();
+        assert_eq!(s.base_path, "/providers/");
+    }
+}

@@ -1,0 +1,222 @@
+//! Terraform's package hashes: `zh:` (SHA-256 of the zip file) and `h1:` (Go's `dirhash.Hash1`
+//! over the zip's entries, as Terraform's `HashZip` computes it).
+//!
+//! `h1:` rules, matched byte for byte:
+//! - every entry of the zip's central directory counts, with its name exactly as stored (raw
+//!   bytes, no path cleaning), directory entries included and hashed as empty files;
+//! - a name that appears twice is listed twice, both times with the content of its *last* entry;
+//! - names are sorted bytewise, each contributes the line `"{sha256 hex}  {name}\n"`, and the
+//!   result is `h1:` + base64(sha256(all lines));
+//! - a name containing a newline is an error, as in Go.
+//!
+//! Entries are streamed through the hasher one at a time and never extracted, so memory stays
+//! bounded whatever the archive holds; [`HashLimits`] bounds the work.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek};
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+/// Bounds on the work of hashing one archive.
+#[derive(Debug, Clone, Copy)]
+pub struct HashLimits {
+    /// Most entries an archive may have.
+    pub max_entries: usize,
+    /// Most bytes all entries may expand to, in total.
+    pub max_uncompressed_bytes: u64,
+}
+
+impl Default for HashLimits {
+    fn default() -> Self {
+        HashLimits { max_entries: 10_000, max_uncompressed_bytes: 4 << 30 }
+    }
+}
+
+/// Why an archive could not be hashed.
+#[derive(Debug, thiserror::Error)]
+pub enum HashError {
+    #[error("not a readable zip archive: {0}")]
+    Zip(#[from] zip::result::ZipError),
+    #[error("reading zip entry {name:?}: {source}")]
+    Entry { name: String, source: std::io::Error },
+    #[error("zip entry name {0:?} contains a newline, which Terraform cannot hash")]
+    NewlineInName(String),
+    #[error("zip has {0} entries, more than the limit of {1}")]
+    TooManyEntries(usize, usize),
+    #[error("zip expands to more than the limit of {0} bytes")]
+    TooLarge(u64),
+}
+
+/// Computes the `h1:` hash of a zip archive read from `reader`.
+pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, HashError> {
+    let mut zip = zip::ZipArchive::new(reader)?;
+    if zip.len() > limits.max_entries {
+        return Err(HashError::TooManyEntries(zip.len(), limits.max_entries));
+    }
+    // Name -> index of its last entry (Go's map keeps the last one), plus every occurrence.
+    let mut last: HashMap<Vec<u8>, usize> = HashMap::with_capacity(zip.len());
+    let mut names: Vec<Vec<u8>> = Vec::with_capacity(zip.len());
+    for index in 0..zip.len() {
+        let name = zip.by_index_raw(index)?.name_raw().to_vec();
+        if name.contains(&b'\n') {
+            return Err(HashError::NewlineInName(String::from_utf8_lossy(&name).into_owned()));
+        }
+        last.insert(name.clone(), index);
+        names.push(name);
+    }
+    names.sort();
+
+    let mut content_hashes: HashMap<usize, [u8; 32]> = HashMap::with_capacity(last.len());
+    let mut budget = limits.max_uncompressed_bytes;
+    let mut summary = Sha256::new();
+    for name in &names {
+        let index = last[name];
+        let digest = match content_hashes.get(&index) {
+            Some(d) => *d,
+            None => {
+                let d = hash_entry(&mut zip, index, name, &mut budget, limits.max_uncompressed_bytes)?;
+                content_hashes.insert(index, d);
+                d
+            }
+        };
+        summary.update(hex::encode(digest).as_bytes());
+        summary.update(b"  ");
+        summary.update(name);
+        summary.update(b"\n");
+    }
+    Ok(format!("h1:{}", base64::engine::general_purpose::STANDARD.encode(summary.finalize())))
+}
+
+fn hash_entry<R: Read + Seek>(
+    zip: &mut zip::ZipArchive<R>,
+    index: usize,
+    name: &[u8],
+    budget: &mut u64,
+    limit: u64,
+) -> Result<[u8; 32], HashError> {
+    let entry_err = |source| HashError::Entry { name: String::from_utf8_lossy(name).into_owned(), source };
+    let mut hasher = Sha256::new();
+    let entry = zip.by_index(index)?;
+    // Go's archive/zip reads directory entries as empty files.
+    if entry.is_dir() {
+        return Ok(hasher.finalize().into());
+    }
+    // Read at most one byte past the remaining budget, so a lying header cannot make us read more.
+    let mut limited = entry.take(budget.saturating_add(1));
+    let copied = std::io::copy(&mut limited, &mut HashWriter(&mut hasher)).map_err(entry_err)?;
+    if copied > *budget {
+        return Err(HashError::TooLarge(limit));
+    }
+    *budget -= copied;
+    Ok(hasher.finalize().into())
+}
+
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `zh:` form of a SHA-256 digest given as lowercase hex.
+pub fn zh(sha256_hex: &str) -> String {
+    format!("zh:{sha256_hex}")
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Cursor, Write};
+    use zip::write::SimpleFileOptions;
+
+    fn build_zip(entries: &[(&str, Option<&[u8]>)]) -> Vec<u8> {
+        let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let opts = SimpleFileOptions::default();
+        for (name, content) in entries {
+            match content {
+                Some(c) => {
+                    w.start_file(*name, opts).unwrap();
+                    w.write_all(c).unwrap();
+                }
+                None => w.add_directory(*name, opts).unwrap(),
+            }
+        }
+        w.finish().unwrap().into_inner()
+    }
+
+    /// The same computation spelled out the slow, obvious way, for the content we put in.
+    fn expected_h1(files: &[(&str, &[u8])]) -> String {
+        let mut sorted = files.to_vec();
+        sorted.sort_by_key(|(name, _)| *name);
+        let lines: Vec<String> = sorted.iter().map(|(n, c)| format!("{}  {}\n", sha256_hex(c), n)).collect();
+        let digest = Sha256::digest(lines.concat().as_bytes());
+        format!("h1:{}", base64::engine::general_purpose::STANDARD.encode(digest))
+    }
+
+    #[test]
+    fn h1_of_several_files_matches_dirhash() {
+        let zip = build_zip(&[("b.txt", Some(b"bee")), ("a.txt", Some(b"ay")), ("terraform-provider-x_v1", Some(b"#!"))]);
+        let got = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap();
+        assert_eq!(got, expected_h1(&[("a.txt", b"ay"), ("b.txt", b"bee"), ("terraform-provider-x_v1", b"#!")]));
+    }
+
+    #[test]
+    fn h1_known_vector() {
+        // Single file "hello" containing "hello\n": the line is
+        // "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03  hello\n".
+        let zip = build_zip(&[("hello", Some(b"hello\n"))]);
+        let got = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap();
+        let line = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03  hello\n";
+        let want = format!("h1:{}", base64::engine::general_purpose::STANDARD.encode(Sha256::digest(line)));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn directory_entries_hash_as_empty_files() {
+        let with_dir = build_zip(&[("docs/", None), ("docs/README.md", Some(b"read me"))]);
+        let without_dir = build_zip(&[("docs/README.md", Some(b"read me"))]);
+        let a = h1_zip(Cursor::new(with_dir), HashLimits::default()).unwrap();
+        let b = h1_zip(Cursor::new(without_dir), HashLimits::default()).unwrap();
+        assert_eq!(a, expected_h1(&[("docs/", b""), ("docs/README.md", b"read me")]));
+        assert_eq!(b, expected_h1(&[("docs/README.md", b"read me")]));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn entry_order_in_the_zip_does_not_matter() {
+        let a = build_zip(&[("x", Some(b"1")), ("y", Some(b"2"))]);
+        let b = build_zip(&[("y", Some(b"2")), ("x", Some(b"1"))]);
+        assert_eq!(h1_zip(Cursor::new(a), HashLimits::default()).unwrap(), h1_zip(Cursor::new(b), HashLimits::default()).unwrap());
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let zip = build_zip(&[("a", Some(b"1")), ("b", Some(b"2")), ("c", Some(&[0u8; 1000]))]);
+        let few = HashLimits { max_entries: 2, ..HashLimits::default() };
+        assert!(matches!(h1_zip(Cursor::new(zip.clone()), few), Err(HashError::TooManyEntries(3, 2))));
+        let small = HashLimits { max_uncompressed_bytes: 500, ..HashLimits::default() };
+        assert!(matches!(h1_zip(Cursor::new(zip), small), Err(HashError::TooLarge(500))));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(h1_zip(Cursor::new(b"not a zip".to_vec()), HashLimits::default()).is_err());
+        assert!(h1_zip(Cursor::new(Vec::new()), HashLimits::default()).is_err());
+    }
+
+    #[test]
+    fn zh_is_prefixed_hex() {
+        assert_eq!(zh(&sha256_hex(b"")), "zh:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    }
+}

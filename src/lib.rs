@@ -1,0 +1,17 @@
+//! provender: a read-through caching mirror for Terraform and OpenTofu providers.
+//!
+//! It serves the provider network mirror protocol (`index.json`, `<version>.json`, archives)
+//! and fills its cache from each provider's origin registry on a miss, verifying every archive
+//! against the origin's checksums before storing or serving it. See ARCHITECTURE.md for the map.
+
+pub mod address;
+pub mod cache;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod hash;
+pub mod metrics;
+pub mod mirror;
+pub mod server;
+pub mod tls;
+pub mod upstream;

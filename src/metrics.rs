@@ -1,0 +1,111 @@
+//! Prometheus metrics, held in an explicit registry.
+//!
+//! One [`Metrics`] value is created per server and passed down; there are no global statics, so
+//! tests can run several servers in one process and read each one's figures.
+
+use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// Every metric the mirror exports.
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
+    pub cache_lookups: IntCounterVec,
+    pub upstream_requests: IntCounterVec,
+    pub upstream_duration: HistogramVec,
+    pub archive_bytes_served: IntCounter,
+    pub upstream_bytes: IntCounter,
+    pub cache_archives: IntGauge,
+    pub cache_disk_bytes: IntGauge,
+    pub verification_failures: IntCounterVec,
+    pub hash_duration: Histogram,
+}
+
+impl Metrics {
+    /// Creates and registers all metrics.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let latency = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        let m = Metrics {
+            http_requests: IntCounterVec::new(
+                Opts::new("provender_http_requests_total", "HTTP requests answered, by route and status code."),
+                &["route", "status"],
+            )
+            .unwrap(),
+            http_duration: HistogramVec::new(
+                HistogramOpts::new("provender_http_request_duration_seconds", "Time to produce a response's head, by route.")
+                    .buckets(latency.clone()),
+                &["route"],
+            )
+            .unwrap(),
+            cache_lookups: IntCounterVec::new(
+                Opts::new(
+                    "provender_cache_lookups_total",
+                    "Cache lookups by kind (index, version, archive) and result (hit, miss, stale, negative_hit).",
+                ),
+                &["kind", "result"],
+            )
+            .unwrap(),
+            upstream_requests: IntCounterVec::new(
+                Opts::new(
+                    "provender_upstream_requests_total",
+                    "Requests to origin registries by registry host, operation and outcome.",
+                ),
+                &["host", "operation", "outcome"],
+            )
+            .unwrap(),
+            upstream_duration: HistogramVec::new(
+                HistogramOpts::new("provender_upstream_request_duration_seconds", "Duration of requests to origin registries.")
+                    .buckets(latency),
+                &["host", "operation"],
+            )
+            .unwrap(),
+            archive_bytes_served: IntCounter::new("provender_archive_bytes_served_total", "Archive bytes sent to clients.").unwrap(),
+            upstream_bytes: IntCounter::new("provender_upstream_bytes_total", "Bytes received from origin registries.").unwrap(),
+            cache_archives: IntGauge::new("provender_cache_archives", "Archives in the cache.").unwrap(),
+            cache_disk_bytes: IntGauge::new("provender_cache_disk_bytes", "Bytes of archives in the cache.").unwrap(),
+            verification_failures: IntCounterVec::new(
+                Opts::new("provender_verification_failures_total", "Downloads refused because they failed verification, by reason."),
+                &["reason"],
+            )
+            .unwrap(),
+            hash_duration: Histogram::with_opts(
+                HistogramOpts::new("provender_h1_hash_duration_seconds", "Time to compute an archive's h1 hash.")
+                    .buckets(vec![0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+            )
+            .unwrap(),
+            registry,
+        };
+        let r = &m.registry;
+        r.register(Box::new(m.http_requests.clone())).unwrap();
+        r.register(Box::new(m.http_duration.clone())).unwrap();
+        r.register(Box::new(m.cache_lookups.clone())).unwrap();
+        r.register(Box::new(m.upstream_requests.clone())).unwrap();
+        r.register(Box::new(m.upstream_duration.clone())).unwrap();
+        r.register(Box::new(m.archive_bytes_served.clone())).unwrap();
+        r.register(Box::new(m.upstream_bytes.clone())).unwrap();
+        r.register(Box::new(m.cache_archives.clone())).unwrap();
+        r.register(Box::new(m.cache_disk_bytes.clone())).unwrap();
+        r.register(Box::new(m.verification_failures.clone())).unwrap();
+        r.register(Box::new(m.hash_duration.clone())).unwrap();
+        m
+    }
+
+    /// Records one cache lookup.
+    pub fn lookup(&self, kind: &str, result: &str) {
+        self.cache_lookups.with_label_values(&[kind, result]).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding never fails");
+        String::from_utf8(out).expect("prometheus text is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

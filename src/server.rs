@@ -1,0 +1,186 @@
+//! The HTTPS listener: accept loop, TLS, HTTP/1.1 and HTTP/2, graceful shutdown.
+//!
+//! [`Server::bind`] does everything that can fail (certificates, cache directories, the upstream
+//! client) before it binds the socket, so a bad setup never leaves a half-started server.
+//! Requests are answered by [`routes`].
+
+mod page;
+mod routes;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::{Settings, TlsSource};
+use crate::metrics::Metrics;
+use crate::mirror::Mirror;
+use crate::tls;
+
+/// How long a client may take to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A bound, not yet running server.
+pub struct Server {
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Arc<routes::App>,
+    ca_file: Option<PathBuf>,
+    grace: Duration,
+}
+
+impl Server {
+    /// Prepares TLS and the cache, then binds `server.listen`.
+    pub async fn bind(settings: Settings) -> anyhow::Result<Server> {
+        let settings = Arc::new(settings);
+        let metrics = Arc::new(Metrics::new());
+        let (tls, ca_file) = match &settings.tls {
+            TlsSource::Files { cert, key } => (Some(tls::server_config(cert, key)?), None),
+            TlsSource::SelfSigned => {
+                let files = tls::SelfSigned::in_dir(&settings.cache_dir);
+                let mut names = Vec::new();
+                if let Some(host) = settings.public_url.as_ref().and_then(|u| u.host_str()) {
+                    names.push(host.trim_matches(['[', ']']).to_string());
+                }
+                if !settings.listen.ip().is_unspecified() {
+                    names.push(settings.listen.ip().to_string());
+                }
+                if files.ensure(&names)? {
+                    tracing::info!(ca = %files.ca_cert.display(), "generated a self-signed CA and server certificate");
+                }
+                (Some(tls::server_config(&files.cert, &files.key)?), Some(files.ca_cert))
+            }
+        };
+        let mirror = Mirror::open(settings.clone(), metrics.clone())?;
+        let listener = TcpListener::bind(settings.listen).await.with_context(|| format!("server.listen: cannot bind {}", settings.listen))?;
+        let local = listener.local_addr()?;
+        let base_url = match &settings.public_url {
+            Some(u) => u.clone(),
+            None => {
+                let mut u = settings.public_url();
+                let _ = u.set_port(Some(local.port()));
+                u
+            }
+        };
+        let usage_mirror = mirror.clone();
+        tokio::spawn(async move {
+            if let Err(e) = usage_mirror.refresh_usage().await {
+                tracing::warn!("cannot measure the cache: {e}");
+            }
+        });
+        let app = Arc::new(routes::App::new(settings.clone(), mirror, metrics, base_url));
+        Ok(Server { listener, tls: tls.map(TlsAcceptor::from), app, ca_file, grace: settings.shutdown_grace })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// The URL clients should use as `network_mirror` base.
+    pub fn base_url(&self) -> &url::Url {
+        &self.app.base_url
+    }
+
+    /// The generated CA certificate clients must trust, when the server made its own.
+    pub fn ca_file(&self) -> Option<&PathBuf> {
+        self.ca_file.as_ref()
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting and lets in-flight responses finish
+    /// for up to `server.shutdown_grace`.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Usually out of file descriptors: back off instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let app = self.app.clone();
+            let tls = self.tls.clone();
+            let watcher = graceful.watcher();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| app.clone().handle(req));
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let result = match tls {
+                    Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => watcher.watch(builder.serve_connection(TokioIo::new(tls), service)).await,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, "TLS handshake failed: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    },
+                    None => watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await,
+                };
+                if let Err(e) = result {
+                    tracing::debug!(%peer, "connection ended with an error: {e}");
+                }
+            });
+        }
+        drop(self.listener);
+        tracing::info!("shutting down: no new connections, finishing responses in progress");
+        tokio::select! {
+            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            () = tokio::time::sleep(self.grace) => tracing::warn!("shutdown grace period over; closing remaining connections"),
+        }
+        Ok(())
+    }
+
+    /// Runs the server in a background task (for tests and embedding).
+    pub fn spawn(self) -> RunningServer {
+        let addr = self.local_addr();
+        let base_url = self.base_url().clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(self.run(async move {
+            let _ = rx.await;
+        }));
+        RunningServer { addr, base_url, stop: Some(tx), task }
+    }
+}
+
+/// A server running in a background task.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub base_url: url::Url,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Shuts down gracefully and waits for it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        (&mut self.task).await.context("server task panicked")?
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if self.stop.is_some() {
+            self.task.abort();
+        }
+    }
+}

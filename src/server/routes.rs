@@ -1,0 +1,187 @@
+//! Request routing and responses.
+//!
+//! Turns an HTTP request into a call on [`Mirror`] and its result into a response: JSON documents
+//! as `application/json`, archives streamed from the store with `Content-Length`, `ETag` and
+//! `Last-Modified`, and every failure as a JSON error body with the status its [`Error`] carries.
+//! Records `provender_http_*` metrics for every request.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::{Frame, Incoming};
+
+use crate::address::MirrorPath;
+use crate::cache::StoredArchive;
+use crate::config::Settings;
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::mirror::Mirror;
+
+/// Response body: a buffer or a stream from the archive store.
+pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// Shared state of the HTTP layer.
+pub struct App {
+    settings: Arc<Settings>,
+    mirror: Arc<Mirror>,
+    metrics: Arc<Metrics>,
+    pub base_url: url::Url,
+    page: Bytes,
+}
+
+/// Which endpoint a request hit; the `route` label of HTTP metrics.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    Index,
+    Version,
+    Archive,
+    Page,
+    Metrics,
+    Health,
+    Ready,
+    Other,
+}
+
+impl Route {
+    fn as_str(self) -> &'static str {
+        match self {
+            Route::Index => "index",
+            Route::Version => "version",
+            Route::Archive => "archive",
+            Route::Page => "page",
+            Route::Metrics => "metrics",
+            Route::Health => "healthz",
+            Route::Ready => "readyz",
+            Route::Other => "other",
+        }
+    }
+}
+
+impl App {
+    pub fn new(settings: Arc<Settings>, mirror: Arc<Mirror>, metrics: Arc<Metrics>, base_url: url::Url) -> App {
+        let hosts: Vec<String> = settings.allowed_hosts.iter().map(|h| h.to_string()).collect();
+        let page = Bytes::from(super::page::render(base_url.as_str(), &hosts));
+        App { settings, mirror, metrics, base_url, page }
+    }
+
+    /// Answers one request. Never fails: errors become JSON error responses.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+        let started = Instant::now();
+        let (route, result) = self.route(&req).await;
+        let mut resp = result.unwrap_or_else(|e| {
+            if e.status().is_server_error() {
+                tracing::warn!(path = %req.uri().path(), status = e.status().as_u16(), "{e}");
+            } else {
+                tracing::debug!(path = %req.uri().path(), status = e.status().as_u16(), "{e}");
+            }
+            error_response(&e)
+        });
+        if req.method() == Method::HEAD {
+            *resp.body_mut() = empty();
+        }
+        let status = resp.status();
+        self.metrics.http_requests.with_label_values(&[route.as_str(), status.as_str()]).inc();
+        self.metrics.http_duration.with_label_values(&[route.as_str()]).observe(started.elapsed().as_secs_f64());
+        Ok(resp)
+    }
+
+    async fn route(&self, req: &Request<Incoming>) -> (Route, Result<Response<Body>, Error>) {
+        let path = req.uri().path();
+        let route = match path {
+            "/healthz" => Route::Health,
+            "/readyz" => Route::Ready,
+            "/metrics" => Route::Metrics,
+            _ => Route::Other,
+        };
+        if !matches!(*req.method(), Method::GET | Method::HEAD) {
+            return (route, Err(Error::MethodNotAllowed));
+        }
+        match route {
+            Route::Health => return (route, Ok(json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec()))),
+            Route::Ready => return (route, Ok(json_response(StatusCode::OK, br#"{"status":"ready"}"#.to_vec()))),
+            Route::Metrics => {
+                let body = self.metrics.render();
+                return (route, Ok(response(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", Bytes::from(body))));
+            }
+            _ => {}
+        }
+        let base = self.settings.base_path.as_str();
+        if path == base || path == base.trim_end_matches('/') {
+            return (Route::Page, Ok(response(StatusCode::OK, "text/html; charset=utf-8", self.page.clone())));
+        }
+        let Some(rest) = path.strip_prefix(base) else {
+            return (Route::Other, Err(Error::NotFound(format!("nothing at {path}; the mirror lives under {base}"))));
+        };
+        let parsed = match MirrorPath::parse(rest) {
+            Ok(p) => p,
+            Err(e) => return (Route::Other, Err(Error::BadRequest(e.to_string()))),
+        };
+        match parsed {
+            MirrorPath::Index(addr) => {
+                (Route::Index, self.mirror.index(&addr).await.map(|body| json_response(StatusCode::OK, body)))
+            }
+            MirrorPath::Version(addr, version) => {
+                (Route::Version, self.mirror.version(&addr, &version).await.map(|body| json_response(StatusCode::OK, body)))
+            }
+            MirrorPath::Archive(addr, version, platform) => {
+                let result = self.mirror.archive(&addr, &version, &platform).await;
+                (Route::Archive, result.map(|archive| self.archive_response(req, archive)))
+            }
+        }
+    }
+
+    fn archive_response(&self, req: &Request<Incoming>, archive: StoredArchive) -> Response<Body> {
+        let etag = format!("\"{}\"", archive.info.sha256);
+        let not_modified = req
+            .headers()
+            .get(header::IF_NONE_MATCH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+        let builder = Response::builder()
+            .header(header::ETAG, &etag)
+            .header(header::LAST_MODIFIED, httpdate::fmt_http_date(archive.modified));
+        if not_modified {
+            return builder.status(StatusCode::NOT_MODIFIED).body(empty()).expect("valid response");
+        }
+        let served = self.metrics.archive_bytes_served.clone();
+        let stream = tokio_util::io::ReaderStream::with_capacity(archive.body, 256 * 1024)
+            .inspect_ok(move |chunk| served.inc_by(chunk.len() as u64))
+            .map_ok(Frame::data);
+        builder
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/zip")
+            .header(header::CONTENT_LENGTH, archive.info.size)
+            .body(BodyExt::boxed_unsync(StreamBody::new(stream)))
+            .expect("valid response")
+    }
+}
+
+fn empty() -> Body {
+    Full::new(Bytes::new()).map_err(|never: Infallible| match never {}).boxed_unsync()
+}
+
+fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(body).map_err(|never: Infallible| match never {}).boxed_unsync())
+        .expect("valid response")
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    response(status, "application/json", Bytes::from(body))
+}
+
+fn error_response(e: &Error) -> Response<Body> {
+    let mut resp = json_response(e.status(), e.to_json().into_bytes());
+    if matches!(e, Error::MethodNotAllowed) {
+        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
+    resp
+}

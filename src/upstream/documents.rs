@@ -1,0 +1,295 @@
+//! Parsing what origin registries send: the discovery document, the version list, download
+//! metadata and SHA256SUMS.
+//!
+//! Everything here is a pure function from bytes to a validated value, so it can be tested (and
+//! fuzzed) without a network. Hostile shapes never panic: entries Terraform would skip are
+//! skipped (with the reason returned for logging), anything else is a [`DocumentError`].
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::address::{Platform, Version};
+
+/// An origin document that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct DocumentError(pub String);
+
+fn doc_err(msg: impl Into<String>) -> DocumentError {
+    DocumentError(msg.into())
+}
+
+/// Reads the `providers.v1` entry of a discovery document (`/.well-known/terraform.json`).
+/// `Ok(None)` means the host does not offer the provider registry protocol.
+pub fn parse_discovery(body: &[u8]) -> Result<Option<String>, DocumentError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| doc_err(format!("discovery document is not valid JSON: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(doc_err("discovery document is not a JSON object"));
+    };
+    match map.get("providers.v1") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(_) => Err(doc_err("discovery document: \"providers.v1\" is not a non-empty string")),
+    }
+}
+
+/// One published version and the platforms the origin says it has packages for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedVersion {
+    pub version: Version,
+    pub platforms: Vec<Platform>,
+}
+
+/// The parsed version list plus human-readable notes about entries that were skipped.
+#[derive(Debug, Clone, Default)]
+pub struct VersionList {
+    pub versions: Vec<ListedVersion>,
+    pub skipped: Vec<String>,
+}
+
+/// Parses `:namespace/:type/versions`. Entries with an invalid version are skipped (as Terraform
+/// does); so are malformed platform entries. A duplicate version keeps its first entry.
+pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| doc_err(format!("version list is not valid JSON: {e}")))?;
+    let Some(entries) = value.get("versions") else {
+        return Err(doc_err("version list has no \"versions\" property"));
+    };
+    let Value::Array(entries) = entries else {
+        return Err(doc_err("version list: \"versions\" is not an array"));
+    };
+    let mut out = VersionList::default();
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(text) = entry.get("version").and_then(Value::as_str) else {
+            out.skipped.push(format!("versions[{i}]: no \"version\" string"));
+            continue;
+        };
+        let version = match Version::parse_lenient(text) {
+            Ok(v) => v,
+            Err(e) => {
+                out.skipped.push(format!("versions[{i}]: {e}"));
+                continue;
+            }
+        };
+        if out.versions.iter().any(|v| v.version == version) {
+            out.skipped.push(format!("versions[{i}]: duplicate version {version}"));
+            continue;
+        }
+        let mut platforms = Vec::new();
+        if let Some(Value::Array(list)) = entry.get("platforms") {
+            for (j, p) in list.iter().enumerate() {
+                let os = p.get("os").and_then(Value::as_str);
+                let arch = p.get("arch").and_then(Value::as_str);
+                match (os, arch) {
+                    (Some(os), Some(arch)) => match Platform::new(os, arch) {
+                        Ok(p) if !platforms.contains(&p) => platforms.push(p),
+                        Ok(_) => {}
+                        Err(e) => out.skipped.push(format!("versions[{i}].platforms[{j}]: {e}")),
+                    },
+                    _ => out.skipped.push(format!("versions[{i}].platforms[{j}]: needs \"os\" and \"arch\" strings")),
+                }
+            }
+        }
+        platforms.sort();
+        out.versions.push(ListedVersion { version, platforms });
+    }
+    Ok(out)
+}
+
+/// A signing key offered in download metadata.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SigningKey {
+    pub ascii_armor: String,
+    #[serde(default)]
+    pub trust_signature: String,
+}
+
+/// Validated download metadata for one package (`:ns/:type/:version/download/:os/:arch`).
+/// URLs are kept as given; the caller resolves them against the URL the document came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownloadInfo {
+    pub filename: String,
+    pub download_url: String,
+    pub shasum: String,
+    pub shasums_url: String,
+    pub shasums_signature_url: String,
+    pub signing_keys: Vec<SigningKey>,
+}
+
+#[derive(Deserialize)]
+struct RawDownload {
+    os: Option<String>,
+    arch: Option<String>,
+    filename: Option<String>,
+    download_url: Option<String>,
+    shasum: Option<String>,
+    shasums_url: Option<String>,
+    shasums_signature_url: Option<String>,
+    signing_keys: Option<RawSigningKeys>,
+}
+
+#[derive(Deserialize)]
+struct RawSigningKeys {
+    gpg_public_keys: Option<Vec<RawKey>>,
+}
+
+#[derive(Deserialize)]
+struct RawKey {
+    ascii_armor: Option<String>,
+    trust_signature: Option<String>,
+}
+
+/// Parses and validates download metadata for `platform`.
+pub fn parse_download(body: &[u8], platform: &Platform) -> Result<DownloadInfo, DocumentError> {
+    let raw: RawDownload =
+        serde_json::from_slice(body).map_err(|e| doc_err(format!("download metadata for {platform} is malformed: {e}")))?;
+    let field = |name: &str, v: Option<String>| -> Result<String, DocumentError> {
+        match v {
+            Some(s) if !s.is_empty() => Ok(s),
+            _ => Err(doc_err(format!("download metadata for {platform}: missing \"{name}\""))),
+        }
+    };
+    if raw.os.as_deref().is_some_and(|os| os != platform.os) || raw.arch.as_deref().is_some_and(|a| a != platform.arch) {
+        return Err(doc_err(format!("download metadata for {platform} describes another platform")));
+    }
+    let filename = field("filename", raw.filename)?;
+    if filename.len() > 255 || filename.contains(['/', '\\', '\n', '\r', '\0']) || filename.starts_with('.') {
+        return Err(doc_err(format!("download metadata for {platform}: unusable filename {filename:?}")));
+    }
+    let shasum = field("shasum", raw.shasum)?.to_ascii_lowercase();
+    if shasum.len() != 64 || !shasum.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(doc_err(format!("download metadata for {platform}: \"shasum\" is not 64 hexadecimal digits")));
+    }
+    let signing_keys = raw
+        .signing_keys
+        .and_then(|k| k.gpg_public_keys)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|k| {
+            Some(SigningKey { ascii_armor: k.ascii_armor.filter(|a| !a.is_empty())?, trust_signature: k.trust_signature.unwrap_or_default() })
+        })
+        .collect();
+    Ok(DownloadInfo {
+        filename,
+        download_url: field("download_url", raw.download_url)?,
+        shasum,
+        shasums_url: field("shasums_url", raw.shasums_url)?,
+        shasums_signature_url: field("shasums_signature_url", raw.shasums_signature_url)?,
+        signing_keys,
+    })
+}
+
+/// Finds the SHA-256 (lowercase hex) that a SHA256SUMS file lists for `filename`.
+/// Lines are `<hex>  <name>` or `<hex> *<name>`; blank and malformed lines are ignored.
+pub fn sums_lookup(sums: &[u8], filename: &str) -> Option<String> {
+    let text = std::str::from_utf8(sums).ok()?;
+    text.lines().find_map(|line| {
+        let line = line.trim_end_matches('\r');
+        let (hash, rest) = line.split_once(' ')?;
+        let name = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('*'))?;
+        (name == filename && hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hash.to_ascii_lowercase())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linux() -> Platform {
+        Platform::parse("linux_amd64").unwrap()
+    }
+
+    #[test]
+    fn discovery_variants() {
+        assert_eq!(parse_discovery(br#"{"providers.v1":"/v1/providers/"}"#).unwrap().as_deref(), Some("/v1/providers/"));
+        assert_eq!(parse_discovery(br#"{"modules.v1":"/m/"}"#).unwrap(), None);
+        assert_eq!(parse_discovery(br#"{"providers.v1":null}"#).unwrap(), None);
+        assert!(parse_discovery(br#"{"providers.v1":5}"#).is_err());
+        assert!(parse_discovery(br#"{"providers.v1":""}"#).is_err());
+        assert!(parse_discovery(br#"[]"#).is_err());
+        assert!(parse_discovery(b"not json").is_err());
+        assert!(parse_discovery(b"").is_err());
+    }
+
+    #[test]
+    fn versions_parse_and_skip_what_terraform_skips() {
+        let body = br#"{"versions":[
+            {"version":"2.0.0","protocols":["5.0"],"platforms":[{"os":"linux","arch":"amd64"},{"os":"darwin","arch":"arm64"}]},
+            {"version":"1.2","platforms":null},
+            {"version":"not-a-version"},
+            {"version":null},
+            {"version":7},
+            {"platforms":[]},
+            null,
+            "1.0.0",
+            {"version":"2.0.0"},
+            {"version":"3.0.0","platforms":[{"os":"linux"},{"os":"Linux","arch":"amd64"},null,{"os":"linux","arch":"arm64"}]}
+        ]}"#;
+        let list = parse_versions(body).unwrap();
+        let got: Vec<String> = list.versions.iter().map(|v| v.version.to_string()).collect();
+        assert_eq!(got, ["2.0.0", "1.2.0", "3.0.0"]);
+        assert_eq!(list.versions[0].platforms, vec![Platform::parse("darwin_arm64").unwrap(), linux()]);
+        assert!(list.versions[1].platforms.is_empty());
+        assert_eq!(list.versions[2].platforms, vec![Platform::parse("linux_arm64").unwrap()]);
+        assert!(list.skipped.len() >= 8, "{:?}", list.skipped);
+    }
+
+    #[test]
+    fn version_list_shape_errors() {
+        for bad in [&b"{}"[..], br#"{"versions":null}"#, br#"{"versions":{}}"#, br#"{"versions":"x"}"#, b"[]", b"null", b"{", b""] {
+            assert!(parse_versions(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert!(parse_versions(br#"{"versions":[]}"#).unwrap().versions.is_empty());
+    }
+
+    fn download(extra: &str) -> String {
+        format!(
+            r#"{{"os":"linux","arch":"amd64","filename":"terraform-provider-x_1.0.0_linux_amd64.zip",
+            "download_url":"https://example.com/x.zip","shasums_url":"https://example.com/SHA256SUMS",
+            "shasums_signature_url":"https://example.com/SHA256SUMS.sig",
+            "shasum":"{}"{extra}}}"#,
+            "AB".repeat(32)
+        )
+    }
+
+    #[test]
+    fn download_metadata_parses() {
+        let body = download(r#","signing_keys":{"gpg_public_keys":[{"ascii_armor":"KEY","trust_signature":""},{"ascii_armor":null}]}"#);
+        let d = parse_download(body.as_bytes(), &linux()).unwrap();
+        assert_eq!(d.shasum, "ab".repeat(32));
+        assert_eq!(d.signing_keys.len(), 1);
+        let d = parse_download(download(r#","signing_keys":null"#).as_bytes(), &linux()).unwrap();
+        assert!(d.signing_keys.is_empty());
+    }
+
+    #[test]
+    fn hostile_download_metadata_is_refused() {
+        let base = download("");
+        let cases = [
+            base.replace(&"AB".repeat(32), "abc"),
+            base.replace(&"AB".repeat(32), &"zz".repeat(32)),
+            base.replace(r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#, r#""filename":"../../etc/passwd""#),
+            base.replace(r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#, r#""filename":null"#),
+            base.replace(r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#, r#""filename":42"#),
+            base.replace(r#""download_url":"https://example.com/x.zip","#, ""),
+            base.replace(r#""os":"linux""#, r#""os":"windows""#),
+            download(r#","signing_keys":"nope""#),
+            "[]".into(),
+            "null".into(),
+            "{".into(),
+        ];
+        for case in cases {
+            assert!(parse_download(case.as_bytes(), &linux()).is_err(), "{case}");
+        }
+    }
+
+    #[test]
+    fn sums_lookup_finds_the_line() {
+        let h = "0123456789abcdef".repeat(4);
+        let sums = format!("{h}  a.zip\n\n{}  b.zip\r\nnonsense\n{h} *c.zip\n", "f".repeat(64));
+        assert_eq!(sums_lookup(sums.as_bytes(), "a.zip"), Some(h.clone()));
+        assert_eq!(sums_lookup(sums.as_bytes(), "b.zip"), Some("f".repeat(64)));
+        assert_eq!(sums_lookup(sums.as_bytes(), "c.zip"), Some(h));
+        assert_eq!(sums_lookup(sums.as_bytes(), "d.zip"), None);
+        assert_eq!(sums_lookup(b"\xff\xfe", "a.zip"), None);
+    }
+}
