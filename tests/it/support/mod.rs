@@ -1,0 +1,214 @@
+//! Shared support for the integration tests.
+//!
+//! - [`pki`]: a throw-away certificate authority and server certificates;
+//! - [`origin`]: a fake origin provider registry over real TLS;
+//! - here: the crypto provider, a timeout around every await ([`within`]), a reqwest client
+//!   trusting only a test CA, and a hermetic runner for the real `terraform` CLI.
+
+// Each test module uses a different subset of these helpers.
+#![allow(dead_code)]
+
+pub mod origin;
+pub mod pki;
+pub mod provender;
+
+use std::fs::File;
+use std::future::IntoFuture;
+use std::io::{Read, Seek};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use self::pki::TestCa;
+
+/// The limit [`within`] puts on every await.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The `terraform` binary the end-to-end tests run.
+pub const TERRAFORM: &str = "/usr/local/bin/terraform";
+
+/// The limit on one `terraform` command.
+pub const TERRAFORM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Installs ring as the process-wide rustls crypto provider (idempotent). reqwest is built
+/// with `rustls-no-provider`, so clients need this before they are built.
+pub fn install_crypto_provider() {
+    // Err only means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Awaits `fut`, panicking with `what` if it takes longer than [`TIMEOUT`].
+pub async fn within<F: IntoFuture>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(TIMEOUT, fut).await {
+        Ok(output) => output,
+        Err(_) => panic!("timed out after {TIMEOUT:?}: {what}"),
+    }
+}
+
+/// A reqwest client that trusts only `ca`, ignores proxy settings and resolves each
+/// `(host, addr)` pair to `addr` (a URL without a port then connects to `addr`'s port).
+pub fn https_client(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::Client {
+    install_crypto_provider();
+    let root = reqwest::Certificate::from_pem(ca.ca_pem().as_bytes()).expect("parse CA PEM");
+    let mut builder = reqwest::Client::builder()
+        .tls_certs_only([root])
+        .no_proxy()
+        .timeout(TIMEOUT);
+    for (host, addr) in resolve {
+        builder = builder.resolve(host, *addr);
+    }
+    builder.build().expect("build reqwest client")
+}
+
+/// A hermetic environment for the real `terraform` CLI: its own HOME, a CLI config file,
+/// and a certificate store holding only the test CA. Nothing is inherited from the
+/// caller's environment except `PATH`.
+pub struct Terraform {
+    home: TempDir,
+    cli_config: PathBuf,
+    ca_file: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+/// What one `terraform` command did.
+#[derive(Debug)]
+pub struct TerraformOutput {
+    /// The arguments, for messages.
+    pub args: Vec<String>,
+    /// The exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+}
+
+impl Terraform {
+    /// A new environment trusting only `ca`, with `cli_config` as its CLI configuration
+    /// (e.g. a `host` block pointing at a [`origin::FakeOrigin`], or a `provider_installation`
+    /// block with a `network_mirror`).
+    pub fn new(ca: &TestCa, cli_config: &str) -> Terraform {
+        let home = tempfile::Builder::new()
+            .prefix("provender-tf-home-")
+            .tempdir()
+            .expect("create terraform HOME");
+        let cli_config_path = home.path().join("terraform.rc");
+        std::fs::write(&cli_config_path, cli_config).expect("write CLI config");
+        let ca_file = ca.write_ca(home.path());
+        std::fs::create_dir(home.path().join("empty-cert-dir")).expect("create empty cert dir");
+        Terraform {
+            home,
+            cli_config: cli_config_path,
+            ca_file,
+            env: Vec::new(),
+        }
+    }
+
+    /// Adds an environment variable to every command (e.g. `TF_PLUGIN_CACHE_DIR`).
+    pub fn env(mut self, key: &str, value: &str) -> Terraform {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// The HOME directory of every command.
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// The CA file given as `SSL_CERT_FILE`.
+    pub fn ca_file(&self) -> &Path {
+        &self.ca_file
+    }
+
+    /// Runs `terraform <args>` in `dir` without blocking the runtime (servers in the same
+    /// test keep answering), killing it after [`TERRAFORM_TIMEOUT`].
+    pub async fn run(&self, dir: &Path, args: &[&str]) -> TerraformOutput {
+        let mut stdout = tempfile::tempfile().expect("create stdout file");
+        let mut stderr = tempfile::tempfile().expect("create stderr file");
+        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned());
+        let mut child = Command::new(TERRAFORM)
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", path)
+            .env("HOME", self.home())
+            .env("TF_CLI_CONFIG_FILE", &self.cli_config)
+            .env("SSL_CERT_FILE", &self.ca_file)
+            .env("SSL_CERT_DIR", self.home().join("empty-cert-dir"))
+            .env("TF_IN_AUTOMATION", "1")
+            .env("CHECKPOINT_DISABLE", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(stdout.try_clone().expect("clone stdout file"))
+            .stderr(stderr.try_clone().expect("clone stderr file"))
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot run {TERRAFORM}: {err}"));
+
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for terraform") {
+                break status;
+            }
+            if started.elapsed() > TERRAFORM_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "terraform {args:?} still running after {TERRAFORM_TIMEOUT:?}\n\
+                     --- stdout ---\n{}\n--- stderr ---\n{}",
+                    read_all(&mut stdout),
+                    read_all(&mut stderr)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        TerraformOutput {
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            status,
+            stdout: read_all(&mut stdout),
+            stderr: read_all(&mut stderr),
+        }
+    }
+}
+
+impl TerraformOutput {
+    /// Panics, showing both output streams, unless the command exited successfully.
+    pub fn assert_success(&self) -> &TerraformOutput {
+        assert!(
+            self.status.success(),
+            "terraform {:?} failed ({})\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args,
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Panics, showing both output streams, if the command exited successfully.
+    pub fn assert_failure(&self) -> &TerraformOutput {
+        assert!(
+            !self.status.success(),
+            "terraform {:?} unexpectedly succeeded\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// stdout followed by stderr, for `contains` checks that do not care which.
+    pub fn combined(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Reads a whole (possibly already written to) temporary file from its start.
+fn read_all(file: &mut File) -> String {
+    file.rewind().expect("rewind output file");
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).expect("read output file");
+    String::from_utf8_lossy(&bytes).into_owned()
+}

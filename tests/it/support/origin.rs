@@ -1,0 +1,1048 @@
+//! A fake origin provider registry served in-process over real TLS.
+//!
+//! [`FakeOrigin`] implements Terraform's remote service discovery and the provider
+//! registry protocol (`providers.v1`) well enough for both provender and the real
+//! `terraform` CLI to install from it:
+//!
+//! - `GET /.well-known/terraform.json` answers `{"providers.v1":"/v1/providers/"}`;
+//! - `GET /v1/providers/:ns/:type/versions` lists versions, protocols and platforms;
+//! - `GET /v1/providers/:ns/:type/:version/download/:os/:arch` answers the full download
+//!   metadata, with `download_url`, `shasums_url` and `shasums_signature_url` given as
+//!   relative URLs (`/files/...`) so they resolve against whichever host name the client
+//!   used (provender reaches this server as `registry.terraform.io`, terraform itself as
+//!   `127.0.0.1:PORT`);
+//! - `GET /files/:ns/:type/:version/<file>` serves the zip archives, the goreleaser-style
+//!   `..._SHA256SUMS` file and its binary detached OpenPGP signature `..._SHA256SUMS.sig`.
+//!
+//! Everything is built once at [`FakeOrigin::start`]: deterministic zip archives (fixed
+//! timestamps, so their bytes and hashes are stable), the SHA256SUMS documents, and real
+//! signatures made by the `gpg` binary with a key generated once per test process.
+//!
+//! Tests observe the server through per-[`RequestKind`] counters (incremented before any
+//! fault applies, so "zero archive downloads upstream" is easy to assert) and a request
+//! log, and disturb it at runtime with [`Fault`]s.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::{Cursor, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
+use zip::write::SimpleFileOptions;
+use zip::{DateTime, System, ZipWriter};
+
+use super::pki::TestCa;
+use super::within;
+
+/// The provider plugin protocol versions every fake provider claims to support.
+const PROTOCOLS: [&str; 1] = ["5.0"];
+
+/// How long a client may take to finish its TLS handshake before the server gives up.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One provider the fake registry serves: every version is available for every platform.
+#[derive(Clone, Debug)]
+pub struct ProviderSpec {
+    /// Registry namespace, e.g. `acme`.
+    pub namespace: String,
+    /// Provider type, e.g. `foo` (the archive holds `terraform-provider-foo_v<version>`).
+    pub type_: String,
+    /// Version strings, served in this order.
+    pub versions: Vec<String>,
+    /// `(os, arch)` pairs, e.g. `("linux", "amd64")`.
+    pub platforms: Vec<(String, String)>,
+    /// Whether archives also hold an explicit `docs/` directory entry and
+    /// `docs/README.md`, to exercise h1 hashing of directory entries. [`ProviderSpec::new`]
+    /// turns it on for the type `dirs`.
+    pub with_dir_entries: bool,
+}
+
+impl ProviderSpec {
+    /// A provider `ns/ty` with the given versions, each built for every `(os, arch)`.
+    pub fn new(ns: &str, ty: &str, versions: &[&str], platforms: &[(&str, &str)]) -> Self {
+        ProviderSpec {
+            namespace: ns.to_owned(),
+            type_: ty.to_owned(),
+            versions: versions.iter().map(|v| (*v).to_owned()).collect(),
+            platforms: platforms
+                .iter()
+                .map(|(os, arch)| ((*os).to_owned(), (*arch).to_owned()))
+                .collect(),
+            with_dir_entries: ty == "dirs",
+        }
+    }
+
+    /// Adds the `docs/` directory entry and `docs/README.md` to every archive.
+    pub fn with_dir_entries(mut self) -> Self {
+        self.with_dir_entries = true;
+        self
+    }
+}
+
+/// The kinds of request the fake registry distinguishes, for counters and faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequestKind {
+    /// `/.well-known/terraform.json`
+    Discovery,
+    /// `/v1/providers/:ns/:type/versions`
+    Versions,
+    /// `/v1/providers/:ns/:type/:version/download/:os/:arch` (the metadata, not the zip)
+    Download,
+    /// `/files/.../terraform-provider-<type>_<version>_SHA256SUMS`
+    Sums,
+    /// `/files/.../terraform-provider-<type>_<version>_SHA256SUMS.sig`
+    Signature,
+    /// `/files/.../terraform-provider-<type>_<version>_<os>_<arch>.zip`
+    Archive,
+}
+
+impl RequestKind {
+    /// Every kind, in counter order.
+    pub const ALL: [RequestKind; 6] = [
+        RequestKind::Discovery,
+        RequestKind::Versions,
+        RequestKind::Download,
+        RequestKind::Sums,
+        RequestKind::Signature,
+        RequestKind::Archive,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A misbehaviour injected at runtime with [`FakeOrigin::set_fault`].
+///
+/// Setting a fault replaces an earlier one of the same variant (and, where it has one,
+/// the same `kind`); faults of different variants or kinds stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Every request of `kind` answers `status` with a small JSON error body.
+    Status {
+        /// Which requests fail.
+        kind: RequestKind,
+        /// The HTTP status to answer (an invalid code becomes 500).
+        status: u16,
+    },
+    /// Archives are served with one byte flipped; the metadata `shasum` and SHA256SUMS
+    /// still describe the real archive.
+    TamperArchive,
+    /// The download metadata's `shasum` differs from the archive's SHA256SUMS line (which,
+    /// like the archive, stays genuine).
+    WrongShasum,
+    /// Requests of `kind` sleep `millis` before being answered (faulted or not).
+    Delay {
+        /// Which requests are slowed down.
+        kind: RequestKind,
+        /// How long to sleep, in milliseconds.
+        millis: u64,
+    },
+}
+
+impl Fault {
+    fn replaces(&self, other: &Fault) -> bool {
+        match (self, other) {
+            (Fault::Status { kind: a, .. }, Fault::Status { kind: b, .. })
+            | (Fault::Delay { kind: a, .. }, Fault::Delay { kind: b, .. }) => a == b,
+            (Fault::TamperArchive, Fault::TamperArchive)
+            | (Fault::WrongShasum, Fault::WrongShasum) => true,
+            _ => false,
+        }
+    }
+}
+
+/// One request as the fake registry saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// The request's kind, or `None` for a path the registry does not serve.
+    pub kind: Option<RequestKind>,
+    /// The HTTP method, e.g. `GET`.
+    pub method: String,
+    /// The path (without query).
+    pub path: String,
+    /// The host the client asked for: the URI authority (HTTP/2) or the `Host` header.
+    pub host: Option<String>,
+    /// The `User-Agent` header, if any.
+    pub user_agent: Option<String>,
+}
+
+/// A running fake origin registry; dropping it aborts the server and its connections.
+pub struct FakeOrigin {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl FakeOrigin {
+    /// Starts on 127.0.0.1:0 with a leaf certificate from `ca` valid for `hostnames` plus
+    /// "127.0.0.1" and "localhost".
+    ///
+    /// Builds every archive, SHA256SUMS document and signature up front (the first call
+    /// in a test process also generates the OpenPGP key with `gpg`). Panics on failure.
+    pub async fn start(
+        ca: &TestCa,
+        hostnames: &[&str],
+        providers: Vec<ProviderSpec>,
+    ) -> FakeOrigin {
+        let mut names: Vec<&str> = hostnames.to_vec();
+        for extra in ["127.0.0.1", "localhost"] {
+            if !names.contains(&extra) {
+                names.push(extra);
+            }
+        }
+        let tls = TlsAcceptor::from(ca.issue(&names).server_config());
+
+        let fixtures = within(
+            "building the fake origin's archives and signatures",
+            tokio::task::spawn_blocking(move || Fixtures::build(&providers)),
+        )
+        .await
+        .expect("fixture builder panicked");
+
+        let listener = within("binding the fake origin", TcpListener::bind("127.0.0.1:0"))
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("listener address");
+        let shared = Arc::new(Shared {
+            fixtures,
+            counts: Default::default(),
+            total: AtomicUsize::new(0),
+            faults: Mutex::new(Vec::new()),
+            log: Mutex::new(Vec::new()),
+        });
+        let server = tokio::spawn(accept_loop(listener, tls, Arc::clone(&shared)));
+        FakeOrigin {
+            addr,
+            shared,
+            server: Some(server),
+        }
+    }
+
+    /// The address the server listens on (127.0.0.1 and an ephemeral port).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `https://127.0.0.1:PORT`, without a trailing slash.
+    pub fn base_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// `https://127.0.0.1:PORT/v1/providers/`: the `providers.v1` base URL, e.g. for a
+    /// terraform CLI `host` block.
+    pub fn providers_v1_url(&self) -> String {
+        format!("{}/v1/providers/", self.base_url())
+    }
+
+    /// How many requests of `kind` arrived since the start or the last
+    /// [`reset_counts`](Self::reset_counts), faulted ones included.
+    pub fn count(&self, kind: RequestKind) -> usize {
+        self.shared.counts[kind.index()].load(Ordering::SeqCst)
+    }
+
+    /// How many requests of any kind (unknown paths included) arrived.
+    pub fn total_requests(&self) -> usize {
+        self.shared.total.load(Ordering::SeqCst)
+    }
+
+    /// Every request since the start or the last reset, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.log).clone()
+    }
+
+    /// Zeroes every counter and empties the request log.
+    pub fn reset_counts(&self) {
+        let mut log = lock(&self.shared.log);
+        for counter in &self.shared.counts {
+            counter.store(0, Ordering::SeqCst);
+        }
+        self.shared.total.store(0, Ordering::SeqCst);
+        log.clear();
+    }
+
+    /// The exact bytes served (without faults) for this archive. Panics if unknown.
+    pub fn archive(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> Vec<u8> {
+        self.package(ns, ty, version, os, arch).archive.to_vec()
+    }
+
+    /// The archive's file name, `terraform-provider-<type>_<version>_<os>_<arch>.zip`.
+    pub fn filename(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> String {
+        self.package(ns, ty, version, os, arch).filename.clone()
+    }
+
+    /// Lowercase hex SHA-256 of the archive (its `shasum`, and its `zh:` hash without
+    /// the prefix). Panics if unknown.
+    pub fn sha256_hex(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> String {
+        self.package(ns, ty, version, os, arch).sha256_hex.clone()
+    }
+
+    /// The archive's `h1:` hash as Go's `dirhash.HashZip` computes it: over every entry
+    /// as stored, directory entries counting as empty files. Panics if unknown.
+    pub fn h1_zip(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> String {
+        self.package(ns, ty, version, os, arch).h1_zip.clone()
+    }
+
+    /// The `h1:` hash of the archive once extracted (`dirhash.HashDir`: regular files
+    /// only). Equal to [`h1_zip`](Self::h1_zip) unless the spec has directory entries.
+    pub fn h1_dir(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> String {
+        self.package(ns, ty, version, os, arch).h1_dir.clone()
+    }
+
+    /// The SHA256SUMS document served for `ns/ty` `version`. Panics if unknown.
+    pub fn shasums(&self, ns: &str, ty: &str, version: &str) -> Vec<u8> {
+        self.release(ns, ty, version).sums.to_vec()
+    }
+
+    /// The binary detached signature served for the SHA256SUMS document.
+    pub fn shasums_signature(&self, ns: &str, ty: &str, version: &str) -> Vec<u8> {
+        self.release(ns, ty, version).signature.to_vec()
+    }
+
+    /// The signing key's long ID, 16 uppercase hex digits (as in `signing_keys`).
+    pub fn key_id(&self) -> &'static str {
+        &gpg::signing_key().key_id
+    }
+
+    /// The signing key's ASCII-armored public key (as in `signing_keys`).
+    pub fn public_key_armor(&self) -> &'static str {
+        &gpg::signing_key().public_armor
+    }
+
+    /// Adds `fault`, replacing an earlier fault of the same variant and kind.
+    pub fn set_fault(&self, fault: Fault) {
+        let mut faults = lock(&self.shared.faults);
+        faults.retain(|old| !fault.replaces(old));
+        faults.push(fault);
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        lock(&self.shared.faults).clear();
+    }
+
+    /// Stops accepting and aborts every open connection.
+    pub async fn stop(mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+            // An aborted task yields a cancellation error; that is the expected outcome.
+            let _ = within("stopping the fake origin", server).await;
+        }
+    }
+
+    fn release(&self, ns: &str, ty: &str, version: &str) -> &Release {
+        self.shared
+            .fixtures
+            .release(ns, ty, version)
+            .unwrap_or_else(|| panic!("fake origin serves no {ns}/{ty} {version}"))
+    }
+
+    fn package(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> &Package {
+        self.release(ns, ty, version)
+            .packages
+            .get(&(os.to_owned(), arch.to_owned()))
+            .unwrap_or_else(|| panic!("fake origin serves no {ns}/{ty} {version} for {os}_{arch}"))
+    }
+}
+
+impl Drop for FakeOrigin {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: a panicking test must not take the server down.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// State shared by the handle and the server task.
+struct Shared {
+    fixtures: Fixtures,
+    counts: [AtomicUsize; RequestKind::ALL.len()],
+    total: AtomicUsize,
+    faults: Mutex<Vec<Fault>>,
+    log: Mutex<Vec<RecordedRequest>>,
+}
+
+impl Shared {
+    fn record(&self, kind: Option<RequestKind>, req: &Request<Incoming>) {
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|value: &HeaderValue| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        let entry = RecordedRequest {
+            kind,
+            method: req.method().to_string(),
+            path: req.uri().path().to_owned(),
+            host: req
+                .uri()
+                .authority()
+                .map(|authority| authority.to_string())
+                .or_else(|| header(HOST)),
+            user_agent: header(USER_AGENT),
+        };
+        let mut log = lock(&self.log);
+        self.total.fetch_add(1, Ordering::SeqCst);
+        if let Some(kind) = kind {
+            self.counts[kind.index()].fetch_add(1, Ordering::SeqCst);
+        }
+        log.push(entry);
+    }
+
+    fn faults(&self) -> Vec<Fault> {
+        lock(&self.faults).clone()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fixtures: archives, SHA256SUMS and signatures, built once per FakeOrigin.
+// ---------------------------------------------------------------------------------------
+
+/// Everything the registry serves, keyed by `(namespace, type)` then version.
+struct Fixtures {
+    providers: BTreeMap<(String, String), BTreeMap<String, Release>>,
+    /// Version order and platforms per provider, for the versions listing.
+    specs: BTreeMap<(String, String), ProviderSpec>,
+}
+
+/// One provider version: its packages and the signed SHA256SUMS over them.
+struct Release {
+    sums_filename: String,
+    sums: Bytes,
+    signature: Bytes,
+    packages: BTreeMap<(String, String), Package>,
+}
+
+/// One platform's zip archive and its hashes.
+struct Package {
+    filename: String,
+    archive: Bytes,
+    sha256_hex: String,
+    h1_zip: String,
+    h1_dir: String,
+}
+
+/// One zip entry: a directory when `content` is `None`.
+struct Entry {
+    name: String,
+    mode: u32,
+    content: Option<Vec<u8>>,
+}
+
+impl Fixtures {
+    fn build(specs: &[ProviderSpec]) -> Fixtures {
+        let mut providers = BTreeMap::new();
+        let mut unsigned = Vec::new();
+        for spec in specs {
+            let key = (spec.namespace.clone(), spec.type_.clone());
+            let mut releases = BTreeMap::new();
+            for version in &spec.versions {
+                let release = build_release(spec, version);
+                unsigned.push((key.clone(), version.clone(), release.sums.clone()));
+                releases.insert(version.clone(), release);
+            }
+            providers.insert(key, releases);
+        }
+
+        let documents: Vec<&[u8]> = unsigned.iter().map(|(_, _, sums)| &sums[..]).collect();
+        let signatures = gpg::sign_detached(&documents);
+        for ((key, version, _), signature) in unsigned.iter().zip(signatures) {
+            let release = providers
+                .get_mut(key)
+                .and_then(|releases| releases.get_mut(version))
+                .expect("release built above");
+            release.signature = Bytes::from(signature);
+        }
+
+        let specs = specs
+            .iter()
+            .map(|spec| ((spec.namespace.clone(), spec.type_.clone()), spec.clone()))
+            .collect();
+        Fixtures { providers, specs }
+    }
+
+    fn release(&self, ns: &str, ty: &str, version: &str) -> Option<&Release> {
+        self.providers
+            .get(&(ns.to_owned(), ty.to_owned()))?
+            .get(version)
+    }
+}
+
+/// Builds every platform's archive for one version and its (not yet signed) SHA256SUMS.
+fn build_release(spec: &ProviderSpec, version: &str) -> Release {
+    let ty = &spec.type_;
+    let mut packages = BTreeMap::new();
+    for (os, arch) in &spec.platforms {
+        let entries = archive_entries(spec, version, os, arch);
+        let archive = Bytes::from(build_zip(&entries));
+        let package = Package {
+            filename: format!("terraform-provider-{ty}_{version}_{os}_{arch}.zip"),
+            sha256_hex: hex::encode(Sha256::digest(&archive)),
+            h1_zip: h1(entries.iter()),
+            h1_dir: h1(entries.iter().filter(|entry| entry.content.is_some())),
+            archive,
+        };
+        packages.insert((os.clone(), arch.clone()), package);
+    }
+
+    // goreleaser's format: `<hex>  <filename>` lines sorted by file name.
+    let mut listed: Vec<&Package> = packages.values().collect();
+    listed.sort_by(|a, b| a.filename.cmp(&b.filename));
+    let sums: String = listed
+        .iter()
+        .map(|package| format!("{}  {}\n", package.sha256_hex, package.filename))
+        .collect();
+    Release {
+        sums_filename: format!("terraform-provider-{ty}_{version}_SHA256SUMS"),
+        sums: Bytes::from(sums),
+        signature: Bytes::new(),
+        packages,
+    }
+}
+
+/// The entries of one archive: the executable "plugin" (a shell script naming what it is,
+/// so every archive differs) and, optionally, a `docs/` directory entry with a README.
+fn archive_entries(spec: &ProviderSpec, version: &str, os: &str, arch: &str) -> Vec<Entry> {
+    let (ns, ty) = (&spec.namespace, &spec.type_);
+    let script = format!(
+        "#!/bin/sh\n\
+         # Fake provider plugin served by provender's test origin; not a real plugin.\n\
+         echo 'terraform-provider-{ty} {version} ({ns}/{ty}, {os}_{arch}) is a test fixture' >&2\n\
+         exit 1\n"
+    );
+    let mut entries = vec![Entry {
+        name: format!("terraform-provider-{ty}_v{version}"),
+        mode: 0o755,
+        content: Some(script.into_bytes()),
+    }];
+    if spec.with_dir_entries {
+        entries.push(Entry {
+            name: "docs/".to_owned(),
+            mode: 0o755,
+            content: None,
+        });
+        entries.push(Entry {
+            name: "docs/README.md".to_owned(),
+            mode: 0o644,
+            content: Some(
+                format!("# {ns}/{ty} {version}\n\nBuilt for {os}_{arch}.\n").into_bytes(),
+            ),
+        });
+    }
+    entries
+}
+
+/// Writes `entries` into a zip with fixed timestamps, so the bytes never change.
+fn build_zip(entries: &[Entry]) -> Vec<u8> {
+    let timestamp = DateTime::from_date_and_time(2024, 1, 2, 3, 4, 6).expect("valid zip timestamp");
+    let base = SimpleFileOptions::default()
+        .last_modified_time(timestamp)
+        .system(System::Unix);
+    let mut zip = ZipWriter::new(Cursor::new(Vec::new()));
+    for entry in entries {
+        let options = base.unix_permissions(entry.mode);
+        match &entry.content {
+            None => zip.add_directory(entry.name.as_str(), options),
+            Some(content) => zip
+                .start_file(entry.name.as_str(), options)
+                .and_then(|()| zip.write_all(content).map_err(Into::into)),
+        }
+        .unwrap_or_else(|err| panic!("write zip entry {}: {err}", entry.name));
+    }
+    zip.finish().expect("finish zip").into_inner()
+}
+
+/// Terraform's `h1:` hash (Go's `dirhash.Hash1`) over `entries`, directories as empty files.
+fn h1<'a>(entries: impl Iterator<Item = &'a Entry>) -> String {
+    let mut lines: Vec<(String, String)> = entries
+        .map(|entry| {
+            let content = entry.content.as_deref().unwrap_or_default();
+            (entry.name.clone(), hex::encode(Sha256::digest(content)))
+        })
+        .collect();
+    lines.sort();
+    let mut summary = Sha256::new();
+    for (name, digest) in &lines {
+        summary.update(format!("{digest}  {name}\n"));
+    }
+    format!(
+        "h1:{}",
+        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// The server: TLS accept loop, routing, faults.
+// ---------------------------------------------------------------------------------------
+
+/// Accepts connections until aborted; each connection runs in its own task in `conns`, so
+/// aborting this task (dropping the set) also aborts every open connection.
+async fn accept_loop(listener: TcpListener, tls: TlsAcceptor, shared: Arc<Shared>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => {
+                    conns.spawn(serve_connection(tcp, tls.clone(), Arc::clone(&shared)));
+                }
+                // E.g. too many open files: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Serves HTTP/1.1 or h2 (whichever the client speaks) on one TLS connection.
+async fn serve_connection(tcp: TcpStream, tls: TlsAcceptor, shared: Arc<Shared>) {
+    let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await else {
+        return;
+    };
+    let service = service_fn(move |req| {
+        let shared = Arc::clone(&shared);
+        async move { Ok::<_, Infallible>(handle(&shared, req).await) }
+    });
+    // Connection errors (resets, bad input) only end this connection.
+    let _ = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+/// A request path, parsed.
+enum Route {
+    Discovery,
+    Versions {
+        ns: String,
+        ty: String,
+    },
+    Download {
+        ns: String,
+        ty: String,
+        version: String,
+        os: String,
+        arch: String,
+    },
+    File {
+        kind: RequestKind,
+        ns: String,
+        ty: String,
+        version: String,
+        name: String,
+    },
+    Unknown,
+}
+
+impl Route {
+    fn parse(path: &str) -> Route {
+        if path == "/.well-known/terraform.json" {
+            return Route::Discovery;
+        }
+        // Segments must match the specs exactly (terraform sends lowercase names).
+        let owned = |s: &str| s.to_owned();
+        if let Some(rest) = path.strip_prefix("/v1/providers/") {
+            let parts: Vec<&str> = rest.split('/').collect();
+            return match parts[..] {
+                [ns, ty, "versions"] => Route::Versions {
+                    ns: owned(ns),
+                    ty: owned(ty),
+                },
+                [ns, ty, version, "download", os, arch] => Route::Download {
+                    ns: owned(ns),
+                    ty: owned(ty),
+                    version: owned(version),
+                    os: owned(os),
+                    arch: owned(arch),
+                },
+                _ => Route::Unknown,
+            };
+        }
+        if let Some(rest) = path.strip_prefix("/files/") {
+            let parts: Vec<&str> = rest.split('/').collect();
+            if let [ns, ty, version, name] = parts[..] {
+                let kind = if name.ends_with("_SHA256SUMS.sig") {
+                    RequestKind::Signature
+                } else if name.ends_with("_SHA256SUMS") {
+                    RequestKind::Sums
+                } else if name.ends_with(".zip") {
+                    RequestKind::Archive
+                } else {
+                    return Route::Unknown;
+                };
+                return Route::File {
+                    kind,
+                    ns: owned(ns),
+                    ty: owned(ty),
+                    version: owned(version),
+                    name: owned(name),
+                };
+            }
+        }
+        Route::Unknown
+    }
+
+    fn kind(&self) -> Option<RequestKind> {
+        match self {
+            Route::Discovery => Some(RequestKind::Discovery),
+            Route::Versions { .. } => Some(RequestKind::Versions),
+            Route::Download { .. } => Some(RequestKind::Download),
+            Route::File { kind, .. } => Some(*kind),
+            Route::Unknown => None,
+        }
+    }
+}
+
+/// Counts and logs the request, applies faults, then answers it.
+async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let route = Route::parse(req.uri().path());
+    let kind = route.kind();
+    shared.record(kind, &req);
+
+    let faults = shared.faults();
+    if let Some(kind) = kind {
+        for fault in &faults {
+            if let Fault::Delay { kind: k, millis } = *fault
+                && k == kind
+            {
+                tokio::time::sleep(Duration::from_millis(millis)).await;
+            }
+        }
+        for fault in &faults {
+            if let Fault::Status { kind: k, status } = *fault
+                && k == kind
+            {
+                let status =
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                let message = format!("injected fault: {kind:?} answers {}", status.as_u16());
+                return json_response(status, &json!({ "errors": [message] }));
+            }
+        }
+    }
+
+    let is_head = req.method() == Method::HEAD;
+    if req.method() != Method::GET && !is_head {
+        return json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &json!({ "errors": ["Method Not Allowed"] }),
+        );
+    }
+    let response = answer(&shared.fixtures, &faults, route);
+    if is_head {
+        // Same headers (Content-Length included), no body.
+        let (parts, _) = response.into_parts();
+        return Response::from_parts(parts, Full::new(Bytes::new()));
+    }
+    response
+}
+
+/// The registry proper: the response for `route` with `faults` applied to the content.
+fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<Bytes>> {
+    match route {
+        Route::Discovery => {
+            json_response(StatusCode::OK, &json!({ "providers.v1": "/v1/providers/" }))
+        }
+        Route::Versions { ns, ty } => match fixtures.specs.get(&(ns, ty)) {
+            Some(spec) => json_response(StatusCode::OK, &versions_json(spec)),
+            None => not_found(),
+        },
+        Route::Download {
+            ns,
+            ty,
+            version,
+            os,
+            arch,
+        } => {
+            let Some(release) = fixtures.release(&ns, &ty, &version) else {
+                return not_found();
+            };
+            let Some(package) = release.packages.get(&(os.clone(), arch.clone())) else {
+                return not_found();
+            };
+            let mut shasum = package.sha256_hex.clone();
+            if faults.contains(&Fault::WrongShasum) {
+                shasum = corrupt_hex(&shasum);
+            }
+            let files = format!("/files/{ns}/{ty}/{version}");
+            let key = gpg::signing_key();
+            let body = json!({
+                "protocols": PROTOCOLS,
+                "os": os,
+                "arch": arch,
+                "filename": package.filename,
+                "download_url": format!("{files}/{}", package.filename),
+                "shasums_url": format!("{files}/{}", release.sums_filename),
+                "shasums_signature_url": format!("{files}/{}.sig", release.sums_filename),
+                "shasum": shasum,
+                "signing_keys": {
+                    "gpg_public_keys": [{
+                        "key_id": key.key_id,
+                        "ascii_armor": key.public_armor,
+                        "trust_signature": "",
+                        "source": "Test",
+                        "source_url": null,
+                    }],
+                },
+            });
+            json_response(StatusCode::OK, &body)
+        }
+        Route::File {
+            kind,
+            ns,
+            ty,
+            version,
+            name,
+        } => {
+            let Some(release) = fixtures.release(&ns, &ty, &version) else {
+                return not_found();
+            };
+            match kind {
+                RequestKind::Sums if name == release.sums_filename => {
+                    bytes_response("text/plain; charset=utf-8", release.sums.clone())
+                }
+                RequestKind::Signature if name == format!("{}.sig", release.sums_filename) => {
+                    bytes_response("application/octet-stream", release.signature.clone())
+                }
+                RequestKind::Archive => {
+                    match release
+                        .packages
+                        .values()
+                        .find(|package| package.filename == name)
+                    {
+                        Some(package) if faults.contains(&Fault::TamperArchive) => {
+                            let mut tampered = package.archive.to_vec();
+                            let middle = tampered.len() / 2;
+                            tampered[middle] ^= 0x01;
+                            bytes_response("application/zip", Bytes::from(tampered))
+                        }
+                        Some(package) => bytes_response("application/zip", package.archive.clone()),
+                        None => not_found(),
+                    }
+                }
+                _ => not_found(),
+            }
+        }
+        Route::Unknown => not_found(),
+    }
+}
+
+/// The `versions` listing: every version with the same protocols and platforms.
+fn versions_json(spec: &ProviderSpec) -> serde_json::Value {
+    let platforms: Vec<_> = spec
+        .platforms
+        .iter()
+        .map(|(os, arch)| json!({ "os": os, "arch": arch }))
+        .collect();
+    let versions: Vec<_> = spec
+        .versions
+        .iter()
+        .map(
+            |version| json!({ "version": version, "protocols": PROTOCOLS, "platforms": platforms }),
+        )
+        .collect();
+    json!({ "versions": versions })
+}
+
+/// A different but well-formed lowercase hex digest.
+fn corrupt_hex(hex_digest: &str) -> String {
+    let mut chars: Vec<char> = hex_digest.chars().collect();
+    chars[0] = if chars[0] == '0' { '1' } else { '0' };
+    chars.into_iter().collect()
+}
+
+fn not_found() -> Response<Full<Bytes>> {
+    json_response(StatusCode::NOT_FOUND, &json!({ "errors": ["Not Found"] }))
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut response = bytes_response("application/json", Bytes::from(body.to_string()));
+    *response.status_mut() = status;
+    response
+}
+
+fn bytes_response(content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
+    let length = HeaderValue::from(body.len());
+    let mut response = Response::new(Full::new(body));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(CONTENT_LENGTH, length);
+    response
+}
+
+// ---------------------------------------------------------------------------------------
+// OpenPGP signing through the gpg binary.
+// ---------------------------------------------------------------------------------------
+
+/// Real OpenPGP keys and signatures, made with `/usr/bin/gpg` (terraform verifies them).
+///
+/// The key is generated once per test process in a temporary GNUPGHOME, exported (public
+/// and unprotected secret part) and that home deleted. Each signing batch imports the
+/// secret key into a fresh temporary home. Every home kills its gpg-agent when dropped,
+/// so no process outlives the batch.
+mod gpg {
+    use std::fs;
+    use std::path::Path;
+    use std::process::Command;
+    use std::sync::OnceLock;
+
+    use tempfile::TempDir;
+
+    const GPG: &str = "/usr/bin/gpg";
+    const GPGCONF: &str = "/usr/bin/gpgconf";
+    const USER_ID: &str = "provender test <test@provender.invalid>";
+
+    /// The process-wide signing key.
+    pub(super) struct SigningKey {
+        /// Long key ID, 16 uppercase hex digits.
+        pub(super) key_id: String,
+        /// Full fingerprint, used to select the key.
+        fingerprint: String,
+        /// ASCII-armored public key.
+        pub(super) public_armor: String,
+        /// ASCII-armored secret key without passphrase.
+        secret_armor: Vec<u8>,
+    }
+
+    /// The signing key, generated on first use.
+    pub(super) fn signing_key() -> &'static SigningKey {
+        static KEY: OnceLock<SigningKey> = OnceLock::new();
+        KEY.get_or_init(generate)
+    }
+
+    /// Binary detached signatures over each document, in order.
+    pub(super) fn sign_detached(documents: &[&[u8]]) -> Vec<Vec<u8>> {
+        if documents.is_empty() {
+            return Vec::new();
+        }
+        let key = signing_key();
+        let home = Home::new();
+        let secret = home.path().join("secret.asc");
+        fs::write(&secret, &key.secret_armor).expect("write secret key for import");
+        home.gpg(&["--import", path_str(&secret)]);
+        documents
+            .iter()
+            .enumerate()
+            .map(|(index, document)| {
+                let file = home.path().join(format!("document-{index}"));
+                fs::write(&file, document).expect("write document to sign");
+                home.gpg(&[
+                    "--local-user",
+                    &key.fingerprint,
+                    "--digest-algo",
+                    "SHA256",
+                    "--detach-sign",
+                    "--output",
+                    "-",
+                    path_str(&file),
+                ])
+            })
+            .collect()
+    }
+
+    fn generate() -> SigningKey {
+        let home = Home::new();
+        home.gpg(&["--quick-gen-key", USER_ID, "rsa2048", "sign", "never"]);
+        let listing = String::from_utf8(home.gpg(&["--with-colons", "--list-secret-keys"]))
+            .expect("gpg --with-colons output is UTF-8");
+        let field = |record: &str, index: usize| {
+            listing
+                .lines()
+                .map(|line| line.split(':').collect::<Vec<_>>())
+                .find(|fields| fields[0] == record)
+                .and_then(|fields| fields.get(index).map(|f| (*f).to_owned()))
+                .unwrap_or_else(|| panic!("no {record} record in gpg listing:\n{listing}"))
+        };
+        let key_id = field("sec", 4);
+        let fingerprint = field("fpr", 9);
+        assert_eq!(key_id.len(), 16, "unexpected gpg key id {key_id:?}");
+        let public_armor = String::from_utf8(home.gpg(&["--armor", "--export", &fingerprint]))
+            .expect("armored public key is UTF-8");
+        let secret_armor = home.gpg(&["--armor", "--export-secret-keys", &fingerprint]);
+        assert!(
+            public_armor.starts_with("-----BEGIN PGP PUBLIC KEY BLOCK-----"),
+            "gpg exported no public key:\n{public_armor}"
+        );
+        SigningKey {
+            key_id: key_id.to_ascii_uppercase(),
+            fingerprint,
+            public_armor,
+            secret_armor,
+        }
+    }
+
+    fn path_str(path: &Path) -> &str {
+        path.to_str().expect("temporary paths are UTF-8")
+    }
+
+    /// A temporary GNUPGHOME whose gpg-agent is killed on drop.
+    struct Home {
+        dir: TempDir,
+    }
+
+    impl Home {
+        fn new() -> Home {
+            let dir = tempfile::Builder::new()
+                .prefix("provender-gpg-")
+                .tempdir()
+                .expect("create temporary GNUPGHOME");
+            Home { dir }
+        }
+
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+
+        /// Runs gpg non-interactively in this home; panics with its stderr on failure.
+        fn gpg(&self, args: &[&str]) -> Vec<u8> {
+            let output = Command::new(GPG)
+                .env("GNUPGHOME", self.path())
+                .args([
+                    "--batch",
+                    "--yes",
+                    "--no-tty",
+                    "--pinentry-mode",
+                    "loopback",
+                ])
+                .args(["--passphrase", ""])
+                .args(args)
+                .output()
+                .unwrap_or_else(|err| panic!("cannot run {GPG}: {err}"));
+            assert!(
+                output.status.success(),
+                "gpg {args:?} failed ({}):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            output.stdout
+        }
+    }
+
+    impl Drop for Home {
+        fn drop(&mut self) {
+            // Best effort: a failure here must not mask the test's own outcome.
+            let _ = Command::new(GPGCONF)
+                .env("GNUPGHOME", self.path())
+                .args(["--kill", "all"])
+                .output();
+        }
+    }
+}

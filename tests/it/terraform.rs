@@ -1,0 +1,203 @@
+//! End to end with the real `terraform` CLI pointed at provender as its `network_mirror`:
+//! - `terraform init` installs several providers; a second init in a fresh directory and HOME
+//!   downloads no archive from the origin;
+//! - `terraform providers mirror` through provender succeeds for several platforms, its archives
+//!   are the origin's bytes, and the `h1:` hashes provender reports equal the ones Terraform
+//!   computes itself when mirroring straight from the origin;
+//! - `terraform providers lock -net-mirror` gets the same `h1:` values.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
+use crate::support::pki::TestCa;
+use crate::support::provender::{REGISTRY, TestMirror};
+use crate::support::{Terraform, https_client, within};
+
+/// Terraform's name for the platform these tests run on.
+fn local_platform() -> (&'static str, &'static str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => panic!("no Terraform build for {other}"),
+    };
+    (std::env::consts::OS, arch)
+}
+
+fn platforms() -> Vec<(&'static str, &'static str)> {
+    let mut all = vec![local_platform()];
+    for p in [("linux", "amd64"), ("darwin", "arm64"), ("windows", "amd64")] {
+        if !all.contains(&p) {
+            all.push(p);
+        }
+    }
+    all
+}
+
+async fn origin(ca: &TestCa) -> FakeOrigin {
+    let p = platforms();
+    FakeOrigin::start(
+        ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "1.1.0"], &p),
+            ProviderSpec::new("acme", "bar", &["2.3.0"], &p),
+            ProviderSpec::new("acme", "dirs", &["0.1.0"], &p),
+        ],
+    )
+    .await
+}
+
+const MAIN_TF: &str = r#"terraform {
+  required_providers {
+    foo  = { source = "acme/foo", version = "~> 1.0" }
+    bar  = { source = "acme/bar" }
+    dirs = { source = "acme/dirs", version = "0.1.0" }
+  }
+}
+"#;
+
+fn mirror_cli_config(mirror: &TestMirror) -> String {
+    format!("provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n", mirror.url)
+}
+
+fn origin_cli_config(origin: &FakeOrigin) -> String {
+    format!("host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}\"\n  }}\n}}\n", origin.providers_v1_url())
+}
+
+fn workdir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("provender-tf-").tempdir().unwrap();
+    std::fs::write(dir.path().join("main.tf"), MAIN_TF).unwrap();
+    dir
+}
+
+/// Lock-file `h1:` hashes per provider source, read from `.terraform.lock.hcl` text.
+fn lock_hashes(dir: &Path) -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(dir.join(".terraform.lock.hcl")).expect("a lock file was written");
+    let mut out = Vec::new();
+    for block in text.split("provider \"").skip(1) {
+        let source = block.split('"').next().unwrap().to_string();
+        let hashes = block.split('"').filter(|s| s.starts_with("h1:") || s.starts_with("zh:")).map(str::to_string).collect();
+        out.push((source, hashes));
+    }
+    out
+}
+
+async fn mirror_document(client: &reqwest::Client, mirror: &TestMirror, ty: &str, version: &str) -> Value {
+    let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
+    let resp = within(&url, client.get(&url).send()).await.unwrap();
+    assert_eq!(resp.status(), 200, "{url}");
+    serde_json::from_slice(&within(&url, resp.bytes()).await.unwrap()).unwrap()
+}
+
+fn h1_of(doc: &Value, platform: &str) -> Option<String> {
+    doc["archives"][platform]["hashes"].as_array()?.iter().filter_map(Value::as_str).find(|h| h.starts_with("h1:")).map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_init_through_the_mirror() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+
+    let first = workdir();
+    let tf = Terraform::new(&ca, &mirror_cli_config(&mirror));
+    tf.run(first.path(), &["init", "-input=false", "-no-color"]).await.assert_success();
+    assert_eq!(origin.count(RequestKind::Archive), 3, "one download per provider");
+
+    let (os, arch) = local_platform();
+    let platform = format!("{os}_{arch}");
+    let client = https_client(&ca, &[]);
+    let locked = lock_hashes(first.path());
+    assert_eq!(locked.len(), 3, "{locked:?}");
+    for (source, hashes) in &locked {
+        let ty = source.rsplit('/').next().unwrap();
+        let version = if ty == "foo" { "1.1.0" } else if ty == "bar" { "2.3.0" } else { "0.1.0" };
+        let doc = mirror_document(&client, &mirror, ty, version).await;
+        let ours = h1_of(&doc, &platform).expect("h1 reported once the archive was processed");
+        if ty == "dirs" {
+            // Terraform locks the hash of the *extracted* package; with directory entries in the
+            // zip that differs from the zip's own h1, which is what a mirror must publish.
+            assert_eq!(ours, origin.h1_zip("acme", ty, version, os, arch));
+            assert!(hashes.contains(&origin.h1_dir("acme", ty, version, os, arch)), "{hashes:?}");
+        } else {
+            assert!(hashes.contains(&ours), "{source}: lock file {hashes:?} lacks provender's {ours}");
+        }
+    }
+
+    // A fresh directory and a fresh HOME (no plugin cache): everything comes from provender.
+    let second = workdir();
+    let tf2 = Terraform::new(&ca, &mirror_cli_config(&mirror));
+    let before = origin.total_requests();
+    tf2.run(second.path(), &["init", "-input=false", "-no-color"]).await.assert_success();
+    assert_eq!(origin.count(RequestKind::Archive), 3, "the second init caused no archive download upstream");
+    assert_eq!(origin.total_requests(), before, "nor any other origin request");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let platform_args: Vec<String> = platforms().iter().map(|(o, a)| format!("-platform={o}_{a}")).collect();
+
+    // Terraform's own hashes: mirror straight from the origin.
+    let direct_out = tempfile::tempdir().unwrap();
+    let work = workdir();
+    let direct = Terraform::new(&ca, &origin_cli_config(&origin));
+    let mut args: Vec<&str> = vec!["providers", "mirror", "-no-color"];
+    args.extend(platform_args.iter().map(String::as_str));
+    let out = direct_out.path().to_str().unwrap();
+    args.push(out);
+    direct.run(work.path(), &args).await.assert_success();
+
+    // The same through provender.
+    let via_out = tempfile::tempdir().unwrap();
+    let via = Terraform::new(&ca, &mirror_cli_config(&mirror));
+    *args.last_mut().unwrap() = via_out.path().to_str().unwrap();
+    via.run(work.path(), &args).await.assert_success();
+
+    let client = https_client(&ca, &[]);
+    let mut compared = 0;
+    for (ty, version) in [("foo", "1.1.0"), ("bar", "2.3.0"), ("dirs", "0.1.0")] {
+        let rel = format!("{REGISTRY}/acme/{ty}");
+        let read = |root: &Path| -> Value {
+            serde_json::from_slice(&std::fs::read(root.join(&rel).join(format!("{version}.json"))).unwrap()).unwrap()
+        };
+        let terraforms = read(direct_out.path());
+        let through = read(via_out.path());
+        let ours = mirror_document(&client, &mirror, ty, version).await;
+        for (os, arch) in platforms() {
+            let p = format!("{os}_{arch}");
+            let expected = h1_of(&terraforms, &p).unwrap_or_else(|| panic!("terraform wrote no h1 for {ty} {p}"));
+            assert_eq!(h1_of(&ours, &p).as_deref(), Some(expected.as_str()), "{ty} {version} {p}: provender vs terraform");
+            assert_eq!(h1_of(&through, &p).as_deref(), Some(expected.as_str()), "{ty} {version} {p}: via provender");
+            let zip = format!("terraform-provider-{ty}_{version}_{p}.zip");
+            let a = std::fs::read(direct_out.path().join(&rel).join(&zip)).unwrap();
+            let b = std::fs::read(via_out.path().join(&rel).join(&zip)).unwrap();
+            assert_eq!(a, b, "{zip} is byte-identical through provender");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 3 * platforms().len());
+
+    // `providers lock -net-mirror` through provender records the same h1 values.
+    let lock_dir = workdir();
+    let locker = Terraform::new(&ca, "");
+    let net_mirror = format!("-net-mirror={}", mirror.url);
+    let mut args: Vec<&str> = vec!["providers", "lock", "-no-color", &net_mirror];
+    args.extend(platform_args.iter().map(String::as_str));
+    locker.run(lock_dir.path(), &args).await.assert_success();
+    for (source, hashes) in lock_hashes(lock_dir.path()) {
+        let ty = source.rsplit('/').next().unwrap().to_string();
+        let version = if ty == "foo" { "1.1.0" } else if ty == "bar" { "2.3.0" } else { "0.1.0" };
+        let ours = mirror_document(&client, &mirror, &ty, version).await;
+        for (os, arch) in platforms() {
+            let p = format!("{os}_{arch}");
+            let h1 = if ty == "dirs" { origin.h1_dir("acme", &ty, version, os, arch) } else { h1_of(&ours, &p).unwrap() };
+            assert!(hashes.contains(&h1), "{source} {p}: {hashes:?} lacks {h1}");
+        }
+    }
+}
