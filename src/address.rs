@@ -21,7 +21,11 @@ impl AddressError {
     fn new(what: &'static str, value: &str, reason: &'static str) -> Self {
         // Keep hostile input from bloating logs and error bodies.
         let value: String = value.chars().take(80).collect();
-        AddressError { what, value, reason }
+        AddressError {
+            what,
+            value,
+            reason,
+        }
     }
 }
 
@@ -31,7 +35,9 @@ const MAX_VERSION_LEN: usize = 128;
 
 /// A registry hostname as Terraform compares it: IDNA-normalised, lowercase punycode, with an
 /// optional port (`:443` is dropped because it is the default).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct Hostname(String);
 
@@ -49,7 +55,11 @@ impl Hostname {
         let port = match port {
             None => None,
             Some(p) => {
-                if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) || p.starts_with('0') {
+                if p.is_empty()
+                    || p.len() > 5
+                    || !p.bytes().all(|b| b.is_ascii_digit())
+                    || p.starts_with('0')
+                {
                     return Err(err("port must be a number from 1 to 65535"));
                 }
                 match p.parse::<u16>() {
@@ -59,7 +69,8 @@ impl Hostname {
                 }
             }
         };
-        let ascii = idna::domain_to_ascii_strict(host).map_err(|_| err("not a valid internationalised domain name"))?;
+        let ascii = idna::domain_to_ascii_strict(host)
+            .map_err(|_| err("not a valid internationalised domain name"))?;
         if ascii.is_empty() || ascii.len() > MAX_HOST_LEN {
             return Err(err("must be 1 to 253 characters"));
         }
@@ -67,7 +78,10 @@ impl Hostname {
             if label.is_empty() || label.len() > 63 {
                 return Err(err("each dot-separated label must be 1 to 63 characters"));
             }
-            if !label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+            if !label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            {
                 return Err(err("may contain only letters, digits, dots and dashes"));
             }
             if label.starts_with('-') || label.ends_with('-') {
@@ -107,7 +121,11 @@ impl From<Hostname> for String {
 
 /// Parses a namespace or type: ASCII letters, digits, `-` (and `_` in namespaces), starting and
 /// ending with a letter or digit, lowercased as Terraform compares them.
-fn parse_part(what: &'static str, input: &str, allow_underscore: bool) -> Result<String, AddressError> {
+fn parse_part(
+    what: &'static str,
+    input: &str,
+    allow_underscore: bool,
+) -> Result<String, AddressError> {
     let err = |reason| AddressError::new(what, input, reason);
     if input.is_empty() || input.len() > MAX_PART_LEN {
         return Err(err("must be 1 to 64 characters"));
@@ -128,7 +146,9 @@ fn parse_part(what: &'static str, input: &str, allow_underscore: bool) -> Result
 }
 
 /// A provider address: `hostname/namespace/type`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct ProviderAddr {
     pub hostname: Hostname,
     pub namespace: String,
@@ -152,13 +172,20 @@ impl ProviderAddr {
         match parts.as_slice() {
             [ns, ty] => ProviderAddr::new("registry.terraform.io", ns, ty),
             [host, ns, ty] => ProviderAddr::new(host, ns, ty),
-            _ => Err(AddressError::new("provider source", source, "expected [hostname/]namespace/type")),
+            _ => Err(AddressError::new(
+                "provider source",
+                source,
+                "expected [hostname/]namespace/type",
+            )),
         }
     }
 
     /// The file name Terraform expects for a package of this provider.
     pub fn archive_filename(&self, version: &Version, platform: &Platform) -> String {
-        format!("terraform-provider-{}_{}_{}.zip", self.type_, version, platform)
+        format!(
+            "terraform-provider-{}_{}_{}.zip",
+            self.type_, version, platform
+        )
     }
 }
 
@@ -213,19 +240,29 @@ impl Version {
         }
         let mut parsed = [0u64; 3];
         for (slot, n) in parsed.iter_mut().zip(&nums) {
-            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
+            if n.is_empty()
+                || !n.bytes().all(|b| b.is_ascii_digit())
+                || (n.len() > 1 && n.starts_with('0'))
+            {
                 return Err(err("version numbers must be decimal without leading zeros"));
             }
             *slot = n.parse().map_err(|_| err("version number too large"))?;
         }
         let ident_ok = |s: &str| {
-            !s.is_empty() && s.split('.').all(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            !s.is_empty()
+                && s.split('.').all(|id| {
+                    !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
         };
         if pre.is_some_and(|p| !ident_ok(p)) {
-            return Err(err("prerelease must be dot-separated letters, digits and dashes"));
+            return Err(err(
+                "prerelease must be dot-separated letters, digits and dashes",
+            ));
         }
         if build.is_some_and(|b| !ident_ok(b)) {
-            return Err(err("build metadata must be dot-separated letters, digits and dashes"));
+            return Err(err(
+                "build metadata must be dot-separated letters, digits and dashes",
+            ));
         }
         let [major, minor, patch] = parsed;
         let mut text = format!("{major}.{minor}.{patch}");
@@ -239,7 +276,13 @@ impl Version {
             text.push('+');
             text.push_str(b);
         }
-        Ok(Version { text, major, minor, patch, pre: pre_span })
+        Ok(Version {
+            text,
+            major,
+            minor,
+            patch,
+            pre: pre_span,
+        })
     }
 
     /// The canonical text, e.g. `1.2.0` or `2.0.0-beta.1+build.5`.
@@ -322,7 +365,9 @@ impl From<Version> for String {
 }
 
 /// A target platform such as `linux_amd64`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct Platform {
     pub os: String,
@@ -333,20 +378,36 @@ impl Platform {
     /// Validates an operating system and architecture pair (lowercase letters and digits).
     pub fn new(os: &str, arch: &str) -> Result<Platform, AddressError> {
         let check = |what, s: &str| {
-            if s.is_empty() || s.len() > 32 || !s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
-                Err(AddressError::new(what, s, "must be 1 to 32 lowercase letters or digits"))
+            if s.is_empty()
+                || s.len() > 32
+                || !s
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            {
+                Err(AddressError::new(
+                    what,
+                    s,
+                    "must be 1 to 32 lowercase letters or digits",
+                ))
             } else {
                 Ok(s.to_string())
             }
         };
-        Ok(Platform { os: check("operating system", os)?, arch: check("architecture", arch)? })
+        Ok(Platform {
+            os: check("operating system", os)?,
+            arch: check("architecture", arch)?,
+        })
     }
 
     /// Parses `os_arch`.
     pub fn parse(s: &str) -> Result<Platform, AddressError> {
         match s.split_once('_') {
             Some((os, arch)) => Platform::new(os, arch),
-            None => Err(AddressError::new("platform", s, "expected os_arch, e.g. linux_amd64")),
+            None => Err(AddressError::new(
+                "platform",
+                s,
+                "expected os_arch, e.g. linux_amd64",
+            )),
         }
     }
 }
@@ -388,32 +449,35 @@ impl MirrorPath {
     pub fn parse(path: &str) -> Result<MirrorPath, AddressError> {
         let segments: Vec<&str> = path.split('/').collect();
         let [host, ns, ty, file] = segments.as_slice() else {
-            return Err(AddressError::new("path", path, "expected :hostname/:namespace/:type/:file"));
+            return Err(AddressError::new(
+                "path",
+                path,
+                "expected :hostname/:namespace/:type/:file",
+            ));
         };
-        let decode = |what, s: &str| -> Result<String, AddressError> {
-            let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
-            let text = String::from_utf8(bytes).map_err(|_| AddressError::new(what, s, "not valid UTF-8"))?;
-            if text.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
-                return Err(AddressError::new(what, s, "contains a control character or slash"));
-            }
-            Ok(text)
-        };
-        let addr = ProviderAddr::new(&decode("hostname", host)?, &decode("namespace", ns)?, &decode("provider type", ty)?)?;
-        let file = decode("file name", file)?;
+        let addr = provider_from_segments(host, ns, ty)?;
+        let file = decode_segment("file name", file)?;
         if file == "index.json" {
             return Ok(MirrorPath::Index(addr));
         }
         if let Some(version) = file.strip_suffix(".json") {
             return Ok(MirrorPath::Version(addr, Version::parse(version)?));
         }
-        let bad_file = || AddressError::new("file name", &file, "expected index.json, <version>.json or terraform-provider-<type>_<version>_<os>_<arch>.zip");
+        let bad_file = || {
+            AddressError::new(
+                "file name",
+                &file,
+                "expected index.json, <version>.json or terraform-provider-<type>_<version>_<os>_<arch>.zip",
+            )
+        };
         let prefix = format!("terraform-provider-{}_", addr.type_);
         let rest = file
             .strip_suffix(".zip")
             .and_then(|f| strip_prefix_ignore_case(f, &prefix))
             .ok_or_else(bad_file)?;
         let mut parts = rest.rsplitn(3, '_');
-        let (Some(arch), Some(os), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
+        let (Some(arch), Some(os), Some(version)) = (parts.next(), parts.next(), parts.next())
+        else {
             return Err(bad_file());
         };
         let version = Version::parse(version)?;
@@ -422,9 +486,98 @@ impl MirrorPath {
     }
 }
 
+/// Percent-decodes one path segment; the result must be UTF-8 without control characters or
+/// slashes (the part-specific parsers then apply their stricter rules).
+fn decode_segment(what: &'static str, s: &str) -> Result<String, AddressError> {
+    let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
+    let text =
+        String::from_utf8(bytes).map_err(|_| AddressError::new(what, s, "not valid UTF-8"))?;
+    if text
+        .chars()
+        .any(|c| c.is_control() || c == '/' || c == '\\')
+    {
+        return Err(AddressError::new(
+            what,
+            s,
+            "contains a control character or slash",
+        ));
+    }
+    Ok(text)
+}
+
+fn provider_from_segments(host: &str, ns: &str, ty: &str) -> Result<ProviderAddr, AddressError> {
+    ProviderAddr::new(
+        &decode_segment("hostname", host)?,
+        &decode_segment("namespace", ns)?,
+        &decode_segment("provider type", ty)?,
+    )
+}
+
+/// A request to the registry-protocol facade, below `<base>v1/providers/`. It lets clients that
+/// only speak the provider registry protocol (`terraform providers mirror`, a CLI `host` block)
+/// go through the mirror: `:hostname/` followed by the origin protocol's own paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryPath {
+    /// `:hostname/:namespace/:type/versions`
+    Versions(ProviderAddr),
+    /// `:hostname/:namespace/:type/:version/download/:os/:arch`
+    Download(ProviderAddr, Version, Platform),
+    /// `:hostname/:namespace/:type/:version/SHA256SUMS/:n` (and `:n.sig` for the signature)
+    Sums {
+        addr: ProviderAddr,
+        version: Version,
+        index: usize,
+        signature: bool,
+    },
+}
+
+impl RegistryPath {
+    /// Parses the part of a path below `v1/providers/`.
+    pub fn parse(path: &str) -> Result<RegistryPath, AddressError> {
+        let segments: Vec<&str> = path.split('/').collect();
+        let bad = || {
+            AddressError::new(
+                "registry path",
+                path,
+                "expected :hostname/:namespace/:type/versions or .../:version/download/:os/:arch",
+            )
+        };
+        match segments.as_slice() {
+            [host, ns, ty, "versions"] => Ok(RegistryPath::Versions(provider_from_segments(
+                host, ns, ty,
+            )?)),
+            [host, ns, ty, version, "download", os, arch] => Ok(RegistryPath::Download(
+                provider_from_segments(host, ns, ty)?,
+                Version::parse(&decode_segment("version", version)?)?,
+                Platform::new(os, arch)?,
+            )),
+            [host, ns, ty, version, "SHA256SUMS", n] => {
+                let (digits, signature) = match n.strip_suffix(".sig") {
+                    Some(d) => (d, true),
+                    None => (*n, false),
+                };
+                if digits.is_empty()
+                    || digits.len() > 3
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return Err(bad());
+                }
+                Ok(RegistryPath::Sums {
+                    addr: provider_from_segments(host, ns, ty)?,
+                    version: Version::parse(&decode_segment("version", version)?)?,
+                    index: digits.parse().map_err(|_| bad())?,
+                    signature,
+                })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
 }
 
 #[cfg(test)]
@@ -433,18 +586,50 @@ mod tests {
 
     #[test]
     fn hostnames_are_normalised() {
-        assert_eq!(Hostname::parse("Registry.Terraform.IO").unwrap().as_str(), "registry.terraform.io");
-        assert_eq!(Hostname::parse("example.com:443").unwrap().as_str(), "example.com");
-        assert_eq!(Hostname::parse("example.com:8443").unwrap().as_str(), "example.com:8443");
-        assert_eq!(Hostname::parse("bücher.example").unwrap().as_str(), "xn--bcher-kva.example");
-        assert_eq!(Hostname::parse("xn--bcher-kva.example").unwrap().as_str(), "xn--bcher-kva.example");
+        assert_eq!(
+            Hostname::parse("Registry.Terraform.IO").unwrap().as_str(),
+            "registry.terraform.io"
+        );
+        assert_eq!(
+            Hostname::parse("example.com:443").unwrap().as_str(),
+            "example.com"
+        );
+        assert_eq!(
+            Hostname::parse("example.com:8443").unwrap().as_str(),
+            "example.com:8443"
+        );
+        assert_eq!(
+            Hostname::parse("bücher.example").unwrap().as_str(),
+            "xn--bcher-kva.example"
+        );
+        assert_eq!(
+            Hostname::parse("xn--bcher-kva.example").unwrap().as_str(),
+            "xn--bcher-kva.example"
+        );
     }
 
     #[test]
     fn bad_hostnames_are_refused() {
         for bad in [
-            "", ".", "..", "a..b", "-a.com", "a-.com", "a_b.com", "a/b", "a\\b", "a\0b", "a b", "[::1]", "::1",
-            "example.com:", "example.com:0", "example.com:65536", "example.com:08443", "example.com:x", "%2e%2e",
+            "",
+            ".",
+            "..",
+            "a..b",
+            "-a.com",
+            "a-.com",
+            "a_b.com",
+            "a/b",
+            "a\\b",
+            "a\0b",
+            "a b",
+            "[::1]",
+            "::1",
+            "example.com:",
+            "example.com:0",
+            "example.com:65536",
+            "example.com:08443",
+            "example.com:x",
+            "%2e%2e",
         ] {
             assert!(Hostname::parse(bad).is_err(), "{bad:?} should be refused");
         }
@@ -455,20 +640,57 @@ mod tests {
     #[test]
     fn versions_parse_canonically_and_order_by_semver() {
         assert_eq!(Version::parse("1.2.3").unwrap().as_str(), "1.2.3");
-        assert_eq!(Version::parse("5.0.0+build.1").unwrap().as_str(), "5.0.0+build.1");
+        assert_eq!(
+            Version::parse("5.0.0+build.1").unwrap().as_str(),
+            "5.0.0+build.1"
+        );
         assert_eq!(Version::parse_lenient("1.2").unwrap().as_str(), "1.2.0");
         assert_eq!(Version::parse_lenient("1").unwrap().as_str(), "1.0.0");
-        assert_eq!(Version::parse("2.0.0-beta.1").unwrap().prerelease(), Some("beta.1"));
-        for bad in ["1.2", "01.2.3", "1.2.3-", "1.2.3+", "1.2.3-a..b", "v1.2.3", "1.2.3.4", "1.2.x", "..", "1.2.3/..", ""] {
+        assert_eq!(
+            Version::parse("2.0.0-beta.1").unwrap().prerelease(),
+            Some("beta.1")
+        );
+        for bad in [
+            "1.2",
+            "01.2.3",
+            "1.2.3-",
+            "1.2.3+",
+            "1.2.3-a..b",
+            "v1.2.3",
+            "1.2.3.4",
+            "1.2.x",
+            "..",
+            "1.2.3/..",
+            "",
+        ] {
             assert!(Version::parse(bad).is_err(), "{bad:?} should be refused");
         }
-        let mut vs: Vec<Version> = ["1.0.0", "1.0.0-rc.1", "1.0.0-alpha", "0.9.10", "0.9.9", "1.0.0-rc.10", "1.0.0-rc.2"]
-            .iter()
-            .map(|s| Version::parse(s).unwrap())
-            .collect();
+        let mut vs: Vec<Version> = [
+            "1.0.0",
+            "1.0.0-rc.1",
+            "1.0.0-alpha",
+            "0.9.10",
+            "0.9.9",
+            "1.0.0-rc.10",
+            "1.0.0-rc.2",
+        ]
+        .iter()
+        .map(|s| Version::parse(s).unwrap())
+        .collect();
         vs.sort();
         let order: Vec<&str> = vs.iter().map(|v| v.as_str()).collect();
-        assert_eq!(order, ["0.9.9", "0.9.10", "1.0.0-alpha", "1.0.0-rc.1", "1.0.0-rc.2", "1.0.0-rc.10", "1.0.0"]);
+        assert_eq!(
+            order,
+            [
+                "0.9.9",
+                "0.9.10",
+                "1.0.0-alpha",
+                "1.0.0-rc.1",
+                "1.0.0-rc.2",
+                "1.0.0-rc.10",
+                "1.0.0"
+            ]
+        );
     }
 
     #[test]
@@ -492,7 +714,51 @@ mod tests {
             MirrorPath::Archive(addr, Version::parse("2.0.0-rc.1").unwrap(), Platform::parse("linux_amd64").unwrap())
         );
         let ported = MirrorPath::parse("example.com:8443/a/b/index.json").unwrap();
-        assert!(matches!(ported, MirrorPath::Index(a) if a.hostname.as_str() == "example.com:8443"));
+        assert!(
+            matches!(ported, MirrorPath::Index(a) if a.hostname.as_str() == "example.com:8443")
+        );
+    }
+
+    #[test]
+    fn registry_paths_parse() {
+        let addr = ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap();
+        let v = Version::parse("1.0.0").unwrap();
+        assert_eq!(
+            RegistryPath::parse("registry.terraform.io/acme/foo/versions").unwrap(),
+            RegistryPath::Versions(addr.clone())
+        );
+        assert_eq!(
+            RegistryPath::parse("registry.terraform.io/acme/foo/1.0.0/download/linux/amd64")
+                .unwrap(),
+            RegistryPath::Download(
+                addr.clone(),
+                v.clone(),
+                Platform::parse("linux_amd64").unwrap()
+            )
+        );
+        assert_eq!(
+            RegistryPath::parse("registry.terraform.io/acme/foo/1.0.0/SHA256SUMS/0.sig").unwrap(),
+            RegistryPath::Sums {
+                addr,
+                version: v,
+                index: 0,
+                signature: true
+            }
+        );
+        for bad in [
+            "registry.terraform.io/acme/foo",
+            "registry.terraform.io/acme/foo/1.0.0/download/linux",
+            "registry.terraform.io/acme/foo/1.0.0/download/../amd64",
+            "registry.terraform.io/acme/foo/1.0.0/SHA256SUMS/x",
+            "registry.terraform.io/acme/foo/1.0.0/SHA256SUMS/-1",
+            "registry.terraform.io/acme/foo/../SHA256SUMS/0",
+            "registry.terraform.io/%2e%2e/foo/versions",
+        ] {
+            assert!(
+                RegistryPath::parse(bad).is_err(),
+                "{bad:?} should be refused"
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! archives/<host>/<namespace>/<type>/<version>/<archive>.zip.json   its sha256, h1 and size
 //! metadata/<host>/<namespace>/<type>/index.json                     version list + fetch time
 //! metadata/<host>/<namespace>/<type>/<version>.json                 download metadata per platform
+//! metadata/<host>/<namespace>/<type>/<version>.SHA256SUMS.<n>[.sig]  the origin's checksum files
 //! tmp/                                                              downloads in progress
 //! tls/                                                              generated CA and certificate
 //! ```
@@ -20,8 +21,10 @@ mod meta;
 mod store;
 
 pub use flight::Flights;
-pub use meta::{IndexRecord, MetaStore, Package, VersionRecord};
-pub use store::{ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, StagedFile, Staging, StoredArchive, Usage};
+pub use meta::{IndexRecord, IndexVersion, MetaStore, Package, SumsRef, VersionRecord};
+pub use store::{
+    ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, StagedFile, Staging, StoredArchive, Usage,
+};
 
 use std::io;
 use std::path::Path;
@@ -30,7 +33,9 @@ use std::path::Path;
 /// directory. Readers see the old content or the new, never a torn file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::io::Write as _;
-    let dir = path.parent().ok_or_else(|| io::Error::other("path has no parent directory"))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("path has no parent directory"))?;
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile_in(dir)?;
     tmp.1.write_all(bytes)?;
@@ -43,10 +48,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 fn tempfile_in(dir: &Path) -> io::Result<(std::path::PathBuf, std::fs::File)> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let name = format!(".tmp-{}-{}-{}", std::process::id(), nanos, COUNTER.fetch_add(1, Ordering::Relaxed));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        ".tmp-{}-{}-{}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
     let path = dir.join(name);
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
     Ok((path, file))
 }
 
@@ -60,13 +76,19 @@ pub fn sync_dir(dir: &Path) {
 /// Removes leftover temporary files (`.tmp-*`) under `dir`, recursively. Returns how many.
 pub fn remove_temp_files(dir: &Path) -> usize {
     let mut removed = 0;
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
-        let Ok(kind) = entry.file_type() else { continue };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         if kind.is_dir() {
             removed += remove_temp_files(&path);
-        } else if entry.file_name().to_string_lossy().starts_with(".tmp-") && std::fs::remove_file(&path).is_ok() {
+        } else if entry.file_name().to_string_lossy().starts_with(".tmp-")
+            && std::fs::remove_file(&path).is_ok()
+        {
             removed += 1;
         }
     }
@@ -75,5 +97,8 @@ pub fn remove_temp_files(dir: &Path) -> usize {
 
 /// Seconds since the Unix epoch.
 pub fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }

@@ -12,7 +12,11 @@ use crate::server::Server;
 const EXIT_CONFIG: u8 = 78;
 
 #[derive(Parser)]
-#[command(name = "provender", version, about = "A read-through caching mirror for Terraform and OpenTofu providers")]
+#[command(
+    name = "provender",
+    version,
+    about = "A read-through caching mirror for Terraform and OpenTofu providers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,10 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PROVENDER_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn serve(config_path: Option<PathBuf>) -> ExitCode {
@@ -56,7 +63,10 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("provender: cannot start the async runtime: {e}");
@@ -85,7 +95,11 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
 /// Logs where the mirror listens and exactly how to point the CLI at it.
 fn announce(server: &Server) {
     let url = server.base_url();
-    tracing::info!("provender {} listening on {} (mirror base URL {url})", env!("CARGO_PKG_VERSION"), server.local_addr());
+    tracing::info!(
+        "provender {} listening on {} (mirror base URL {url})",
+        env!("CARGO_PKG_VERSION"),
+        server.local_addr()
+    );
     let mut help = format!(
         "Point Terraform or OpenTofu at this mirror with this CLI configuration block:\n\n\
          provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n"

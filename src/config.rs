@@ -98,7 +98,10 @@ pub struct UpstreamConfig {
 impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
-            allowed_hosts: vec!["registry.terraform.io".into(), "registry.opentofu.org".into()],
+            allowed_hosts: vec![
+                "registry.terraform.io".into(),
+                "registry.opentofu.org".into(),
+            ],
             platforms: Vec::new(),
             ca_file: None,
             hosts: BTreeMap::new(),
@@ -125,7 +128,10 @@ pub struct HostConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config key {key}: {message}")]
@@ -133,37 +139,70 @@ pub enum ConfigError {
 }
 
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.into(), message: message.into() }
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
 }
 
 impl Config {
     /// Reads and parses a TOML file (unknown keys are errors).
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         Config::from_toml(&text).map_err(|e| match e {
-            ConfigError::Parse { message, .. } => ConfigError::Parse { path: path.into(), message },
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.into(),
+                message,
+            },
             other => other,
         })
     }
 
     /// Parses TOML text.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse { path: PathBuf::from("<inline>"), message: e.to_string().trim_end().to_string() })
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<inline>"),
+            message: e.to_string().trim_end().to_string(),
+        })
     }
 
     /// Checks every key and produces the typed settings.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let s = &self.server;
-        let listen: SocketAddr =
-            s.listen.parse().map_err(|_| invalid("server.listen", format!("{:?} is not an address like 127.0.0.1:8443", s.listen)))?;
+        let listen: SocketAddr = s.listen.parse().map_err(|_| {
+            invalid(
+                "server.listen",
+                format!("{:?} is not an address like 127.0.0.1:8443", s.listen),
+            )
+        })?;
         let base_path = normalise_base_path(&s.base_path)?;
         let tls = match (&s.tls_cert, &s.tls_key) {
-            (Some(cert), Some(key)) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
+            (Some(cert), Some(key)) => TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
             (None, None) => TlsSource::SelfSigned,
-            (Some(_), None) => return Err(invalid("server.tls_key", "must be set when server.tls_cert is set")),
-            (None, Some(_)) => return Err(invalid("server.tls_cert", "must be set when server.tls_key is set")),
+            (Some(_), None) => {
+                return Err(invalid(
+                    "server.tls_key",
+                    "must be set when server.tls_cert is set",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "server.tls_cert",
+                    "must be set when server.tls_key is set",
+                ));
+            }
         };
-        for (key, path) in [("server.tls_cert", &s.tls_cert), ("server.tls_key", &s.tls_key), ("upstream.ca_file", &self.upstream.ca_file)] {
+        for (key, path) in [
+            ("server.tls_cert", &s.tls_cert),
+            ("server.tls_key", &s.tls_key),
+            ("upstream.ca_file", &self.upstream.ca_file),
+        ] {
             if let Some(path) = path {
                 if let Err(e) = std::fs::metadata(path) {
                     return Err(invalid(key, format!("cannot read {}: {e}", path.display())));
@@ -172,9 +211,13 @@ impl Config {
         }
         let public_url = match &s.public_url {
             Some(u) => {
-                let url = url::Url::parse(u).map_err(|e| invalid("server.public_url", format!("{u:?}: {e}")))?;
+                let url = url::Url::parse(u)
+                    .map_err(|e| invalid("server.public_url", format!("{u:?}: {e}")))?;
                 if !matches!(url.scheme(), "https" | "http") || url.host().is_none() {
-                    return Err(invalid("server.public_url", format!("{u:?} must be an absolute https URL")));
+                    return Err(invalid(
+                        "server.public_url",
+                        format!("{u:?} must be an absolute https URL"),
+                    ));
                 }
                 Some(with_trailing_slash(url))
             }
@@ -195,28 +238,50 @@ impl Config {
         let u = &self.upstream;
         let mut allowed_hosts = Vec::new();
         for (i, h) in u.allowed_hosts.iter().enumerate() {
-            let host = Hostname::parse(h).map_err(|e| invalid(format!("upstream.allowed_hosts[{i}]"), e.to_string()))?;
+            let host = Hostname::parse(h)
+                .map_err(|e| invalid(format!("upstream.allowed_hosts[{i}]"), e.to_string()))?;
             allowed_hosts.push(host);
         }
         let mut platforms = Vec::new();
         for (i, p) in u.platforms.iter().enumerate() {
-            platforms.push(Platform::parse(p).map_err(|e| invalid(format!("upstream.platforms[{i}]"), e.to_string()))?);
+            platforms.push(
+                Platform::parse(p)
+                    .map_err(|e| invalid(format!("upstream.platforms[{i}]"), e.to_string()))?,
+            );
         }
         let mut hosts = BTreeMap::new();
         for (name, hc) in &u.hosts {
             let key = format!("upstream.hosts.{name:?}");
             let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
             if !allowed_hosts.contains(&host) {
-                return Err(invalid(&key, format!("{host} is not listed in upstream.allowed_hosts")));
+                return Err(invalid(
+                    &key,
+                    format!("{host} is not listed in upstream.allowed_hosts"),
+                ));
             }
             let connect_to = match &hc.connect_to {
-                Some(addr) => Some(parse_connect_to(addr).map_err(|m| invalid(format!("{key}.connect_to"), m))?),
+                Some(addr) => Some(
+                    parse_connect_to(addr).map_err(|m| invalid(format!("{key}.connect_to"), m))?,
+                ),
                 None => None,
             };
-            if hc.token.as_deref().is_some_and(|t| t.is_empty() || t.chars().any(|c| c.is_control() || c == ' ')) {
-                return Err(invalid(format!("{key}.token"), "must be a non-empty token without spaces or control characters"));
+            if hc
+                .token
+                .as_deref()
+                .is_some_and(|t| t.is_empty() || t.chars().any(|c| c.is_control() || c == ' '))
+            {
+                return Err(invalid(
+                    format!("{key}.token"),
+                    "must be a non-empty token without spaces or control characters",
+                ));
             }
-            hosts.insert(host, HostSettings { connect_to, token: hc.token.clone() });
+            hosts.insert(
+                host,
+                HostSettings {
+                    connect_to,
+                    token: hc.token.clone(),
+                },
+            );
         }
         for (key, d) in [
             ("upstream.connect_timeout", u.connect_timeout),
@@ -228,10 +293,16 @@ impl Config {
             }
         }
         if u.max_document_size.as_u64() < 1024 {
-            return Err(invalid("upstream.max_document_size", "must be at least 1 KiB"));
+            return Err(invalid(
+                "upstream.max_document_size",
+                "must be at least 1 KiB",
+            ));
         }
         if u.max_archive_size.as_u64() < 1024 {
-            return Err(invalid("upstream.max_archive_size", "must be at least 1 KiB"));
+            return Err(invalid(
+                "upstream.max_archive_size",
+                "must be at least 1 KiB",
+            ));
         }
         if u.max_redirects > 10 {
             return Err(invalid("upstream.max_redirects", "must be at most 10"));
@@ -268,15 +339,31 @@ impl Config {
 
 fn normalise_base_path(p: &str) -> Result<String, ConfigError> {
     if !p.starts_with('/') {
-        return Err(invalid("server.base_path", format!("{p:?} must start with '/'")));
+        return Err(invalid(
+            "server.base_path",
+            format!("{p:?} must start with '/'"),
+        ));
     }
     let ok = p.split('/').filter(|s| !s.is_empty()).all(|seg| {
-        seg != "." && seg != ".." && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+        seg != "."
+            && seg != ".."
+            && seg
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
     });
     if !ok || p.contains("//") {
-        return Err(invalid("server.base_path", format!("{p:?} may contain only letters, digits, '-', '.', '_', '~' between single slashes")));
+        return Err(invalid(
+            "server.base_path",
+            format!(
+                "{p:?} may contain only letters, digits, '-', '.', '_', '~' between single slashes"
+            ),
+        ));
     }
-    Ok(if p.ends_with('/') { p.to_string() } else { format!("{p}/") })
+    Ok(if p.ends_with('/') {
+        p.to_string()
+    } else {
+        format!("{p}/")
+    })
 }
 
 fn with_trailing_slash(mut url: url::Url) -> url::Url {
@@ -288,7 +375,8 @@ fn with_trailing_slash(mut url: url::Url) -> url::Url {
 }
 
 fn parse_connect_to(s: &str) -> Result<SocketAddr, String> {
-    s.parse::<SocketAddr>().map_err(|_| format!("{s:?} is not an IP address and port like 127.0.0.1:9443"))
+    s.parse::<SocketAddr>()
+        .map_err(|_| format!("{s:?} is not an IP address and port like 127.0.0.1:9443"))
 }
 
 /// Where the server's certificate comes from.
@@ -366,7 +454,8 @@ impl Settings {
             443 => String::new(),
             p => format!(":{p}"),
         };
-        url::Url::parse(&format!("{scheme}://{host}{port}{}", self.base_path)).expect("listen address and base path form a valid URL")
+        url::Url::parse(&format!("{scheme}://{host}{port}{}", self.base_path))
+            .expect("listen address and base path form a valid URL")
     }
 }
 
@@ -404,10 +493,19 @@ mod tests {
         assert!(err("[server]\nbase_path = 'x'").contains("server.base_path"));
         assert!(err("[server]\nbase_path = '/a/../b'").contains("server.base_path"));
         assert!(err("[server]\ntls_cert = 'a.pem'").contains("server.tls_key"));
-        assert!(err("[upstream]\nallowed_hosts = ['ok.example', 'bad host']").contains("upstream.allowed_hosts[1]"));
+        assert!(
+            err("[upstream]\nallowed_hosts = ['ok.example', 'bad host']")
+                .contains("upstream.allowed_hosts[1]")
+        );
         assert!(err("[upstream]\nplatforms = ['linux']").contains("upstream.platforms[0]"));
-        assert!(err("[upstream.hosts.'other.example']\ntoken = 'x'").contains("not listed in upstream.allowed_hosts"));
-        assert!(err("[upstream.hosts.'registry.terraform.io']\nconnect_to = 'x'").contains("connect_to"));
+        assert!(
+            err("[upstream.hosts.'other.example']\ntoken = 'x'")
+                .contains("not listed in upstream.allowed_hosts")
+        );
+        assert!(
+            err("[upstream.hosts.'registry.terraform.io']\nconnect_to = 'x'")
+                .contains("connect_to")
+        );
         assert!(err("[server]\nlisten = 5").contains("listen"));
         assert!(err("[server]\nlisen = '1.2.3.4:1'").contains("lisen"));
         assert!(err("[cache]\nindex_ttl = 'soon'").contains("index_ttl"));
@@ -416,7 +514,10 @@ mod tests {
 
     #[test]
     fn base_path_gets_a_trailing_slash() {
-        let s = Config::from_toml("[server]\nbase_path = '/providers'").unwrap().validate().unwrap();
+        let s = Config::from_toml("[server]\nbase_path = '/providers'")
+            .unwrap()
+            .validate()
+            .unwrap();
         assert_eq!(s.base_path, "/providers/");
     }
 }

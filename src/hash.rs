@@ -29,7 +29,10 @@ pub struct HashLimits {
 
 impl Default for HashLimits {
     fn default() -> Self {
-        HashLimits { max_entries: 10_000, max_uncompressed_bytes: 4 << 30 }
+        HashLimits {
+            max_entries: 10_000,
+            max_uncompressed_bytes: 4 << 30,
+        }
     }
 }
 
@@ -39,7 +42,10 @@ pub enum HashError {
     #[error("not a readable zip archive: {0}")]
     Zip(#[from] zip::result::ZipError),
     #[error("reading zip entry {name:?}: {source}")]
-    Entry { name: String, source: std::io::Error },
+    Entry {
+        name: String,
+        source: std::io::Error,
+    },
     #[error("zip entry name {0:?} contains a newline, which Terraform cannot hash")]
     NewlineInName(String),
     #[error("zip has {0} entries, more than the limit of {1}")]
@@ -60,7 +66,9 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
     for index in 0..zip.len() {
         let name = zip.by_index_raw(index)?.name_raw().to_vec();
         if name.contains(&b'\n') {
-            return Err(HashError::NewlineInName(String::from_utf8_lossy(&name).into_owned()));
+            return Err(HashError::NewlineInName(
+                String::from_utf8_lossy(&name).into_owned(),
+            ));
         }
         last.insert(name.clone(), index);
         names.push(name);
@@ -75,7 +83,13 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
         let digest = match content_hashes.get(&index) {
             Some(d) => *d,
             None => {
-                let d = hash_entry(&mut zip, index, name, &mut budget, limits.max_uncompressed_bytes)?;
+                let d = hash_entry(
+                    &mut zip,
+                    index,
+                    name,
+                    &mut budget,
+                    limits.max_uncompressed_bytes,
+                )?;
                 content_hashes.insert(index, d);
                 d
             }
@@ -85,7 +99,10 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
         summary.update(name);
         summary.update(b"\n");
     }
-    Ok(format!("h1:{}", base64::engine::general_purpose::STANDARD.encode(summary.finalize())))
+    Ok(format!(
+        "h1:{}",
+        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
+    ))
 }
 
 fn hash_entry<R: Read + Seek>(
@@ -95,7 +112,10 @@ fn hash_entry<R: Read + Seek>(
     budget: &mut u64,
     limit: u64,
 ) -> Result<[u8; 32], HashError> {
-    let entry_err = |source| HashError::Entry { name: String::from_utf8_lossy(name).into_owned(), source };
+    let entry_err = |source| HashError::Entry {
+        name: String::from_utf8_lossy(name).into_owned(),
+        source,
+    };
     let mut hasher = Sha256::new();
     let entry = zip.by_index(index)?;
     // Go's archive/zip reads directory entries as empty files.
@@ -159,16 +179,33 @@ mod tests {
     fn expected_h1(files: &[(&str, &[u8])]) -> String {
         let mut sorted = files.to_vec();
         sorted.sort_by_key(|(name, _)| *name);
-        let lines: Vec<String> = sorted.iter().map(|(n, c)| format!("{}  {}\n", sha256_hex(c), n)).collect();
+        let lines: Vec<String> = sorted
+            .iter()
+            .map(|(n, c)| format!("{}  {}\n", sha256_hex(c), n))
+            .collect();
         let digest = Sha256::digest(lines.concat().as_bytes());
-        format!("h1:{}", base64::engine::general_purpose::STANDARD.encode(digest))
+        format!(
+            "h1:{}",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        )
     }
 
     #[test]
     fn h1_of_several_files_matches_dirhash() {
-        let zip = build_zip(&[("b.txt", Some(b"bee")), ("a.txt", Some(b"ay")), ("terraform-provider-x_v1", Some(b"#!"))]);
+        let zip = build_zip(&[
+            ("b.txt", Some(b"bee")),
+            ("a.txt", Some(b"ay")),
+            ("terraform-provider-x_v1", Some(b"#!")),
+        ]);
         let got = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap();
-        assert_eq!(got, expected_h1(&[("a.txt", b"ay"), ("b.txt", b"bee"), ("terraform-provider-x_v1", b"#!")]));
+        assert_eq!(
+            got,
+            expected_h1(&[
+                ("a.txt", b"ay"),
+                ("b.txt", b"bee"),
+                ("terraform-provider-x_v1", b"#!")
+            ])
+        );
     }
 
     #[test]
@@ -178,7 +215,10 @@ mod tests {
         let zip = build_zip(&[("hello", Some(b"hello\n"))]);
         let got = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap();
         let line = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03  hello\n";
-        let want = format!("h1:{}", base64::engine::general_purpose::STANDARD.encode(Sha256::digest(line)));
+        let want = format!(
+            "h1:{}",
+            base64::engine::general_purpose::STANDARD.encode(Sha256::digest(line))
+        );
         assert_eq!(got, want);
     }
 
@@ -188,7 +228,10 @@ mod tests {
         let without_dir = build_zip(&[("docs/README.md", Some(b"read me"))]);
         let a = h1_zip(Cursor::new(with_dir), HashLimits::default()).unwrap();
         let b = h1_zip(Cursor::new(without_dir), HashLimits::default()).unwrap();
-        assert_eq!(a, expected_h1(&[("docs/", b""), ("docs/README.md", b"read me")]));
+        assert_eq!(
+            a,
+            expected_h1(&[("docs/", b""), ("docs/README.md", b"read me")])
+        );
         assert_eq!(b, expected_h1(&[("docs/README.md", b"read me")]));
         assert_ne!(a, b);
     }
@@ -197,16 +240,35 @@ mod tests {
     fn entry_order_in_the_zip_does_not_matter() {
         let a = build_zip(&[("x", Some(b"1")), ("y", Some(b"2"))]);
         let b = build_zip(&[("y", Some(b"2")), ("x", Some(b"1"))]);
-        assert_eq!(h1_zip(Cursor::new(a), HashLimits::default()).unwrap(), h1_zip(Cursor::new(b), HashLimits::default()).unwrap());
+        assert_eq!(
+            h1_zip(Cursor::new(a), HashLimits::default()).unwrap(),
+            h1_zip(Cursor::new(b), HashLimits::default()).unwrap()
+        );
     }
 
     #[test]
     fn limits_are_enforced() {
-        let zip = build_zip(&[("a", Some(b"1")), ("b", Some(b"2")), ("c", Some(&[0u8; 1000]))]);
-        let few = HashLimits { max_entries: 2, ..HashLimits::default() };
-        assert!(matches!(h1_zip(Cursor::new(zip.clone()), few), Err(HashError::TooManyEntries(3, 2))));
-        let small = HashLimits { max_uncompressed_bytes: 500, ..HashLimits::default() };
-        assert!(matches!(h1_zip(Cursor::new(zip), small), Err(HashError::TooLarge(500))));
+        let zip = build_zip(&[
+            ("a", Some(b"1")),
+            ("b", Some(b"2")),
+            ("c", Some(&[0u8; 1000])),
+        ]);
+        let few = HashLimits {
+            max_entries: 2,
+            ..HashLimits::default()
+        };
+        assert!(matches!(
+            h1_zip(Cursor::new(zip.clone()), few),
+            Err(HashError::TooManyEntries(3, 2))
+        ));
+        let small = HashLimits {
+            max_uncompressed_bytes: 500,
+            ..HashLimits::default()
+        };
+        assert!(matches!(
+            h1_zip(Cursor::new(zip), small),
+            Err(HashError::TooLarge(500))
+        ));
     }
 
     #[test]
@@ -217,6 +279,9 @@ mod tests {
 
     #[test]
     fn zh_is_prefixed_hex() {
-        assert_eq!(zh(&sha256_hex(b"")), "zh:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(
+            zh(&sha256_hex(b"")),
+            "zh:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
     }
 }

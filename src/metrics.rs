@@ -3,7 +3,10 @@
 //! One [`Metrics`] value is created per server and passed down; there are no global statics, so
 //! tests can run several servers in one process and read each one's figures.
 
-use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry,
+};
 
 /// Every metric the mirror exports.
 pub struct Metrics {
@@ -25,7 +28,10 @@ impl Metrics {
     /// Creates and registers all metrics.
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let latency = vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        let latency = vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0, 60.0,
+        ];
         let m = Metrics {
             http_requests: IntCounterVec::new(
                 Opts::new("provender_http_requests_total", "HTTP requests answered, by route and status code."),
@@ -82,11 +88,13 @@ impl Metrics {
         r.register(Box::new(m.cache_lookups.clone())).unwrap();
         r.register(Box::new(m.upstream_requests.clone())).unwrap();
         r.register(Box::new(m.upstream_duration.clone())).unwrap();
-        r.register(Box::new(m.archive_bytes_served.clone())).unwrap();
+        r.register(Box::new(m.archive_bytes_served.clone()))
+            .unwrap();
         r.register(Box::new(m.upstream_bytes.clone())).unwrap();
         r.register(Box::new(m.cache_archives.clone())).unwrap();
         r.register(Box::new(m.cache_disk_bytes.clone())).unwrap();
-        r.register(Box::new(m.verification_failures.clone())).unwrap();
+        r.register(Box::new(m.verification_failures.clone()))
+            .unwrap();
         r.register(Box::new(m.hash_duration.clone())).unwrap();
         m
     }
@@ -99,7 +107,9 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = Vec::new();
-        prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding never fails");
+        prometheus::TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding never fails");
         String::from_utf8(out).expect("prometheus text is UTF-8")
     }
 }

@@ -10,7 +10,7 @@
 //! 2. the downloaded bytes' SHA-256 equals that `shasum`;
 //! 3. the archive is a readable zip whose `h1:` hash can be computed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -18,12 +18,17 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{self, ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, Flights, IndexRecord, MetaStore, Package, Staging, StoredArchive, VersionRecord};
+use crate::cache::{
+    self, ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, Flights, IndexRecord, MetaStore,
+    Package, Staging, StoredArchive, SumsRef, VersionRecord,
+};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash::{self, HashLimits};
 use crate::metrics::Metrics;
 use crate::upstream::{Operation, Upstream};
+
+mod facade;
 
 /// The mirror: caches in front of origin registries.
 pub struct Mirror {
@@ -43,8 +48,10 @@ impl Mirror {
     pub fn open(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Mirror>> {
         let dir = &settings.cache_dir;
         let ctx = |what: &str| format!("cache.dir {}: cannot create {what}", dir.display());
-        let store = DiskStore::new(dir.join("archives")).map_err(|e| anyhow::anyhow!("{}: {e}", ctx("archives/")))?;
-        let (staging, leftovers) = Staging::open(dir.join("tmp")).map_err(|e| anyhow::anyhow!("{}: {e}", ctx("tmp/")))?;
+        let store = DiskStore::new(dir.join("archives"))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("archives/")))?;
+        let (staging, leftovers) =
+            Staging::open(dir.join("tmp")).map_err(|e| anyhow::anyhow!("{}: {e}", ctx("tmp/")))?;
         if leftovers > 0 {
             tracing::info!("removed {leftovers} unfinished download(s) left by an earlier run");
         }
@@ -52,8 +59,13 @@ impl Mirror {
         if stray > 0 {
             tracing::info!("removed {stray} unfinished metadata write(s) left by an earlier run");
         }
-        let meta = MetaStore::new(dir.join("metadata"), settings.metadata_entries, settings.index_ttl, settings.not_found_ttl)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
+        let meta = MetaStore::new(
+            dir.join("metadata"),
+            settings.metadata_entries,
+            settings.index_ttl,
+            settings.not_found_ttl,
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
         let upstream = Upstream::new(settings.clone(), metrics.clone())?;
         Ok(Arc::new(Mirror {
             settings,
@@ -69,7 +81,11 @@ impl Mirror {
 
     /// Sets the cache size gauges from a scan of the store.
     pub async fn refresh_usage(&self) -> Result<()> {
-        let usage = self.store.usage().await.map_err(|e| Error::io("scanning the archive store", e))?;
+        let usage = self
+            .store
+            .usage()
+            .await
+            .map_err(|e| Error::io("scanning the archive store", e))?;
         self.metrics.cache_archives.set(usage.archives as i64);
         self.metrics.cache_disk_bytes.set(usage.bytes as i64);
         Ok(())
@@ -80,17 +96,27 @@ impl Mirror {
         self.check_host(addr)?;
         let rec = self.index_record(addr).await?;
         if !rec.found {
-            return Err(Error::NotFound(format!("the origin registry has no provider {addr}")));
+            return Err(Error::NotFound(format!(
+                "the origin registry has no provider {addr}"
+            )));
         }
         Ok(rec.to_mirror_json())
     }
 
     /// `:hostname/:namespace/:type/:version.json`
-    pub async fn version(self: &Arc<Self>, addr: &ProviderAddr, version: &Version) -> Result<Vec<u8>> {
+    pub async fn version(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<Vec<u8>> {
         self.check_host(addr)?;
         let rec = self.version_record(addr, version).await?;
         let mut archives = serde_json::Map::new();
-        for (platform, pkg) in rec.packages.iter().filter(|(p, _)| self.settings.platform_allowed(p)) {
+        for (platform, pkg) in rec
+            .packages
+            .iter()
+            .filter(|(p, _)| self.settings.platform_allowed(p))
+        {
             let mut hashes: Vec<String> = pkg.h1.iter().cloned().collect();
             hashes.push(hash::zh(&pkg.shasum));
             archives.insert(
@@ -98,34 +124,59 @@ impl Mirror {
                 serde_json::json!({ "url": addr.archive_filename(version, platform), "hashes": hashes }),
             );
         }
-        Ok(serde_json::to_vec(&serde_json::json!({ "archives": archives })).expect("JSON of strings"))
+        Ok(
+            serde_json::to_vec(&serde_json::json!({ "archives": archives }))
+                .expect("JSON of strings"),
+        )
     }
 
     /// `:hostname/:namespace/:type/terraform-provider-:type_:version_:os_:arch.zip`
-    pub async fn archive(self: &Arc<Self>, addr: &ProviderAddr, version: &Version, platform: &Platform) -> Result<StoredArchive> {
+    pub async fn archive(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<StoredArchive> {
         self.check_host(addr)?;
         if !self.settings.platform_allowed(platform) {
-            return Err(Error::NotFound(format!("platform {platform} is not served by this mirror (upstream.platforms)")));
+            return Err(Error::NotFound(format!(
+                "platform {platform} is not served by this mirror (upstream.platforms)"
+            )));
         }
-        let key = ArchiveKey { addr: addr.clone(), version: version.clone(), platform: platform.clone() };
+        let key = ArchiveKey {
+            addr: addr.clone(),
+            version: version.clone(),
+            platform: platform.clone(),
+        };
         if let Some(found) = self.open_archive(&key).await? {
             self.metrics.lookup("archive", "hit");
             return Ok(found);
         }
         let rec = self.version_record(addr, version).await?;
         let Some(pkg) = rec.packages.get(platform).cloned() else {
-            return Err(Error::NotFound(format!("{addr} {version} has no package for {platform}")));
+            return Err(Error::NotFound(format!(
+                "{addr} {version} has no package for {platform}"
+            )));
         };
         let this = self.clone();
         let fill_key = key.clone();
-        let (result, leader) = self.fills.run(key.clone(), move || this.fill(fill_key, pkg)).await;
-        self.metrics.lookup("archive", if leader { "miss" } else { "joined" });
+        let (result, leader) = self
+            .fills
+            .run(key.clone(), move || this.fill(fill_key, pkg))
+            .await;
+        self.metrics
+            .lookup("archive", if leader { "miss" } else { "joined" });
         result?;
-        self.open_archive(&key).await?.ok_or_else(|| Error::Internal(format!("archive {key} vanished right after it was stored")))
+        self.open_archive(&key).await?.ok_or_else(|| {
+            Error::Internal(format!("archive {key} vanished right after it was stored"))
+        })
     }
 
     async fn open_archive(&self, key: &ArchiveKey) -> Result<Option<StoredArchive>> {
-        self.store.open(key).await.map_err(|e| Error::io(format!("opening cached archive {key}"), e))
+        self.store
+            .open(key)
+            .await
+            .map_err(|e| Error::io(format!("opening cached archive {key}"), e))
     }
 
     fn check_host(&self, addr: &ProviderAddr) -> Result<()> {
@@ -143,13 +194,18 @@ impl Mirror {
     /// copy for up to `cache.stale_if_error` when the origin fails).
     async fn index_record(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Arc<IndexRecord>> {
         if let Some(rec) = self.meta.indexes.get(addr).await {
-            self.metrics.lookup("index", if rec.found { "hit" } else { "negative_hit" });
+            self.metrics
+                .lookup("index", if rec.found { "hit" } else { "negative_hit" });
             return Ok(rec);
         }
         let this = self.clone();
         let owned = addr.clone();
         let load = async move { detached(this.load_index(owned)).await };
-        self.meta.indexes.try_get_with(addr.clone(), load).await.map_err(|e| (*e).clone())
+        self.meta
+            .indexes
+            .try_get_with(addr.clone(), load)
+            .await
+            .map_err(|e| (*e).clone())
     }
 
     async fn load_index(self: Arc<Self>, addr: ProviderAddr) -> Result<Arc<IndexRecord>> {
@@ -174,10 +230,18 @@ impl Mirror {
             }
             Ok(None) => {
                 self.metrics.lookup("index", "miss");
-                Ok(Arc::new(IndexRecord { fetched_at: cache::now_secs(), found: false, versions: Vec::new(), stale: false }))
+                Ok(Arc::new(IndexRecord {
+                    fetched_at: cache::now_secs(),
+                    found: false,
+                    versions: Vec::new(),
+                    stale: false,
+                }))
             }
             Err(e) => match on_disk {
-                Some(mut rec) if cache::now_secs().saturating_sub(rec.fetched_at) < self.settings.stale_if_error.as_secs() => {
+                Some(mut rec)
+                    if cache::now_secs().saturating_sub(rec.fetched_at)
+                        < self.settings.stale_if_error.as_secs() =>
+                {
                     tracing::warn!(provider = %addr, "origin failed, serving the version list fetched earlier: {e}");
                     self.metrics.lookup("index", "stale");
                     rec.stale = true;
@@ -190,7 +254,11 @@ impl Mirror {
 
     /// The version record: memory, else disk (if it covers the platform filter), else built
     /// from the origin's download metadata and verified against SHA256SUMS.
-    async fn version_record(self: &Arc<Self>, addr: &ProviderAddr, version: &Version) -> Result<Arc<VersionRecord>> {
+    async fn version_record(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<Arc<VersionRecord>> {
         let key = (addr.clone(), version.clone());
         if let Some(rec) = self.meta.versions.get(&key).await {
             if rec.covers(|p| self.settings.platform_allowed(p)) {
@@ -202,10 +270,18 @@ impl Mirror {
         let this = self.clone();
         let (a, v) = key.clone();
         let load = async move { detached(this.load_version(a, v)).await };
-        self.meta.versions.try_get_with(key, load).await.map_err(|e| (*e).clone())
+        self.meta
+            .versions
+            .try_get_with(key, load)
+            .await
+            .map_err(|e| (*e).clone())
     }
 
-    async fn load_version(self: Arc<Self>, addr: ProviderAddr, version: Version) -> Result<Arc<VersionRecord>> {
+    async fn load_version(
+        self: Arc<Self>,
+        addr: ProviderAddr,
+        version: Version,
+    ) -> Result<Arc<VersionRecord>> {
         if let Some(mut rec) = self.meta.read_version(&addr, &version).await {
             if rec.covers(|p| self.settings.platform_allowed(p)) {
                 self.metrics.lookup("version", "hit");
@@ -216,13 +292,21 @@ impl Mirror {
         self.metrics.lookup("version", "miss");
         let index = self.index_record(&addr).await?;
         if !index.found {
-            return Err(Error::NotFound(format!("the origin registry has no provider {addr}")));
+            return Err(Error::NotFound(format!(
+                "the origin registry has no provider {addr}"
+            )));
         }
         let Some(offered) = index.platforms_of(&version) else {
-            return Err(Error::NotFound(format!("the origin registry does not list version {version} of {addr}")));
+            return Err(Error::NotFound(format!(
+                "the origin registry does not list version {version} of {addr}"
+            )));
         };
         let offered = offered.to_vec();
-        let wanted: Vec<Platform> = offered.iter().filter(|p| self.settings.platform_allowed(p)).cloned().collect();
+        let wanted: Vec<Platform> = offered
+            .iter()
+            .filter(|p| self.settings.platform_allowed(p))
+            .cloned()
+            .collect();
         let lookups = futures_util::stream::iter(wanted)
             .map(|p| {
                 let (upstream, addr, version) = (&self.upstream, &addr, &version);
@@ -242,6 +326,7 @@ impl Mirror {
                     packages.insert(
                         platform,
                         Package {
+                            protocols: info.protocols,
                             filename: info.filename,
                             download_url: info.download_url,
                             shasum: info.shasum,
@@ -256,8 +341,14 @@ impl Mirror {
             }
         }
         unavailable.sort();
-        self.check_sums(&addr, &version, &packages).await?;
-        let mut rec = VersionRecord { fetched_at: cache::now_secs(), offered, unavailable, packages };
+        let sums = self.fetch_sums(&addr, &version, &packages).await?;
+        let mut rec = VersionRecord {
+            fetched_at: cache::now_secs(),
+            offered,
+            unavailable,
+            packages,
+            sums,
+        };
         self.fill_in_h1(&addr, &version, &mut rec).await;
         if let Err(e) = self.meta.write_version(&addr, &version, &rec).await {
             tracing::warn!(provider = %addr, %version, "cannot persist version metadata: {e}");
@@ -265,42 +356,83 @@ impl Mirror {
         Ok(Arc::new(rec))
     }
 
-    /// Checks every package's `shasum` against its origin's SHA256SUMS (each file fetched once).
-    async fn check_sums(&self, addr: &ProviderAddr, version: &Version, packages: &BTreeMap<Platform, Package>) -> Result<()> {
-        let mut sums: HashMap<&str, bytes::Bytes> = HashMap::new();
+    /// Fetches each distinct SHA256SUMS file (and its signature) the packages refer to, checks
+    /// every package's `shasum` against its line, and keeps both files byte for byte.
+    async fn fetch_sums(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        packages: &BTreeMap<Platform, Package>,
+    ) -> Result<Vec<SumsRef>> {
+        let mut refs: Vec<SumsRef> = Vec::new();
         for pkg in packages.values() {
-            if !sums.contains_key(pkg.shasums_url.as_str()) {
-                let body = self.upstream.small_file(&addr.hostname, Operation::Shasums, &pkg.shasums_url).await?;
-                sums.insert(&pkg.shasums_url, body);
-            }
-            match crate::upstream::sums_lookup(&sums[pkg.shasums_url.as_str()], &pkg.filename) {
-                Some(listed) if listed == pkg.shasum => {}
-                Some(listed) => {
-                    return Err(self.verification_failed(
-                        "shasums_mismatch",
-                        addr,
-                        version,
-                        format!("SHA256SUMS lists {listed} for {} but the download metadata says {}", pkg.filename, pkg.shasum),
-                    ));
-                }
-                None => {
-                    return Err(self.verification_failed(
-                        "shasums_missing",
-                        addr,
-                        version,
-                        format!("SHA256SUMS at {} has no line for {}", pkg.shasums_url, pkg.filename),
-                    ));
-                }
+            if !refs.iter().any(|r| r.url == pkg.shasums_url) {
+                refs.push(SumsRef {
+                    url: pkg.shasums_url.clone(),
+                    signature_url: pkg.shasums_signature_url.clone(),
+                });
             }
         }
-        Ok(())
+        for (n, sums_ref) in refs.iter().enumerate() {
+            let host = &addr.hostname;
+            let sums = self
+                .upstream
+                .small_file(host, Operation::Shasums, &sums_ref.url)
+                .await?;
+            let signature = self
+                .upstream
+                .small_file(host, Operation::Signature, &sums_ref.signature_url)
+                .await?;
+            for pkg in packages.values().filter(|p| p.shasums_url == sums_ref.url) {
+                match crate::upstream::sums_lookup(&sums, &pkg.filename) {
+                    Some(listed) if listed == pkg.shasum => {}
+                    Some(listed) => {
+                        return Err(self.verification_failed(
+                            "shasums_mismatch",
+                            addr,
+                            version,
+                            format!("SHA256SUMS lists {listed} for {} but the download metadata says {}", pkg.filename, pkg.shasum),
+                        ));
+                    }
+                    None => {
+                        return Err(self.verification_failed(
+                            "shasums_missing",
+                            addr,
+                            version,
+                            format!(
+                                "SHA256SUMS at {} has no line for {}",
+                                sums_ref.url, pkg.filename
+                            ),
+                        ));
+                    }
+                }
+            }
+            let keep = |signature_file: bool, bytes: &bytes::Bytes| {
+                self.meta
+                    .write_sums(addr, version, n, signature_file, bytes.to_vec())
+            };
+            keep(false, &sums)
+                .await
+                .map_err(|e| Error::io(format!("storing SHA256SUMS of {addr} {version}"), e))?;
+            keep(true, &signature).await.map_err(|e| {
+                Error::io(
+                    format!("storing the SHA256SUMS signature of {addr} {version}"),
+                    e,
+                )
+            })?;
+        }
+        Ok(refs)
     }
 
     /// Adds `h1:` hashes of archives the store already holds but the record does not mention
     /// (after a crash between committing an archive and updating its record).
     async fn fill_in_h1(&self, addr: &ProviderAddr, version: &Version, rec: &mut VersionRecord) {
         for (platform, pkg) in rec.packages.iter_mut().filter(|(_, p)| p.h1.is_none()) {
-            let key = ArchiveKey { addr: addr.clone(), version: version.clone(), platform: platform.clone() };
+            let key = ArchiveKey {
+                addr: addr.clone(),
+                version: version.clone(),
+                platform: platform.clone(),
+            };
             if let Ok(Some(info)) = self.store.info(&key).await {
                 if info.sha256 == pkg.shasum {
                     pkg.h1 = Some(info.h1);
@@ -309,8 +441,17 @@ impl Mirror {
         }
     }
 
-    fn verification_failed(&self, reason: &str, addr: &ProviderAddr, version: &Version, detail: String) -> Error {
-        self.metrics.verification_failures.with_label_values(&[reason]).inc();
+    fn verification_failed(
+        &self,
+        reason: &str,
+        addr: &ProviderAddr,
+        version: &Version,
+        detail: String,
+    ) -> Error {
+        self.metrics
+            .verification_failures
+            .with_label_values(&[reason])
+            .inc();
         tracing::error!(provider = %addr, %version, reason, "verification failed: {detail}");
         Error::Verification(format!("{addr} {version}: verification failed: {detail}"))
     }
@@ -319,14 +460,22 @@ impl Mirror {
     async fn fill(self: Arc<Self>, key: ArchiveKey, pkg: Package) -> Result<()> {
         let host = &key.addr.hostname;
         let resp = self.upstream.archive(host, &pkg.download_url).await?;
-        let (staged, mut file) = self.staging.create().await.map_err(|e| Error::io("creating a staging file", e))?;
+        let (staged, mut file) = self
+            .staging
+            .create()
+            .await
+            .map_err(|e| Error::io("creating a staging file", e))?;
         let mut hasher = Sha256::new();
         let mut size: u64 = 0;
         let mut body = resp.bytes_stream();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
                 let msg = format!("downloading {key} from {}: {e}", pkg.download_url);
-                if e.is_timeout() { Error::UpstreamTimeout(msg) } else { Error::Upstream(msg) }
+                if e.is_timeout() {
+                    Error::UpstreamTimeout(msg)
+                } else {
+                    Error::Upstream(msg)
+                }
             })?;
             size += chunk.len() as u64;
             if size > self.settings.max_archive_size {
@@ -337,7 +486,9 @@ impl Mirror {
             }
             self.upstream.add_bytes(chunk.len() as u64);
             hasher.update(&chunk);
-            file.write_all(&chunk).await.map_err(|e| Error::io("writing a staging file", e))?;
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| Error::io("writing a staging file", e))?;
         }
         let sha256 = hex::encode(hasher.finalize());
         if sha256 != pkg.shasum {
@@ -345,30 +496,57 @@ impl Mirror {
                 "archive_checksum",
                 &key.addr,
                 &key.version,
-                format!("{} has SHA-256 {sha256} but the origin published {}", pkg.filename, pkg.shasum),
+                format!(
+                    "{} has SHA-256 {sha256} but the origin published {}",
+                    pkg.filename, pkg.shasum
+                ),
             ));
         }
-        file.flush().await.map_err(|e| Error::io("writing a staging file", e))?;
-        file.sync_all().await.map_err(|e| Error::io("syncing a staging file", e))?;
+        file.flush()
+            .await
+            .map_err(|e| Error::io("writing a staging file", e))?;
+        file.sync_all()
+            .await
+            .map_err(|e| Error::io("syncing a staging file", e))?;
         drop(file);
 
         let path = staged.path().to_path_buf();
         let limits = self.hash_limits;
         let timer = self.metrics.hash_duration.start_timer();
         let h1 = tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
-            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits).map_err(|e| Error::Verification(e.to_string()))
+            let file =
+                std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
+            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
+                .map_err(|e| Error::Verification(e.to_string()))
         })
         .await
         .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
         timer.observe_duration();
-        let h1 = h1.map_err(|e| self.verification_failed("unusable_zip", &key.addr, &key.version, format!("{}: {e}", pkg.filename)))?;
+        let h1 = h1.map_err(|e| {
+            self.verification_failed(
+                "unusable_zip",
+                &key.addr,
+                &key.version,
+                format!("{}: {e}", pkg.filename),
+            )
+        })?;
 
-        let info = ArchiveInfo { sha256, h1: h1.clone(), size };
-        self.store.commit(&key, staged, &info).await.map_err(|e| Error::io(format!("storing archive {key}"), e))?;
+        let info = ArchiveInfo {
+            sha256,
+            h1: h1.clone(),
+            size,
+        };
+        self.store
+            .commit(&key, staged, &info)
+            .await
+            .map_err(|e| Error::io(format!("storing archive {key}"), e))?;
         self.metrics.cache_archives.inc();
         self.metrics.cache_disk_bytes.add(size as i64);
-        if let Err(e) = self.meta.set_h1(&key.addr, &key.version, &key.platform, &h1).await {
+        if let Err(e) = self
+            .meta
+            .set_h1(&key.addr, &key.version, &key.platform, &h1)
+            .await
+        {
             tracing::warn!(archive = %key, "cannot record h1 in version metadata: {e}");
         }
         tracing::info!(archive = %key, size, %h1, "cached archive");
@@ -377,6 +555,10 @@ impl Mirror {
 }
 
 /// Runs `work` in its own task, so the caller going away does not cancel it.
-async fn detached<T: Send + 'static>(work: impl std::future::Future<Output = Result<T>> + Send + 'static) -> Result<T> {
-    tokio::spawn(work).await.unwrap_or_else(|e| Err(Error::Internal(format!("background task failed: {e}"))))
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(work)
+        .await
+        .unwrap_or_else(|e| Err(Error::Internal(format!("background task failed: {e}"))))
 }

@@ -55,11 +55,16 @@ impl Server {
                 if files.ensure(&names)? {
                     tracing::info!(ca = %files.ca_cert.display(), "generated a self-signed CA and server certificate");
                 }
-                (Some(tls::server_config(&files.cert, &files.key)?), Some(files.ca_cert))
+                (
+                    Some(tls::server_config(&files.cert, &files.key)?),
+                    Some(files.ca_cert),
+                )
             }
         };
         let mirror = Mirror::open(settings.clone(), metrics.clone())?;
-        let listener = TcpListener::bind(settings.listen).await.with_context(|| format!("server.listen: cannot bind {}", settings.listen))?;
+        let listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("server.listen: cannot bind {}", settings.listen))?;
         let local = listener.local_addr()?;
         let base_url = match &settings.public_url {
             Some(u) => u.clone(),
@@ -75,13 +80,26 @@ impl Server {
                 tracing::warn!("cannot measure the cache: {e}");
             }
         });
-        let app = Arc::new(routes::App::new(settings.clone(), mirror, metrics, base_url));
-        Ok(Server { listener, tls: tls.map(TlsAcceptor::from), app, ca_file, grace: settings.shutdown_grace })
+        let app = Arc::new(routes::App::new(
+            settings.clone(),
+            mirror,
+            metrics,
+            base_url,
+        ));
+        Ok(Server {
+            listener,
+            tls: tls.map(TlsAcceptor::from),
+            app,
+            ca_file,
+            grace: settings.shutdown_grace,
+        })
     }
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
     }
 
     /// The URL clients should use as `network_mirror` base.
@@ -120,18 +138,29 @@ impl Server {
                 let service = hyper::service::service_fn(move |req| app.clone().handle(req));
                 let builder = auto::Builder::new(TokioExecutor::new());
                 let result = match tls {
-                    Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => watcher.watch(builder.serve_connection(TokioIo::new(tls), service)).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, "TLS handshake failed: {e}");
-                            return;
+                    Some(acceptor) => {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
+                        {
+                            Ok(Ok(tls)) => {
+                                watcher
+                                    .watch(builder.serve_connection(TokioIo::new(tls), service))
+                                    .await
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, "TLS handshake failed: {e}");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
                         }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    },
-                    None => watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await,
+                    }
+                    None => {
+                        watcher
+                            .watch(builder.serve_connection(TokioIo::new(stream), service))
+                            .await
+                    }
                 };
                 if let Err(e) = result {
                     tracing::debug!(%peer, "connection ended with an error: {e}");
@@ -155,7 +184,12 @@ impl Server {
         let task = tokio::spawn(self.run(async move {
             let _ = rx.await;
         }));
-        RunningServer { addr, base_url, stop: Some(tx), task }
+        RunningServer {
+            addr,
+            base_url,
+            stop: Some(tx),
+            task,
+        }
     }
 }
 

@@ -27,7 +27,11 @@ pub struct SelfSigned {
 impl SelfSigned {
     pub fn in_dir(cache_dir: &Path) -> SelfSigned {
         let dir = cache_dir.join("tls");
-        SelfSigned { ca_cert: dir.join("ca.pem"), cert: dir.join("server.pem"), key: dir.join("server-key.pem") }
+        SelfSigned {
+            ca_cert: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server-key.pem"),
+        }
     }
 
     /// Generates the CA and server certificate unless all three files exist already.
@@ -40,25 +44,49 @@ impl SelfSigned {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
 
         let ca_key = rcgen::KeyPair::generate().context("generating the CA key")?;
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).context("CA parameters")?;
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "provender local CA");
+        let mut ca_params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).context("CA parameters")?;
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "provender local CA");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
-        ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-        let ca_cert = ca_params.self_signed(&ca_key).context("self-signing the CA")?;
+        ca_params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        let ca_cert = ca_params
+            .self_signed(&ca_key)
+            .context("self-signing the CA")?;
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
 
-        let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
-        names.extend(extra_names.iter().filter(|n| !names.contains(n)).cloned().collect::<Vec<_>>());
+        let mut names = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
+        names.extend(
+            extra_names
+                .iter()
+                .filter(|n| !names.contains(n))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
         let key = rcgen::KeyPair::generate().context("generating the server key")?;
-        let mut params = rcgen::CertificateParams::new(names).context("server certificate names")?;
-        params.distinguished_name.push(rcgen::DnType::CommonName, "provender");
+        let mut params =
+            rcgen::CertificateParams::new(names).context("server certificate names")?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "provender");
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(&key, &issuer).context("signing the server certificate")?;
+        let cert = params
+            .signed_by(&key, &issuer)
+            .context("signing the server certificate")?;
 
         write_private(&self.key, key.serialize_pem().as_bytes())?;
         std::fs::write(&self.cert, format!("{}{}", cert.pem(), ca_cert.pem()))
             .with_context(|| format!("writing {}", self.cert.display()))?;
-        std::fs::write(&self.ca_cert, ca_cert.pem()).with_context(|| format!("writing {}", self.ca_cert.display()))?;
+        std::fs::write(&self.ca_cert, ca_cert.pem())
+            .with_context(|| format!("writing {}", self.ca_cert.display()))?;
         Ok(true)
     }
 }
@@ -69,8 +97,11 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(path).with_context(|| format!("writing {}", path.display()))?;
-    f.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(bytes)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -80,15 +111,26 @@ pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::Serv
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("server.tls_cert {}", cert.display()))?
         .collect::<Result<_, _>>()
-        .with_context(|| format!("server.tls_cert {}: not a PEM certificate chain", cert.display()))?;
+        .with_context(|| {
+            format!(
+                "server.tls_cert {}: not a PEM certificate chain",
+                cert.display()
+            )
+        })?;
     if certs.is_empty() {
-        anyhow::bail!("server.tls_cert {}: contains no certificate", cert.display());
+        anyhow::bail!(
+            "server.tls_cert {}: contains no certificate",
+            cert.display()
+        );
     }
-    let key = PrivateKeyDer::from_pem_file(key).with_context(|| format!("server.tls_key {}: no PEM private key", key.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("server.tls_key {}: no PEM private key", key.display()))?;
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .context("server.tls_cert and server.tls_key do not form a usable certificate and key pair")?;
+        .context(
+            "server.tls_cert and server.tls_key do not form a usable certificate and key pair",
+        )?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

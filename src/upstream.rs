@@ -18,8 +18,8 @@ use futures_util::StreamExt;
 use url::Url;
 
 pub use documents::{
-    parse_discovery, parse_download, parse_versions, sums_lookup, DocumentError, DownloadInfo, ListedVersion, SigningKey,
-    VersionList,
+    DocumentError, DownloadInfo, ListedVersion, SigningKey, VersionList, parse_discovery,
+    parse_download, parse_versions, sums_lookup,
 };
 
 use crate::address::{Hostname, Platform, ProviderAddr, Version};
@@ -34,6 +34,7 @@ pub enum Operation {
     Versions,
     Download,
     Shasums,
+    Signature,
     Archive,
 }
 
@@ -44,6 +45,7 @@ impl Operation {
             Operation::Versions => "versions",
             Operation::Download => "download",
             Operation::Shasums => "shasums",
+            Operation::Signature => "signature",
             Operation::Archive => "archive",
         }
     }
@@ -70,7 +72,12 @@ impl Upstream {
         let mut overrides = HashMap::new();
         for (host, hs) in &settings.hosts {
             if let Some(addr) = hs.connect_to {
-                let bare = host.as_str().split(':').next().unwrap_or_default().to_string();
+                let bare = host
+                    .as_str()
+                    .split(':')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
                 overrides.insert(bare, addr);
             }
         }
@@ -93,18 +100,31 @@ impl Upstream {
             .read_timeout(settings.request_timeout)
             .pool_idle_timeout(Duration::from_secs(60));
         if let Some(path) = &settings.ca_file {
-            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("upstream.ca_file {}: {e}", path.display()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| anyhow::anyhow!("upstream.ca_file {}: not a PEM certificate bundle: {e}", path.display()))?;
+            let pem = std::fs::read(path)
+                .map_err(|e| anyhow::anyhow!("upstream.ca_file {}: {e}", path.display()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                anyhow::anyhow!(
+                    "upstream.ca_file {}: not a PEM certificate bundle: {e}",
+                    path.display()
+                )
+            })?;
             if certs.is_empty() {
-                anyhow::bail!("upstream.ca_file {}: contains no certificates", path.display());
+                anyhow::bail!(
+                    "upstream.ca_file {}: contains no certificates",
+                    path.display()
+                );
             }
             builder = builder.tls_certs_merge(certs);
         }
-        let http = builder.build().map_err(|e| anyhow::anyhow!("building the upstream HTTP client: {e}"))?;
+        let http = builder
+            .build()
+            .map_err(|e| anyhow::anyhow!("building the upstream HTTP client: {e}"))?;
         Ok(Upstream {
             tokens: tokens_for(&settings),
-            discovery: moka::future::Cache::builder().max_capacity(1024).time_to_live(DISCOVERY_TTL).build(),
+            discovery: moka::future::Cache::builder()
+                .max_capacity(1024)
+                .time_to_live(DISCOVERY_TTL)
+                .build(),
             settings,
             http,
             metrics,
@@ -113,23 +133,34 @@ impl Upstream {
 
     /// The `providers.v1` base URL of a registry host, from (cached) service discovery.
     pub async fn providers_base(&self, host: &Hostname) -> Result<Url> {
-        self.discovery.try_get_with(host.clone(), self.discover(host)).await.map_err(|e: Arc<Error>| (*e).clone())
+        self.discovery
+            .try_get_with(host.clone(), self.discover(host))
+            .await
+            .map_err(|e: Arc<Error>| (*e).clone())
     }
 
     async fn discover(&self, host: &Hostname) -> Result<Url> {
         let url = Url::parse(&format!("https://{host}/.well-known/terraform.json"))
             .map_err(|e| Error::BadRequest(format!("hostname {host}: {e}")))?;
-        let (final_url, body) = self.document(host, Operation::Discovery, &url, MAX_DISCOVERY_SIZE, true).await?;
+        let (final_url, body) = self
+            .document(host, Operation::Discovery, &url, MAX_DISCOVERY_SIZE, true)
+            .await?;
         let Some((final_url, body)) = final_url.zip(body) else {
-            return Err(Error::NotFound(format!("{host} has no service discovery document, so it is not a provider registry")));
+            return Err(Error::NotFound(format!(
+                "{host} has no service discovery document, so it is not a provider registry"
+            )));
         };
         let base = parse_discovery(&body).map_err(|e| Error::Upstream(format!("{host}: {e}")))?;
         let Some(base) = base else {
-            return Err(Error::NotFound(format!("{host} does not offer the provider registry protocol (no providers.v1)")));
+            return Err(Error::NotFound(format!(
+                "{host} does not offer the provider registry protocol (no providers.v1)"
+            )));
         };
-        let mut resolved = final_url
-            .join(&base)
-            .map_err(|e| Error::Upstream(format!("{host}: providers.v1 {base:?} is not a valid URL: {e}")))?;
+        let mut resolved = final_url.join(&base).map_err(|e| {
+            Error::Upstream(format!(
+                "{host}: providers.v1 {base:?} is not a valid URL: {e}"
+            ))
+        })?;
         check_url(host, &resolved)?;
         if !resolved.path().ends_with('/') {
             let path = format!("{}/", resolved.path());
@@ -141,8 +172,19 @@ impl Upstream {
     /// Lists a provider's versions. `Ok(None)`: the origin has no such provider.
     pub async fn versions(&self, addr: &ProviderAddr) -> Result<Option<VersionList>> {
         let base = self.providers_base(&addr.hostname).await?;
-        let url = join(&base, &format!("{}/{}/versions", addr.namespace, addr.type_))?;
-        let (_, body) = self.document(&addr.hostname, Operation::Versions, &url, self.settings.max_document_size, false).await?;
+        let url = join(
+            &base,
+            &format!("{}/{}/versions", addr.namespace, addr.type_),
+        )?;
+        let (_, body) = self
+            .document(
+                &addr.hostname,
+                Operation::Versions,
+                &url,
+                self.settings.max_document_size,
+                false,
+            )
+            .await?;
         let Some(body) = body else { return Ok(None) };
         let list = parse_versions(&body).map_err(|e| Error::Upstream(format!("{addr}: {e}")))?;
         for note in &list.skipped {
@@ -153,18 +195,42 @@ impl Upstream {
 
     /// Fetches download metadata for one package, with every URL in it made absolute.
     /// `Ok(None)`: the origin has no package for this platform.
-    pub async fn download_info(&self, addr: &ProviderAddr, version: &Version, platform: &Platform) -> Result<Option<DownloadInfo>> {
+    pub async fn download_info(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<Option<DownloadInfo>> {
         let base = self.providers_base(&addr.hostname).await?;
-        let path = format!("{}/{}/{}/download/{}/{}", addr.namespace, addr.type_, version, platform.os, platform.arch);
+        let path = format!(
+            "{}/{}/{}/download/{}/{}",
+            addr.namespace, addr.type_, version, platform.os, platform.arch
+        );
         let url = join(&base, &path)?;
-        let (final_url, body) =
-            self.document(&addr.hostname, Operation::Download, &url, self.settings.max_document_size, false).await?;
-        let (Some(final_url), Some(body)) = (final_url, body) else { return Ok(None) };
-        let mut info = parse_download(&body, platform).map_err(|e| Error::Upstream(format!("{addr} {version}: {e}")))?;
-        for u in [&mut info.download_url, &mut info.shasums_url, &mut info.shasums_signature_url] {
-            let abs = final_url
-                .join(u)
-                .map_err(|e| Error::Upstream(format!("{addr} {version} {platform}: URL {u:?} is invalid: {e}")))?;
+        let (final_url, body) = self
+            .document(
+                &addr.hostname,
+                Operation::Download,
+                &url,
+                self.settings.max_document_size,
+                false,
+            )
+            .await?;
+        let (Some(final_url), Some(body)) = (final_url, body) else {
+            return Ok(None);
+        };
+        let mut info = parse_download(&body, platform)
+            .map_err(|e| Error::Upstream(format!("{addr} {version}: {e}")))?;
+        for u in [
+            &mut info.download_url,
+            &mut info.shasums_url,
+            &mut info.shasums_signature_url,
+        ] {
+            let abs = final_url.join(u).map_err(|e| {
+                Error::Upstream(format!(
+                    "{addr} {version} {platform}: URL {u:?} is invalid: {e}"
+                ))
+            })?;
             check_url(&addr.hostname, &abs)?;
             *u = abs.to_string();
         }
@@ -173,16 +239,32 @@ impl Upstream {
 
     /// Fetches a small file such as SHA256SUMS, failing on 404 as on any other error status.
     pub async fn small_file(&self, host: &Hostname, op: Operation, url: &str) -> Result<Bytes> {
-        let url = Url::parse(url).map_err(|e| Error::Upstream(format!("invalid URL {url:?}: {e}")))?;
-        let (_, body) = self.document(host, op, &url, self.settings.max_document_size, false).await?;
-        body.ok_or_else(|| Error::Upstream(format!("{} {url}: origin answered 404 Not Found", op.as_str())))
+        let url =
+            Url::parse(url).map_err(|e| Error::Upstream(format!("invalid URL {url:?}: {e}")))?;
+        let (_, body) = self
+            .document(host, op, &url, self.settings.max_document_size, false)
+            .await?;
+        body.ok_or_else(|| {
+            Error::Upstream(format!(
+                "{} {url}: origin answered 404 Not Found",
+                op.as_str()
+            ))
+        })
     }
 
     /// Starts an archive download and returns the response once its status is 200.
     pub async fn archive(&self, host: &Hostname, url: &str) -> Result<reqwest::Response> {
-        let url = Url::parse(url).map_err(|e| Error::Upstream(format!("invalid archive URL {url:?}: {e}")))?;
+        let url = Url::parse(url)
+            .map_err(|e| Error::Upstream(format!("invalid archive URL {url:?}: {e}")))?;
         let started = Instant::now();
-        let result = self.send(host, Operation::Archive, &url, self.settings.archive_timeout).await;
+        let result = self
+            .send(
+                host,
+                Operation::Archive,
+                &url,
+                self.settings.archive_timeout,
+            )
+            .await;
         self.observe(host, Operation::Archive, started);
         let resp = match result {
             Ok(resp) => resp,
@@ -224,7 +306,9 @@ impl Upstream {
     ) -> Result<(Option<Url>, Option<Bytes>)> {
         let started = Instant::now();
         let result = async {
-            let resp = self.send(host, op, url, self.settings.request_timeout).await?;
+            let resp = self
+                .send(host, op, url, self.settings.request_timeout)
+                .await?;
             let status = resp.status();
             if status == reqwest::StatusCode::NOT_FOUND {
                 return Ok((None, None, "not_found"));
@@ -233,11 +317,21 @@ impl Upstream {
                 return Err((status_error(op, url, status), outcome_for_status(status)));
             }
             if require_json && !is_json(&resp) {
-                return Err((Error::Upstream(format!("{} {url}: answer is not application/json", op.as_str())), "bad_document"));
+                return Err((
+                    Error::Upstream(format!(
+                        "{} {url}: answer is not application/json",
+                        op.as_str()
+                    )),
+                    "bad_document",
+                ));
             }
             let final_url = resp.url().clone();
             let body = read_capped(resp, max).await.map_err(|e| {
-                let outcome = if matches!(e, Error::UpstreamTimeout(_)) { "timeout" } else { "error" };
+                let outcome = if matches!(e, Error::UpstreamTimeout(_)) {
+                    "timeout"
+                } else {
+                    "error"
+                };
                 (e, outcome)
             })?;
             self.add_bytes(body.len() as u64);
@@ -259,7 +353,13 @@ impl Upstream {
 
     /// Sends a GET, adding the registry's token only where it belongs. Transport errors are
     /// counted here; the caller counts the outcome of any response.
-    async fn send(&self, host: &Hostname, op: Operation, url: &Url, timeout: Duration) -> Result<reqwest::Response, (Error, &'static str)> {
+    async fn send(
+        &self,
+        host: &Hostname,
+        op: Operation,
+        url: &Url,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, (Error, &'static str)> {
         let mut req = self.http.get(url.clone()).timeout(timeout);
         if matches!(op, Operation::Discovery) {
             req = req.header(reqwest::header::ACCEPT, "application/json");
@@ -268,23 +368,38 @@ impl Upstream {
             // API calls go to the registry's own services; artifacts only get the token when they
             // live on the registry host itself. reqwest drops it on redirects to other hosts.
             let same_host = url_host(url).as_deref() == Some(host.as_str());
-            if same_host || matches!(op, Operation::Discovery | Operation::Versions | Operation::Download) {
+            if same_host
+                || matches!(
+                    op,
+                    Operation::Discovery | Operation::Versions | Operation::Download
+                )
+            {
                 req = req.bearer_auth(token);
             }
         }
         req.send().await.map_err(|e| {
-            let outcome = if e.is_timeout() { "timeout" } else { "connect_error" };
+            let outcome = if e.is_timeout() {
+                "timeout"
+            } else {
+                "connect_error"
+            };
             let err = transport_error(op, url, &e);
             (err, outcome)
         })
     }
 
     fn count(&self, host: &Hostname, op: Operation, outcome: &str) {
-        self.metrics.upstream_requests.with_label_values(&[host.as_str(), op.as_str(), outcome]).inc();
+        self.metrics
+            .upstream_requests
+            .with_label_values(&[host.as_str(), op.as_str(), outcome])
+            .inc();
     }
 
     fn observe(&self, host: &Hostname, op: Operation, started: Instant) {
-        self.metrics.upstream_duration.with_label_values(&[host.as_str(), op.as_str()]).observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .upstream_duration
+            .with_label_values(&[host.as_str(), op.as_str()])
+            .observe(started.elapsed().as_secs_f64());
     }
 }
 
@@ -293,8 +408,13 @@ impl Upstream {
 fn tokens_for(settings: &Settings) -> HashMap<Hostname, String> {
     let mut tokens = HashMap::new();
     for (name, value) in std::env::vars() {
-        let Some(encoded) = name.strip_prefix("TF_TOKEN_") else { continue };
-        let decoded = encoded.replace("__", "\u{0}").replace('_', ".").replace('\u{0}', "-");
+        let Some(encoded) = name.strip_prefix("TF_TOKEN_") else {
+            continue;
+        };
+        let decoded = encoded
+            .replace("__", "\u{0}")
+            .replace('_', ".")
+            .replace('\u{0}', "-");
         if let Ok(host) = Hostname::parse(&decoded) {
             if settings.host_allowed(&host) && !value.is_empty() {
                 tokens.insert(host, value);
@@ -320,29 +440,43 @@ fn url_host(url: &Url) -> Option<String> {
 /// Only absolute https URLs without credentials are ever fetched.
 fn check_url(host: &Hostname, url: &Url) -> Result<()> {
     if url.scheme() != "https" {
-        return Err(Error::Upstream(format!("{host}: refusing non-https URL {url}")));
+        return Err(Error::Upstream(format!(
+            "{host}: refusing non-https URL {url}"
+        )));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(Error::Upstream(format!("{host}: refusing a URL with embedded credentials")));
+        return Err(Error::Upstream(format!(
+            "{host}: refusing a URL with embedded credentials"
+        )));
     }
     Ok(())
 }
 
 fn join(base: &Url, path: &str) -> Result<Url> {
-    base.join(path).map_err(|e| Error::Internal(format!("joining {path:?} onto {base}: {e}")))
+    base.join(path)
+        .map_err(|e| Error::Internal(format!("joining {path:?} onto {base}: {e}")))
 }
 
 fn is_json(resp: &reqwest::Response) -> bool {
     resp.headers()
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"))
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        })
         .unwrap_or(false)
 }
 
 async fn read_capped(resp: reqwest::Response, max: u64) -> Result<Bytes> {
     if resp.content_length().is_some_and(|n| n > max) {
-        return Err(Error::Upstream(format!("{}: document larger than the {max}-byte limit", resp.url())));
+        return Err(Error::Upstream(format!(
+            "{}: document larger than the {max}-byte limit",
+            resp.url()
+        )));
     }
     let url = resp.url().clone();
     let mut body = BytesMut::new();
@@ -350,7 +484,9 @@ async fn read_capped(resp: reqwest::Response, max: u64) -> Result<Bytes> {
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| transport_error(Operation::Download, &url, &e))?;
         if body.len() as u64 + chunk.len() as u64 > max {
-            return Err(Error::Upstream(format!("{url}: document larger than the {max}-byte limit")));
+            return Err(Error::Upstream(format!(
+                "{url}: document larger than the {max}-byte limit"
+            )));
         }
         body.extend_from_slice(&chunk);
     }
@@ -358,7 +494,11 @@ async fn read_capped(resp: reqwest::Response, max: u64) -> Result<Bytes> {
 }
 
 fn outcome_for_status(status: reqwest::StatusCode) -> &'static str {
-    if status.is_server_error() { "server_error" } else { "client_error" }
+    if status.is_server_error() {
+        "server_error"
+    } else {
+        "client_error"
+    }
 }
 
 fn status_error(op: Operation, url: &Url, status: reqwest::StatusCode) -> Error {
@@ -377,5 +517,9 @@ fn transport_error(op: Operation, url: &Url, err: &reqwest::Error) -> Error {
         first = false;
         source = e.source();
     }
-    if err.is_timeout() { Error::UpstreamTimeout(msg) } else { Error::Upstream(msg) }
+    if err.is_timeout() {
+        Error::UpstreamTimeout(msg)
+    } else {
+        Error::Upstream(msg)
+    }
 }

@@ -27,7 +27,12 @@ struct Table<K, T> {
 
 impl<K, T> Default for Flights<K, T> {
     fn default() -> Self {
-        Flights { inner: Arc::new(Mutex::new(Table { next_id: 0, flights: HashMap::new() })) }
+        Flights {
+            inner: Arc::new(Mutex::new(Table {
+                next_id: 0,
+                flights: HashMap::new(),
+            })),
+        }
     }
 }
 
@@ -53,10 +58,16 @@ where
                 let inner = self.inner.clone();
                 let done_key = key.clone();
                 let flight: Flight<T> = async move {
-                    let result = task.await.unwrap_or_else(|e| Err(Error::Internal(format!("background fetch failed: {e}"))));
+                    let result = task.await.unwrap_or_else(|e| {
+                        Err(Error::Internal(format!("background fetch failed: {e}")))
+                    });
                     // The table lock is held while this flight is inserted, so it is there now.
                     let mut table = inner.lock().expect("flight table lock");
-                    if table.flights.get(&done_key).is_some_and(|(fid, _)| *fid == id) {
+                    if table
+                        .flights
+                        .get(&done_key)
+                        .is_some_and(|(fid, _)| *fid == id)
+                    {
                         table.flights.remove(&done_key);
                     }
                     result

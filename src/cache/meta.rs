@@ -35,25 +35,37 @@ pub struct IndexRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexVersion {
     pub version: Version,
+    #[serde(default)]
+    pub protocols: Vec<String>,
     pub platforms: Vec<Platform>,
 }
 
 impl From<ListedVersion> for IndexVersion {
     fn from(v: ListedVersion) -> Self {
-        IndexVersion { version: v.version, platforms: v.platforms }
+        IndexVersion {
+            version: v.version,
+            protocols: v.protocols,
+            platforms: v.platforms,
+        }
     }
 }
 
 impl IndexRecord {
     /// The platforms the origin lists for `version`, or `None` if it doesn't list the version.
     pub fn platforms_of(&self, version: &Version) -> Option<&[Platform]> {
-        self.versions.iter().find(|v| &v.version == version).map(|v| v.platforms.as_slice())
+        self.versions
+            .iter()
+            .find(|v| &v.version == version)
+            .map(|v| v.platforms.as_slice())
     }
 
     /// The `index.json` document: `{"versions":{"1.0.0":{},...}}`.
     pub fn to_mirror_json(&self) -> Vec<u8> {
-        let versions: serde_json::Map<String, serde_json::Value> =
-            self.versions.iter().map(|v| (v.version.to_string(), serde_json::json!({}))).collect();
+        let versions: serde_json::Map<String, serde_json::Value> = self
+            .versions
+            .iter()
+            .map(|v| (v.version.to_string(), serde_json::json!({})))
+            .collect();
         serde_json::to_vec(&serde_json::json!({ "versions": versions })).expect("JSON of strings")
     }
 }
@@ -61,6 +73,8 @@ impl IndexRecord {
 /// Verified download metadata for one platform's package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Package {
+    #[serde(default)]
+    pub protocols: Vec<String>,
     /// The origin's file name (the one its SHA256SUMS lists).
     pub filename: String,
     pub download_url: String,
@@ -85,9 +99,25 @@ pub struct VersionRecord {
     #[serde(default)]
     pub unavailable: Vec<Platform>,
     pub packages: BTreeMap<Platform, Package>,
+    /// The distinct SHA256SUMS files the packages refer to, in the order their copies are stored
+    /// (`<version>.SHA256SUMS.<n>` and `<version>.SHA256SUMS.<n>.sig`, byte for byte).
+    #[serde(default)]
+    pub sums: Vec<SumsRef>,
+}
+
+/// One SHA256SUMS file and its signature, as published by the origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SumsRef {
+    pub url: String,
+    pub signature_url: String,
 }
 
 impl VersionRecord {
+    /// The position of `url` in [`VersionRecord::sums`].
+    pub fn sums_index(&self, url: &str) -> Option<usize> {
+        self.sums.iter().position(|s| s.url == url)
+    }
+
     /// Whether every offered platform that passes `allowed` has been looked up.
     pub fn covers(&self, allowed: impl Fn(&Platform) -> bool) -> bool {
         self.offered
@@ -107,7 +137,12 @@ struct IndexExpiry {
 }
 
 impl Expiry<ProviderAddr, Arc<IndexRecord>> for IndexExpiry {
-    fn expire_after_create(&self, _: &ProviderAddr, rec: &Arc<IndexRecord>, _: Instant) -> Option<Duration> {
+    fn expire_after_create(
+        &self,
+        _: &ProviderAddr,
+        rec: &Arc<IndexRecord>,
+        _: Instant,
+    ) -> Option<Duration> {
         Some(if rec.stale {
             self.stale_retry
         } else if !rec.found {
@@ -129,19 +164,36 @@ pub struct MetaStore {
 
 impl MetaStore {
     /// `root` is `<cache.dir>/metadata`; `capacity` bounds each in-memory cache's entry count.
-    pub fn new(root: PathBuf, capacity: u64, ttl: Duration, not_found_ttl: Duration) -> io::Result<MetaStore> {
+    pub fn new(
+        root: PathBuf,
+        capacity: u64,
+        ttl: Duration,
+        not_found_ttl: Duration,
+    ) -> io::Result<MetaStore> {
         std::fs::create_dir_all(&root)?;
-        let expiry = IndexExpiry { ttl, not_found_ttl, stale_retry: Duration::from_secs(30).min(ttl) };
+        let expiry = IndexExpiry {
+            ttl,
+            not_found_ttl,
+            stale_retry: Duration::from_secs(30).min(ttl),
+        };
         Ok(MetaStore {
             root,
             ttl,
-            indexes: moka::future::Cache::builder().max_capacity(capacity).expire_after(expiry).build(),
-            versions: moka::future::Cache::builder().max_capacity(capacity).build(),
+            indexes: moka::future::Cache::builder()
+                .max_capacity(capacity)
+                .expire_after(expiry)
+                .build(),
+            versions: moka::future::Cache::builder()
+                .max_capacity(capacity)
+                .build(),
         })
     }
 
     fn dir_of(&self, addr: &ProviderAddr) -> PathBuf {
-        self.root.join(addr.hostname.as_str()).join(&addr.namespace).join(&addr.type_)
+        self.root
+            .join(addr.hostname.as_str())
+            .join(&addr.namespace)
+            .join(&addr.type_)
     }
 
     fn index_path(&self, addr: &ProviderAddr) -> PathBuf {
@@ -167,23 +219,85 @@ impl MetaStore {
         write_json(self.index_path(addr), rec).await
     }
 
-    pub async fn read_version(&self, addr: &ProviderAddr, version: &Version) -> Option<VersionRecord> {
+    pub async fn read_version(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Option<VersionRecord> {
         read_json(self.version_path(addr, version)).await
     }
 
-    pub async fn write_version(&self, addr: &ProviderAddr, version: &Version, rec: &VersionRecord) -> io::Result<()> {
+    pub async fn write_version(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        rec: &VersionRecord,
+    ) -> io::Result<()> {
         write_json(self.version_path(addr, version), rec).await
     }
 
+    fn sums_path(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        n: usize,
+        signature: bool,
+    ) -> PathBuf {
+        let suffix = if signature { ".sig" } else { "" };
+        self.dir_of(addr)
+            .join(format!("{version}.SHA256SUMS.{n}{suffix}"))
+    }
+
+    /// Keeps the origin's SHA256SUMS file `n` of a version (or its signature) byte for byte.
+    /// Written before the version record that refers to it.
+    pub async fn write_sums(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        n: usize,
+        signature: bool,
+        bytes: Vec<u8>,
+    ) -> io::Result<()> {
+        let path = self.sums_path(addr, version, n, signature);
+        tokio::task::spawn_blocking(move || super::write_atomic(&path, &bytes))
+            .await
+            .map_err(io::Error::other)?
+    }
+
+    /// Reads a kept SHA256SUMS file or signature.
+    pub async fn read_sums(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        n: usize,
+        signature: bool,
+    ) -> io::Result<Option<Vec<u8>>> {
+        match tokio::fs::read(self.sums_path(addr, version, n, signature)).await {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Records the `h1:` hash of a committed archive in its version record (memory and disk).
-    pub async fn set_h1(&self, addr: &ProviderAddr, version: &Version, platform: &Platform, h1: &str) -> io::Result<()> {
+    pub async fn set_h1(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+        h1: &str,
+    ) -> io::Result<()> {
         let key = (addr.clone(), version.clone());
         let current = match self.versions.get(&key).await {
             Some(rec) => Some((*rec).clone()),
             None => self.read_version(addr, version).await,
         };
-        let Some(mut rec) = current else { return Ok(()) };
-        let Some(pkg) = rec.packages.get_mut(platform) else { return Ok(()) };
+        let Some(mut rec) = current else {
+            return Ok(());
+        };
+        let Some(pkg) = rec.packages.get_mut(platform) else {
+            return Ok(());
+        };
         if pkg.h1.as_deref() == Some(h1) {
             return Ok(());
         }
@@ -214,7 +328,9 @@ async fn read_json<T: serde::de::DeserializeOwned>(path: PathBuf) -> Option<T> {
 
 async fn write_json<T: Serialize>(path: PathBuf, value: &T) -> io::Result<()> {
     let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
-    tokio::task::spawn_blocking(move || super::write_atomic(&path, &bytes)).await.map_err(io::Error::other)?
+    tokio::task::spawn_blocking(move || super::write_atomic(&path, &bytes))
+        .await
+        .map_err(io::Error::other)?
 }
 
 #[cfg(test)]
@@ -228,21 +344,39 @@ mod tests {
             found: true,
             stale: false,
             versions: vec![
-                IndexVersion { version: Version::parse("1.0.0").unwrap(), platforms: vec![] },
-                IndexVersion { version: Version::parse("2.0.0-rc.1").unwrap(), platforms: vec![] },
+                IndexVersion {
+                    version: Version::parse("1.0.0").unwrap(),
+                    protocols: vec![],
+                    platforms: vec![],
+                },
+                IndexVersion {
+                    version: Version::parse("2.0.0-rc.1").unwrap(),
+                    protocols: vec![],
+                    platforms: vec![],
+                },
             ],
         };
-        assert_eq!(String::from_utf8(rec.to_mirror_json()).unwrap(), r#"{"versions":{"1.0.0":{},"2.0.0-rc.1":{}}}"#);
+        assert_eq!(
+            String::from_utf8(rec.to_mirror_json()).unwrap(),
+            r#"{"versions":{"1.0.0":{},"2.0.0-rc.1":{}}}"#
+        );
     }
 
     #[tokio::test]
     async fn version_records_round_trip_through_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let store = MetaStore::new(dir.path().to_path_buf(), 10, Duration::from_secs(60), Duration::from_secs(5)).unwrap();
+        let store = MetaStore::new(
+            dir.path().to_path_buf(),
+            10,
+            Duration::from_secs(60),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         let addr = ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap();
         let v = Version::parse("1.0.0+b.1").unwrap();
         let linux = Platform::parse("linux_amd64").unwrap();
         let pkg = Package {
+            protocols: vec!["5.0".into()],
             filename: "f.zip".into(),
             download_url: "https://x/f.zip".into(),
             shasum: "0".repeat(64),
@@ -251,7 +385,13 @@ mod tests {
             signing_keys: vec![],
             h1: None,
         };
-        let rec = VersionRecord { fetched_at: 1, offered: vec![linux.clone()], unavailable: vec![], packages: [(linux.clone(), pkg)].into() };
+        let rec = VersionRecord {
+            fetched_at: 1,
+            offered: vec![linux.clone()],
+            unavailable: vec![],
+            packages: [(linux.clone(), pkg)].into(),
+            sums: vec![],
+        };
         store.write_version(&addr, &v, &rec).await.unwrap();
         assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);
         store.set_h1(&addr, &v, &linux, "h1:abc").await.unwrap();

@@ -73,7 +73,12 @@ pub trait ArchiveStore: Send + Sync + 'static {
     /// Describes a committed archive without opening its body.
     async fn info(&self, key: &ArchiveKey) -> io::Result<Option<ArchiveInfo>>;
     /// Makes a staged, verified file the archive for `key`, atomically. Consumes the staged file.
-    async fn commit(&self, key: &ArchiveKey, staged: StagedFile, info: &ArchiveInfo) -> io::Result<()>;
+    async fn commit(
+        &self,
+        key: &ArchiveKey,
+        staged: StagedFile,
+        info: &ArchiveInfo,
+    ) -> io::Result<()>;
     /// Counts archives and bytes (a full scan; for start-up and reports).
     async fn usage(&self) -> io::Result<Usage>;
 }
@@ -103,9 +108,18 @@ impl Staging {
 
     /// A new, empty staging file.
     pub async fn create(&self) -> io::Result<(StagedFile, tokio::fs::File)> {
-        let name = format!("{}-{}.part", std::process::id(), STAGE_COUNTER.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "{}-{}.part",
+            std::process::id(),
+            STAGE_COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
         let path = self.dir.join(name);
-        let file = tokio::fs::OpenOptions::new().write(true).read(true).create_new(true).open(&path).await?;
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .read(true)
+            .create_new(true)
+            .open(&path)
+            .await?;
         Ok((StagedFile { path: Some(path) }, file))
     }
 }
@@ -118,12 +132,16 @@ pub struct StagedFile {
 
 impl StagedFile {
     pub fn path(&self) -> &Path {
-        self.path.as_deref().expect("staged file is present until taken")
+        self.path
+            .as_deref()
+            .expect("staged file is present until taken")
     }
 
     /// Hands the file over; the caller becomes responsible for it.
     pub fn take(mut self) -> PathBuf {
-        self.path.take().expect("staged file is present until taken")
+        self.path
+            .take()
+            .expect("staged file is present until taken")
     }
 }
 
@@ -182,13 +200,19 @@ impl ArchiveStore for DiskStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let Some(info) = self.read_info(&path).await? else { return Ok(None) };
+        let Some(info) = self.read_info(&path).await? else {
+            return Ok(None);
+        };
         let meta = file.metadata().await?;
         if meta.len() != info.size {
             tracing::warn!(archive = %path.display(), "archive size differs from its record; treating it as absent");
             return Ok(None);
         }
-        Ok(Some(StoredArchive { info, modified: meta.modified()?, body: Box::pin(file) }))
+        Ok(Some(StoredArchive {
+            info,
+            modified: meta.modified()?,
+            body: Box::pin(file),
+        }))
     }
 
     async fn info(&self, key: &ArchiveKey) -> io::Result<Option<ArchiveInfo>> {
@@ -199,7 +223,12 @@ impl ArchiveStore for DiskStore {
         self.read_info(&path).await
     }
 
-    async fn commit(&self, key: &ArchiveKey, staged: StagedFile, info: &ArchiveInfo) -> io::Result<()> {
+    async fn commit(
+        &self,
+        key: &ArchiveKey,
+        staged: StagedFile,
+        info: &ArchiveInfo,
+    ) -> io::Result<()> {
         let path = self.path_of(key);
         let sidecar = Self::sidecar(&path);
         let json = serde_json::to_vec(info).map_err(io::Error::other)?;
@@ -225,9 +254,13 @@ impl ArchiveStore for DiskStore {
             let mut usage = Usage::default();
             let mut stack = vec![root];
             while let Some(dir) = stack.pop() {
-                let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
                 for entry in entries.flatten() {
-                    let Ok(kind) = entry.file_type() else { continue };
+                    let Ok(kind) = entry.file_type() else {
+                        continue;
+                    };
                     if kind.is_dir() {
                         stack.push(entry.path());
                     } else if entry.file_name().to_string_lossy().ends_with(".zip") {
@@ -266,7 +299,11 @@ mod tests {
         let (staged, mut file) = staging.create().await.unwrap();
         file.write_all(b"zip bytes").await.unwrap();
         file.sync_all().await.unwrap();
-        let info = ArchiveInfo { sha256: "00".repeat(32), h1: "h1:x".into(), size: 9 };
+        let info = ArchiveInfo {
+            sha256: "00".repeat(32),
+            h1: "h1:x".into(),
+            size: 9,
+        };
         store.commit(&key(), staged, &info).await.unwrap();
 
         let mut got = store.open(&key()).await.unwrap().unwrap();
@@ -274,8 +311,17 @@ mod tests {
         let mut body = Vec::new();
         got.body.read_to_end(&mut body).await.unwrap();
         assert_eq!(body, b"zip bytes");
-        assert_eq!(store.usage().await.unwrap(), Usage { archives: 1, bytes: 9 });
-        assert_eq!(std::fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
+        assert_eq!(
+            store.usage().await.unwrap(),
+            Usage {
+                archives: 1,
+                bytes: 9
+            }
+        );
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
     }
 
     #[tokio::test]

@@ -3,7 +3,10 @@
 
 /// Renders the page for a mirror reachable at `base_url`.
 pub fn render(base_url: &str, hosts: &[String]) -> String {
-    let hosts = hosts.iter().map(|h| format!("<li><code>{}</code></li>", escape(h))).collect::<String>();
+    let hosts = hosts
+        .iter()
+        .map(|h| format!("<li><code>{}</code></li>", escape(h)))
+        .collect::<String>();
     let url = escape(base_url);
     format!(
         r#"<!doctype html>
@@ -31,5 +34,8 @@ or the file named by <code>TF_CLI_CONFIG_FILE</code>):</p>
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }

@@ -16,7 +16,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 
-use crate::address::MirrorPath;
+use crate::address::{MirrorPath, RegistryPath};
 use crate::cache::StoredArchive;
 use crate::config::Settings;
 use crate::error::Error;
@@ -41,6 +41,7 @@ enum Route {
     Index,
     Version,
     Archive,
+    Registry,
     Page,
     Metrics,
     Health,
@@ -54,6 +55,7 @@ impl Route {
             Route::Index => "index",
             Route::Version => "version",
             Route::Archive => "archive",
+            Route::Registry => "registry",
             Route::Page => "page",
             Route::Metrics => "metrics",
             Route::Health => "healthz",
@@ -64,14 +66,32 @@ impl Route {
 }
 
 impl App {
-    pub fn new(settings: Arc<Settings>, mirror: Arc<Mirror>, metrics: Arc<Metrics>, base_url: url::Url) -> App {
-        let hosts: Vec<String> = settings.allowed_hosts.iter().map(|h| h.to_string()).collect();
+    pub fn new(
+        settings: Arc<Settings>,
+        mirror: Arc<Mirror>,
+        metrics: Arc<Metrics>,
+        base_url: url::Url,
+    ) -> App {
+        let hosts: Vec<String> = settings
+            .allowed_hosts
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
         let page = Bytes::from(super::page::render(base_url.as_str(), &hosts));
-        App { settings, mirror, metrics, base_url, page }
+        App {
+            settings,
+            mirror,
+            metrics,
+            base_url,
+            page,
+        }
     }
 
     /// Answers one request. Never fails: errors become JSON error responses.
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, Infallible> {
         let started = Instant::now();
         let (route, result) = self.route(&req).await;
         let mut resp = result.unwrap_or_else(|e| {
@@ -86,8 +106,14 @@ impl App {
             *resp.body_mut() = empty();
         }
         let status = resp.status();
-        self.metrics.http_requests.with_label_values(&[route.as_str(), status.as_str()]).inc();
-        self.metrics.http_duration.with_label_values(&[route.as_str()]).observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .http_requests
+            .with_label_values(&[route.as_str(), status.as_str()])
+            .inc();
+        self.metrics
+            .http_duration
+            .with_label_values(&[route.as_str()])
+            .observe(started.elapsed().as_secs_f64());
         Ok(resp)
     }
 
@@ -103,37 +129,115 @@ impl App {
             return (route, Err(Error::MethodNotAllowed));
         }
         match route {
-            Route::Health => return (route, Ok(json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec()))),
-            Route::Ready => return (route, Ok(json_response(StatusCode::OK, br#"{"status":"ready"}"#.to_vec()))),
+            Route::Health => {
+                return (
+                    route,
+                    Ok(json_response(
+                        StatusCode::OK,
+                        br#"{"status":"ok"}"#.to_vec(),
+                    )),
+                );
+            }
+            Route::Ready => {
+                return (
+                    route,
+                    Ok(json_response(
+                        StatusCode::OK,
+                        br#"{"status":"ready"}"#.to_vec(),
+                    )),
+                );
+            }
             Route::Metrics => {
                 let body = self.metrics.render();
-                return (route, Ok(response(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", Bytes::from(body))));
+                return (
+                    route,
+                    Ok(response(
+                        StatusCode::OK,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        Bytes::from(body),
+                    )),
+                );
             }
             _ => {}
         }
         let base = self.settings.base_path.as_str();
         if path == base || path == base.trim_end_matches('/') {
-            return (Route::Page, Ok(response(StatusCode::OK, "text/html; charset=utf-8", self.page.clone())));
+            return (
+                Route::Page,
+                Ok(response(
+                    StatusCode::OK,
+                    "text/html; charset=utf-8",
+                    self.page.clone(),
+                )),
+            );
         }
         let Some(rest) = path.strip_prefix(base) else {
-            return (Route::Other, Err(Error::NotFound(format!("nothing at {path}; the mirror lives under {base}"))));
+            return (
+                Route::Other,
+                Err(Error::NotFound(format!(
+                    "nothing at {path}; the mirror lives under {base}"
+                ))),
+            );
         };
+        if let Some(registry_path) = rest.strip_prefix("v1/providers/") {
+            return (Route::Registry, self.registry(registry_path).await);
+        }
         let parsed = match MirrorPath::parse(rest) {
             Ok(p) => p,
             Err(e) => return (Route::Other, Err(Error::BadRequest(e.to_string()))),
         };
         match parsed {
-            MirrorPath::Index(addr) => {
-                (Route::Index, self.mirror.index(&addr).await.map(|body| json_response(StatusCode::OK, body)))
-            }
-            MirrorPath::Version(addr, version) => {
-                (Route::Version, self.mirror.version(&addr, &version).await.map(|body| json_response(StatusCode::OK, body)))
-            }
+            MirrorPath::Index(addr) => (
+                Route::Index,
+                self.mirror
+                    .index(&addr)
+                    .await
+                    .map(|body| json_response(StatusCode::OK, body)),
+            ),
+            MirrorPath::Version(addr, version) => (
+                Route::Version,
+                self.mirror
+                    .version(&addr, &version)
+                    .await
+                    .map(|body| json_response(StatusCode::OK, body)),
+            ),
             MirrorPath::Archive(addr, version, platform) => {
                 let result = self.mirror.archive(&addr, &version, &platform).await;
-                (Route::Archive, result.map(|archive| self.archive_response(req, archive)))
+                (
+                    Route::Archive,
+                    result.map(|archive| self.archive_response(req, archive)),
+                )
             }
         }
+    }
+
+    /// The registry-protocol facade (see `mirror::facade`).
+    async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
+        let parsed = RegistryPath::parse(path).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let m = &self.mirror;
+        Ok(match parsed {
+            RegistryPath::Versions(addr) => {
+                json_response(StatusCode::OK, m.registry_versions(&addr).await?)
+            }
+            RegistryPath::Download(addr, version, platform) => json_response(
+                StatusCode::OK,
+                m.registry_download(&addr, &version, &platform).await?,
+            ),
+            RegistryPath::Sums {
+                addr,
+                version,
+                index,
+                signature,
+            } => {
+                let body = m.registry_sums(&addr, &version, index, signature).await?;
+                let content_type = if signature {
+                    "application/octet-stream"
+                } else {
+                    "text/plain; charset=utf-8"
+                };
+                response(StatusCode::OK, content_type, Bytes::from(body))
+            }
+        })
     }
 
     fn archive_response(&self, req: &Request<Incoming>, archive: StoredArchive) -> Response<Body> {
@@ -143,11 +247,15 @@ impl App {
             .get(header::IF_NONE_MATCH)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-        let builder = Response::builder()
-            .header(header::ETAG, &etag)
-            .header(header::LAST_MODIFIED, httpdate::fmt_http_date(archive.modified));
+        let builder = Response::builder().header(header::ETAG, &etag).header(
+            header::LAST_MODIFIED,
+            httpdate::fmt_http_date(archive.modified),
+        );
         if not_modified {
-            return builder.status(StatusCode::NOT_MODIFIED).body(empty()).expect("valid response");
+            return builder
+                .status(StatusCode::NOT_MODIFIED)
+                .body(empty())
+                .expect("valid response");
         }
         let served = self.metrics.archive_bytes_served.clone();
         let stream = tokio_util::io::ReaderStream::with_capacity(archive.body, 256 * 1024)
@@ -163,14 +271,20 @@ impl App {
 }
 
 fn empty() -> Body {
-    Full::new(Bytes::new()).map_err(|never: Infallible| match never {}).boxed_unsync()
+    Full::new(Bytes::new())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
 }
 
 fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
-        .body(Full::new(body).map_err(|never: Infallible| match never {}).boxed_unsync())
+        .body(
+            Full::new(body)
+                .map_err(|never: Infallible| match never {})
+                .boxed_unsync(),
+        )
         .expect("valid response")
 }
 
@@ -181,7 +295,8 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
 fn error_response(e: &Error) -> Response<Body> {
     let mut resp = json_response(e.status(), e.to_json().into_bytes());
     if matches!(e, Error::MethodNotAllowed) {
-        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
     resp
 }

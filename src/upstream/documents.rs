@@ -22,14 +22,17 @@ fn doc_err(msg: impl Into<String>) -> DocumentError {
 /// Reads the `providers.v1` entry of a discovery document (`/.well-known/terraform.json`).
 /// `Ok(None)` means the host does not offer the provider registry protocol.
 pub fn parse_discovery(body: &[u8]) -> Result<Option<String>, DocumentError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| doc_err(format!("discovery document is not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| doc_err(format!("discovery document is not valid JSON: {e}")))?;
     let Value::Object(map) = value else {
         return Err(doc_err("discovery document is not a JSON object"));
     };
     match map.get("providers.v1") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-        Some(_) => Err(doc_err("discovery document: \"providers.v1\" is not a non-empty string")),
+        Some(_) => Err(doc_err(
+            "discovery document: \"providers.v1\" is not a non-empty string",
+        )),
     }
 }
 
@@ -37,6 +40,8 @@ pub fn parse_discovery(body: &[u8]) -> Result<Option<String>, DocumentError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedVersion {
     pub version: Version,
+    /// Plugin protocol versions such as `5.0`; malformed entries dropped.
+    pub protocols: Vec<String>,
     pub platforms: Vec<Platform>,
 }
 
@@ -50,7 +55,8 @@ pub struct VersionList {
 /// Parses `:namespace/:type/versions`. Entries with an invalid version are skipped (as Terraform
 /// does); so are malformed platform entries. A duplicate version keeps its first entry.
 pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| doc_err(format!("version list is not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| doc_err(format!("version list is not valid JSON: {e}")))?;
     let Some(entries) = value.get("versions") else {
         return Err(doc_err("version list has no \"versions\" property"));
     };
@@ -60,7 +66,8 @@ pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
     let mut out = VersionList::default();
     for (i, entry) in entries.iter().enumerate() {
         let Some(text) = entry.get("version").and_then(Value::as_str) else {
-            out.skipped.push(format!("versions[{i}]: no \"version\" string"));
+            out.skipped
+                .push(format!("versions[{i}]: no \"version\" string"));
             continue;
         };
         let version = match Version::parse_lenient(text) {
@@ -71,7 +78,8 @@ pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
             }
         };
         if out.versions.iter().any(|v| v.version == version) {
-            out.skipped.push(format!("versions[{i}]: duplicate version {version}"));
+            out.skipped
+                .push(format!("versions[{i}]: duplicate version {version}"));
             continue;
         }
         let mut platforms = Vec::new();
@@ -83,21 +91,50 @@ pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
                     (Some(os), Some(arch)) => match Platform::new(os, arch) {
                         Ok(p) if !platforms.contains(&p) => platforms.push(p),
                         Ok(_) => {}
-                        Err(e) => out.skipped.push(format!("versions[{i}].platforms[{j}]: {e}")),
+                        Err(e) => out
+                            .skipped
+                            .push(format!("versions[{i}].platforms[{j}]: {e}")),
                     },
-                    _ => out.skipped.push(format!("versions[{i}].platforms[{j}]: needs \"os\" and \"arch\" strings")),
+                    _ => out.skipped.push(format!(
+                        "versions[{i}].platforms[{j}]: needs \"os\" and \"arch\" strings"
+                    )),
                 }
             }
         }
         platforms.sort();
-        out.versions.push(ListedVersion { version, platforms });
+        let protocols = protocols_of(entry.get("protocols"));
+        out.versions.push(ListedVersion {
+            version,
+            protocols,
+            platforms,
+        });
     }
     Ok(out)
+}
+
+/// Keeps the well-formed `MAJOR[.MINOR]` strings of a `protocols` array.
+fn protocols_of(value: Option<&Value>) -> Vec<String> {
+    let Some(Value::Array(list)) = value else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(Value::as_str)
+        .filter(|p| {
+            p.len() <= 16
+                && !p.is_empty()
+                && p.split('.').count() <= 2
+                && p.split('.')
+                    .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 /// A signing key offered in download metadata.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SigningKey {
+    #[serde(default)]
+    pub key_id: String,
     pub ascii_armor: String,
     #[serde(default)]
     pub trust_signature: String,
@@ -107,6 +144,7 @@ pub struct SigningKey {
 /// URLs are kept as given; the caller resolves them against the URL the document came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DownloadInfo {
+    pub protocols: Vec<String>,
     pub filename: String,
     pub download_url: String,
     pub shasum: String,
@@ -117,6 +155,7 @@ pub struct DownloadInfo {
 
 #[derive(Deserialize)]
 struct RawDownload {
+    protocols: Option<Value>,
     os: Option<String>,
     arch: Option<String>,
     filename: Option<String>,
@@ -134,30 +173,47 @@ struct RawSigningKeys {
 
 #[derive(Deserialize)]
 struct RawKey {
+    key_id: Option<String>,
     ascii_armor: Option<String>,
     trust_signature: Option<String>,
 }
 
 /// Parses and validates download metadata for `platform`.
 pub fn parse_download(body: &[u8], platform: &Platform) -> Result<DownloadInfo, DocumentError> {
-    let raw: RawDownload =
-        serde_json::from_slice(body).map_err(|e| doc_err(format!("download metadata for {platform} is malformed: {e}")))?;
+    let raw: RawDownload = serde_json::from_slice(body).map_err(|e| {
+        doc_err(format!(
+            "download metadata for {platform} is malformed: {e}"
+        ))
+    })?;
     let field = |name: &str, v: Option<String>| -> Result<String, DocumentError> {
         match v {
             Some(s) if !s.is_empty() => Ok(s),
-            _ => Err(doc_err(format!("download metadata for {platform}: missing \"{name}\""))),
+            _ => Err(doc_err(format!(
+                "download metadata for {platform}: missing \"{name}\""
+            ))),
         }
     };
-    if raw.os.as_deref().is_some_and(|os| os != platform.os) || raw.arch.as_deref().is_some_and(|a| a != platform.arch) {
-        return Err(doc_err(format!("download metadata for {platform} describes another platform")));
+    if raw.os.as_deref().is_some_and(|os| os != platform.os)
+        || raw.arch.as_deref().is_some_and(|a| a != platform.arch)
+    {
+        return Err(doc_err(format!(
+            "download metadata for {platform} describes another platform"
+        )));
     }
     let filename = field("filename", raw.filename)?;
-    if filename.len() > 255 || filename.contains(['/', '\\', '\n', '\r', '\0']) || filename.starts_with('.') {
-        return Err(doc_err(format!("download metadata for {platform}: unusable filename {filename:?}")));
+    if filename.len() > 255
+        || filename.contains(['/', '\\', '\n', '\r', '\0'])
+        || filename.starts_with('.')
+    {
+        return Err(doc_err(format!(
+            "download metadata for {platform}: unusable filename {filename:?}"
+        )));
     }
     let shasum = field("shasum", raw.shasum)?.to_ascii_lowercase();
     if shasum.len() != 64 || !shasum.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(doc_err(format!("download metadata for {platform}: \"shasum\" is not 64 hexadecimal digits")));
+        return Err(doc_err(format!(
+            "download metadata for {platform}: \"shasum\" is not 64 hexadecimal digits"
+        )));
     }
     let signing_keys = raw
         .signing_keys
@@ -165,10 +221,15 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<DownloadInfo, 
         .unwrap_or_default()
         .into_iter()
         .filter_map(|k| {
-            Some(SigningKey { ascii_armor: k.ascii_armor.filter(|a| !a.is_empty())?, trust_signature: k.trust_signature.unwrap_or_default() })
+            Some(SigningKey {
+                key_id: k.key_id.unwrap_or_default(),
+                ascii_armor: k.ascii_armor.filter(|a| !a.is_empty())?,
+                trust_signature: k.trust_signature.unwrap_or_default(),
+            })
         })
         .collect();
     Ok(DownloadInfo {
+        protocols: protocols_of(raw.protocols.as_ref()),
         filename,
         download_url: field("download_url", raw.download_url)?,
         shasum,
@@ -186,7 +247,8 @@ pub fn sums_lookup(sums: &[u8], filename: &str) -> Option<String> {
         let line = line.trim_end_matches('\r');
         let (hash, rest) = line.split_once(' ')?;
         let name = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('*'))?;
-        (name == filename && hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hash.to_ascii_lowercase())
+        (name == filename && hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| hash.to_ascii_lowercase())
     })
 }
 
@@ -200,7 +262,12 @@ mod tests {
 
     #[test]
     fn discovery_variants() {
-        assert_eq!(parse_discovery(br#"{"providers.v1":"/v1/providers/"}"#).unwrap().as_deref(), Some("/v1/providers/"));
+        assert_eq!(
+            parse_discovery(br#"{"providers.v1":"/v1/providers/"}"#)
+                .unwrap()
+                .as_deref(),
+            Some("/v1/providers/")
+        );
         assert_eq!(parse_discovery(br#"{"modules.v1":"/m/"}"#).unwrap(), None);
         assert_eq!(parse_discovery(br#"{"providers.v1":null}"#).unwrap(), None);
         assert!(parse_discovery(br#"{"providers.v1":5}"#).is_err());
@@ -225,20 +292,50 @@ mod tests {
             {"version":"3.0.0","platforms":[{"os":"linux"},{"os":"Linux","arch":"amd64"},null,{"os":"linux","arch":"arm64"}]}
         ]}"#;
         let list = parse_versions(body).unwrap();
-        let got: Vec<String> = list.versions.iter().map(|v| v.version.to_string()).collect();
+        let got: Vec<String> = list
+            .versions
+            .iter()
+            .map(|v| v.version.to_string())
+            .collect();
         assert_eq!(got, ["2.0.0", "1.2.0", "3.0.0"]);
-        assert_eq!(list.versions[0].platforms, vec![Platform::parse("darwin_arm64").unwrap(), linux()]);
+        assert_eq!(
+            list.versions[0].platforms,
+            vec![Platform::parse("darwin_arm64").unwrap(), linux()]
+        );
+        assert_eq!(list.versions[0].protocols, ["5.0"]);
+        assert!(list.versions[1].protocols.is_empty());
         assert!(list.versions[1].platforms.is_empty());
-        assert_eq!(list.versions[2].platforms, vec![Platform::parse("linux_arm64").unwrap()]);
+        assert_eq!(
+            list.versions[2].platforms,
+            vec![Platform::parse("linux_arm64").unwrap()]
+        );
         assert!(list.skipped.len() >= 8, "{:?}", list.skipped);
     }
 
     #[test]
     fn version_list_shape_errors() {
-        for bad in [&b"{}"[..], br#"{"versions":null}"#, br#"{"versions":{}}"#, br#"{"versions":"x"}"#, b"[]", b"null", b"{", b""] {
-            assert!(parse_versions(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"{}"[..],
+            br#"{"versions":null}"#,
+            br#"{"versions":{}}"#,
+            br#"{"versions":"x"}"#,
+            b"[]",
+            b"null",
+            b"{",
+            b"",
+        ] {
+            assert!(
+                parse_versions(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
-        assert!(parse_versions(br#"{"versions":[]}"#).unwrap().versions.is_empty());
+        assert!(
+            parse_versions(br#"{"versions":[]}"#)
+                .unwrap()
+                .versions
+                .is_empty()
+        );
     }
 
     fn download(extra: &str) -> String {
@@ -253,8 +350,11 @@ mod tests {
 
     #[test]
     fn download_metadata_parses() {
-        let body = download(r#","signing_keys":{"gpg_public_keys":[{"ascii_armor":"KEY","trust_signature":""},{"ascii_armor":null}]}"#);
+        let body = download(
+            r#","protocols":["5.0","6","x.1",7],"signing_keys":{"gpg_public_keys":[{"ascii_armor":"KEY","trust_signature":""},{"ascii_armor":null}]}"#,
+        );
         let d = parse_download(body.as_bytes(), &linux()).unwrap();
+        assert_eq!(d.protocols, ["5.0", "6"]);
         assert_eq!(d.shasum, "ab".repeat(32));
         assert_eq!(d.signing_keys.len(), 1);
         let d = parse_download(download(r#","signing_keys":null"#).as_bytes(), &linux()).unwrap();
@@ -267,9 +367,18 @@ mod tests {
         let cases = [
             base.replace(&"AB".repeat(32), "abc"),
             base.replace(&"AB".repeat(32), &"zz".repeat(32)),
-            base.replace(r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#, r#""filename":"../../etc/passwd""#),
-            base.replace(r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#, r#""filename":null"#),
-            base.replace(r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#, r#""filename":42"#),
+            base.replace(
+                r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#,
+                r#""filename":"../../etc/passwd""#,
+            ),
+            base.replace(
+                r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#,
+                r#""filename":null"#,
+            ),
+            base.replace(
+                r#""filename":"terraform-provider-x_1.0.0_linux_amd64.zip""#,
+                r#""filename":42"#,
+            ),
             base.replace(r#""download_url":"https://example.com/x.zip","#, ""),
             base.replace(r#""os":"linux""#, r#""os":"windows""#),
             download(r#","signing_keys":"nope""#),
@@ -285,7 +394,10 @@ mod tests {
     #[test]
     fn sums_lookup_finds_the_line() {
         let h = "0123456789abcdef".repeat(4);
-        let sums = format!("{h}  a.zip\n\n{}  b.zip\r\nnonsense\n{h} *c.zip\n", "f".repeat(64));
+        let sums = format!(
+            "{h}  a.zip\n\n{}  b.zip\r\nnonsense\n{h} *c.zip\n",
+            "f".repeat(64)
+        );
         assert_eq!(sums_lookup(sums.as_bytes(), "a.zip"), Some(h.clone()));
         assert_eq!(sums_lookup(sums.as_bytes(), "b.zip"), Some("f".repeat(64)));
         assert_eq!(sums_lookup(sums.as_bytes(), "c.zip"), Some(h));

@@ -19,7 +19,9 @@ pub struct Resolver {
 impl Resolver {
     /// `overrides` maps a bare host name (no port) to the address to connect to.
     pub fn new(overrides: HashMap<String, SocketAddr>) -> Resolver {
-        Resolver { overrides: Arc::new(overrides) }
+        Resolver {
+            overrides: Arc::new(overrides),
+        }
     }
 }
 
@@ -32,7 +34,8 @@ impl Resolve for Resolver {
                 let addrs: Addrs = Box::new(std::iter::once(*addr));
                 return Ok(addrs);
             }
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let addrs: Addrs = Box::new(found.into_iter());
             Ok(addrs)
         })

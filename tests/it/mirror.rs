@@ -9,12 +9,16 @@
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::origin::{Fault, FakeOrigin, ProviderSpec, RequestKind};
+use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 use crate::support::{https_client, within};
 
-const PLATFORMS: &[(&str, &str)] = &[("linux", "amd64"), ("darwin", "arm64"), ("windows", "amd64")];
+const PLATFORMS: &[(&str, &str)] = &[
+    ("linux", "amd64"),
+    ("darwin", "arm64"),
+    ("windows", "amd64"),
+];
 
 async fn setup() -> (TestCa, FakeOrigin) {
     let ca = TestCa::new();
@@ -38,13 +42,20 @@ struct Got {
 
 impl Got {
     fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
     fn content_type(&self) -> &str {
-        self.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("")
+        self.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
     }
     fn error_code(&self) -> String {
-        self.json()["error"]["code"].as_str().unwrap_or_default().to_string()
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 }
 
@@ -53,11 +64,17 @@ async fn get(client: &reqwest::Client, url: &str) -> Got {
 }
 
 async fn request(client: &reqwest::Client, method: reqwest::Method, url: &str) -> Got {
-    let resp = within(url, client.request(method, url).send()).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    let resp = within(url, client.request(method, url).send())
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
     let status = resp.status();
     let headers = resp.headers().clone();
     let body = within(url, resp.bytes()).await.unwrap().to_vec();
-    Got { status, headers, body }
+    Got {
+        status,
+        headers,
+        body,
+    }
 }
 
 fn zip_path(ty: &str, version: &str, platform: &str) -> String {
@@ -70,54 +87,133 @@ async fn cold_miss_then_hit() {
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
 
-    let index = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
+    let index = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/index.json")),
+    )
+    .await;
     assert_eq!(index.status, 200);
     assert_eq!(index.content_type(), "application/json");
-    assert_eq!(index.json(), serde_json::json!({"versions": {"1.0.0": {}, "1.1.0": {}, "2.0.0-rc.1": {}}}));
+    assert_eq!(
+        index.json(),
+        serde_json::json!({"versions": {"1.0.0": {}, "1.1.0": {}, "2.0.0-rc.1": {}}})
+    );
 
-    let doc = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await;
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+    )
+    .await;
     assert_eq!(doc.status, 200);
     let archives = doc.json()["archives"].as_object().unwrap().clone();
     assert_eq!(archives.len(), 3);
     for (os, arch) in PLATFORMS {
         let entry = &archives[&format!("{os}_{arch}")];
-        assert_eq!(entry["url"], format!("terraform-provider-foo_1.0.0_{os}_{arch}.zip"));
+        assert_eq!(
+            entry["url"],
+            format!("terraform-provider-foo_1.0.0_{os}_{arch}.zip")
+        );
         let zh = format!("zh:{}", origin.sha256_hex("acme", "foo", "1.0.0", os, arch));
-        assert_eq!(entry["hashes"], serde_json::json!([zh]), "no h1 before the archive is processed");
+        assert_eq!(
+            entry["hashes"],
+            serde_json::json!([zh]),
+            "no h1 before the archive is processed"
+        );
     }
-    assert_eq!(origin.count(RequestKind::Archive), 0, "metadata requests download no archive");
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        0,
+        "metadata requests download no archive"
+    );
 
-    let zip = get(&client, &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64"))).await;
+    let zip = get(
+        &client,
+        &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64")),
+    )
+    .await;
     assert_eq!(zip.status, 200);
-    assert_eq!(zip.body, origin.archive("acme", "foo", "1.0.0", "linux", "amd64"), "byte-identical to the origin's");
+    assert_eq!(
+        zip.body,
+        origin.archive("acme", "foo", "1.0.0", "linux", "amd64"),
+        "byte-identical to the origin's"
+    );
     assert_eq!(zip.content_type(), "application/zip");
-    assert_eq!(zip.headers["content-length"], zip.body.len().to_string().as_str());
-    assert_eq!(zip.headers["etag"], format!("\"{}\"", origin.sha256_hex("acme", "foo", "1.0.0", "linux", "amd64")).as_str());
+    assert_eq!(
+        zip.headers["content-length"],
+        zip.body.len().to_string().as_str()
+    );
+    assert_eq!(
+        zip.headers["etag"],
+        format!(
+            "\"{}\"",
+            origin.sha256_hex("acme", "foo", "1.0.0", "linux", "amd64")
+        )
+        .as_str()
+    );
     assert!(zip.headers.contains_key("last-modified"));
     assert_eq!(origin.count(RequestKind::Archive), 1);
 
-    let doc = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await.json();
-    let hashes = doc["archives"]["linux_amd64"]["hashes"].as_array().unwrap().clone();
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+    )
+    .await
+    .json();
+    let hashes = doc["archives"]["linux_amd64"]["hashes"]
+        .as_array()
+        .unwrap()
+        .clone();
     let h1 = origin.h1_zip("acme", "foo", "1.0.0", "linux", "amd64");
-    let zh = format!("zh:{}", origin.sha256_hex("acme", "foo", "1.0.0", "linux", "amd64"));
+    let zh = format!(
+        "zh:{}",
+        origin.sha256_hex("acme", "foo", "1.0.0", "linux", "amd64")
+    );
     assert_eq!(hashes, vec![Value::from(h1), Value::from(zh)]);
 
     let before = origin.total_requests();
-    let again = get(&client, &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64"))).await;
+    let again = get(
+        &client,
+        &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64")),
+    )
+    .await;
     assert_eq!(again.body, zip.body);
-    let _ = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
-    let _ = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await;
-    assert_eq!(origin.total_requests(), before, "warm requests never reach the origin");
+    let _ = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/index.json")),
+    )
+    .await;
+    let _ = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+    )
+    .await;
+    assert_eq!(
+        origin.total_requests(),
+        before,
+        "warm requests never reach the origin"
+    );
     assert_eq!(origin.count(RequestKind::Archive), 1);
 
     let metrics = String::from_utf8(get(&client, &mirror.root_url("/metrics")).await.body).unwrap();
-    assert!(metrics.contains(r#"provender_cache_lookups_total{kind="archive",result="hit"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"provender_cache_lookups_total{kind="archive",result="miss"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"provender_cache_lookups_total{kind="archive",result="hit"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"provender_cache_lookups_total{kind="archive",result="miss"} 1"#),
+        "{metrics}"
+    );
     assert!(metrics.contains("provender_cache_archives 1"), "{metrics}");
-    assert!(metrics.contains(r#"provender_http_requests_total{route="archive",status="200"} 2"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"provender_http_requests_total{route="archive",status="200"} 2"#),
+        "{metrics}"
+    );
     assert!(metrics.contains("provender_upstream_requests_total{host=\"registry.terraform.io\",operation=\"archive\",outcome=\"ok\"} 1"), "{metrics}");
     let served = zip.body.len() * 2;
-    assert!(metrics.contains(&format!("provender_archive_bytes_served_total {served}")), "{metrics}");
+    assert!(
+        metrics.contains(&format!("provender_archive_bytes_served_total {served}")),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -125,11 +221,24 @@ async fn directory_entries_get_terraforms_h1() {
     let (ca, origin) = setup().await;
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
-    let zip = get(&client, &mirror.url(&zip_path("dirs", "0.1.0", "linux_amd64"))).await;
+    let zip = get(
+        &client,
+        &mirror.url(&zip_path("dirs", "0.1.0", "linux_amd64")),
+    )
+    .await;
     assert_eq!(zip.status, 200);
-    let doc = get(&client, &mirror.url(&format!("{REGISTRY}/acme/dirs/0.1.0.json"))).await.json();
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/dirs/0.1.0.json")),
+    )
+    .await
+    .json();
     let h1 = origin.h1_zip("acme", "dirs", "0.1.0", "linux", "amd64");
-    assert_ne!(h1, origin.h1_dir("acme", "dirs", "0.1.0", "linux", "amd64"), "fixture really has directory entries");
+    assert_ne!(
+        h1,
+        origin.h1_dir("acme", "dirs", "0.1.0", "linux", "amd64"),
+        "fixture really has directory entries"
+    );
     assert_eq!(doc["archives"]["linux_amd64"]["hashes"][0], h1.as_str());
 }
 
@@ -158,11 +267,24 @@ async fn hosts_outside_the_allow_list_cause_no_outbound_request() {
     let (ca, origin) = setup().await;
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
-    for host in ["evil.example", "127.0.0.1", "localhost", "169.254.169.254", "registry.terraform.io.evil.example"] {
-        for file in ["index.json", "1.0.0.json", "terraform-provider-foo_1.0.0_linux_amd64.zip"] {
+    for host in [
+        "evil.example",
+        "127.0.0.1",
+        "localhost",
+        "169.254.169.254",
+        "registry.terraform.io.evil.example",
+    ] {
+        for file in [
+            "index.json",
+            "1.0.0.json",
+            "terraform-provider-foo_1.0.0_linux_amd64.zip",
+        ] {
             let got = get(&client, &mirror.url(&format!("{host}/acme/foo/{file}"))).await;
             assert_eq!(got.status, 404, "{host}/{file}");
-            assert!(String::from_utf8_lossy(&got.body).contains("allowed_hosts"), "{host}/{file}");
+            assert!(
+                String::from_utf8_lossy(&got.body).contains("allowed_hosts"),
+                "{host}/{file}"
+            );
         }
     }
     assert_eq!(origin.total_requests(), 0, "no request reached any origin");
@@ -186,11 +308,21 @@ async fn malformed_requests_get_400_json() {
         "bad_host/acme/foo/index.json",
     ] {
         let got = get(&client, &format!("{}{}", mirror.url, path)).await;
-        assert_eq!(got.status, 400, "{path}: {}", String::from_utf8_lossy(&got.body));
+        assert_eq!(
+            got.status,
+            400,
+            "{path}: {}",
+            String::from_utf8_lossy(&got.body)
+        );
         assert_eq!(got.error_code(), "bad_request", "{path}");
         assert_eq!(got.content_type(), "application/json");
     }
-    let post = request(&client, reqwest::Method::POST, &mirror.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
+    let post = request(
+        &client,
+        reqwest::Method::POST,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/index.json")),
+    )
+    .await;
     assert_eq!(post.status, 405);
     assert_eq!(post.headers["allow"], "GET, HEAD");
     assert_eq!(origin.total_requests(), 0);
@@ -205,10 +337,17 @@ async fn head_and_conditional_requests() {
     let head = request(&client, reqwest::Method::HEAD, &url).await;
     assert_eq!(head.status, 200);
     assert!(head.body.is_empty());
-    let size = origin.archive("acme", "foo", "1.1.0", "darwin", "arm64").len();
+    let size = origin
+        .archive("acme", "foo", "1.1.0", "darwin", "arm64")
+        .len();
     assert_eq!(head.headers["content-length"], size.to_string().as_str());
     let etag = head.headers["etag"].clone();
-    let cond = within("conditional GET", client.get(&url).header("if-none-match", etag).send()).await.unwrap();
+    let cond = within(
+        "conditional GET",
+        client.get(&url).header("if-none-match", etag).send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(cond.status(), 304);
     assert_eq!(origin.count(RequestKind::Archive), 1);
 }
@@ -220,14 +359,24 @@ async fn origin_errors_are_502_and_not_cached() {
     let client = https_client(&ca, &[]);
     let index_url = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
 
-    origin.set_fault(Fault::Status { kind: RequestKind::Versions, status: 503 });
+    origin.set_fault(Fault::Status {
+        kind: RequestKind::Versions,
+        status: 503,
+    });
     let got = get(&client, &index_url).await;
     assert_eq!(got.status, 502);
     assert_eq!(got.error_code(), "upstream_error");
     origin.clear_faults();
-    assert_eq!(get(&client, &index_url).await.status, 200, "the failure was not remembered");
+    assert_eq!(
+        get(&client, &index_url).await.status,
+        200,
+        "the failure was not remembered"
+    );
 
-    origin.set_fault(Fault::Status { kind: RequestKind::Archive, status: 500 });
+    origin.set_fault(Fault::Status {
+        kind: RequestKind::Archive,
+        status: 500,
+    });
     let zip_url = mirror.url(&zip_path("foo", "1.0.0", "linux_amd64"));
     let got = get(&client, &zip_url).await;
     assert_eq!(got.status, 502);
@@ -249,18 +398,42 @@ async fn tampered_archive_is_refused_and_nothing_is_stored() {
     assert_eq!(got.status, 502);
     assert_eq!(got.error_code(), "verification_failed");
     let msg = got.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("registry.terraform.io/acme/foo") && msg.contains("SHA-256"), "{msg}");
+    assert!(
+        msg.contains("registry.terraform.io/acme/foo") && msg.contains("SHA-256"),
+        "{msg}"
+    );
     assert!(mirror.cached_archives().is_empty(), "nothing committed");
-    assert!(mirror.staging_files().is_empty(), "no partial file left behind");
-    let doc = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await.json();
-    assert_eq!(doc["archives"]["linux_amd64"]["hashes"].as_array().unwrap().len(), 1, "no h1 for a refused archive");
+    assert!(
+        mirror.staging_files().is_empty(),
+        "no partial file left behind"
+    );
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+    )
+    .await
+    .json();
+    assert_eq!(
+        doc["archives"]["linux_amd64"]["hashes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "no h1 for a refused archive"
+    );
     let metrics = String::from_utf8(get(&client, &mirror.root_url("/metrics")).await.body).unwrap();
-    assert!(metrics.contains(r#"provender_verification_failures_total{reason="archive_checksum"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"provender_verification_failures_total{reason="archive_checksum"} 1"#),
+        "{metrics}"
+    );
 
     origin.clear_faults();
     let got = get(&client, &zip_url).await;
     assert_eq!(got.status, 200);
-    assert_eq!(got.body, origin.archive("acme", "foo", "1.0.0", "linux", "amd64"));
+    assert_eq!(
+        got.body,
+        origin.archive("acme", "foo", "1.0.0", "linux", "amd64")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -269,12 +442,24 @@ async fn shasum_that_disagrees_with_sha256sums_is_refused() {
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
     origin.set_fault(Fault::WrongShasum);
-    let got = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await;
+    let got = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+    )
+    .await;
     assert_eq!(got.status, 502);
     assert_eq!(got.error_code(), "verification_failed");
-    let got = get(&client, &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64"))).await;
+    let got = get(
+        &client,
+        &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64")),
+    )
+    .await;
     assert_eq!(got.status, 502);
-    assert_eq!(origin.count(RequestKind::Archive), 0, "no download for unverifiable metadata");
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        0,
+        "no download for unverifiable metadata"
+    );
     assert!(mirror.cached_archives().is_empty());
 }
 
@@ -302,10 +487,23 @@ async fn restart_with_a_warm_cache_needs_no_origin() {
         origin.set_fault(Fault::Status { kind, status: 500 });
     }
     origin.reset_counts();
-    let restarted = TestMirror::start_with(&ca, &origin, MirrorOptions { cache_dir: Some(&mirror.cache_dir), ..Default::default() }).await;
+    let restarted = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&mirror.cache_dir),
+            ..Default::default()
+        },
+    )
+    .await;
     for (p, body) in paths.iter().zip(&first) {
         let got = get(&client, &restarted.url(p)).await;
-        assert_eq!(got.status, 200, "{p}: {}", String::from_utf8_lossy(&got.body));
+        assert_eq!(
+            got.status,
+            200,
+            "{p}: {}",
+            String::from_utf8_lossy(&got.body)
+        );
         assert_eq!(&got.body, body, "{p}");
     }
     assert_eq!(origin.total_requests(), 0, "everything came from the cache");
@@ -330,18 +528,45 @@ async fn platform_filter_and_base_path() {
     assert_eq!(page.status, 200);
     assert!(page.content_type().starts_with("text/html"));
     let page = String::from_utf8(page.body).unwrap();
-    assert!(page.contains("network_mirror") && page.contains(mirror.url.as_str()), "{page}");
+    assert!(
+        page.contains("network_mirror") && page.contains(mirror.url.as_str()),
+        "{page}"
+    );
 
-    let doc = get(&client, &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await.json();
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+    )
+    .await
+    .json();
     let platforms: Vec<&String> = doc["archives"].as_object().unwrap().keys().collect();
     assert_eq!(platforms, ["darwin_arm64", "linux_amd64"]);
-    assert_eq!(origin.count(RequestKind::Download), 2, "filtered platforms are not even looked up");
-    let got = get(&client, &mirror.url(&zip_path("foo", "1.0.0", "windows_amd64"))).await;
+    assert_eq!(
+        origin.count(RequestKind::Download),
+        2,
+        "filtered platforms are not even looked up"
+    );
+    let got = get(
+        &client,
+        &mirror.url(&zip_path("foo", "1.0.0", "windows_amd64")),
+    )
+    .await;
     assert_eq!(got.status, 404);
-    let outside = get(&client, &mirror.root_url(&format!("/{REGISTRY}/acme/foo/index.json"))).await;
-    assert_eq!(outside.status, 404, "nothing is served outside the base path");
+    let outside = get(
+        &client,
+        &mirror.root_url(&format!("/{REGISTRY}/acme/foo/index.json")),
+    )
+    .await;
+    assert_eq!(
+        outside.status, 404,
+        "nothing is served outside the base path"
+    );
     for admin in ["/healthz", "/readyz", "/metrics"] {
-        assert_eq!(get(&client, &mirror.root_url(admin)).await.status, 200, "{admin}");
+        assert_eq!(
+            get(&client, &mirror.root_url(admin)).await.status,
+            200,
+            "{admin}"
+        );
     }
 }
 
@@ -357,16 +582,28 @@ async fn built_in_self_signed_certificate_is_usable() {
         ca_file.display(),
         origin.addr()
     );
-    let settings = provender::config::Config::from_toml(&toml).unwrap().validate().unwrap();
-    let server = within("bind", provender::server::Server::bind(settings)).await.unwrap();
+    let settings = provender::config::Config::from_toml(&toml)
+        .unwrap()
+        .validate()
+        .unwrap();
+    let server = within("bind", provender::server::Server::bind(settings))
+        .await
+        .unwrap();
     let generated = server.ca_file().expect("a CA was generated").clone();
     assert!(generated.starts_with(dir.path().join("data/tls")));
     let running = server.spawn();
 
     crate::support::install_crypto_provider();
     let root = reqwest::Certificate::from_pem(&std::fs::read(&generated).unwrap()).unwrap();
-    let client = reqwest::Client::builder().tls_certs_only([root]).no_proxy().build().unwrap();
-    let url = running.base_url.join(&format!("{REGISTRY}/acme/foo/index.json")).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_certs_only([root])
+        .no_proxy()
+        .build()
+        .unwrap();
+    let url = running
+        .base_url
+        .join(&format!("{REGISTRY}/acme/foo/index.json"))
+        .unwrap();
     let got = get(&client, url.as_str()).await;
     assert_eq!(got.status, 200);
     within("stop", running.stop()).await.unwrap();

@@ -1,9 +1,9 @@
 //! End to end with the real `terraform` CLI pointed at provender as its `network_mirror`:
 //! - `terraform init` installs several providers; a second init in a fresh directory and HOME
 //!   downloads no archive from the origin;
-//! - `terraform providers mirror` through provender succeeds for several platforms, its archives
-//!   are the origin's bytes, and the `h1:` hashes provender reports equal the ones Terraform
-//!   computes itself when mirroring straight from the origin;
+//! - `terraform providers mirror` through provender (its registry facade, via a `host` block)
+//!   succeeds for several platforms, its archives are the origin's bytes, and the `h1:` hashes
+//!   provender reports equal the ones Terraform computes itself mirroring straight from the origin;
 //! - `terraform providers lock -net-mirror` gets the same `h1:` values.
 
 use std::path::Path;
@@ -28,7 +28,11 @@ fn local_platform() -> (&'static str, &'static str) {
 
 fn platforms() -> Vec<(&'static str, &'static str)> {
     let mut all = vec![local_platform()];
-    for p in [("linux", "amd64"), ("darwin", "arm64"), ("windows", "amd64")] {
+    for p in [
+        ("linux", "amd64"),
+        ("darwin", "arm64"),
+        ("windows", "amd64"),
+    ] {
         if !all.contains(&p) {
             all.push(p);
         }
@@ -60,32 +64,51 @@ const MAIN_TF: &str = r#"terraform {
 "#;
 
 fn mirror_cli_config(mirror: &TestMirror) -> String {
-    format!("provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n", mirror.url)
+    format!(
+        "provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n",
+        mirror.url
+    )
 }
 
 fn origin_cli_config(origin: &FakeOrigin) -> String {
-    format!("host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}\"\n  }}\n}}\n", origin.providers_v1_url())
+    format!(
+        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}\"\n  }}\n}}\n",
+        origin.providers_v1_url()
+    )
 }
 
 fn workdir() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new().prefix("provender-tf-").tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("provender-tf-")
+        .tempdir()
+        .unwrap();
     std::fs::write(dir.path().join("main.tf"), MAIN_TF).unwrap();
     dir
 }
 
 /// Lock-file `h1:` hashes per provider source, read from `.terraform.lock.hcl` text.
 fn lock_hashes(dir: &Path) -> Vec<(String, Vec<String>)> {
-    let text = std::fs::read_to_string(dir.join(".terraform.lock.hcl")).expect("a lock file was written");
+    let text =
+        std::fs::read_to_string(dir.join(".terraform.lock.hcl")).expect("a lock file was written");
     let mut out = Vec::new();
     for block in text.split("provider \"").skip(1) {
         let source = block.split('"').next().unwrap().to_string();
-        let hashes = block.split('"').filter(|s| s.starts_with("h1:") || s.starts_with("zh:")).map(str::to_string).collect();
+        let hashes = block
+            .split('"')
+            .filter(|s| s.starts_with("h1:") || s.starts_with("zh:"))
+            .map(str::to_string)
+            .collect();
         out.push((source, hashes));
     }
     out
 }
 
-async fn mirror_document(client: &reqwest::Client, mirror: &TestMirror, ty: &str, version: &str) -> Value {
+async fn mirror_document(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    ty: &str,
+    version: &str,
+) -> Value {
     let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
     let resp = within(&url, client.get(&url).send()).await.unwrap();
     assert_eq!(resp.status(), 200, "{url}");
@@ -93,7 +116,12 @@ async fn mirror_document(client: &reqwest::Client, mirror: &TestMirror, ty: &str
 }
 
 fn h1_of(doc: &Value, platform: &str) -> Option<String> {
-    doc["archives"][platform]["hashes"].as_array()?.iter().filter_map(Value::as_str).find(|h| h.starts_with("h1:")).map(str::to_string)
+    doc["archives"][platform]["hashes"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|h| h.starts_with("h1:"))
+        .map(str::to_string)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -104,8 +132,14 @@ async fn terraform_init_through_the_mirror() {
 
     let first = workdir();
     let tf = Terraform::new(&ca, &mirror_cli_config(&mirror));
-    tf.run(first.path(), &["init", "-input=false", "-no-color"]).await.assert_success();
-    assert_eq!(origin.count(RequestKind::Archive), 3, "one download per provider");
+    tf.run(first.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        3,
+        "one download per provider"
+    );
 
     let (os, arch) = local_platform();
     let platform = format!("{os}_{arch}");
@@ -114,16 +148,28 @@ async fn terraform_init_through_the_mirror() {
     assert_eq!(locked.len(), 3, "{locked:?}");
     for (source, hashes) in &locked {
         let ty = source.rsplit('/').next().unwrap();
-        let version = if ty == "foo" { "1.1.0" } else if ty == "bar" { "2.3.0" } else { "0.1.0" };
+        let version = if ty == "foo" {
+            "1.1.0"
+        } else if ty == "bar" {
+            "2.3.0"
+        } else {
+            "0.1.0"
+        };
         let doc = mirror_document(&client, &mirror, ty, version).await;
         let ours = h1_of(&doc, &platform).expect("h1 reported once the archive was processed");
         if ty == "dirs" {
             // Terraform locks the hash of the *extracted* package; with directory entries in the
             // zip that differs from the zip's own h1, which is what a mirror must publish.
             assert_eq!(ours, origin.h1_zip("acme", ty, version, os, arch));
-            assert!(hashes.contains(&origin.h1_dir("acme", ty, version, os, arch)), "{hashes:?}");
+            assert!(
+                hashes.contains(&origin.h1_dir("acme", ty, version, os, arch)),
+                "{hashes:?}"
+            );
         } else {
-            assert!(hashes.contains(&ours), "{source}: lock file {hashes:?} lacks provender's {ours}");
+            assert!(
+                hashes.contains(&ours),
+                "{source}: lock file {hashes:?} lacks provender's {ours}"
+            );
         }
     }
 
@@ -131,9 +177,19 @@ async fn terraform_init_through_the_mirror() {
     let second = workdir();
     let tf2 = Terraform::new(&ca, &mirror_cli_config(&mirror));
     let before = origin.total_requests();
-    tf2.run(second.path(), &["init", "-input=false", "-no-color"]).await.assert_success();
-    assert_eq!(origin.count(RequestKind::Archive), 3, "the second init caused no archive download upstream");
-    assert_eq!(origin.total_requests(), before, "nor any other origin request");
+    tf2.run(second.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        3,
+        "the second init caused no archive download upstream"
+    );
+    assert_eq!(
+        origin.total_requests(),
+        before,
+        "nor any other origin request"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,7 +197,10 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
     let mirror = TestMirror::start(&ca, &origin).await;
-    let platform_args: Vec<String> = platforms().iter().map(|(o, a)| format!("-platform={o}_{a}")).collect();
+    let platform_args: Vec<String> = platforms()
+        .iter()
+        .map(|(o, a)| format!("-platform={o}_{a}"))
+        .collect();
 
     // Terraform's own hashes: mirror straight from the origin.
     let direct_out = tempfile::tempdir().unwrap();
@@ -153,27 +212,51 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     args.push(out);
     direct.run(work.path(), &args).await.assert_success();
 
-    // The same through provender.
+    // The same through provender: `providers mirror` only speaks the registry protocol, so a
+    // `host` block sends it to provender's registry facade.
     let via_out = tempfile::tempdir().unwrap();
-    let via = Terraform::new(&ca, &mirror_cli_config(&mirror));
+    let facade = format!(
+        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}v1/providers/{REGISTRY}/\"\n  }}\n}}\n",
+        mirror.url
+    );
+    let via = Terraform::new(&ca, &facade);
+    let origin_archives = origin.count(RequestKind::Archive);
     *args.last_mut().unwrap() = via_out.path().to_str().unwrap();
-    via.run(work.path(), &args).await.assert_success();
+    let out = via.run(work.path(), &args).await;
+    out.assert_success();
+    assert_eq!(
+        origin.count(RequestKind::Archive) - origin_archives,
+        3 * platforms().len(),
+        "each archive fetched once via provender"
+    );
 
     let client = https_client(&ca, &[]);
     let mut compared = 0;
     for (ty, version) in [("foo", "1.1.0"), ("bar", "2.3.0"), ("dirs", "0.1.0")] {
         let rel = format!("{REGISTRY}/acme/{ty}");
         let read = |root: &Path| -> Value {
-            serde_json::from_slice(&std::fs::read(root.join(&rel).join(format!("{version}.json"))).unwrap()).unwrap()
+            serde_json::from_slice(
+                &std::fs::read(root.join(&rel).join(format!("{version}.json"))).unwrap(),
+            )
+            .unwrap()
         };
         let terraforms = read(direct_out.path());
         let through = read(via_out.path());
         let ours = mirror_document(&client, &mirror, ty, version).await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
-            let expected = h1_of(&terraforms, &p).unwrap_or_else(|| panic!("terraform wrote no h1 for {ty} {p}"));
-            assert_eq!(h1_of(&ours, &p).as_deref(), Some(expected.as_str()), "{ty} {version} {p}: provender vs terraform");
-            assert_eq!(h1_of(&through, &p).as_deref(), Some(expected.as_str()), "{ty} {version} {p}: via provender");
+            let expected = h1_of(&terraforms, &p)
+                .unwrap_or_else(|| panic!("terraform wrote no h1 for {ty} {p}"));
+            assert_eq!(
+                h1_of(&ours, &p).as_deref(),
+                Some(expected.as_str()),
+                "{ty} {version} {p}: provender vs terraform"
+            );
+            assert_eq!(
+                h1_of(&through, &p).as_deref(),
+                Some(expected.as_str()),
+                "{ty} {version} {p}: via provender"
+            );
             let zip = format!("terraform-provider-{ty}_{version}_{p}.zip");
             let a = std::fs::read(direct_out.path().join(&rel).join(&zip)).unwrap();
             let b = std::fs::read(via_out.path().join(&rel).join(&zip)).unwrap();
@@ -192,11 +275,21 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     locker.run(lock_dir.path(), &args).await.assert_success();
     for (source, hashes) in lock_hashes(lock_dir.path()) {
         let ty = source.rsplit('/').next().unwrap().to_string();
-        let version = if ty == "foo" { "1.1.0" } else if ty == "bar" { "2.3.0" } else { "0.1.0" };
+        let version = if ty == "foo" {
+            "1.1.0"
+        } else if ty == "bar" {
+            "2.3.0"
+        } else {
+            "0.1.0"
+        };
         let ours = mirror_document(&client, &mirror, &ty, version).await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
-            let h1 = if ty == "dirs" { origin.h1_dir("acme", &ty, version, os, arch) } else { h1_of(&ours, &p).unwrap() };
+            let h1 = if ty == "dirs" {
+                origin.h1_dir("acme", &ty, version, os, arch)
+            } else {
+                h1_of(&ours, &p).unwrap()
+            };
             assert!(hashes.contains(&h1), "{source} {p}: {hashes:?} lacks {h1}");
         }
     }

@@ -27,6 +27,7 @@ pub struct TestMirror {
 }
 
 /// Everything needed to write a configuration for one test.
+#[derive(Default)]
 pub struct MirrorOptions<'a> {
     /// Extra TOML merged in: whole tables such as `[upstream]\nplatforms = [...]` are not
     /// allowed twice, so give keys through the fields below where they exist.
@@ -37,12 +38,6 @@ pub struct MirrorOptions<'a> {
     pub cache_dir: Option<&'a Path>,
 }
 
-impl Default for MirrorOptions<'_> {
-    fn default() -> Self {
-        MirrorOptions { extra_upstream: "", extra_server: "", cache_dir: None }
-    }
-}
-
 impl TestMirror {
     /// Starts provender with defaults suitable for tests.
     pub async fn start(ca: &TestCa, origin: &FakeOrigin) -> TestMirror {
@@ -50,15 +45,25 @@ impl TestMirror {
     }
 
     /// Starts provender with extra configuration.
-    pub async fn start_with(ca: &TestCa, origin: &FakeOrigin, opts: MirrorOptions<'_>) -> TestMirror {
-        let dir = tempfile::Builder::new().prefix("provender-mirror-").tempdir().expect("temp dir");
+    pub async fn start_with(
+        ca: &TestCa,
+        origin: &FakeOrigin,
+        opts: MirrorOptions<'_>,
+    ) -> TestMirror {
+        let dir = tempfile::Builder::new()
+            .prefix("provender-mirror-")
+            .tempdir()
+            .expect("temp dir");
         let issued = ca.issue(&["localhost", "127.0.0.1"]);
         let cert = dir.path().join("mirror.pem");
         let key = dir.path().join("mirror-key.pem");
         std::fs::write(&cert, &issued.cert_pem).unwrap();
         std::fs::write(&key, &issued.key_pem).unwrap();
         let ca_file = ca.write_ca(dir.path());
-        let cache_dir = opts.cache_dir.map(Path::to_path_buf).unwrap_or_else(|| dir.path().join("cache"));
+        let cache_dir = opts
+            .cache_dir
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("cache"));
         let toml = format!(
             r#"
 [server]
@@ -87,11 +92,20 @@ connect_to = "{origin}"
             extra_server = opts.extra_server,
             extra_upstream = opts.extra_upstream,
         );
-        let settings = Config::from_toml(&toml).and_then(|c| c.validate()).expect("test configuration is valid");
-        let server = within("binding provender", Server::bind(settings)).await.expect("provender binds");
+        let settings = Config::from_toml(&toml)
+            .and_then(|c| c.validate())
+            .expect("test configuration is valid");
+        let server = within("binding provender", Server::bind(settings))
+            .await
+            .expect("provender binds");
         let running = server.spawn();
         let url = running.base_url.clone();
-        TestMirror { dir, cache_dir, url, server: Some(running) }
+        TestMirror {
+            dir,
+            cache_dir,
+            url,
+            server: Some(running),
+        }
     }
 
     /// The URL of `path` below the mirror's base URL.
@@ -109,13 +123,18 @@ connect_to = "{origin}"
     /// Stops the server gracefully, keeping the directories.
     pub async fn stop(&mut self) {
         if let Some(server) = self.server.take() {
-            within("stopping provender", server.stop()).await.expect("clean shutdown");
+            within("stopping provender", server.stop())
+                .await
+                .expect("clean shutdown");
         }
     }
 
     /// Archives (`.zip` files) currently in the cache.
     pub fn cached_archives(&self) -> Vec<PathBuf> {
-        files_under(&self.cache_dir.join("archives")).into_iter().filter(|p| p.extension().is_some_and(|e| e == "zip")).collect()
+        files_under(&self.cache_dir.join("archives"))
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+            .collect()
     }
 
     /// Files left in the staging directory.
@@ -129,7 +148,9 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             if p.is_dir() {

@@ -1,0 +1,117 @@
+//! The provider registry protocol, served from the mirror's cache.
+//!
+//! Some clients only speak the registry protocol: `terraform providers mirror` always goes to
+//! origin registries, and a CLI `host` block redirects a registry hostname's `providers.v1`
+//! service. Pointing such a block at `<base>v1/providers/<hostname>/` sends them through
+//! provender: version lists and download metadata come from the same verified records as the
+//! mirror protocol, SHA256SUMS and its signature are the origin's bytes, and `download_url`
+//! names provender's own archive URL. Because the client then verifies the origin's signature
+//! itself, lock files written this way carry the signed `zh:` hashes of every platform.
+
+use std::sync::Arc;
+
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::error::{Error, Result};
+
+use super::Mirror;
+
+impl Mirror {
+    /// `v1/providers/:hostname/:namespace/:type/versions`
+    pub async fn registry_versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<u8>> {
+        self.check_host(addr)?;
+        let rec = self.index_record(addr).await?;
+        if !rec.found {
+            return Err(Error::NotFound(format!(
+                "the origin registry has no provider {addr}"
+            )));
+        }
+        let versions: Vec<serde_json::Value> = rec
+            .versions
+            .iter()
+            .map(|v| {
+                let platforms: Vec<serde_json::Value> = v
+                    .platforms
+                    .iter()
+                    .filter(|p| self.settings.platform_allowed(p))
+                    .map(|p| serde_json::json!({ "os": p.os, "arch": p.arch }))
+                    .collect();
+                serde_json::json!({ "version": v.version.as_str(), "protocols": v.protocols, "platforms": platforms })
+            })
+            .collect();
+        Ok(
+            serde_json::to_vec(&serde_json::json!({ "versions": versions }))
+                .expect("JSON of strings"),
+        )
+    }
+
+    /// `v1/providers/:hostname/:namespace/:type/:version/download/:os/:arch`
+    pub async fn registry_download(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<Vec<u8>> {
+        self.check_host(addr)?;
+        let not_found =
+            || Error::NotFound(format!("{addr} {version} has no package for {platform}"));
+        if !self.settings.platform_allowed(platform) {
+            return Err(not_found());
+        }
+        let rec = self.version_record(addr, version).await?;
+        let pkg = rec.packages.get(platform).ok_or_else(not_found)?;
+        let n = rec
+            .sums_index(&pkg.shasums_url)
+            .ok_or_else(|| Error::Internal(format!("{addr} {version}: SHA256SUMS not recorded")))?;
+        // Absolute-path references: the client resolves them against this document's URL, so
+        // they never depend on a Host header.
+        let base = &self.settings.base_path;
+        let provider = format!("{}/{}/{}", addr.hostname, addr.namespace, addr.type_);
+        let sums = format!("{base}v1/providers/{provider}/{version}/SHA256SUMS/{n}");
+        let keys: Vec<serde_json::Value> = pkg
+            .signing_keys
+            .iter()
+            .map(|k| serde_json::json!({ "key_id": k.key_id, "ascii_armor": k.ascii_armor, "trust_signature": k.trust_signature }))
+            .collect();
+        let doc = serde_json::json!({
+            "protocols": pkg.protocols,
+            "os": platform.os,
+            "arch": platform.arch,
+            "filename": pkg.filename,
+            "download_url": format!("{base}{provider}/{}", addr.archive_filename(version, platform)),
+            "shasums_url": sums,
+            "shasums_signature_url": format!("{sums}.sig"),
+            "shasum": pkg.shasum,
+            "signing_keys": { "gpg_public_keys": keys },
+        });
+        Ok(serde_json::to_vec(&doc).expect("JSON of strings"))
+    }
+
+    /// `v1/providers/:hostname/:namespace/:type/:version/SHA256SUMS/:n[.sig]`: the origin's bytes.
+    pub async fn registry_sums(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        index: usize,
+        signature: bool,
+    ) -> Result<Vec<u8>> {
+        self.check_host(addr)?;
+        let rec = self.version_record(addr, version).await?;
+        let what = if signature {
+            "SHA256SUMS signature"
+        } else {
+            "SHA256SUMS"
+        };
+        if index >= rec.sums.len() {
+            return Err(Error::NotFound(format!(
+                "{addr} {version} has no {what} number {index}"
+            )));
+        }
+        self.meta
+            .read_sums(addr, version, index, signature)
+            .await
+            .map_err(|e| Error::io(format!("reading the stored {what} of {addr} {version}"), e))?
+            .ok_or_else(|| {
+                Error::Internal(format!("the stored {what} of {addr} {version} is missing"))
+            })
+    }
+}
