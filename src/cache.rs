@@ -12,6 +12,7 @@
 //! metadata/<host>/<namespace>/<type>/index.json                     version list + fetch time
 //! metadata/<host>/<namespace>/<type>/<version>.json                 download metadata per platform
 //! metadata/<host>/<namespace>/<type>/<version>.SHA256SUMS.<n>[.sig]  the origin's checksum files
+//! quarantine/<host>/.../<archive>.zip.<unix time>                   archives that failed re-verification
 //! tmp/                                                              downloads in progress
 //! tls/                                                              generated CA and certificate
 //! ```

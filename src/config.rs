@@ -93,6 +93,7 @@ pub struct UpstreamConfig {
     pub max_archive_size: bytesize::ByteSize,
     pub max_redirects: usize,
     pub concurrency: usize,
+    pub offline: bool,
 }
 
 impl Default for UpstreamConfig {
@@ -112,6 +113,7 @@ impl Default for UpstreamConfig {
             max_archive_size: bytesize::ByteSize::gib(2),
             max_redirects: 3,
             concurrency: 8,
+            offline: false,
         }
     }
 }
@@ -333,6 +335,7 @@ impl Config {
             max_archive_size: u.max_archive_size.as_u64(),
             max_redirects: u.max_redirects,
             concurrency: u.concurrency,
+            offline: u.offline,
         })
     }
 }
@@ -421,6 +424,8 @@ pub struct Settings {
     pub max_archive_size: u64,
     pub max_redirects: usize,
     pub concurrency: usize,
+    /// Never contact an origin; serve only what the cache holds.
+    pub offline: bool,
 }
 
 impl Settings {

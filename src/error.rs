@@ -31,9 +31,6 @@ pub enum Error {
     /// What the origin sent does not match what it promised (checksums, SHA256SUMS).
     #[error("{0}")]
     Verification(String),
-    /// The mirror is in offline mode and does not have what was asked for.
-    #[error("{0}")]
-    Offline(String),
     /// Our own fault: disk I/O, a bug.
     #[error("{0}")]
     Internal(String),
@@ -48,7 +45,6 @@ impl Error {
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Upstream(_) | Error::Verification(_) => StatusCode::BAD_GATEWAY,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            Error::Offline(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -62,7 +58,6 @@ impl Error {
             Error::Upstream(_) => "upstream_error",
             Error::UpstreamTimeout(_) => "upstream_timeout",
             Error::Verification(_) => "verification_failed",
-            Error::Offline(_) => "offline",
             Error::Internal(_) => "internal_error",
         }
     }

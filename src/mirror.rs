@@ -48,7 +48,7 @@ impl Mirror {
     pub fn open(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Mirror>> {
         let dir = &settings.cache_dir;
         let ctx = |what: &str| format!("cache.dir {}: cannot create {what}", dir.display());
-        let store = DiskStore::new(dir.join("archives"))
+        let store = DiskStore::new(dir.join("archives"), dir.join("quarantine"))
             .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("archives/")))?;
         let (staging, leftovers) =
             Staging::open(dir.join("tmp")).map_err(|e| anyhow::anyhow!("{}: {e}", ctx("tmp/")))?;
@@ -137,25 +137,75 @@ impl Mirror {
         version: &Version,
         platform: &Platform,
     ) -> Result<StoredArchive> {
+        let key = self.archive_key(addr, version, platform)?;
+        if let Some(found) = self.open_archive(&key).await? {
+            self.metrics.lookup("archive", "hit");
+            return Ok(found);
+        }
+        self.fetch_archive(&key).await?;
+        self.open_archive(&key).await?.ok_or_else(|| {
+            Error::Internal(format!("archive {key} vanished right after it was stored"))
+        })
+    }
+
+    /// Makes sure an archive is in the store (fetching and verifying it if needed) without
+    /// opening it. Returns its description and whether it was fetched just now.
+    pub async fn ensure_archive(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<(ArchiveInfo, bool)> {
+        let key = self.archive_key(addr, version, platform)?;
+        if let Some(found) = self.archive_info(&key).await? {
+            return Ok((found, false));
+        }
+        self.fetch_archive(&key).await?;
+        let found = self.archive_info(&key).await?;
+        found.map(|i| (i, true)).ok_or_else(|| {
+            Error::Internal(format!("archive {key} vanished right after it was stored"))
+        })
+    }
+
+    async fn archive_info(&self, key: &ArchiveKey) -> Result<Option<ArchiveInfo>> {
+        self.store
+            .info(key)
+            .await
+            .map_err(|e| Error::io(format!("reading cached archive {key}"), e))
+    }
+
+    /// The validated key of an archive this mirror may serve.
+    fn archive_key(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<ArchiveKey> {
         self.check_host(addr)?;
         if !self.settings.platform_allowed(platform) {
             return Err(Error::NotFound(format!(
                 "platform {platform} is not served by this mirror (upstream.platforms)"
             )));
         }
-        let key = ArchiveKey {
+        Ok(ArchiveKey {
             addr: addr.clone(),
             version: version.clone(),
             platform: platform.clone(),
-        };
-        if let Some(found) = self.open_archive(&key).await? {
-            self.metrics.lookup("archive", "hit");
-            return Ok(found);
-        }
-        let rec = self.version_record(addr, version).await?;
-        let Some(pkg) = rec.packages.get(platform).cloned() else {
+        })
+    }
+
+    /// Fetches a missing archive from its origin (one flight per archive, shared by all callers).
+    async fn fetch_archive(self: &Arc<Self>, key: &ArchiveKey) -> Result<()> {
+        if self.settings.offline {
             return Err(Error::NotFound(format!(
-                "{addr} {version} has no package for {platform}"
+                "offline mode: archive {key} is not in the cache"
+            )));
+        }
+        let rec = self.version_record(&key.addr, &key.version).await?;
+        let Some(pkg) = rec.packages.get(&key.platform).cloned() else {
+            return Err(Error::NotFound(format!(
+                "{} {} has no package for {}",
+                key.addr, key.version, key.platform
             )));
         };
         let this = self.clone();
@@ -166,10 +216,45 @@ impl Mirror {
             .await;
         self.metrics
             .lookup("archive", if leader { "miss" } else { "joined" });
-        result?;
-        self.open_archive(&key).await?.ok_or_else(|| {
-            Error::Internal(format!("archive {key} vanished right after it was stored"))
-        })
+        result
+    }
+
+    /// A provider's version list (cache first; offline: cache only).
+    pub async fn versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Arc<IndexRecord>> {
+        self.check_host(addr)?;
+        let rec = self.index_record(addr).await?;
+        if !rec.found {
+            return Err(Error::NotFound(format!(
+                "the origin registry has no provider {addr}"
+            )));
+        }
+        Ok(rec)
+    }
+
+    /// Everything known about one version: verified download metadata per platform, `h1:`
+    /// hashes of processed archives, the SHA256SUMS files.
+    pub async fn version_info(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<Arc<VersionRecord>> {
+        self.check_host(addr)?;
+        self.version_record(addr, version).await
+    }
+
+    /// The validated settings this mirror runs with.
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    /// The archive store.
+    pub fn store(&self) -> &Arc<dyn ArchiveStore> {
+        &self.store
+    }
+
+    /// The metadata store.
+    pub fn meta(&self) -> &MetaStore {
+        &self.meta
     }
 
     async fn open_archive(&self, key: &ArchiveKey) -> Result<Option<StoredArchive>> {
@@ -213,6 +298,17 @@ impl Mirror {
         if let Some(rec) = on_disk.as_ref().filter(|r| self.meta.is_fresh(r)) {
             self.metrics.lookup("index", "hit");
             return Ok(Arc::new(rec.clone()));
+        }
+        if self.settings.offline {
+            let Some(mut rec) = on_disk else {
+                return Err(Error::NotFound(format!(
+                    "offline mode: {addr} is not in the cache"
+                )));
+            };
+            self.metrics.lookup("index", "hit");
+            // Not fresh, but all there is: keep it in memory only briefly (see IndexExpiry).
+            rec.stale = true;
+            return Ok(Arc::new(rec));
         }
         match self.upstream.versions(&addr).await {
             Ok(Some(list)) => {
@@ -288,6 +384,18 @@ impl Mirror {
                 self.fill_in_h1(&addr, &version, &mut rec).await;
                 return Ok(Arc::new(rec));
             }
+        }
+        if self.settings.offline {
+            return match self.meta.read_version(&addr, &version).await {
+                Some(mut rec) => {
+                    self.metrics.lookup("version", "hit");
+                    self.fill_in_h1(&addr, &version, &mut rec).await;
+                    Ok(Arc::new(rec))
+                }
+                None => Err(Error::NotFound(format!(
+                    "offline mode: {addr} {version} is not in the cache"
+                ))),
+            };
         }
         self.metrics.lookup("version", "miss");
         let index = self.index_record(&addr).await?;

@@ -58,6 +58,18 @@ pub struct StoredArchive {
     pub body: Pin<Box<dyn AsyncRead + Send + Sync>>,
 }
 
+/// One archive found by [`ArchiveStore::list`].
+#[derive(Debug, Clone)]
+pub struct StoredEntry {
+    pub key: ArchiveKey,
+    /// `None` when the archive has no readable record (it is then not served).
+    pub info: Option<ArchiveInfo>,
+    pub size: u64,
+    pub modified: SystemTime,
+    /// Last time the archive was read, where the backend knows it.
+    pub last_used: Option<SystemTime>,
+}
+
 /// Totals for the cache gauges.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -81,6 +93,11 @@ pub trait ArchiveStore: Send + Sync + 'static {
     ) -> io::Result<()>;
     /// Counts archives and bytes (a full scan; for start-up and reports).
     async fn usage(&self) -> io::Result<Usage>;
+    /// Every archive in the store (a full scan).
+    async fn list(&self) -> io::Result<Vec<StoredEntry>>;
+    /// Takes an archive out of service (e.g. it failed re-verification), keeping its bytes for
+    /// inspection. Returns where it went, or `None` if the store did not have it.
+    async fn quarantine(&self, key: &ArchiveKey) -> io::Result<Option<String>>;
 }
 
 /// Local scratch space for downloads in progress (`<cache.dir>/tmp`).
@@ -153,16 +170,58 @@ impl Drop for StagedFile {
     }
 }
 
-/// Archives as files under `<cache.dir>/archives`.
+/// Archives as files under `<cache.dir>/archives`; quarantined ones under `<cache.dir>/quarantine`.
 #[derive(Debug, Clone)]
 pub struct DiskStore {
     root: PathBuf,
+    quarantine: PathBuf,
 }
 
 impl DiskStore {
-    pub fn new(root: PathBuf) -> io::Result<DiskStore> {
+    pub fn new(root: PathBuf, quarantine: PathBuf) -> io::Result<DiskStore> {
         std::fs::create_dir_all(&root)?;
-        Ok(DiskStore { root })
+        Ok(DiskStore { root, quarantine })
+    }
+
+    /// The key an archive path under the root stands for, if it is a well-formed one.
+    fn key_of(&self, path: &Path) -> Option<ArchiveKey> {
+        let rel = path.strip_prefix(&self.root).ok()?;
+        let parts: Vec<&str> = rel.iter().map(|c| c.to_str()).collect::<Option<_>>()?;
+        let [host, ns, ty, version, file] = parts.as_slice() else {
+            return None;
+        };
+        match crate::address::MirrorPath::parse(&format!("{host}/{ns}/{ty}/{file}")).ok()? {
+            crate::address::MirrorPath::Archive(addr, v, platform) if v.as_str() == *version => {
+                Some(ArchiveKey {
+                    addr,
+                    version: v,
+                    platform,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn zip_files(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                if kind.is_dir() {
+                    stack.push(entry.path());
+                } else if entry.file_name().to_string_lossy().ends_with(".zip") {
+                    out.push(entry.path());
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     /// `<root>/<host>/<namespace>/<type>/<version>/<filename>`. Every part was validated by the
@@ -249,30 +308,69 @@ impl ArchiveStore for DiskStore {
     }
 
     async fn usage(&self) -> io::Result<Usage> {
-        let root = self.root.clone();
+        let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut usage = Usage::default();
-            let mut stack = vec![root];
-            while let Some(dir) = stack.pop() {
-                let Ok(entries) = std::fs::read_dir(&dir) else {
-                    continue;
-                };
-                for entry in entries.flatten() {
-                    let Ok(kind) = entry.file_type() else {
-                        continue;
-                    };
-                    if kind.is_dir() {
-                        stack.push(entry.path());
-                    } else if entry.file_name().to_string_lossy().ends_with(".zip") {
-                        usage.archives += 1;
-                        usage.bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
-                    }
-                }
+            for zip in this.zip_files() {
+                usage.archives += 1;
+                usage.bytes += std::fs::metadata(&zip).map(|m| m.len()).unwrap_or(0);
             }
             usage
         })
         .await
         .map_err(io::Error::other)
+    }
+
+    async fn list(&self) -> io::Result<Vec<StoredEntry>> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for zip in this.zip_files() {
+                let Some(key) = this.key_of(&zip) else {
+                    tracing::warn!(file = %zip.display(), "ignoring a file that is not a provider archive");
+                    continue;
+                };
+                let Ok(meta) = std::fs::metadata(&zip) else { continue };
+                let info = std::fs::read(Self::sidecar(&zip)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+                out.push(StoredEntry {
+                    key,
+                    info,
+                    size: meta.len(),
+                    modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    last_used: meta.accessed().ok(),
+                });
+            }
+            out
+        })
+        .await
+        .map_err(io::Error::other)
+    }
+
+    async fn quarantine(&self, key: &ArchiveKey) -> io::Result<Option<String>> {
+        let path = self.path_of(key);
+        let rel = path
+            .strip_prefix(&self.root)
+            .expect("archive paths live under the root")
+            .to_path_buf();
+        let stamp = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut target = self.quarantine.join(&rel).into_os_string();
+        target.push(format!(".{stamp}"));
+        let target = PathBuf::from(target);
+        tokio::task::spawn_blocking(move || -> io::Result<Option<String>> {
+            if !path.exists() {
+                return Ok(None);
+            }
+            std::fs::create_dir_all(target.parent().expect("quarantine path has a parent"))?;
+            // Move the zip first: without it the sidecar alone serves nothing.
+            std::fs::rename(&path, &target)?;
+            let _ = std::fs::rename(Self::sidecar(&path), Self::sidecar(&target));
+            Ok(Some(target.display().to_string()))
+        })
+        .await
+        .map_err(io::Error::other)?
     }
 }
 
@@ -292,7 +390,8 @@ mod tests {
     #[tokio::test]
     async fn commit_then_open() {
         let dir = tempfile::tempdir().unwrap();
-        let store = DiskStore::new(dir.path().join("archives")).unwrap();
+        let store =
+            DiskStore::new(dir.path().join("archives"), dir.path().join("quarantine")).unwrap();
         let (staging, _) = Staging::open(dir.path().join("tmp")).unwrap();
         assert!(store.open(&key()).await.unwrap().is_none());
 
@@ -340,7 +439,8 @@ mod tests {
     #[tokio::test]
     async fn a_zip_without_its_record_is_absent() {
         let dir = tempfile::tempdir().unwrap();
-        let store = DiskStore::new(dir.path().join("archives")).unwrap();
+        let store =
+            DiskStore::new(dir.path().join("archives"), dir.path().join("quarantine")).unwrap();
         let path = store.path_of(&key());
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"orphan").unwrap();
