@@ -30,21 +30,30 @@ enum Command {
         #[arg(long, short, env = "PROVENDER_CONFIG")]
         config: Option<PathBuf>,
     },
+    #[command(flatten)]
+    Ops(crate::ops::OpsCommand),
 }
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match cli.command {
-        Command::Serve { config } => serve(config),
+        Command::Serve { config } => {
+            init_logging("info");
+            serve(config)
+        }
+        Command::Ops(command) => {
+            // Operator commands print their own summary; keep routine log lines out of it.
+            init_logging("warn");
+            crate::ops::run(command)
+        }
     }
 }
 
-fn init_logging() {
+fn init_logging(default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PROVENDER_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -1,0 +1,255 @@
+//! Operator commands: filling, inspecting and carrying the cache without a running server.
+//!
+//! - `seed`: fetch and verify the providers named by lock files, configurations or lists;
+//! - `export`: write the cache as a static network mirror directory, or one bundle file;
+//! - `import`: admit a bundle or a mirror directory after checking every hash;
+//! - `lock`: write `.terraform.lock.hcl` with `h1:` for chosen platforms and the `zh:` set;
+//! - `ls` and `verify`: list the cache; re-hash it and quarantine what no longer matches.
+//!
+//! Every command opens the same [`Mirror`] as `serve` (same `--config`, cache directory,
+//! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
+//! when anything failed. Progress bars go to stderr and only when it is a terminal.
+
+pub mod bundle;
+pub mod export;
+pub mod import;
+pub mod inputs;
+pub mod lock;
+pub mod lockfile;
+pub mod ls;
+pub mod seed;
+pub mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::address::Platform;
+use crate::cache::{ArchiveKey, StagedFile, Staging};
+use crate::config::{Config, Settings};
+use crate::metrics::Metrics;
+use crate::mirror::Mirror;
+
+/// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
+const EXIT_CONFIG: u8 = 78;
+
+/// The operator subcommands (flattened into the top-level command line).
+#[derive(clap::Subcommand)]
+pub enum OpsCommand {
+    /// Fill the cache from the origins for the providers named by lock files, configurations or
+    /// provider lists.
+    Seed(seed::SeedArgs),
+    /// Write the cache as a static network mirror directory (the `terraform providers mirror`
+    /// layout), or as one bundle file with `--bundle`.
+    Export(export::ExportArgs),
+    /// Admit a bundle, an exported directory or a `terraform providers mirror` directory into the
+    /// cache, after checking every archive's hashes.
+    Import(import::ImportArgs),
+    /// Write or update a `.terraform.lock.hcl` with `h1:` hashes for the chosen platforms.
+    Lock(lock::LockArgs),
+    /// List what the cache holds: providers, versions, platforms, sizes, last use.
+    Ls(ls::LsArgs),
+    /// Re-hash every cached archive; quarantine those that no longer match their record.
+    Verify(verify::VerifyArgs),
+}
+
+/// The options every operator command shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Configuration file (TOML), the same one `serve` uses: cache directory, upstream settings.
+    #[arg(long, short, env = "PROVENDER_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Runs an operator command to completion.
+pub fn run(command: OpsCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("provender: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        match command {
+            OpsCommand::Seed(a) => seed::run(a).await,
+            OpsCommand::Export(a) => export::run(a).await,
+            OpsCommand::Import(a) => import::run(a).await,
+            OpsCommand::Lock(a) => lock::run(a).await,
+            OpsCommand::Ls(a) => ls::run(a).await,
+            OpsCommand::Verify(a) => verify::run(a).await,
+        }
+    });
+    match outcome {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::FAILURE,
+        Err(OpsError::Usage(msg)) => {
+            eprintln!("provender: {msg}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(OpsError::Failed(e)) => {
+            eprintln!("provender: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// How a command ended when it ran to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything asked for was done.
+    Success,
+    /// The command finished, but some items failed (the summary says which).
+    Failed,
+}
+
+impl Outcome {
+    /// `Failed` when `failures` is non-zero.
+    pub fn from_failures(failures: usize) -> Outcome {
+        if failures == 0 {
+            Outcome::Success
+        } else {
+            Outcome::Failed
+        }
+    }
+}
+
+/// Why a command stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    /// A bad configuration, argument or input file (exit code 78).
+    #[error("{0}")]
+    Usage(String),
+    /// Anything else (exit code 1).
+    #[error("{0:#}")]
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for OpsError {
+    fn from(e: anyhow::Error) -> Self {
+        OpsError::Failed(e)
+    }
+}
+
+/// Shorthand for a usage error.
+pub fn usage(msg: impl Into<String>) -> OpsError {
+    OpsError::Usage(msg.into())
+}
+
+/// Loads the configuration the same way `serve` does (built-in defaults without a file).
+pub fn load_settings(common: &CommonArgs) -> Result<Settings, OpsError> {
+    let config = match &common.config {
+        Some(path) => Config::from_file(path),
+        None => Ok(Config::default()),
+    };
+    config
+        .and_then(|c| c.validate())
+        .map_err(|e| usage(e.to_string()))
+}
+
+/// Opens the cache with `settings` (no network is touched until something is missing), and
+/// a handle on its staging directory for this command's own temporary copies.
+pub fn open_mirror(settings: Settings) -> Result<(Arc<Mirror>, Staging), OpsError> {
+    let tmp = settings.cache_dir.join("tmp");
+    let mirror =
+        Mirror::open(Arc::new(settings), Arc::new(Metrics::new())).map_err(OpsError::Failed)?;
+    // Opened before any download starts, so its clean-up cannot remove one in progress.
+    let (staging, _) = Staging::open(tmp)
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("cache.dir: cannot open tmp/: {e}")))?;
+    Ok((mirror, staging))
+}
+
+/// Copies a cached archive into a staging file (for work that needs a seekable local file),
+/// returning the file and the SHA-256 and size of what was copied.
+pub async fn local_copy(
+    mirror: &Mirror,
+    staging: &Staging,
+    key: &ArchiveKey,
+) -> Result<(StagedFile, String, u64), String> {
+    let mut stored = mirror
+        .store()
+        .open(key)
+        .await
+        .map_err(|e| format!("opening the cached archive: {e}"))?
+        .ok_or_else(|| "the archive is not in the cache".to_string())?;
+    let (staged, file) = staging
+        .create()
+        .await
+        .map_err(|e| format!("creating a staging file: {e}"))?;
+    let mut hashing = export::HashingReader::new(&mut stored.body);
+    let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
+    let size = tokio::io::copy(&mut hashing, &mut out)
+        .await
+        .map_err(|e| format!("copying the cached archive: {e}"))?;
+    tokio::io::AsyncWriteExt::flush(&mut out)
+        .await
+        .map_err(|e| format!("writing a staging file: {e}"))?;
+    Ok((staged, hashing.finish(), size))
+}
+
+/// The platforms a command works on: `--platform` values (each checked against the
+/// configuration's filter), else the filter itself; empty means "every platform offered".
+pub fn select_platforms(
+    settings: &Settings,
+    given: &[Platform],
+) -> Result<Vec<Platform>, OpsError> {
+    if given.is_empty() {
+        return Ok(settings.platforms.clone());
+    }
+    let mut out: Vec<Platform> = Vec::new();
+    for p in given {
+        if !settings.platform_allowed(p) {
+            return Err(usage(format!(
+                "--platform {p} is excluded by upstream.platforms in the configuration"
+            )));
+        }
+        if !out.contains(p) {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a `--platform` value.
+pub fn parse_platform(s: &str) -> Result<Platform, String> {
+    Platform::parse(s).map_err(|e| e.to_string())
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub fn progress(len: u64, what: &str, bytes: bool) -> ProgressBar {
+    let template = if bytes {
+        "{prefix} [{bar:30}] {bytes}/{total_bytes} {wide_msg}"
+    } else {
+        "{prefix} [{bar:30}] {pos}/{len} {wide_msg}"
+    };
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr())
+        .with_style(style)
+        .with_prefix(what.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Human-readable byte count, e.g. `12.3 MiB`.
+pub fn human_bytes(n: u64) -> String {
+    bytesize::ByteSize::b(n).display().iec().to_string()
+}
+
+/// One line per failure, indented under a heading.
+pub fn print_failures(failures: &[(String, String)]) {
+    if failures.is_empty() {
+        return;
+    }
+    println!("failed ({}):", failures.len());
+    for (what, why) in failures {
+        println!("  {what}: {why}");
+    }
+}

@@ -1,0 +1,367 @@
+//! The static mirror layout and the bundle format shared by `export` and `import`.
+//!
+//! A mirror directory is exactly what `terraform providers mirror` writes:
+//!
+//! ```text
+//! <host>/<namespace>/<type>/index.json                 {"versions": {"1.2.0": {}}}
+//! <host>/<namespace>/<type>/<version>.json             {"archives": {"linux_amd64": {"hashes": [...], "url": "<zip>"}}}
+//! <host>/<namespace>/<type>/terraform-provider-<type>_<version>_<os>_<arch>.zip
+//! ```
+//!
+//! A bundle is one uncompressed tar file: first `provender-bundle.json` (the [`Manifest`]: every
+//! archive with its size, SHA-256 and `h1:`, plus the origin's download metadata and checksum
+//! files where the cache has them), then the mirror layout above, then the origin's SHA256SUMS
+//! files and signatures under `provender-origin/`. Extracted, a bundle is itself a usable
+//! mirror directory. Import trusts nothing in it that the manifest does not pin by hash, and
+//! accepts no entry the manifest does not name.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::cache::{Package, SumsRef};
+
+/// The manifest's name inside a bundle (always its first entry).
+pub const MANIFEST_NAME: &str = "provender-bundle.json";
+/// The `format` field of every manifest.
+pub const FORMAT: &str = "provender-bundle";
+/// The manifest format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Where the origin's checksum files live inside a bundle.
+pub const ORIGIN_DIR: &str = "provender-origin";
+
+/// What a bundle holds, with every hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: String,
+    pub format_version: u32,
+    /// Unix seconds when the bundle was made.
+    pub created_at: u64,
+    pub versions: Vec<BundleVersion>,
+}
+
+/// One provider version in a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleVersion {
+    /// `host/namespace/type`.
+    pub source: String,
+    pub version: Version,
+    /// Plugin protocol versions the origin lists (empty when unknown).
+    #[serde(default)]
+    pub protocols: Vec<String>,
+    pub archives: Vec<BundleArchive>,
+    /// The origin's SHA256SUMS files, in the order the packages' `shasums_url`s refer to.
+    #[serde(default)]
+    pub sums: Vec<BundleSums>,
+}
+
+/// One archive in a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleArchive {
+    pub platform: Platform,
+    /// Path inside the bundle (the mirror layout).
+    pub path: String,
+    pub size: u64,
+    /// Lowercase hex SHA-256 (the `zh:` hash).
+    pub sha256: String,
+    /// `h1:` hash of the zip.
+    pub h1: String,
+    /// The origin's download metadata, when the cache has it.
+    #[serde(default)]
+    pub origin: Option<Package>,
+}
+
+/// One SHA256SUMS file and its signature, as the origin published them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleSums {
+    /// The version record's reference to the file: its URLs at the origin (and how its signature
+    /// verified when the cache fetched it; re-checked on import).
+    pub reference: SumsRef,
+    pub path: String,
+    pub sha256: String,
+    pub signature_path: String,
+    pub signature_sha256: String,
+}
+
+/// `<host>/<namespace>/<type>`, the directory of a provider in the mirror layout.
+pub fn provider_dir(addr: &ProviderAddr) -> String {
+    format!("{}/{}/{}", addr.hostname, addr.namespace, addr.type_)
+}
+
+/// Path of an archive in the mirror layout.
+pub fn archive_path(addr: &ProviderAddr, version: &Version, platform: &Platform) -> String {
+    format!(
+        "{}/{}",
+        provider_dir(addr),
+        addr.archive_filename(version, platform)
+    )
+}
+
+/// Path of a provider's `index.json`.
+pub fn index_path(addr: &ProviderAddr) -> String {
+    format!("{}/index.json", provider_dir(addr))
+}
+
+/// Path of a version's `<version>.json`.
+pub fn version_path(addr: &ProviderAddr, version: &Version) -> String {
+    format!("{}/{version}.json", provider_dir(addr))
+}
+
+/// Path of an origin checksum file (or its signature) inside a bundle.
+pub fn sums_path(addr: &ProviderAddr, version: &Version, n: usize, signature: bool) -> String {
+    let suffix = if signature { ".sig" } else { "" };
+    format!(
+        "{ORIGIN_DIR}/{}/{version}.SHA256SUMS.{n}{suffix}",
+        provider_dir(addr)
+    )
+}
+
+/// `index.json` as `terraform providers mirror` writes it (two-space indent, sorted keys).
+pub fn index_json<'a>(versions: impl IntoIterator<Item = &'a Version>) -> Vec<u8> {
+    let versions: serde_json::Map<String, serde_json::Value> = versions
+        .into_iter()
+        .map(|v| (v.to_string(), serde_json::json!({})))
+        .collect();
+    pretty(&serde_json::json!({ "versions": versions }))
+}
+
+/// One archive's entry in `<version>.json`.
+pub struct MirrorEntry<'a> {
+    pub platform: &'a Platform,
+    pub filename: String,
+    pub h1: &'a str,
+    pub sha256: &'a str,
+}
+
+/// `<version>.json` with both `h1:` and `zh:` for each archive.
+pub fn version_json<'a>(entries: impl IntoIterator<Item = MirrorEntry<'a>>) -> Vec<u8> {
+    let archives: serde_json::Map<String, serde_json::Value> = entries
+        .into_iter()
+        .map(|e| {
+            let hashes = vec![e.h1.to_string(), crate::hash::zh(e.sha256)];
+            (
+                e.platform.to_string(),
+                serde_json::json!({ "hashes": hashes, "url": e.filename }),
+            )
+        })
+        .collect();
+    pretty(&serde_json::json!({ "archives": archives }))
+}
+
+fn pretty(value: &serde_json::Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec_pretty(value).expect("JSON of strings");
+    out.push(b'\n');
+    out
+}
+
+impl Manifest {
+    /// The mirror JSON documents a bundle with this manifest carries, by path.
+    pub fn mirror_documents(&self) -> Result<BTreeMap<String, Vec<u8>>, String> {
+        let mut by_provider: BTreeMap<ProviderAddr, Vec<&BundleVersion>> = BTreeMap::new();
+        for v in &self.versions {
+            let addr = parse_source(&v.source)?;
+            by_provider.entry(addr).or_default().push(v);
+        }
+        let mut docs = BTreeMap::new();
+        for (addr, versions) in by_provider {
+            docs.insert(
+                index_path(&addr),
+                index_json(versions.iter().map(|v| &v.version)),
+            );
+            for v in versions {
+                let entries = v.archives.iter().map(|a| MirrorEntry {
+                    platform: &a.platform,
+                    filename: addr.archive_filename(&v.version, &a.platform),
+                    h1: &a.h1,
+                    sha256: &a.sha256,
+                });
+                docs.insert(version_path(&addr, &v.version), version_json(entries));
+            }
+        }
+        Ok(docs)
+    }
+}
+
+/// Parses a manifest `source`, which must be the full `host/namespace/type` form.
+pub fn parse_source(source: &str) -> Result<ProviderAddr, String> {
+    let addr = ProviderAddr::parse(source).map_err(|e| e.to_string())?;
+    if addr.to_string() != source {
+        return Err(format!(
+            "source {source:?} is not in canonical host/namespace/type form"
+        ));
+    }
+    Ok(addr)
+}
+
+/// SHA-256 (hex) and length of everything `reader` yields, copying it to `out`, reading at most
+/// `limit` bytes (one more means "too large").
+pub fn copy_hashing(
+    reader: &mut impl Read,
+    out: &mut impl io::Write,
+    limit: u64,
+) -> io::Result<(String, u64)> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut limited = reader.take(limit.saturating_add(1));
+    loop {
+        let n = limited.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+        size += n as u64;
+    }
+    Ok((hex::encode(hasher.finalize()), size))
+}
+
+/// The `h1:` hash of a zip file on disk.
+pub fn h1_of_file(path: &Path) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    crate::hash::h1_zip(
+        io::BufReader::with_capacity(256 * 1024, file),
+        crate::hash::HashLimits::default(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Writes a tar stream asynchronously: ustar headers from the `tar` crate, bodies streamed.
+pub struct TarWriter<W> {
+    out: W,
+}
+
+impl<W: AsyncWrite + Unpin> TarWriter<W> {
+    pub fn new(out: W) -> Self {
+        TarWriter { out }
+    }
+
+    /// Appends a regular file of exactly `size` bytes read from `body`, returning the SHA-256
+    /// of what was written. Fails if `body` yields a different length.
+    pub async fn append(
+        &mut self,
+        path: &str,
+        size: u64,
+        body: &mut (impl AsyncRead + Unpin),
+    ) -> io::Result<String> {
+        let mut header = tar::Header::new_ustar();
+        header
+            .set_path(path)
+            .map_err(|e| io::Error::other(format!("{path}: {e}")))?;
+        header.set_size(size);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        self.out.write_all(header.as_bytes()).await?;
+        let mut hasher = Sha256::new();
+        let mut written = 0u64;
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = tokio::io::AsyncReadExt::read(body, &mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            written += n as u64;
+            if written > size {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            self.out.write_all(&buf[..n]).await?;
+        }
+        if written != size {
+            return Err(io::Error::other(format!(
+                "{path}: expected {size} bytes, read {written}"
+            )));
+        }
+        let pad = (512 - size % 512) % 512;
+        self.out.write_all(&vec![0u8; pad as usize]).await?;
+        Ok(hex::encode(hasher.finalize()))
+    }
+
+    /// Appends a file held in memory.
+    pub async fn append_bytes(&mut self, path: &str, bytes: &[u8]) -> io::Result<()> {
+        self.append(path, bytes.len() as u64, &mut &bytes[..])
+            .await
+            .map(|_| ())
+    }
+
+    /// Writes the end-of-archive marker and returns the writer.
+    pub async fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&[0u8; 1024]).await?;
+        self.out.flush().await?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirror_documents_look_like_terraforms() {
+        let v = Version::parse("1.1.0").unwrap();
+        let p = Platform::parse("linux_amd64").unwrap();
+        assert_eq!(
+            String::from_utf8(index_json([&v])).unwrap(),
+            "{\n  \"versions\": {\n    \"1.1.0\": {}\n  }\n}\n"
+        );
+        let doc = version_json([MirrorEntry {
+            platform: &p,
+            filename: "terraform-provider-foo_1.1.0_linux_amd64.zip".into(),
+            h1: "h1:abc=",
+            sha256: "00ff",
+        }]);
+        let parsed: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(
+            parsed["archives"]["linux_amd64"]["hashes"],
+            serde_json::json!(["h1:abc=", "zh:00ff"])
+        );
+        assert_eq!(
+            parsed["archives"]["linux_amd64"]["url"],
+            "terraform-provider-foo_1.1.0_linux_amd64.zip"
+        );
+    }
+
+    #[tokio::test]
+    async fn tar_writer_output_reads_back_with_the_tar_crate() {
+        let mut w = TarWriter::new(Vec::new());
+        w.append_bytes("a/b.json", b"{}").await.unwrap();
+        let long = format!("{}/{}", "d".repeat(90), "f".repeat(90));
+        let sha = w.append(&long, 3, &mut &b"xyz"[..]).await.unwrap();
+        assert_eq!(sha, crate::hash::sha256_hex(b"xyz"));
+        assert!(w.append("short", 5, &mut &b"xyz"[..]).await.is_err());
+        let bytes = TarWriter::new(Vec::new()).finish().await.unwrap();
+        assert_eq!(bytes.len(), 1024);
+
+        let mut w = TarWriter::new(Vec::new());
+        w.append_bytes("a/b.json", b"{}").await.unwrap();
+        w.append(&long, 3, &mut &b"xyz"[..]).await.unwrap();
+        let bytes = w.finish().await.unwrap();
+        let mut archive = tar::Archive::new(&bytes[..]);
+        let mut seen = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().to_string_lossy().to_string();
+            let mut body = Vec::new();
+            entry.read_to_end(&mut body).unwrap();
+            seen.push((path, body));
+        }
+        assert_eq!(
+            seen,
+            [
+                ("a/b.json".to_string(), b"{}".to_vec()),
+                (long, b"xyz".to_vec())
+            ]
+        );
+    }
+}

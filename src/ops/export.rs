@@ -1,0 +1,469 @@
+//! `provender export`: the cache as a static network mirror directory, or as one bundle file.
+//!
+//! Only the cache is read; no origin is contacted. Every archive's SHA-256 is recomputed while
+//! it is copied and must equal its record, so an export never carries a damaged archive. Files
+//! are written to temporary names and renamed into place; a bundle appears under its name only
+//! once complete.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::bundle::{self, BundleArchive, BundleSums, BundleVersion, Manifest, MirrorEntry};
+use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::cache::{ArchiveInfo, ArchiveKey};
+use crate::constraints::Constraints;
+use crate::mirror::Mirror;
+
+/// `provender export`
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Examples:\n  provender export ./mirror            # serve ./mirror with any \
+static web server (HTTPS), or use it as a filesystem_mirror\n  provender export --bundle \
+providers.tar"
+)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Export only these providers, as SOURCE[@CONSTRAINT] (repeatable; default: everything).
+    #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
+    pub providers: Vec<String>,
+    /// Export only these platforms (repeatable; default: every cached platform).
+    #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
+    pub platforms: Vec<Platform>,
+    /// Write one bundle file (tar with a manifest of every hash) instead of a directory.
+    #[arg(long, value_name = "FILE", conflicts_with = "dir")]
+    pub bundle: Option<PathBuf>,
+    /// The mirror directory to write (created if needed; existing files are replaced).
+    #[arg(value_name = "DIR", required_unless_present = "bundle")]
+    pub dir: Option<PathBuf>,
+}
+
+/// One cached archive chosen for export.
+struct Chosen {
+    platform: Platform,
+    info: ArchiveInfo,
+}
+
+/// Everything chosen for export, grouped by provider version.
+type Selection = BTreeMap<(ProviderAddr, Version), Vec<Chosen>>;
+
+async fn select(
+    mirror: &Arc<Mirror>,
+    filters: &[(ProviderAddr, Constraints)],
+    platforms: &[Platform],
+    failed: &mut Vec<(String, String)>,
+) -> Result<Selection, OpsError> {
+    let entries = mirror
+        .store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
+    let mut out: Selection = BTreeMap::new();
+    for entry in entries {
+        let key = &entry.key;
+        if !filters.is_empty()
+            && !filters
+                .iter()
+                .any(|(a, c)| a == &key.addr && (c.is_empty() || c.allows(&key.version)))
+        {
+            continue;
+        }
+        if !platforms.is_empty() && !platforms.contains(&key.platform) {
+            continue;
+        }
+        let Some(info) = entry.info else {
+            failed.push((
+                key.to_string(),
+                "cached archive has no readable record (run provender verify)".into(),
+            ));
+            continue;
+        };
+        out.entry((key.addr.clone(), key.version.clone()))
+            .or_default()
+            .push(Chosen {
+                platform: key.platform.clone(),
+                info,
+            });
+    }
+    Ok(out)
+}
+
+/// Runs `provender export`.
+pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
+    let settings = super::load_settings(&args.common)?;
+    let mut filters = Vec::new();
+    for p in &args.providers {
+        let w = super::inputs::parse_provider_arg(p).map_err(usage)?;
+        filters.push((w.addr, w.constraints));
+    }
+    let (mirror, _) = super::open_mirror(settings)?;
+    let mut failed = Vec::new();
+    let selection = select(&mirror, &filters, &args.platforms, &mut failed).await?;
+    if selection.is_empty() && failed.is_empty() {
+        return Err(usage(
+            "nothing to export: the cache holds no archive matching the filters",
+        ));
+    }
+    let (count, bytes) = selection
+        .values()
+        .flatten()
+        .fold((0, 0), |(n, b), c| (n + 1, b + c.info.size));
+    let written = match (&args.bundle, &args.dir) {
+        (Some(file), _) => write_bundle(&mirror, &selection, file, bytes).await,
+        (None, Some(dir)) => write_dir(&mirror, &selection, dir, bytes, &mut failed).await,
+        (None, None) => return Err(usage("give a directory or --bundle FILE")),
+    };
+    match written {
+        Ok(target) => {
+            println!(
+                "export: {count} archives ({}) of {} provider versions written to {target}",
+                human_bytes(bytes),
+                selection.len()
+            );
+            for ((addr, version), chosen) in &selection {
+                let platforms: Vec<String> =
+                    chosen.iter().map(|c| c.platform.to_string()).collect();
+                println!("  {addr} {version}: {}", platforms.join(", "));
+            }
+        }
+        Err(e) => failed.push(("export".into(), e)),
+    }
+    super::print_failures(&failed);
+    Ok(Outcome::from_failures(failed.len()))
+}
+
+/// Copies one archive out of the store into `out`, checking its SHA-256 on the way.
+async fn copy_archive(
+    mirror: &Arc<Mirror>,
+    key: &ArchiveKey,
+    info: &ArchiveInfo,
+    out: &mut (impl tokio::io::AsyncWrite + Unpin),
+) -> Result<(), String> {
+    let mut stored = mirror
+        .store()
+        .open(key)
+        .await
+        .map_err(|e| format!("opening {key}: {e}"))?
+        .ok_or_else(|| format!("{key} vanished from the cache"))?;
+    let mut hashing = HashingReader::new(&mut stored.body);
+    tokio::io::copy(&mut hashing, out)
+        .await
+        .map_err(|e| format!("copying {key}: {e}"))?;
+    let sha = hashing.finish();
+    if sha != info.sha256 {
+        return Err(format!(
+            "{key}: cached archive has SHA-256 {sha}, its record says {} (run provender verify)",
+            info.sha256
+        ));
+    }
+    Ok(())
+}
+
+async fn write_dir(
+    mirror: &Arc<Mirror>,
+    selection: &Selection,
+    root: &Path,
+    bytes: u64,
+    failed: &mut Vec<(String, String)>,
+) -> Result<String, String> {
+    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let bar = progress(bytes, "exporting", true);
+    let mut exported: BTreeMap<ProviderAddr, Vec<Version>> = BTreeMap::new();
+    for ((addr, version), chosen) in selection {
+        let mut entries = Vec::new();
+        for c in chosen {
+            let key = ArchiveKey {
+                addr: addr.clone(),
+                version: version.clone(),
+                platform: c.platform.clone(),
+            };
+            bar.set_message(key.to_string());
+            let target = root.join(bundle::archive_path(addr, version, &c.platform));
+            match export_archive(mirror, &key, &c.info, &target).await {
+                Ok(()) => entries.push(c),
+                Err(e) => failed.push((key.to_string(), e)),
+            }
+            bar.inc(c.info.size);
+        }
+        if entries.is_empty() {
+            continue;
+        }
+        let doc = bundle::version_json(entries.iter().map(|c| MirrorEntry {
+            platform: &c.platform,
+            filename: addr.archive_filename(version, &c.platform),
+            h1: &c.info.h1,
+            sha256: &c.info.sha256,
+        }));
+        let path = root.join(bundle::version_path(addr, version));
+        write_small(&path, doc).await?;
+        exported
+            .entry(addr.clone())
+            .or_default()
+            .push(version.clone());
+    }
+    bar.finish_and_clear();
+    for (addr, mut versions) in exported {
+        // Keep versions an earlier export left in the same directory.
+        let index = root.join(bundle::index_path(&addr));
+        if let Ok(old) = std::fs::read(&index) {
+            if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&old) {
+                for v in doc["versions"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|m| m.keys())
+                {
+                    if let Ok(v) = Version::parse(v) {
+                        if !versions.contains(&v)
+                            && root.join(bundle::version_path(&addr, &v)).exists()
+                        {
+                            versions.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        versions.sort();
+        write_small(&index, bundle::index_json(&versions)).await?;
+    }
+    Ok(root.display().to_string())
+}
+
+async fn write_bundle(
+    mirror: &Arc<Mirror>,
+    selection: &Selection,
+    file: &Path,
+    bytes: u64,
+) -> Result<String, String> {
+    // The manifest comes first, so gather everything it says before writing any archive.
+    let mut manifest = Manifest {
+        format: bundle::FORMAT.into(),
+        format_version: bundle::FORMAT_VERSION,
+        created_at: crate::cache::now_secs(),
+        versions: Vec::new(),
+    };
+    let mut sums_files: Vec<(String, Vec<u8>)> = Vec::new();
+    for ((addr, version), chosen) in selection {
+        let record = mirror.meta().read_version(addr, version).await;
+        let protocols = match mirror.meta().read_index(addr).await {
+            Some(index) => index
+                .versions
+                .iter()
+                .find(|v| &v.version == version)
+                .map(|v| v.protocols.clone())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let mut archives = Vec::new();
+        for c in chosen {
+            let origin = record
+                .as_ref()
+                .and_then(|r| r.packages.get(&c.platform))
+                .filter(|p| p.shasum == c.info.sha256)
+                .map(|p| {
+                    let mut p = p.clone();
+                    p.h1 = Some(c.info.h1.clone());
+                    p
+                });
+            archives.push(BundleArchive {
+                platform: c.platform.clone(),
+                path: bundle::archive_path(addr, version, &c.platform),
+                size: c.info.size,
+                sha256: c.info.sha256.clone(),
+                h1: c.info.h1.clone(),
+                origin,
+            });
+        }
+        let mut sums = Vec::new();
+        if let Some(rec) = &record {
+            let used: Vec<String> = archives
+                .iter()
+                .filter_map(|a| a.origin.as_ref().map(|p| p.shasums_url.clone()))
+                .collect();
+            for (n, r) in rec.sums.iter().enumerate() {
+                if !used.contains(&r.url) {
+                    continue;
+                }
+                let read = |sig| mirror.meta().read_sums(addr, version, n, sig);
+                let (Ok(Some(doc)), Ok(Some(sig))) = (read(false).await, read(true).await) else {
+                    // Without the checksum file the origin metadata cannot be checked on import.
+                    for a in archives.iter_mut() {
+                        if a.origin.as_ref().is_some_and(|p| p.shasums_url == r.url) {
+                            a.origin = None;
+                        }
+                    }
+                    continue;
+                };
+                let k = sums.len();
+                let entry = BundleSums {
+                    reference: r.clone(),
+                    path: bundle::sums_path(addr, version, k, false),
+                    sha256: crate::hash::sha256_hex(&doc),
+                    signature_path: bundle::sums_path(addr, version, k, true),
+                    signature_sha256: crate::hash::sha256_hex(&sig),
+                };
+                sums_files.push((entry.path.clone(), doc));
+                sums_files.push((entry.signature_path.clone(), sig));
+                sums.push(entry);
+            }
+        }
+        manifest.versions.push(BundleVersion {
+            source: addr.to_string(),
+            version: version.clone(),
+            protocols,
+            archives,
+            sums,
+        });
+    }
+    let documents = manifest.mirror_documents()?;
+    let manifest_bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = file
+        .file_name()
+        .ok_or_else(|| format!("{}: not a file name", file.display()))?
+        .to_string_lossy()
+        .to_string();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = async {
+        let out = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let mut tar = bundle::TarWriter::new(tokio::io::BufWriter::with_capacity(256 * 1024, out));
+        let io = |e: std::io::Error| format!("{}: {e}", file.display());
+        tar.append_bytes(bundle::MANIFEST_NAME, &manifest_bytes)
+            .await
+            .map_err(io)?;
+        for (path, doc) in &documents {
+            tar.append_bytes(path, doc).await.map_err(io)?;
+        }
+        let bar = progress(bytes, "bundling", true);
+        for ((addr, version), chosen) in selection {
+            for c in chosen {
+                let key = ArchiveKey {
+                    addr: addr.clone(),
+                    version: version.clone(),
+                    platform: c.platform.clone(),
+                };
+                bar.set_message(key.to_string());
+                let mut stored = mirror
+                    .store()
+                    .open(&key)
+                    .await
+                    .map_err(|e| format!("opening {key}: {e}"))?
+                    .ok_or_else(|| format!("{key} vanished from the cache"))?;
+                let path = bundle::archive_path(addr, version, &c.platform);
+                let sha = tar
+                    .append(&path, c.info.size, &mut stored.body)
+                    .await
+                    .map_err(|e| format!("{key}: {e}"))?;
+                if sha != c.info.sha256 {
+                    return Err(format!(
+                        "{key}: cached archive has SHA-256 {sha}, its record says {} (run provender verify)",
+                        c.info.sha256
+                    ));
+                }
+                bar.inc(c.info.size);
+            }
+        }
+        bar.finish_and_clear();
+        for (path, doc) in &sums_files {
+            tar.append_bytes(path, doc).await.map_err(io)?;
+        }
+        let out = tar.finish().await.map_err(io)?.into_inner();
+        out.sync_all().await.map_err(io)?;
+        drop(out);
+        tokio::fs::rename(&tmp, file).await.map_err(io)?;
+        crate::cache::sync_dir(&dir);
+        Ok(file.display().to_string())
+    }
+    .await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Copies an archive to `target` through a temporary file in the same directory, renamed into
+/// place once complete and synced.
+async fn export_archive(
+    mirror: &Arc<Mirror>,
+    key: &ArchiveKey,
+    info: &ArchiveInfo,
+    target: &Path,
+) -> Result<(), String> {
+    let dir = target.parent().expect("mirror paths have a parent");
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let name = target
+        .file_name()
+        .expect("mirror paths have a file name")
+        .to_string_lossy();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = async {
+        let mut file = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        copy_archive(mirror, key, info, &mut file).await?;
+        file.sync_all()
+            .await
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        drop(file);
+        tokio::fs::rename(&tmp, target)
+            .await
+            .map_err(|e| format!("{}: {e}", target.display()))
+    }
+    .await;
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    result
+}
+
+async fn write_small(path: &Path, bytes: Vec<u8>) -> Result<(), String> {
+    let path_owned = path.to_path_buf();
+    tokio::task::spawn_blocking(move || crate::cache::write_atomic(&path_owned, &bytes))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// An `AsyncRead` adapter that hashes what passes through.
+pub(super) struct HashingReader<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+}
+
+impl<R> HashingReader<R> {
+    pub(super) fn new(inner: R) -> Self {
+        HashingReader {
+            inner,
+            hasher: sha2::Digest::new(),
+        }
+    }
+
+    pub(super) fn finish(self) -> String {
+        hex::encode(sha2::Digest::finalize(self.hasher))
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HashingReader<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if poll.is_ready() {
+            sha2::Digest::update(&mut this.hasher, &buf.filled()[before..]);
+        }
+        poll
+    }
+}

@@ -1,0 +1,899 @@
+//! `provender import`: admit a bundle, an exported directory, or any `terraform providers
+//! mirror` directory into the cache.
+//!
+//! Two phases, so that a failure leaves the cache exactly as it was:
+//!
+//! 1. **Verify everything.** Each archive is copied into the cache's staging area while its
+//!    SHA-256 is computed, then its `h1:` is computed, and both are compared with what the
+//!    source promises: the bundle manifest's hashes (and the origin's SHA256SUMS lines when the
+//!    bundle carries them), or a mirror directory's `<version>.json` hashes (every `h1:` and
+//!    `zh:` listed must match, and at least one must be listed). A bundle entry the manifest
+//!    does not name, or a named entry that is missing, is an error. An archive the cache already
+//!    holds with different bytes is an error too.
+//! 2. **Admit.** Only when nothing failed: archives are committed (each atomically), then the
+//!    origin's checksum files, then version records, then version lists, so metadata never
+//!    describes an archive that is not there. Archives already present are left alone, so
+//!    importing the same source twice changes nothing.
+//!
+//! Records made from a mirror directory have no origin behind them: their download, SHA256SUMS
+//! and signature URLs are empty strings. A server with `[upstream] offline = true` serves them
+//! through the mirror protocol; the registry facade has no origin signature to offer for them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::bundle::{self, BundleVersion, Manifest};
+use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::cache::{
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, StagedFile, Staging, SumsRef,
+    VersionRecord,
+};
+use crate::mirror::Mirror;
+
+/// Largest manifest, mirror JSON document or checksum file accepted.
+const MAX_DOCUMENT: u64 = 64 << 20;
+
+/// `provender import`
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "SOURCE is a bundle made by `provender export --bundle`, a directory made \
+by `provender export`, or a directory made by `terraform providers mirror`.\nNothing is admitted \
+unless every archive checks out; importing the same source again changes nothing."
+)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The bundle file or mirror directory to import.
+    #[arg(value_name = "SOURCE")]
+    pub source: PathBuf,
+}
+
+/// One archive that passed every check, waiting in the staging area.
+struct Verified {
+    key: ArchiveKey,
+    staged: StagedFile,
+    info: ArchiveInfo,
+    origin: Option<Package>,
+}
+
+/// Everything verified for one provider version.
+struct VersionImport {
+    addr: ProviderAddr,
+    version: Version,
+    protocols: Vec<String>,
+    archives: Vec<Verified>,
+    /// The origin's checksum files: reference, document, signature.
+    sums: Vec<(SumsRef, Vec<u8>, Vec<u8>)>,
+}
+
+type Failures = Vec<(String, String)>;
+
+/// Runs `provender import`.
+pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
+    let settings = super::load_settings(&args.common)?;
+    let meta = std::fs::metadata(&args.source)
+        .map_err(|e| usage(format!("{}: {e}", args.source.display())))?;
+    let (mirror, staging) = super::open_mirror(settings)?;
+    let source = args.source.clone();
+    let total = if meta.is_dir() { 0 } else { meta.len() };
+    let bar = progress(total, "verifying", true);
+    let bar2 = bar.clone();
+    let handle = tokio::runtime::Handle::current();
+    let (imports, mut failed) = tokio::task::spawn_blocking(move || {
+        let mut failed = Failures::new();
+        let imports = if meta.is_dir() {
+            from_dir(&handle, &staging, &source, &mut failed, &bar2)
+        } else {
+            from_bundle(&handle, &staging, &source, &mut failed, &bar2)
+        };
+        (imports, failed)
+    })
+    .await
+    .map_err(|e| OpsError::Failed(anyhow::anyhow!("verification task failed: {e}")))?;
+    bar.finish_and_clear();
+    let shown = args.source.display();
+    if failed.is_empty() && imports.is_empty() {
+        failed.push((shown.to_string(), "holds no provider archive".into()));
+    }
+    if failed.is_empty() {
+        failed.extend(conflicts(&mirror, &imports).await);
+    }
+    if !failed.is_empty() {
+        println!("import: nothing imported from {shown}; the cache is unchanged");
+        super::print_failures(&failed);
+        return Ok(Outcome::Failed);
+    }
+    let (added, present) = match admit(&mirror, imports).await {
+        Ok(r) => r,
+        Err(e) => {
+            println!("import from {shown} stopped: {e}");
+            println!(
+                "archives admitted before the failure are complete; run the import again to finish"
+            );
+            return Ok(Outcome::Failed);
+        }
+    };
+    let bytes: u64 = added.iter().map(|(_, s)| s).sum();
+    println!(
+        "import: {} added ({}), {} already present, from {shown}",
+        added.len(),
+        human_bytes(bytes),
+        present.len()
+    );
+    for (title, list) in [("added", &added), ("already present", &present)] {
+        if !list.is_empty() {
+            println!("{title} ({}):", list.len());
+            for (key, size) in list.iter() {
+                println!("  {key} ({})", human_bytes(*size));
+            }
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// Copies `reader` into a new staging file, hashing it; returns the file, its SHA-256 and size.
+fn stage(
+    handle: &tokio::runtime::Handle,
+    staging: &Staging,
+    reader: &mut impl Read,
+    limit: u64,
+) -> Result<(StagedFile, String, u64), String> {
+    let (staged, file) = handle
+        .block_on(staging.create())
+        .map_err(|e| format!("creating a staging file: {e}"))?;
+    let file = handle.block_on(file.into_std());
+    let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
+    let (sha, size) =
+        bundle::copy_hashing(reader, &mut out, limit).map_err(|e| format!("reading: {e}"))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| format!("writing a staging file: {e}"))?;
+    file.sync_all()
+        .map_err(|e| format!("syncing a staging file: {e}"))?;
+    Ok((staged, sha, size))
+}
+
+fn read_limited(reader: &mut impl Read, limit: u64) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    reader
+        .take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(out)
+}
+
+/// What a bundle entry is expected to be.
+enum Expect {
+    Archive { v: usize, a: usize },
+    Document(Vec<u8>),
+    Sums { v: usize, s: usize, signature: bool },
+}
+
+fn from_bundle(
+    handle: &tokio::runtime::Handle,
+    staging: &Staging,
+    path: &Path,
+    failed: &mut Failures,
+    bar: &indicatif::ProgressBar,
+) -> Vec<VersionImport> {
+    let shown = path.display().to_string();
+    let mut fail = |what: &str, why: String| failed.push((format!("{shown}: {what}"), why));
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            fail("open", e.to_string());
+            return Vec::new();
+        }
+    };
+    let mut tar = tar::Archive::new(BufReader::with_capacity(256 * 1024, bar.wrap_read(file)));
+    let mut entries = match tar.entries() {
+        Ok(e) => e,
+        Err(e) => {
+            fail("not a tar bundle", e.to_string());
+            return Vec::new();
+        }
+    };
+    // The manifest first.
+    let manifest: Manifest = match entries.next() {
+        Some(Ok(mut entry)) => {
+            let name = entry
+                .path()
+                .map(|p| p.to_string_lossy().to_string())
+                .unwrap_or_default();
+            if name != bundle::MANIFEST_NAME {
+                fail(
+                    "manifest",
+                    format!("the first entry is {name:?}, not {}", bundle::MANIFEST_NAME),
+                );
+                return Vec::new();
+            }
+            match read_limited(&mut entry, MAX_DOCUMENT)
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    fail(bundle::MANIFEST_NAME, e);
+                    return Vec::new();
+                }
+            }
+        }
+        Some(Err(e)) => {
+            fail("not a tar bundle", e.to_string());
+            return Vec::new();
+        }
+        None => {
+            fail("manifest", "the bundle is empty".into());
+            return Vec::new();
+        }
+    };
+    if manifest.format != bundle::FORMAT || manifest.format_version != bundle::FORMAT_VERSION {
+        fail(
+            bundle::MANIFEST_NAME,
+            format!(
+                "format {:?} version {} is not {} version {}",
+                manifest.format,
+                manifest.format_version,
+                bundle::FORMAT,
+                bundle::FORMAT_VERSION
+            ),
+        );
+        return Vec::new();
+    }
+    let mut expected: HashMap<String, Expect> = HashMap::new();
+    let mut addrs = Vec::new();
+    let mut seen_versions = BTreeSet::new();
+    for (vi, v) in manifest.versions.iter().enumerate() {
+        let at = format!("{} {}", v.source, v.version);
+        let addr = match bundle::parse_source(&v.source) {
+            Ok(a) => a,
+            Err(e) => {
+                fail(bundle::MANIFEST_NAME, e);
+                return Vec::new();
+            }
+        };
+        if !seen_versions.insert((addr.clone(), v.version.clone())) {
+            fail(bundle::MANIFEST_NAME, format!("{at} is listed twice"));
+            return Vec::new();
+        }
+        if let Err(e) = check_version_entry(&addr, v) {
+            fail(bundle::MANIFEST_NAME, format!("{at}: {e}"));
+            return Vec::new();
+        }
+        for (ai, a) in v.archives.iter().enumerate() {
+            expected.insert(a.path.clone(), Expect::Archive { v: vi, a: ai });
+        }
+        for (si, s) in v.sums.iter().enumerate() {
+            expected.insert(
+                s.path.clone(),
+                Expect::Sums {
+                    v: vi,
+                    s: si,
+                    signature: false,
+                },
+            );
+            expected.insert(
+                s.signature_path.clone(),
+                Expect::Sums {
+                    v: vi,
+                    s: si,
+                    signature: true,
+                },
+            );
+        }
+        addrs.push(addr);
+    }
+    match manifest.mirror_documents() {
+        Ok(docs) => {
+            for (p, d) in docs {
+                expected.insert(p, Expect::Document(d));
+            }
+        }
+        Err(e) => {
+            fail(bundle::MANIFEST_NAME, e);
+            return Vec::new();
+        }
+    }
+
+    let mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)> = HashMap::new();
+    let mut sums: HashMap<(usize, usize, bool), Vec<u8>> = HashMap::new();
+    for entry in entries {
+        let mut entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                fail("reading", e.to_string());
+                break;
+            }
+        };
+        let name = match entry.path() {
+            Ok(p) => p.to_string_lossy().to_string(),
+            Err(e) => {
+                fail("entry name", e.to_string());
+                continue;
+            }
+        };
+        let Some(expect) = expected.remove(&name) else {
+            fail(&name, "not named by the manifest (or present twice)".into());
+            continue;
+        };
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            fail(&name, "not a regular file".into());
+            continue;
+        }
+        match expect {
+            Expect::Document(want) => match read_limited(&mut entry, MAX_DOCUMENT) {
+                Ok(got) if got == want => {}
+                Ok(_) => fail(&name, "does not match the manifest's hashes".into()),
+                Err(e) => fail(&name, e),
+            },
+            Expect::Sums { v, s, signature } => {
+                let meta = &manifest.versions[v].sums[s];
+                let want = if signature {
+                    &meta.signature_sha256
+                } else {
+                    &meta.sha256
+                };
+                match read_limited(&mut entry, MAX_DOCUMENT) {
+                    Ok(got) if &crate::hash::sha256_hex(&got) == want => {
+                        sums.insert((v, s, signature), got);
+                    }
+                    Ok(got) => fail(
+                        &name,
+                        format!(
+                            "SHA-256 is {}, the manifest says {want}",
+                            crate::hash::sha256_hex(&got)
+                        ),
+                    ),
+                    Err(e) => fail(&name, e),
+                }
+            }
+            Expect::Archive { v, a } => {
+                let meta = &manifest.versions[v].archives[a];
+                bar.set_message(name.clone());
+                match check_archive(handle, staging, &mut entry, meta) {
+                    Ok((file, info)) => {
+                        staged.insert((v, a), (file, info));
+                    }
+                    Err(e) => fail(&name, e),
+                }
+            }
+        }
+    }
+    let mut missing: Vec<String> = expected.into_keys().collect();
+    missing.sort();
+    for m in missing {
+        fail(
+            &m,
+            "named by the manifest but missing from the bundle".into(),
+        );
+    }
+    if !failed.is_empty() {
+        return Vec::new();
+    }
+
+    let mut out = Vec::new();
+    for ((vi, v), addr) in manifest.versions.iter().enumerate().zip(addrs) {
+        let mut refs = Vec::new();
+        for (si, s) in v.sums.iter().enumerate() {
+            let doc = sums.remove(&(vi, si, false)).unwrap_or_default();
+            let sig = sums.remove(&(vi, si, true)).unwrap_or_default();
+            // The signature is checked again here, with the keys the origin listed, rather
+            // than taken on the bundle's word.
+            let mut reference = s.reference.clone();
+            let mut keys: Vec<crate::upstream::SigningKey> = Vec::new();
+            for pkg in v.archives.iter().filter_map(|a| a.origin.as_ref()) {
+                if pkg.shasums_url == reference.url {
+                    for k in &pkg.signing_keys {
+                        if !keys.contains(k) {
+                            keys.push(k.clone());
+                        }
+                    }
+                }
+            }
+            match crate::trust::Verifier::hashicorp().verify(&addr, &doc, &sig, &keys) {
+                Ok(trust) => reference.trust = Some(trust),
+                Err(crate::trust::TrustError::NoKeys) => reference.trust = None,
+                Err(e) => {
+                    failed.push((format!("{shown}: {}", s.path), e.to_string()));
+                    continue;
+                }
+            }
+            refs.push((reference, doc, sig));
+        }
+        let mut archives = Vec::new();
+        for (ai, a) in v.archives.iter().enumerate() {
+            let Some((file, info)) = staged.remove(&(vi, ai)) else {
+                continue;
+            };
+            if let Some(pkg) = &a.origin {
+                let sums_doc = refs.iter().find(|(r, _, _)| r.url == pkg.shasums_url);
+                let listed = sums_doc
+                    .and_then(|(_, doc, _)| crate::upstream::sums_lookup(doc, &pkg.filename));
+                if listed.as_deref() != Some(info.sha256.as_str()) {
+                    failed.push((
+                        format!("{shown}: {}", a.path),
+                        format!(
+                            "the origin's SHA256SUMS in the bundle does not list {} with SHA-256 {}",
+                            pkg.filename, info.sha256
+                        ),
+                    ));
+                    continue;
+                }
+            }
+            archives.push(Verified {
+                key: ArchiveKey {
+                    addr: addr.clone(),
+                    version: v.version.clone(),
+                    platform: a.platform.clone(),
+                },
+                staged: file,
+                info,
+                origin: a.origin.clone(),
+            });
+        }
+        out.push(VersionImport {
+            addr,
+            version: v.version.clone(),
+            protocols: v.protocols.clone(),
+            archives,
+            sums: refs,
+        });
+    }
+    if !failed.is_empty() {
+        return Vec::new();
+    }
+    out
+}
+
+/// Checks that a manifest entry names things where the layout puts them.
+fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), String> {
+    let mut platforms = BTreeSet::new();
+    for a in &v.archives {
+        if !platforms.insert(&a.platform) {
+            return Err(format!("platform {} is listed twice", a.platform));
+        }
+        if a.path != bundle::archive_path(addr, &v.version, &a.platform) {
+            return Err(format!(
+                "archive path {:?} is not where the layout puts it",
+                a.path
+            ));
+        }
+        if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "{}: sha256 {:?} is not 64 hex digits",
+                a.path, a.sha256
+            ));
+        }
+        if !a.h1.starts_with("h1:") {
+            return Err(format!("{}: h1 {:?} is not an h1: hash", a.path, a.h1));
+        }
+        if let Some(pkg) = &a.origin {
+            if pkg.shasum != a.sha256 {
+                return Err(format!(
+                    "{}: the origin's shasum {} differs from the manifest's sha256 {}",
+                    a.path, pkg.shasum, a.sha256
+                ));
+            }
+        }
+    }
+    for (k, s) in v.sums.iter().enumerate() {
+        if s.path != bundle::sums_path(addr, &v.version, k, false)
+            || s.signature_path != bundle::sums_path(addr, &v.version, k, true)
+        {
+            return Err(format!("checksum file {k} is not where the layout puts it"));
+        }
+    }
+    Ok(())
+}
+
+/// Stages one archive and checks size, SHA-256 and `h1:` against the manifest.
+fn check_archive(
+    handle: &tokio::runtime::Handle,
+    staging: &Staging,
+    reader: &mut impl Read,
+    meta: &bundle::BundleArchive,
+) -> Result<(StagedFile, ArchiveInfo), String> {
+    let (file, sha, size) = stage(handle, staging, reader, meta.size)?;
+    if size != meta.size {
+        return Err(format!("{size} bytes, the manifest says {}", meta.size));
+    }
+    if sha != meta.sha256 {
+        return Err(format!(
+            "SHA-256 is {sha}, the manifest says {}",
+            meta.sha256
+        ));
+    }
+    let h1 = bundle::h1_of_file(file.path()).map_err(|e| format!("unusable zip: {e}"))?;
+    if h1 != meta.h1 {
+        return Err(format!("h1 is {h1}, the manifest says {}", meta.h1));
+    }
+    Ok((
+        file,
+        ArchiveInfo {
+            sha256: sha,
+            h1,
+            size,
+        },
+    ))
+}
+
+#[derive(serde::Deserialize)]
+struct MirrorVersionDoc {
+    archives: BTreeMap<String, MirrorArchiveDoc>,
+}
+
+#[derive(serde::Deserialize)]
+struct MirrorArchiveDoc {
+    url: String,
+    #[serde(default)]
+    hashes: Vec<String>,
+}
+
+fn subdirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            out.push((
+                entry.file_name().to_string_lossy().to_string(),
+                entry.path(),
+            ));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn from_dir(
+    handle: &tokio::runtime::Handle,
+    staging: &Staging,
+    root: &Path,
+    failed: &mut Failures,
+    bar: &indicatif::ProgressBar,
+) -> Vec<VersionImport> {
+    let mut out = Vec::new();
+    let hosts = match subdirs(root) {
+        Ok(h) => h,
+        Err(e) => {
+            failed.push((root.display().to_string(), e));
+            return out;
+        }
+    };
+    for (host, host_dir) in hosts {
+        if host == bundle::ORIGIN_DIR || host.starts_with('.') {
+            continue;
+        }
+        for (ns, ns_dir) in subdirs(&host_dir).unwrap_or_default() {
+            for (ty, dir) in subdirs(&ns_dir).unwrap_or_default() {
+                let addr = match ProviderAddr::new(&host, &ns, &ty) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        failed.push((dir.display().to_string(), e.to_string()));
+                        continue;
+                    }
+                };
+                out.extend(provider_from_dir(handle, staging, &addr, &dir, failed, bar));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        return Vec::new();
+    }
+    out
+}
+
+fn provider_from_dir(
+    handle: &tokio::runtime::Handle,
+    staging: &Staging,
+    addr: &ProviderAddr,
+    dir: &Path,
+    failed: &mut Failures,
+    bar: &indicatif::ProgressBar,
+) -> Vec<VersionImport> {
+    let fail =
+        |failed: &mut Failures, p: &Path, why: String| failed.push((p.display().to_string(), why));
+    let mut docs = Vec::new();
+    let mut zips = BTreeSet::new();
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        fail(failed, dir, "cannot read directory".into());
+        return Vec::new();
+    };
+    for entry in listing.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.ends_with(".zip") {
+            zips.insert(name);
+        } else if name != "index.json" && name.ends_with(".json") {
+            docs.push(name);
+        }
+    }
+    docs.sort();
+    let mut out = Vec::new();
+    for doc_name in docs {
+        let doc_path = dir.join(&doc_name);
+        let version = match Version::parse(doc_name.trim_end_matches(".json")) {
+            Ok(v) => v,
+            Err(e) => {
+                fail(failed, &doc_path, format!("not named <version>.json: {e}"));
+                continue;
+            }
+        };
+        let doc: MirrorVersionDoc = match std::fs::read(&doc_path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                fail(
+                    failed,
+                    &doc_path,
+                    format!("not a mirror version document: {e}"),
+                );
+                continue;
+            }
+        };
+        let mut archives = Vec::new();
+        for (platform, entry) in doc.archives {
+            let at = format!("{} archives.{platform}", doc_path.display());
+            let platform = match Platform::parse(&platform) {
+                Ok(p) => p,
+                Err(e) => {
+                    failed.push((at, e.to_string()));
+                    continue;
+                }
+            };
+            if entry.url.is_empty()
+                || entry.url.contains(['/', '\\', ':'])
+                || entry.url.starts_with('.')
+            {
+                failed.push((
+                    at,
+                    format!(
+                        "url {:?} is not a file name in the same directory",
+                        entry.url
+                    ),
+                ));
+                continue;
+            }
+            if !zips.remove(&entry.url) {
+                failed.push((at, format!("{} is not in the directory", entry.url)));
+                continue;
+            }
+            let zip_path = dir.join(&entry.url);
+            bar.set_message(entry.url.clone());
+            match check_listed(handle, staging, &zip_path, &entry.hashes) {
+                Ok((staged, info)) => archives.push(Verified {
+                    key: ArchiveKey {
+                        addr: addr.clone(),
+                        version: version.clone(),
+                        platform,
+                    },
+                    staged,
+                    info,
+                    origin: None,
+                }),
+                Err(e) => failed.push((zip_path.display().to_string(), e)),
+            }
+        }
+        if !archives.is_empty() {
+            out.push(VersionImport {
+                addr: addr.clone(),
+                version,
+                protocols: Vec::new(),
+                archives,
+                sums: Vec::new(),
+            });
+        }
+    }
+    for zip in zips {
+        failed.push((
+            dir.join(&zip).display().to_string(),
+            "not listed in any <version>.json, so its hashes cannot be checked".into(),
+        ));
+    }
+    out
+}
+
+/// Stages a zip from a mirror directory and checks it against the hashes listed for it.
+fn check_listed(
+    handle: &tokio::runtime::Handle,
+    staging: &Staging,
+    zip: &Path,
+    hashes: &[String],
+) -> Result<(StagedFile, ArchiveInfo), String> {
+    if hashes.is_empty() {
+        return Err("no hashes are listed for it, so it cannot be checked".into());
+    }
+    let file = std::fs::File::open(zip).map_err(|e| e.to_string())?;
+    let (staged, sha, size) = stage(handle, staging, &mut BufReader::new(file), u64::MAX - 1)?;
+    let h1 = bundle::h1_of_file(staged.path()).map_err(|e| format!("unusable zip: {e}"))?;
+    for listed in hashes {
+        let ok = match listed.split_once(':') {
+            Some(("h1", _)) => listed == &h1,
+            Some(("zh", hex)) => hex == sha,
+            _ => return Err(format!("listed hash {listed:?} is of an unknown kind")),
+        };
+        if !ok {
+            return Err(format!(
+                "listed hash {listed} does not match (the archive's are {h1} and zh:{sha})"
+            ));
+        }
+    }
+    Ok((
+        staged,
+        ArchiveInfo {
+            sha256: sha,
+            h1,
+            size,
+        },
+    ))
+}
+
+/// Archives the cache already holds with different bytes: refused before anything is admitted.
+async fn conflicts(mirror: &Arc<Mirror>, imports: &[VersionImport]) -> Failures {
+    let mut out = Vec::new();
+    for vi in imports {
+        let record = mirror.meta().read_version(&vi.addr, &vi.version).await;
+        for a in &vi.archives {
+            match mirror.store().info(&a.key).await {
+                Ok(Some(have)) if have.sha256 != a.info.sha256 => out.push((
+                    a.key.to_string(),
+                    format!(
+                        "the cache holds a different archive (SHA-256 {}) than the import ({})",
+                        have.sha256, a.info.sha256
+                    ),
+                )),
+                Ok(_) => {}
+                Err(e) => out.push((a.key.to_string(), format!("reading the cache: {e}"))),
+            }
+            if let Some(pkg) = record
+                .as_ref()
+                .and_then(|r| r.packages.get(&a.key.platform))
+            {
+                if pkg.shasum != a.info.sha256 {
+                    out.push((
+                        a.key.to_string(),
+                        format!(
+                            "the cache's origin metadata says SHA-256 {}, the import has {}",
+                            pkg.shasum, a.info.sha256
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+type Admitted = Vec<(ArchiveKey, u64)>;
+
+/// Commits verified archives, then the metadata that describes them.
+async fn admit(
+    mirror: &Arc<Mirror>,
+    imports: Vec<VersionImport>,
+) -> Result<(Admitted, Admitted), String> {
+    let (mut added, mut present) = (Vec::new(), Vec::new());
+    let meta = mirror.meta();
+    let mut index_updates: BTreeMap<ProviderAddr, Vec<IndexVersion>> = BTreeMap::new();
+    for vi in imports {
+        let mut packages = BTreeMap::new();
+        for a in vi.archives {
+            let have = mirror
+                .store()
+                .info(&a.key)
+                .await
+                .map_err(|e| format!("{}: {e}", a.key))?;
+            if have.is_some() {
+                present.push((a.key.clone(), a.info.size));
+            } else {
+                mirror
+                    .store()
+                    .commit(&a.key, a.staged, &a.info)
+                    .await
+                    .map_err(|e| format!("storing {}: {e}", a.key))?;
+                added.push((a.key.clone(), a.info.size));
+            }
+            let mut pkg = a.origin.unwrap_or_else(|| Package {
+                protocols: vi.protocols.clone(),
+                filename: a.key.filename(),
+                download_url: String::new(),
+                shasum: a.info.sha256.clone(),
+                shasums_url: String::new(),
+                shasums_signature_url: String::new(),
+                signing_keys: Vec::new(),
+                h1: None,
+            });
+            pkg.h1 = Some(a.info.h1.clone());
+            packages.insert(a.key.platform.clone(), pkg);
+        }
+        let existing = meta.read_version(&vi.addr, &vi.version).await;
+        let mut rec = existing.clone().unwrap_or_else(|| VersionRecord {
+            fetched_at: crate::cache::now_secs(),
+            offered: Vec::new(),
+            unavailable: Vec::new(),
+            packages: BTreeMap::new(),
+            sums: Vec::new(),
+        });
+        let ctx =
+            |what: &str, e: std::io::Error| format!("{} {}: {what}: {e}", vi.addr, vi.version);
+        for (r, doc, sig) in vi.sums {
+            if rec.sums_index(&r.url).is_some() {
+                continue;
+            }
+            let n = rec.sums.len();
+            meta.write_sums(&vi.addr, &vi.version, n, false, doc)
+                .await
+                .map_err(|e| ctx("writing SHA256SUMS", e))?;
+            meta.write_sums(&vi.addr, &vi.version, n, true, sig)
+                .await
+                .map_err(|e| ctx("writing the SHA256SUMS signature", e))?;
+            rec.sums.push(r);
+        }
+        let platforms: Vec<Platform> = packages.keys().cloned().collect();
+        for (platform, pkg) in packages {
+            match rec.packages.get_mut(&platform) {
+                Some(have) => {
+                    if have.h1.is_none() {
+                        have.h1 = pkg.h1;
+                    }
+                }
+                None => {
+                    rec.packages.insert(platform.clone(), pkg);
+                }
+            }
+            if !rec.offered.contains(&platform) {
+                rec.offered.push(platform.clone());
+            }
+            rec.unavailable.retain(|p| p != &platform);
+        }
+        rec.offered.sort();
+        if existing.as_ref() != Some(&rec) {
+            meta.write_version(&vi.addr, &vi.version, &rec)
+                .await
+                .map_err(|e| ctx("writing the version record", e))?;
+        }
+        index_updates
+            .entry(vi.addr.clone())
+            .or_default()
+            .push(IndexVersion {
+                version: vi.version.clone(),
+                protocols: vi.protocols.clone(),
+                platforms,
+            });
+    }
+    for (addr, versions) in index_updates {
+        let existing = meta.read_index(&addr).await;
+        let mut rec = existing.clone().unwrap_or_else(|| IndexRecord {
+            fetched_at: crate::cache::now_secs(),
+            found: true,
+            versions: Vec::new(),
+        });
+        for v in versions {
+            match rec.versions.iter_mut().find(|x| x.version == v.version) {
+                Some(have) => {
+                    for p in v.platforms {
+                        if !have.platforms.contains(&p) {
+                            have.platforms.push(p);
+                        }
+                    }
+                    if have.protocols.is_empty() {
+                        have.protocols = v.protocols;
+                    }
+                }
+                None => rec.versions.push(v),
+            }
+        }
+        if existing.as_ref() != Some(&rec) {
+            meta.write_index(&addr, &rec)
+                .await
+                .map_err(|e| format!("{addr}: writing the version list: {e}"))?;
+        }
+    }
+    added.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
+    present.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
+    Ok((added, present))
+}

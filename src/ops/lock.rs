@@ -1,0 +1,448 @@
+//! `provender lock`: write or update a `.terraform.lock.hcl` from the cache.
+//!
+//! Versions: a lock-file input's pin; else the version the existing output file records, if it
+//! still meets the constraints (unless `--upgrade`); else the newest version meeting them.
+//! Missing archives are fetched through the mirror (unless offline).
+//!
+//! Hashes, as Terraform records them when it locks from a registry:
+//! - `h1:` of each requested platform's package *as installed* (extracted: regular files only,
+//!   names cleaned, the last of duplicate names wins). For a zip without directory entries or
+//!   unusual names this equals the zip's own `h1:`, which the cache already knows;
+//! - `zh:` for every line of the origin's SHA256SUMS files (Terraform trusts them all once the
+//!   file's signature checks out); without those files, `zh:` of every package the cache's
+//!   version record knows.
+//!
+//! Providers of the existing file that were not asked for are kept as they are; when a
+//! provider keeps its version, its old hashes are kept too.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use super::inputs::{self, Wanted};
+use super::lockfile::{LockFile, LockedProvider};
+use super::seed::{self, Job};
+use super::{CommonArgs, OpsError, Outcome, usage};
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::cache::{ArchiveKey, Staging};
+use crate::mirror::Mirror;
+
+/// `provender lock`
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Example: provender lock --platform linux_amd64 --platform darwin_arm64 \
+./infra   # writes ./infra/.terraform.lock.hcl"
+)]
+pub struct LockArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Platform to record an h1: hash for (repeatable). Default: the configuration's
+    /// upstream.platforms.
+    #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
+    pub platforms: Vec<Platform>,
+    /// A provider to lock, as SOURCE[@CONSTRAINT] (repeatable).
+    #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
+    pub providers: Vec<String>,
+    /// The lock file to write. Default: .terraform.lock.hcl in the configuration directory given,
+    /// else in the current directory.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Choose the newest matching versions even where the lock file already has one.
+    #[arg(long)]
+    pub upgrade: bool,
+    /// How many archives to download at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: u16,
+    /// Configuration directories, lock files and provider lists.
+    #[arg(value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+}
+
+/// Runs `provender lock`.
+pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
+    let settings = super::load_settings(&args.common)?;
+    let platforms = super::select_platforms(&settings, &args.platforms)?;
+    if platforms.is_empty() {
+        return Err(usage(
+            "no platforms: give --platform (repeatable) or set upstream.platforms in the configuration",
+        ));
+    }
+    let output = match &args.output {
+        Some(o) => o.clone(),
+        None => {
+            let dirs: Vec<&PathBuf> = args.inputs.iter().filter(|p| p.is_dir()).collect();
+            match dirs.as_slice() {
+                [dir] => dir.join(".terraform.lock.hcl"),
+                [] => PathBuf::from(".terraform.lock.hcl"),
+                _ => {
+                    return Err(usage(
+                        "several configuration directories given: choose the file with --output",
+                    ));
+                }
+            }
+        }
+    };
+    let existing = match std::fs::read_to_string(&output) {
+        Ok(text) => {
+            LockFile::parse(&text).map_err(|e| usage(format!("{}: {e}", output.display())))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => LockFile::default(),
+        Err(e) => return Err(usage(format!("{}: {e}", output.display()))),
+    };
+    let mut wanted = inputs::read_all(&args.inputs, &args.providers).map_err(usage)?;
+    if wanted.is_empty() {
+        // Re-lock what the file already has, for the requested platforms.
+        wanted = existing
+            .providers
+            .values()
+            .map(|p| Wanted {
+                addr: p.addr.clone(),
+                constraints: p.constraints.clone(),
+                locked: Some(p.version.clone()),
+                from: output.display().to_string(),
+            })
+            .collect();
+    }
+    if wanted.is_empty() {
+        return Err(usage(
+            "nothing to lock: give configuration directories, lock files, provider lists or --provider",
+        ));
+    }
+
+    // One entry per provider: constraints combined, a pin if any input pins it.
+    let mut combined: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
+    for w in wanted {
+        match combined.get_mut(&w.addr) {
+            Some(have) => {
+                have.constraints.merge(&w.constraints);
+                if have.locked.is_none() {
+                    have.locked = w.locked;
+                }
+            }
+            None => {
+                combined.insert(w.addr.clone(), w);
+            }
+        }
+    }
+    for w in combined.values_mut() {
+        if w.locked.is_some() {
+            continue;
+        }
+        if let Some(old) = existing.providers.get(&w.addr) {
+            if !args.upgrade && w.constraints.allows(&old.version) {
+                w.locked = Some(old.version.clone());
+            }
+        }
+    }
+
+    let (mirror, staging) = super::open_mirror(settings)?;
+    let mut failed = Vec::new();
+    let all: Vec<Wanted> = combined.values().cloned().collect();
+    let jobs = seed::plan(&mirror, &all, &platforms, &mut failed).await;
+    let report = seed::ensure_all(&mirror, jobs.clone(), args.concurrency.into(), "fetching").await;
+    failed.extend(report.failed);
+    if !failed.is_empty() {
+        println!("lock: {} not written", output.display());
+        super::print_failures(&failed);
+        return Ok(Outcome::Failed);
+    }
+
+    let mut lock = existing.clone();
+    let mut by_version: BTreeMap<(ProviderAddr, Version), Vec<Platform>> = BTreeMap::new();
+    for Job {
+        addr,
+        version,
+        platform,
+    } in jobs
+    {
+        by_version
+            .entry((addr, version))
+            .or_default()
+            .push(platform);
+    }
+    let mut lines = Vec::new();
+    for ((addr, version), platforms) in by_version {
+        match hashes_for(&mirror, &staging, &addr, &version, &platforms).await {
+            Ok(hashes) => {
+                let w = &combined[&addr];
+                let mut entry = LockedProvider {
+                    addr: addr.clone(),
+                    version: version.clone(),
+                    constraints: w.constraints.clone(),
+                    hashes,
+                };
+                if let Some(old) = existing.providers.get(&addr) {
+                    if old.version == version {
+                        entry.hashes.extend(old.hashes.iter().cloned());
+                    }
+                }
+                lines.push(format!(
+                    "  {addr} {version} ({} hashes; h1: for {})",
+                    entry.hashes.len(),
+                    platforms
+                        .iter()
+                        .map(Platform::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                lock.providers.insert(addr, entry);
+            }
+            Err(e) => failed.push((format!("{addr} {version}"), e)),
+        }
+    }
+    if !failed.is_empty() {
+        println!("lock: {} not written", output.display());
+        super::print_failures(&failed);
+        return Ok(Outcome::Failed);
+    }
+    let text = lock.render();
+    let unchanged = std::fs::read_to_string(&output).is_ok_and(|old| old == text);
+    if !unchanged {
+        let path = output.clone();
+        tokio::task::spawn_blocking(move || crate::cache::write_atomic(&path, text.as_bytes()))
+            .await
+            .map_err(|e| OpsError::Failed(anyhow::anyhow!("writing task failed: {e}")))?
+            .map_err(|e| OpsError::Failed(anyhow::anyhow!("{}: {e}", output.display())))?;
+    }
+    println!(
+        "lock: {} {} ({} providers)",
+        output.display(),
+        if unchanged { "unchanged" } else { "written" },
+        lock.providers.len()
+    );
+    for l in lines {
+        println!("{l}");
+    }
+    Ok(Outcome::Success)
+}
+
+/// The `h1:` hashes of `platforms` and the `zh:` set of one provider version.
+async fn hashes_for(
+    mirror: &Arc<Mirror>,
+    staging: &Staging,
+    addr: &ProviderAddr,
+    version: &Version,
+    platforms: &[Platform],
+) -> Result<BTreeSet<String>, String> {
+    let rec = mirror
+        .version_info(addr, version)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut hashes = BTreeSet::new();
+    for platform in platforms {
+        let key = ArchiveKey {
+            addr: addr.clone(),
+            version: version.clone(),
+            platform: platform.clone(),
+        };
+        let info = mirror
+            .store()
+            .info(&key)
+            .await
+            .map_err(|e| format!("{key}: {e}"))?
+            .ok_or_else(|| format!("{key} is not in the cache"))?;
+        let (copy, sha, _) = super::local_copy(mirror, staging, &key).await?;
+        if sha != info.sha256 {
+            return Err(format!(
+                "{key}: cached archive has SHA-256 {sha}, its record says {} (run provender verify)",
+                info.sha256
+            ));
+        }
+        let path = copy.path().to_path_buf();
+        let recorded = info.h1.clone();
+        let h1 = tokio::task::spawn_blocking(move || h1_installed(&path, &recorded))
+            .await
+            .map_err(|e| format!("hashing task failed: {e}"))?
+            .map_err(|e| format!("{key}: {e}"))?;
+        hashes.insert(h1);
+    }
+    let mut from_sums = false;
+    let used: BTreeSet<&str> = platforms
+        .iter()
+        .filter_map(|p| rec.packages.get(p))
+        .map(|p| p.shasums_url.as_str())
+        .collect();
+    for (n, r) in rec.sums.iter().enumerate() {
+        if !used.contains(r.url.as_str()) {
+            continue;
+        }
+        let doc = mirror
+            .meta()
+            .read_sums(addr, version, n, false)
+            .await
+            .map_err(|e| format!("{addr} {version}: reading SHA256SUMS: {e}"))?;
+        if let Some(doc) = doc {
+            from_sums = true;
+            hashes.extend(sums_hashes(&doc));
+        }
+    }
+    if !from_sums {
+        hashes.extend(rec.packages.values().map(|p| crate::hash::zh(&p.shasum)));
+    }
+    Ok(hashes)
+}
+
+/// Every `zh:` hash a SHA256SUMS file vouches for, as Terraform reads it: one per line, and
+/// none at all if any line does not look like `<64 hex digits> <name>`.
+pub fn sums_hashes(doc: &[u8]) -> Vec<String> {
+    let Ok(text) = std::str::from_utf8(doc) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.is_empty() {
+            continue;
+        }
+        let hash = fields[0];
+        if fields.len() < 2 || hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Vec::new();
+        }
+        out.push(crate::hash::zh(&hash.to_ascii_lowercase()));
+    }
+    out
+}
+
+/// The `h1:` hash Terraform records for a package once installed (its extracted directory).
+/// `zip_h1` is the zip's own `h1:`, returned as is when extraction cannot change anything.
+pub fn h1_installed(path: &Path, zip_h1: &str) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::with_capacity(256 * 1024, file))
+        .map_err(|e| format!("not a readable zip: {e}"))?;
+    // Clean name -> index of its last entry (extraction overwrites earlier ones).
+    let mut files: BTreeMap<String, usize> = BTreeMap::new();
+    let mut plain = true;
+    for i in 0..zip.len() {
+        let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
+        let raw = String::from_utf8_lossy(entry.name_raw()).to_string();
+        if raw.ends_with('/') {
+            plain = false;
+            continue;
+        }
+        let mut parts = Vec::new();
+        for part in raw.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => return Err(format!("zip entry {raw:?} escapes the package directory")),
+                p => parts.push(p),
+            }
+        }
+        let clean = parts.join("/");
+        if clean != raw || files.insert(clean, i).is_some() {
+            plain = false;
+        }
+    }
+    if plain {
+        return Ok(zip_h1.to_string());
+    }
+    let mut summary = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for (name, index) in &files {
+        if name.contains('\n') {
+            return Err(format!("zip entry {name:?} contains a newline"));
+        }
+        let mut entry = zip.by_index(*index).map_err(|e| e.to_string())?;
+        let mut hasher = Sha256::new();
+        loop {
+            let n = entry
+                .read(&mut buf)
+                .map_err(|e| format!("reading {name}: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        summary.update(format!("{}  {name}\n", hex::encode(hasher.finalize())).as_bytes());
+    }
+    Ok(format!(
+        "h1:{}",
+        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Cursor, Write};
+    use zip::write::SimpleFileOptions;
+
+    fn zip_file(dir: &Path, name: &str, entries: &[(&str, Option<&[u8]>)]) -> PathBuf {
+        let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let opts = SimpleFileOptions::default();
+        for (n, content) in entries {
+            match content {
+                Some(c) => {
+                    w.start_file(*n, opts).unwrap();
+                    w.write_all(c).unwrap();
+                }
+                None => w.add_directory(*n, opts).unwrap(),
+            }
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, w.finish().unwrap().into_inner()).unwrap();
+        path
+    }
+
+    fn h1_zip(path: &Path) -> String {
+        super::super::bundle::h1_of_file(path).unwrap()
+    }
+
+    #[test]
+    fn installed_hash_ignores_directory_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let flat = zip_file(
+            dir.path(),
+            "flat.zip",
+            &[("docs/README.md", Some(b"read me")), ("tool", Some(b"#!"))],
+        );
+        let with_dirs = zip_file(
+            dir.path(),
+            "dirs.zip",
+            &[
+                ("docs/", None),
+                ("docs/README.md", Some(b"read me")),
+                ("tool", Some(b"#!")),
+            ],
+        );
+        let expected = h1_zip(&flat);
+        // A flat zip: the recorded h1 is returned untouched (no content is read).
+        assert_eq!(h1_installed(&flat, "h1:recorded").unwrap(), "h1:recorded");
+        // With a directory entry, the zip's own hash differs, the installed one does not.
+        assert_ne!(h1_zip(&with_dirs), expected);
+        assert_eq!(
+            h1_installed(&with_dirs, &h1_zip(&with_dirs)).unwrap(),
+            expected
+        );
+    }
+
+    #[test]
+    fn installed_hash_cleans_names_and_keeps_the_last_duplicate() {
+        let dir = tempfile::tempdir().unwrap();
+        let odd = zip_file(
+            dir.path(),
+            "odd.zip",
+            &[("./tool", Some(b"old")), ("tool", Some(b"new"))],
+        );
+        let plain = zip_file(dir.path(), "plain.zip", &[("tool", Some(b"new"))]);
+        assert_eq!(h1_installed(&odd, "h1:x").unwrap(), h1_zip(&plain));
+        let bad = zip_file(dir.path(), "bad.zip", &[("../evil", Some(b"x"))]);
+        assert!(h1_installed(&bad, "h1:x").unwrap_err().contains("escapes"));
+    }
+
+    #[test]
+    fn sums_lines_become_zh_hashes() {
+        let a = "ab".repeat(32);
+        let b = "CD".repeat(32);
+        let doc = format!("{a}  x_linux_amd64.zip\n{b}  x_darwin_arm64.zip\n");
+        assert_eq!(
+            sums_hashes(doc.as_bytes()),
+            [format!("zh:{a}"), format!("zh:{}", b.to_lowercase())]
+        );
+        assert!(sums_hashes(b"nonsense line\n").is_empty());
+        assert!(sums_hashes(format!("{a}\n").as_bytes()).is_empty());
+    }
+}

@@ -1,0 +1,108 @@
+//! `provender ls`: what the cache holds, one line per archive, grouped by provider and version,
+//! with sizes and the last time each archive was read (where the file system records it).
+
+use std::time::SystemTime;
+
+use super::{CommonArgs, OpsError, Outcome, human_bytes};
+
+/// `provender ls`
+#[derive(clap::Args, Debug)]
+pub struct LsArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Print JSON (one object per archive) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn when(t: Option<SystemTime>) -> String {
+    match t {
+        Some(t) if t > SystemTime::UNIX_EPOCH => humantime::format_rfc3339_seconds(t).to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// Runs `provender ls`.
+pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
+    let settings = super::load_settings(&args.common)?;
+    let (mirror, _) = super::open_mirror(settings)?;
+    let mut entries = mirror
+        .store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
+    entries.sort_by(|a, b| {
+        (&a.key.addr, &a.key.version, &a.key.platform).cmp(&(
+            &b.key.addr,
+            &b.key.version,
+            &b.key.platform,
+        ))
+    });
+    if args.json {
+        let rows: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "provider": e.key.addr.to_string(),
+                    "version": e.key.version.to_string(),
+                    "platform": e.key.platform.to_string(),
+                    "size": e.size,
+                    "sha256": e.info.as_ref().map(|i| i.sha256.clone()),
+                    "h1": e.info.as_ref().map(|i| i.h1.clone()),
+                    "modified": when(Some(e.modified)),
+                    "last_used": e.last_used.map(|t| when(Some(t))),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("JSON of strings")
+        );
+        return Ok(Outcome::Success);
+    }
+    let rows: Vec<[String; 5]> = entries
+        .iter()
+        .map(|e| {
+            let mut size = human_bytes(e.size);
+            if e.info.is_none() {
+                size.push_str(" (no record: not served)");
+            }
+            [
+                e.key.addr.to_string(),
+                e.key.version.to_string(),
+                e.key.platform.to_string(),
+                size,
+                when(e.last_used.or(Some(e.modified))),
+            ]
+        })
+        .collect();
+    let header = ["PROVIDER", "VERSION", "PLATFORM", "SIZE", "LAST USED"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    for r in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = r
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+    let versions: std::collections::BTreeSet<_> = entries
+        .iter()
+        .map(|e| (&e.key.addr, &e.key.version))
+        .collect();
+    let providers: std::collections::BTreeSet<_> = entries.iter().map(|e| &e.key.addr).collect();
+    println!(
+        "{} archives, {} provider versions, {} providers, {} in {}",
+        entries.len(),
+        versions.len(),
+        providers.len(),
+        human_bytes(entries.iter().map(|e| e.size).sum()),
+        mirror.settings().cache_dir.display()
+    );
+    Ok(Outcome::Success)
+}

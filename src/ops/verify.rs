@@ -1,0 +1,124 @@
+//! `provender verify`: re-hash every cached archive and take out of service those that no
+//! longer match what was recorded when they were admitted.
+//!
+//! An archive fails when it has no readable record, when its size, SHA-256 or `h1:` differ
+//! from its record, or when its SHA-256 differs from the origin's `shasum` in the version
+//! record. Failing archives are moved to `<cache.dir>/quarantine/` (kept for inspection, never
+//! served; the next request fetches a fresh copy), unless `--no-quarantine` is given.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+
+use super::{CommonArgs, OpsError, Outcome, human_bytes, progress};
+use crate::cache::{ArchiveInfo, ArchiveKey, Staging};
+use crate::mirror::Mirror;
+
+/// `provender verify`
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Only report mismatches; leave the archives where they are.
+    #[arg(long)]
+    pub no_quarantine: bool,
+    /// How many archives to hash at once (default: the number of CPUs).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub concurrency: Option<u16>,
+}
+
+/// Checks one archive; `Err` says why it no longer matches.
+async fn check(
+    mirror: &Mirror,
+    staging: &Staging,
+    key: &ArchiveKey,
+    info: Option<&ArchiveInfo>,
+) -> Result<(), String> {
+    let Some(info) = info else {
+        return Err("no readable record (.zip.json) beside the archive".into());
+    };
+    let (copy, sha, size) = super::local_copy(mirror, staging, key).await?;
+    if size != info.size {
+        return Err(format!("{size} bytes, its record says {}", info.size));
+    }
+    if sha != info.sha256 {
+        return Err(format!("SHA-256 is {sha}, its record says {}", info.sha256));
+    }
+    let path = copy.path().to_path_buf();
+    let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path))
+        .await
+        .map_err(|e| format!("hashing task failed: {e}"))?
+        .map_err(|e| format!("unusable zip: {e}"))?;
+    drop(copy);
+    if h1 != info.h1 {
+        return Err(format!("h1 is {h1}, its record says {}", info.h1));
+    }
+    if let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await {
+        if let Some(pkg) = rec.packages.get(&key.platform) {
+            if pkg.shasum != sha {
+                return Err(format!(
+                    "SHA-256 is {sha}, the origin published {}",
+                    pkg.shasum
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `provender verify`.
+pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
+    let settings = super::load_settings(&args.common)?;
+    let (mirror, staging) = super::open_mirror(settings)?;
+    let entries = mirror
+        .store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
+    let total: u64 = entries.iter().map(|e| e.size).sum();
+    let concurrency = args.concurrency.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    });
+    let bar = progress(total, "verifying", true);
+    let staging = Arc::new(staging);
+    let results = futures_util::stream::iter(entries)
+        .map(|entry| {
+            let (mirror, staging, bar) = (mirror.clone(), staging.clone(), bar.clone());
+            async move {
+                bar.set_message(entry.key.to_string());
+                let result = check(&mirror, &staging, &entry.key, entry.info.as_ref()).await;
+                bar.inc(entry.size);
+                (entry, result)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect::<Vec<_>>()
+        .await;
+    bar.finish_and_clear();
+    let checked = results.len();
+    let mut failed = Vec::new();
+    for (entry, result) in results {
+        let Err(why) = result else { continue };
+        let outcome = if args.no_quarantine {
+            "left in place (--no-quarantine)".to_string()
+        } else {
+            match mirror.store().quarantine(&entry.key).await {
+                Ok(Some(to)) => format!("quarantined to {to}"),
+                Ok(None) => "already gone".to_string(),
+                Err(e) => format!("could not quarantine: {e}"),
+            }
+        };
+        failed.push((entry.key.to_string(), format!("{why}; {outcome}")));
+    }
+    failed.sort();
+    println!(
+        "verify: {checked} archives ({}) checked, {} ok, {} failed",
+        human_bytes(total),
+        checked - failed.len(),
+        failed.len()
+    );
+    super::print_failures(&failed);
+    Ok(Outcome::from_failures(failed.len()))
+}
