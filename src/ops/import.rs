@@ -893,7 +893,7 @@ async fn admit(
                 .map_err(|e| format!("{addr}: writing the version list: {e}"))?;
         }
     }
-    added.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
-    present.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
+    added.sort_by_key(|a| a.0.to_string());
+    present.sort_by_key(|a| a.0.to_string());
     Ok((added, present))
 }

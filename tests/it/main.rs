@@ -3,5 +3,6 @@
 mod support;
 
 mod mirror;
+mod ops;
 mod origin_smoke;
 mod terraform;

@@ -11,6 +11,7 @@
 pub mod origin;
 pub mod pki;
 pub mod provender;
+pub mod static_server;
 
 use std::fs::File;
 use std::future::IntoFuture;

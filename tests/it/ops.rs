@@ -1,0 +1,884 @@
+//! The operator commands end to end: the real `provender` binary against the fake origin, and
+//! the real `terraform` CLI consuming what they produce.
+//!
+//! - the air gap: `seed` from a configuration and a lock file, `export --bundle` and a mirror
+//!   directory, `import` into empty caches (twice: a no-op), serve sealed with the origin
+//!   stopped, `terraform init` in a fresh directory;
+//! - `lock` writes the same file, byte for byte, as `terraform providers lock` straight from the
+//!   origin, and `terraform init` accepts it;
+//! - an exported directory served by nginx works as a `network_mirror`;
+//! - a `terraform providers mirror` directory imports and serves sealed;
+//! - `import` refuses tampered bundles and directories and leaves the cache as it was;
+//! - `ls`, `verify` (quarantine of a damaged archive), failures reported with non-zero exits.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
+use crate::support::static_server::StaticServer;
+use crate::support::{TIMEOUT, Terraform};
+
+/// Terraform's name for the platform these tests run on.
+fn local_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no Terraform build for {other}"),
+    };
+    format!("{}_{arch}", std::env::consts::OS)
+}
+
+/// The local platform plus two others, as `(os, arch)` pairs.
+fn platforms() -> Vec<(String, String)> {
+    let mut all = vec![local_platform()];
+    for p in ["linux_amd64", "darwin_arm64"] {
+        if !all.iter().any(|a| a == p) {
+            all.push(p.to_string());
+        }
+    }
+    all.into_iter()
+        .map(|p| {
+            let (os, arch) = p.split_once('_').unwrap();
+            (os.to_string(), arch.to_string())
+        })
+        .collect()
+}
+
+async fn origin(ca: &TestCa) -> FakeOrigin {
+    let owned = platforms();
+    let p: Vec<(&str, &str)> = owned
+        .iter()
+        .map(|(o, a)| (o.as_str(), a.as_str()))
+        .collect();
+    FakeOrigin::start(
+        ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "1.1.0", "2.0.0-beta.1"], &p),
+            ProviderSpec::new("acme", "bar", &["2.2.0", "2.3.0"], &p),
+            ProviderSpec::new("acme", "dirs", &["0.1.0"], &p),
+        ],
+    )
+    .await
+}
+
+const MAIN_TF: &str = r#"terraform {
+  required_providers {
+    foo  = { source = "acme/foo", version = "~> 1.0" }
+    bar  = { source = "acme/bar" }
+    dirs = { source = "acme/dirs", version = "0.1.0" }
+  }
+}
+"#;
+
+/// A directory holding `main.tf`.
+fn configuration() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("provender-ops-tf-")
+        .tempdir()
+        .unwrap();
+    std::fs::write(dir.path().join("main.tf"), MAIN_TF).unwrap();
+    dir
+}
+
+/// A provender configuration file for a cache directory, reaching the origin at `origin`.
+fn config_file(
+    dir: &Path,
+    name: &str,
+    cache: &Path,
+    origin: SocketAddr,
+    ca: &TestCa,
+    extra: &str,
+) -> PathBuf {
+    let ca_file = ca.write_ca(dir);
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"{REGISTRY}\"]\nca_file = \"{}\"\n{extra}\n\n[upstream.hosts.\"{REGISTRY}\"]\nconnect_to = \"{origin}\"\n",
+            cache.display(),
+            ca_file.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// What one `provender` command did.
+struct Run {
+    args: Vec<String>,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(&self) -> &Run {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "provender {:?} failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    fn fails(&self, code: i32) -> &Run {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "provender {:?}: expected exit {code}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    fn out(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs the real `provender` binary without blocking the runtime (the origin keeps serving).
+async fn provender(args: &[&str]) -> Run {
+    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let argv = owned.clone();
+    let output = tokio::time::timeout(
+        TIMEOUT * 4,
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_provender"))
+                .args(&argv)
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .stdin(Stdio::null())
+                .output()
+                .expect("run provender")
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("provender {owned:?} did not finish"))
+    .expect("provender runner");
+    Run {
+        args: owned,
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("temporary paths are UTF-8")
+}
+
+fn platform_args() -> Vec<String> {
+    platforms()
+        .iter()
+        .map(|(o, a)| format!("--platform={o}_{a}"))
+        .collect()
+}
+
+/// Every file under `dir` with its bytes: a snapshot to compare a cache before and after.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    files_under(dir)
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
+}
+
+fn mirror_cli_config(url: &str) -> String {
+    format!("provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n")
+}
+
+fn origin_cli_config(origin: &FakeOrigin) -> String {
+    format!(
+        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}\"\n  }}\n}}\n",
+        origin.providers_v1_url()
+    )
+}
+
+fn zips(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = files_under(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+        .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The archives a seed of [`MAIN_TF`] plus `bar 2.3.0` fetches.
+fn expected_zips() -> Vec<String> {
+    let mut out = Vec::new();
+    for (ty, v) in [("foo", "1.1.0"), ("bar", "2.3.0"), ("dirs", "0.1.0")] {
+        for (os, arch) in platforms() {
+            out.push(format!("terraform-provider-{ty}_{v}_{os}_{arch}.zip"));
+        }
+    }
+    out.sort();
+    out
+}
+
+const BAR_LOCK: &str = r#"# This file is maintained automatically by "terraform init".
+# Manual edits may be lost in future updates.
+
+provider "registry.terraform.io/acme/bar" {
+  version = "2.3.0"
+  hashes = [
+    "zh:0000000000000000000000000000000000000000000000000000000000000000",
+  ]
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn air_gap_seed_export_import_and_serve_sealed() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let connected = work.path().join("connected-cache");
+    let cfg = config_file(
+        work.path(),
+        "connected.toml",
+        &connected,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let cfg = path_str(&cfg);
+
+    // A configuration directory (constraints) and a lock file (exact version) together; the
+    // configuration asks for bar too, without a constraint, and the lock file pins 2.3.0.
+    let tf_dir = configuration();
+    std::fs::write(
+        tf_dir.path().join("main.tf"),
+        MAIN_TF.replace("    bar  = { source = \"acme/bar\" }\n", ""),
+    )
+    .unwrap();
+    let lock_dir = tempfile::tempdir().unwrap();
+    let lock = lock_dir.path().join(".terraform.lock.hcl");
+    std::fs::write(&lock, BAR_LOCK).unwrap();
+    let mut args = vec!["seed", "--config", cfg];
+    let platform_args = platform_args();
+    args.extend(platform_args.iter().map(String::as_str));
+    args.extend([path_str(tf_dir.path()), path_str(&lock)]);
+    let seeded = provender(&args).await;
+    seeded.ok();
+    let n = expected_zips().len();
+    assert!(
+        seeded.stdout.contains(&format!("seed: {n} added")),
+        "{}",
+        seeded.stdout
+    );
+    assert_eq!(zips(&connected.join("archives")), expected_zips());
+    assert_eq!(origin.count(RequestKind::Archive), n);
+    // The prerelease 2.0.0-beta.1 is newer, but "~> 1.0" does not name it: 1.1.0 was chosen.
+    assert!(
+        seeded.stdout.contains("acme/foo 1.1.0"),
+        "{}",
+        seeded.stdout
+    );
+
+    // Seeding again fetches nothing.
+    let again = provender(&args).await;
+    again.ok();
+    assert!(
+        again.stdout.contains(&format!(
+            "seed: 0 added (0 B), {n} already present, 0 failed"
+        )),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(origin.count(RequestKind::Archive), n);
+
+    // ls shows what is there.
+    let ls = provender(&["ls", "--config", cfg]).await;
+    ls.ok();
+    assert!(
+        ls.stdout
+            .contains(&format!("{n} archives, 3 provider versions, 3 providers")),
+        "{}",
+        ls.stdout
+    );
+    assert!(
+        ls.stdout.contains("registry.terraform.io/acme/dirs  0.1.0"),
+        "{}",
+        ls.stdout
+    );
+
+    // Export both ways.
+    let bundle = work.path().join("providers.tar");
+    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
+        .await
+        .ok();
+    let exported = work.path().join("mirror");
+    provender(&["export", "--config", cfg, path_str(&exported)])
+        .await
+        .ok();
+    assert_eq!(zips(&exported), expected_zips());
+    let version_doc: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(exported.join(REGISTRY).join("acme/foo/1.1.0.json")).unwrap(),
+    )
+    .unwrap();
+    let (os, arch) = &platforms()[0];
+    let hashes = &version_doc["archives"][format!("{os}_{arch}")]["hashes"];
+    assert_eq!(
+        hashes,
+        &serde_json::json!([
+            origin.h1_zip("acme", "foo", "1.1.0", os, arch),
+            format!("zh:{}", origin.sha256_hex("acme", "foo", "1.1.0", os, arch))
+        ])
+    );
+    let index: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(exported.join(REGISTRY).join("acme/foo/index.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(index, serde_json::json!({ "versions": { "1.1.0": {} } }));
+
+    // Carry the bundle across: import into an empty, sealed cache. Twice: the second is a no-op.
+    let sealed = work.path().join("sealed-cache");
+    let sealed_cfg = config_file(
+        work.path(),
+        "sealed.toml",
+        &sealed,
+        "127.0.0.1:9".parse().unwrap(),
+        &ca,
+        "offline = true",
+    );
+    let sealed_cfg = path_str(&sealed_cfg);
+    let first = provender(&["import", "--config", sealed_cfg, path_str(&bundle)]).await;
+    first.ok();
+    assert!(
+        first.stdout.contains(&format!("import: {n} added")),
+        "{}",
+        first.stdout
+    );
+    let before = snapshot(&sealed);
+    let second = provender(&["import", "--config", sealed_cfg, path_str(&bundle)]).await;
+    second.ok();
+    assert!(
+        second
+            .stdout
+            .contains(&format!("import: 0 added (0 B), {n} already present")),
+        "{}",
+        second.stdout
+    );
+    assert_eq!(
+        snapshot(&sealed),
+        before,
+        "importing the same bundle twice changes nothing"
+    );
+
+    // The exported directory imports as well.
+    let from_dir = work.path().join("dir-cache");
+    let dir_cfg = config_file(
+        work.path(),
+        "dir.toml",
+        &from_dir,
+        "127.0.0.1:9".parse().unwrap(),
+        &ca,
+        "offline = true",
+    );
+    provender(&[
+        "import",
+        "--config",
+        path_str(&dir_cfg),
+        path_str(&exported),
+    ])
+    .await
+    .ok();
+    assert_eq!(zips(&from_dir.join("archives")), expected_zips());
+
+    // Serve the bundle's cache sealed, with the origin gone, and install from it.
+    let mut mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "offline = true",
+            cache_dir: Some(&sealed),
+            ..Default::default()
+        },
+    )
+    .await;
+    origin.stop().await;
+    let fresh = configuration();
+    let tf = Terraform::new(&ca, &mirror_cli_config(mirror.url.as_str()));
+    tf.run(fresh.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+    let lock = std::fs::read_to_string(fresh.path().join(".terraform.lock.hcl")).unwrap();
+    assert!(lock.contains("version     = \"1.1.0\""), "{lock}");
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_writes_what_terraform_writes_and_init_accepts_it() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "provender.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+
+    // Terraform's own lock file, straight from the origin, for the same platforms.
+    let theirs = configuration();
+    let direct = Terraform::new(&ca, &origin_cli_config(&origin));
+    let tf_platforms: Vec<String> = platforms()
+        .iter()
+        .map(|(o, a)| format!("-platform={o}_{a}"))
+        .collect();
+    let mut args = vec!["providers", "lock", "-no-color"];
+    args.extend(tf_platforms.iter().map(String::as_str));
+    direct.run(theirs.path(), &args).await.assert_success();
+    let expected = std::fs::read_to_string(theirs.path().join(".terraform.lock.hcl")).unwrap();
+
+    // provender's, from an empty cache (it fetches what is missing).
+    let ours = configuration();
+    let mut args = vec!["lock", "--config", path_str(&cfg)];
+    let platform_args = platform_args();
+    args.extend(platform_args.iter().map(String::as_str));
+    args.push(path_str(ours.path()));
+    let locked = provender(&args).await;
+    locked.ok();
+    let written = std::fs::read_to_string(ours.path().join(".terraform.lock.hcl")).unwrap();
+    assert_eq!(
+        written, expected,
+        "provender lock vs terraform providers lock"
+    );
+    // Every requested platform's h1 is the one Terraform computes (for `dirs`, of the package as
+    // extracted, which differs from the zip's own h1).
+    for (os, arch) in platforms() {
+        for (ty, v) in [("foo", "1.1.0"), ("bar", "2.3.0"), ("dirs", "0.1.0")] {
+            let h1 = origin.h1_dir("acme", ty, v, &os, &arch);
+            assert!(
+                written.contains(&h1),
+                "{ty} {os}_{arch}: {h1} missing:\n{written}"
+            );
+        }
+    }
+    // Running it again changes nothing.
+    let again = provender(&args).await;
+    again.ok();
+    assert!(again.stdout.contains("unchanged"), "{}", again.stdout);
+
+    // terraform init through provender, with that lock file, in a fresh directory.
+    let mut mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&cache),
+            ..Default::default()
+        },
+    )
+    .await;
+    let fresh = configuration();
+    std::fs::write(fresh.path().join(".terraform.lock.hcl"), &written).unwrap();
+    let tf = Terraform::new(&ca, &mirror_cli_config(mirror.url.as_str()));
+    tf.run(
+        fresh.path(),
+        &["init", "-input=false", "-no-color", "-lockfile=readonly"],
+    )
+    .await
+    .assert_success();
+    mirror.stop().await;
+
+    // A constraint nothing meets: reported, nothing written, non-zero exit.
+    let none = tempfile::tempdir().unwrap();
+    let out = none.path().join("x.lock.hcl");
+    let failed = provender(&[
+        "lock",
+        "--config",
+        path_str(&cfg),
+        "--platform",
+        "linux_amd64",
+        "--provider",
+        "acme/foo@> 5.0",
+        "--output",
+        path_str(&out),
+    ])
+    .await;
+    failed.fails(1);
+    assert!(
+        failed.out().contains("no version matches"),
+        "{}",
+        failed.out()
+    );
+    assert!(!out.exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exported_directory_works_from_a_plain_static_web_server() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "provender.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let cfg = path_str(&cfg);
+    let tf_dir = configuration();
+    let mut args = vec!["seed", "--config", cfg];
+    let platform_args = platform_args();
+    args.extend(platform_args.iter().map(String::as_str));
+    args.push(path_str(tf_dir.path()));
+    provender(&args).await.ok();
+    let site = work.path().join("site");
+    provender(&["export", "--config", cfg, path_str(&site)])
+        .await
+        .ok();
+    origin.stop().await;
+
+    let nginx = StaticServer::start(&ca, &site);
+    let fresh = configuration();
+    let tf = Terraform::new(&ca, &mirror_cli_config(&nginx.url()));
+    let init = tf
+        .run(fresh.path(), &["init", "-input=false", "-no-color"])
+        .await;
+    assert!(
+        init.status.success(),
+        "terraform init from nginx failed:\n{}\n--- nginx error log ---\n{}",
+        init.combined(),
+        nginx.error_log()
+    );
+    let log = nginx.access_log();
+    assert!(
+        log.contains("/registry.terraform.io/acme/foo/index.json"),
+        "{log}"
+    );
+    assert!(log.contains("terraform-provider-foo_1.1.0_"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let tf_dir = configuration();
+    let mirrored = work.path().join("tf-mirror");
+    let direct = Terraform::new(&ca, &origin_cli_config(&origin));
+    let mut args = vec!["providers", "mirror", "-no-color"];
+    let tf_platforms: Vec<String> = platforms()
+        .iter()
+        .map(|(o, a)| format!("-platform={o}_{a}"))
+        .collect();
+    args.extend(tf_platforms.iter().map(String::as_str));
+    args.push(path_str(&mirrored));
+    direct.run(tf_dir.path(), &args).await.assert_success();
+
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "sealed.toml",
+        &cache,
+        "127.0.0.1:9".parse().unwrap(),
+        &ca,
+        "offline = true",
+    );
+    let imported = provender(&["import", "--config", path_str(&cfg), path_str(&mirrored)]).await;
+    imported.ok();
+    assert_eq!(zips(&cache.join("archives")), expected_zips());
+
+    let mut mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "offline = true",
+            cache_dir: Some(&cache),
+            ..Default::default()
+        },
+    )
+    .await;
+    origin.stop().await;
+    let fresh = configuration();
+    let tf = Terraform::new(&ca, &mirror_cli_config(mirror.url.as_str()));
+    tf.run(fresh.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+    mirror.stop().await;
+
+    // A zip changed after `providers mirror` wrote its hashes is refused, and nothing else from
+    // that directory is admitted.
+    let (os, arch) = &platforms()[0];
+    let zip = mirrored
+        .join(REGISTRY)
+        .join("acme/bar")
+        .join(format!("terraform-provider-bar_2.3.0_{os}_{arch}.zip"));
+    let mut bytes = std::fs::read(&zip).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&zip, bytes).unwrap();
+    let other = work.path().join("other-cache");
+    let other_cfg = config_file(
+        work.path(),
+        "other.toml",
+        &other,
+        "127.0.0.1:9".parse().unwrap(),
+        &ca,
+        "offline = true",
+    );
+    let refused = provender(&[
+        "import",
+        "--config",
+        path_str(&other_cfg),
+        path_str(&mirrored),
+    ])
+    .await;
+    refused.fails(1);
+    assert!(
+        refused.out().contains("terraform-provider-bar_2.3.0"),
+        "{}",
+        refused.out()
+    );
+    assert!(
+        zips(&other).is_empty(),
+        "nothing admitted: {:?}",
+        zips(&other)
+    );
+    assert!(files_under(&other.join("metadata")).is_empty());
+}
+
+/// A change made to one entry of a bundle.
+type Change = Box<dyn Fn(&mut Vec<u8>)>;
+
+/// Rewrites the bundle's tar, changing the entry named `target` with `change`.
+fn tamper(bundle: &Path, out: &Path, target: &str, change: impl Fn(&mut Vec<u8>)) {
+    let mut archive = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    let mut builder = tar::Builder::new(std::fs::File::create(out).unwrap());
+    let mut found = false;
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().to_string_lossy().to_string();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut body).unwrap();
+        if path == target {
+            change(&mut body);
+            found = true;
+        }
+        let mut header = entry.header().clone();
+        header.set_size(body.len() as u64);
+        header.set_cksum();
+        builder.append(&header, &body[..]).unwrap();
+    }
+    builder.finish().unwrap();
+    assert!(found, "no entry {target} in the bundle");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "provender.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let cfg = path_str(&cfg);
+    provender(&[
+        "seed",
+        "--config",
+        cfg,
+        "--platform",
+        "linux_amd64",
+        "--provider",
+        "acme/foo@~> 1.0",
+        "--provider",
+        "acme/bar",
+    ])
+    .await
+    .ok();
+    let bundle = work.path().join("b.tar");
+    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
+        .await
+        .ok();
+
+    // The target cache already holds something, which must survive every refusal unchanged.
+    let target = work.path().join("target");
+    let target_cfg = config_file(work.path(), "target.toml", &target, origin.addr(), &ca, "");
+    let target_cfg = path_str(&target_cfg);
+    provender(&[
+        "seed",
+        "--config",
+        target_cfg,
+        "--platform",
+        "linux_amd64",
+        "--provider",
+        "acme/dirs",
+    ])
+    .await
+    .ok();
+    let before = snapshot(&target);
+    assert_eq!(zips(&target).len(), 1);
+
+    let foo_zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.1.0_linux_amd64.zip");
+    let flip = |b: &mut Vec<u8>| {
+        let mid = b.len() / 2;
+        b[mid] ^= 0x01;
+    };
+    let foo_sha = origin.sha256_hex("acme", "foo", "1.1.0", "linux", "amd64");
+    let cases: Vec<(&str, String, Change, &str)> = vec![
+        (
+            "changed archive",
+            foo_zip.clone(),
+            Box::new(flip),
+            "SHA-256 is",
+        ),
+        (
+            "changed manifest hash",
+            "provender-bundle.json".to_string(),
+            Box::new(move |b: &mut Vec<u8>| {
+                let text = String::from_utf8(b.clone()).unwrap();
+                let bad = format!("{}0", &foo_sha[..63]);
+                let bad = if bad == foo_sha {
+                    format!("{}1", &foo_sha[..63])
+                } else {
+                    bad
+                };
+                assert!(text.contains(&foo_sha));
+                *b = text.replacen(&foo_sha, &bad, 1).into_bytes();
+            }),
+            "provender-bundle.json",
+        ),
+        (
+            "changed mirror document",
+            format!("{REGISTRY}/acme/bar/2.3.0.json"),
+            Box::new(|b: &mut Vec<u8>| b.extend_from_slice(b" ")),
+            "does not match the manifest",
+        ),
+    ];
+    for (what, entry, change, expected) in cases {
+        let tampered = work.path().join("tampered.tar");
+        tamper(&bundle, &tampered, &entry, change);
+        let refused = provender(&["import", "--config", target_cfg, path_str(&tampered)]).await;
+        refused.fails(1);
+        assert!(
+            refused.out().contains(expected),
+            "{what}: {}",
+            refused.out()
+        );
+        assert!(
+            refused.stdout.contains("the cache is unchanged"),
+            "{what}: {}",
+            refused.stdout
+        );
+        let mut after = snapshot(&target);
+        after.retain(|(p, _)| !p.starts_with(target.join("tmp")));
+        assert_eq!(after, before, "{what}: the cache changed");
+        assert!(
+            files_under(&target.join("tmp")).is_empty(),
+            "{what}: staging left behind"
+        );
+    }
+
+    // The genuine bundle is admitted next to what was there.
+    provender(&["import", "--config", target_cfg, path_str(&bundle)])
+        .await
+        .ok();
+    assert_eq!(zips(&target).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_quarantines_a_damaged_archive() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "provender.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let cfg = path_str(&cfg);
+    provender(&[
+        "seed",
+        "--config",
+        cfg,
+        "--platform",
+        "linux_amd64",
+        "--platform",
+        "darwin_arm64",
+        "--provider",
+        "acme/bar@2.3.0",
+    ])
+    .await
+    .ok();
+    let clean = provender(&["verify", "--config", cfg]).await;
+    clean.ok();
+    assert!(clean.stdout.contains("2 archives"), "{}", clean.stdout);
+    assert!(clean.stdout.contains("2 ok, 0 failed"), "{}", clean.stdout);
+
+    let damaged = cache
+        .join("archives")
+        .join(REGISTRY)
+        .join("acme/bar/2.3.0/terraform-provider-bar_2.3.0_darwin_arm64.zip");
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let last = bytes.len() - 30;
+    bytes[last] ^= 0x01;
+    std::fs::write(&damaged, bytes).unwrap();
+    let found = provender(&["verify", "--config", cfg]).await;
+    found.fails(1);
+    assert!(found.stdout.contains("1 ok, 1 failed"), "{}", found.stdout);
+    assert!(
+        found.stdout.contains("darwin_arm64: SHA-256 is"),
+        "{}",
+        found.stdout
+    );
+    assert!(found.stdout.contains("quarantined to"), "{}", found.stdout);
+    assert!(!damaged.exists());
+    assert_eq!(
+        zips(&cache.join("quarantine")).len(),
+        0,
+        "quarantined files keep a time suffix"
+    );
+    assert_eq!(
+        files_under(&cache.join("quarantine")).len(),
+        2,
+        "zip and its record"
+    );
+    let ls = provender(&["ls", "--config", cfg]).await;
+    ls.ok();
+    assert!(!ls.stdout.contains("darwin_arm64"), "{}", ls.stdout);
+    // Nothing failed twice: the next run is clean.
+    provender(&["verify", "--config", cfg]).await.ok();
+
+    // Usage mistakes are told apart from failures.
+    let bad = provender(&[
+        "seed",
+        "--config",
+        cfg,
+        "--platform",
+        "linux_amd64",
+        "/nonexistent/dir",
+    ])
+    .await;
+    bad.fails(78);
+    assert!(bad.stderr.contains("/nonexistent/dir"), "{}", bad.stderr);
+    let nothing = provender(&["lock", "--config", cfg, "--provider", "acme/bar"]).await;
+    nothing.fails(78);
+    assert!(nothing.stderr.contains("--platform"), "{}", nothing.stderr);
+}
