@@ -24,7 +24,8 @@ mod store;
 pub use flight::Flights;
 pub use meta::{IndexRecord, IndexVersion, MetaStore, Package, SumsRef, VersionRecord};
 pub use store::{
-    ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, StagedFile, Staging, StoredArchive, Usage,
+    ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, StagedFile, Staging, StoredArchive,
+    StoredEntry, Usage,
 };
 
 use std::io;

@@ -21,6 +21,7 @@ pub struct Config {
     pub server: ServerConfig,
     pub cache: CacheConfig,
     pub upstream: UpstreamConfig,
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// `[server]`
@@ -94,6 +95,19 @@ pub struct UpstreamConfig {
     pub max_redirects: usize,
     pub concurrency: usize,
     pub offline: bool,
+    pub require_signature: bool,
+    pub allow_private_networks: bool,
+    pub max_discovery_size: bytesize::ByteSize,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    pub max_response_headers: usize,
+    pub max_header_list_size: bytesize::ByteSize,
+    pub retries: u32,
+    #[serde(with = "humantime_serde")]
+    pub retry_base_delay: Duration,
+    pub breaker_failures: u32,
+    #[serde(with = "humantime_serde")]
+    pub breaker_cooldown: Duration,
 }
 
 impl Default for UpstreamConfig {
@@ -114,6 +128,16 @@ impl Default for UpstreamConfig {
             max_redirects: 3,
             concurrency: 8,
             offline: false,
+            require_signature: true,
+            allow_private_networks: false,
+            max_discovery_size: bytesize::ByteSize::mib(1),
+            idle_timeout: Duration::from_secs(30),
+            max_response_headers: 100,
+            max_header_list_size: bytesize::ByteSize::kib(64),
+            retries: 2,
+            retry_base_delay: Duration::from_millis(200),
+            breaker_failures: 5,
+            breaker_cooldown: Duration::from_secs(30),
         }
     }
 }
@@ -124,6 +148,8 @@ impl Default for UpstreamConfig {
 pub struct HostConfig {
     pub connect_to: Option<String>,
     pub token: Option<String>,
+    pub require_signature: Option<bool>,
+    pub allow_http: bool,
 }
 
 /// A configuration error, naming the key or file at fault.
@@ -282,6 +308,8 @@ impl Config {
                 HostSettings {
                     connect_to,
                     token: hc.token.clone(),
+                    require_signature: hc.require_signature,
+                    allow_http: hc.allow_http,
                 },
             );
         }
@@ -309,6 +337,31 @@ impl Config {
         if u.max_redirects > 10 {
             return Err(invalid("upstream.max_redirects", "must be at most 10"));
         }
+        if u.retries > 10 {
+            return Err(invalid("upstream.retries", "must be at most 10"));
+        }
+        if u.max_discovery_size.as_u64() < 1024 {
+            return Err(invalid(
+                "upstream.max_discovery_size",
+                "must be at least 1 KiB",
+            ));
+        }
+        if u.idle_timeout.is_zero() {
+            return Err(invalid("upstream.idle_timeout", "must be longer than zero"));
+        }
+        if !(8..=1000).contains(&u.max_response_headers) {
+            return Err(invalid(
+                "upstream.max_response_headers",
+                "must be from 8 to 1000",
+            ));
+        }
+        if !(1024..=(16 << 20)).contains(&u.max_header_list_size.as_u64()) {
+            return Err(invalid(
+                "upstream.max_header_list_size",
+                "must be from 1 KiB to 16 MiB",
+            ));
+        }
+        let auth = self.auth.validate()?;
         if u.concurrency == 0 {
             return Err(invalid("upstream.concurrency", "must be at least 1"));
         }
@@ -336,6 +389,17 @@ impl Config {
             max_redirects: u.max_redirects,
             concurrency: u.concurrency,
             offline: u.offline,
+            require_signature: u.require_signature,
+            allow_private_networks: u.allow_private_networks,
+            max_discovery_size: u.max_discovery_size.as_u64(),
+            idle_timeout: u.idle_timeout,
+            max_response_headers: u.max_response_headers,
+            max_header_list_size: u.max_header_list_size.as_u64(),
+            auth,
+            retries: u.retries,
+            retry_base_delay: u.retry_base_delay,
+            breaker_failures: u.breaker_failures,
+            breaker_cooldown: u.breaker_cooldown,
         })
     }
 }
@@ -396,6 +460,10 @@ pub enum TlsSource {
 pub struct HostSettings {
     pub connect_to: Option<SocketAddr>,
     pub token: Option<String>,
+    /// Overrides `upstream.require_signature` for this host.
+    pub require_signature: Option<bool>,
+    /// URLs on this host may use plain http.
+    pub allow_http: bool,
 }
 
 /// The validated configuration.
@@ -426,6 +494,23 @@ pub struct Settings {
     pub concurrency: usize,
     /// Never contact an origin; serve only what the cache holds.
     pub offline: bool,
+    /// Refuse versions whose origin lists no signing keys (per-host override in `hosts`).
+    pub require_signature: bool,
+    /// Let origins resolve to loopback, private, link-local and similar addresses.
+    pub allow_private_networks: bool,
+    pub max_discovery_size: u64,
+    /// Longest wait for the next bytes from an origin (including the response head).
+    pub idle_timeout: Duration,
+    pub max_response_headers: usize,
+    pub max_header_list_size: u64,
+    /// Client authentication (`[auth]`).
+    pub auth: crate::auth::AuthSettings,
+    /// Extra attempts after a connection error, timeout, 429 or 5xx (not 501).
+    pub retries: u32,
+    pub retry_base_delay: Duration,
+    /// Consecutive failures that open a host's circuit (0: never).
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
 }
 
 impl Settings {
@@ -437,6 +522,14 @@ impl Settings {
     /// Whether provider addresses on this registry host may be looked up at all.
     pub fn host_allowed(&self, h: &Hostname) -> bool {
         self.allowed_hosts.contains(h)
+    }
+
+    /// Whether versions from this registry host must carry a verifiable signature.
+    pub fn signature_required(&self, h: &Hostname) -> bool {
+        self.hosts
+            .get(h)
+            .and_then(|hs| hs.require_signature)
+            .unwrap_or(self.require_signature)
     }
 
     /// The settings of one registry host (empty when it has no `[upstream.hosts]` table).

@@ -5,6 +5,7 @@
 //! against the origin's checksums before storing or serving it. See ARCHITECTURE.md for the map.
 
 pub mod address;
+pub mod auth;
 pub mod cache;
 pub mod cli;
 pub mod config;
@@ -16,4 +17,5 @@ pub mod mirror;
 pub mod ops;
 pub mod server;
 pub mod tls;
+pub mod trust;
 pub mod upstream;

@@ -4,8 +4,8 @@
 //! tests can run several servers in one process and read each one's figures.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 /// Every metric the mirror exports.
@@ -16,11 +16,13 @@ pub struct Metrics {
     pub cache_lookups: IntCounterVec,
     pub upstream_requests: IntCounterVec,
     pub upstream_duration: HistogramVec,
+    pub upstream_circuit_open: IntGaugeVec,
     pub archive_bytes_served: IntCounter,
     pub upstream_bytes: IntCounter,
     pub cache_archives: IntGauge,
     pub cache_disk_bytes: IntGauge,
     pub verification_failures: IntCounterVec,
+    pub cache_write_errors: IntCounter,
     pub hash_duration: Histogram,
 }
 
@@ -66,6 +68,11 @@ impl Metrics {
                 &["host", "operation"],
             )
             .unwrap(),
+            upstream_circuit_open: IntGaugeVec::new(
+                Opts::new("provender_upstream_circuit_open", "1 while an origin host's circuit breaker refuses calls."),
+                &["host"],
+            )
+            .unwrap(),
             archive_bytes_served: IntCounter::new("provender_archive_bytes_served_total", "Archive bytes sent to clients.").unwrap(),
             upstream_bytes: IntCounter::new("provender_upstream_bytes_total", "Bytes received from origin registries.").unwrap(),
             cache_archives: IntGauge::new("provender_cache_archives", "Archives in the cache.").unwrap(),
@@ -73,6 +80,11 @@ impl Metrics {
             verification_failures: IntCounterVec::new(
                 Opts::new("provender_verification_failures_total", "Downloads refused because they failed verification, by reason."),
                 &["reason"],
+            )
+            .unwrap(),
+            cache_write_errors: IntCounter::new(
+                "provender_cache_write_errors_total",
+                "Archives served but not cached because writing to the cache failed (e.g. a full disk).",
             )
             .unwrap(),
             hash_duration: Histogram::with_opts(
@@ -88,6 +100,8 @@ impl Metrics {
         r.register(Box::new(m.cache_lookups.clone())).unwrap();
         r.register(Box::new(m.upstream_requests.clone())).unwrap();
         r.register(Box::new(m.upstream_duration.clone())).unwrap();
+        r.register(Box::new(m.upstream_circuit_open.clone()))
+            .unwrap();
         r.register(Box::new(m.archive_bytes_served.clone()))
             .unwrap();
         r.register(Box::new(m.upstream_bytes.clone())).unwrap();
@@ -96,6 +110,7 @@ impl Metrics {
         r.register(Box::new(m.verification_failures.clone()))
             .unwrap();
         r.register(Box::new(m.hash_duration.clone())).unwrap();
+        r.register(Box::new(m.cache_write_errors.clone())).unwrap();
         m
     }
 

@@ -11,11 +11,12 @@
 //! 3. the archive is a readable zip whose `h1:` hash can be computed.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use std::time::SystemTime;
 
 use futures_util::StreamExt;
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{
@@ -29,6 +30,31 @@ use crate::metrics::Metrics;
 use crate::upstream::{Operation, Upstream};
 
 mod facade;
+mod fill;
+
+pub use fill::Fill;
+
+/// An archive on its way to a client: from the store, or from a download in progress.
+pub struct ArchiveBody {
+    /// Lowercase hex SHA-256 (known before a download starts; the bytes are checked against it).
+    pub sha256: String,
+    /// Known for stored archives, and for downloads whose origin sent a `Content-Length`.
+    pub size: Option<u64>,
+    pub modified: SystemTime,
+    /// The bytes; ends with an error (not a clean end) if a download fails verification.
+    pub stream: futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+}
+
+impl From<StoredArchive> for ArchiveBody {
+    fn from(a: StoredArchive) -> ArchiveBody {
+        ArchiveBody {
+            sha256: a.info.sha256,
+            size: Some(a.info.size),
+            modified: a.modified,
+            stream: tokio_util::io::ReaderStream::with_capacity(a.body, 256 * 1024).boxed(),
+        }
+    }
+}
 
 /// The mirror: caches in front of origin registries.
 pub struct Mirror {
@@ -38,7 +64,9 @@ pub struct Mirror {
     store: Arc<dyn ArchiveStore>,
     staging: Staging,
     metrics: Arc<Metrics>,
-    fills: Flights<ArchiveKey, ()>,
+    fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
+    index_flights: Flights<ProviderAddr, Arc<IndexRecord>>,
+    version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>>,
     hash_limits: HashLimits,
 }
 
@@ -59,13 +87,8 @@ impl Mirror {
         if stray > 0 {
             tracing::info!("removed {stray} unfinished metadata write(s) left by an earlier run");
         }
-        let meta = MetaStore::new(
-            dir.join("metadata"),
-            settings.metadata_entries,
-            settings.index_ttl,
-            settings.not_found_ttl,
-        )
-        .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
+        let meta = MetaStore::new(dir.join("metadata"), settings.metadata_entries)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
         let upstream = Upstream::new(settings.clone(), metrics.clone())?;
         Ok(Arc::new(Mirror {
             settings,
@@ -74,7 +97,9 @@ impl Mirror {
             store: Arc::new(store),
             staging,
             metrics,
-            fills: Flights::default(),
+            fills: Mutex::new(HashMap::new()),
+            index_flights: Flights::default(),
+            version_flights: Flights::default(),
             hash_limits: HashLimits::default(),
         }))
     }
@@ -119,9 +144,17 @@ impl Mirror {
         {
             let mut hashes: Vec<String> = pkg.h1.iter().cloned().collect();
             hashes.push(hash::zh(&pkg.shasum));
+            let mut url = addr.archive_filename(version, platform);
+            let auth = &self.settings.auth;
+            if auth.enabled() {
+                // The CLI downloads archives without credentials: hand out an expiring,
+                // signed URL instead.
+                let path = crate::auth::archive_path(addr, version, platform);
+                url = format!("{url}?{}", auth.sign(&path, std::time::SystemTime::now()));
+            }
             archives.insert(
                 platform.to_string(),
-                serde_json::json!({ "url": addr.archive_filename(version, platform), "hashes": hashes }),
+                serde_json::json!({ "url": url, "hashes": hashes }),
             );
         }
         Ok(
@@ -131,21 +164,29 @@ impl Mirror {
     }
 
     /// `:hostname/:namespace/:type/terraform-provider-:type_:version_:os_:arch.zip`
+    ///
+    /// A stored archive is served from the store; otherwise the caller joins (or starts) the
+    /// archive's download and receives its bytes as they arrive.
     pub async fn archive(
         self: &Arc<Self>,
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
-    ) -> Result<StoredArchive> {
+    ) -> Result<ArchiveBody> {
         let key = self.archive_key(addr, version, platform)?;
+        if let Some(fill) = self.fill_in_progress(&key) {
+            self.metrics.lookup("archive", "joined");
+            return body_from_fill(fill).await;
+        }
         if let Some(found) = self.open_archive(&key).await? {
             self.metrics.lookup("archive", "hit");
-            return Ok(found);
+            return Ok(found.into());
         }
-        self.fetch_archive(&key).await?;
-        self.open_archive(&key).await?.ok_or_else(|| {
-            Error::Internal(format!("archive {key} vanished right after it was stored"))
-        })
+        let pkg = self.package_to_fetch(&key).await?;
+        let (fill, leader) = self.fill_for(&key, &pkg);
+        self.metrics
+            .lookup("archive", if leader { "miss" } else { "joined" });
+        body_from_fill(fill).await
     }
 
     /// Makes sure an archive is in the store (fetching and verifying it if needed) without
@@ -194,29 +235,36 @@ impl Mirror {
         })
     }
 
-    /// Fetches a missing archive from its origin (one flight per archive, shared by all callers).
+    /// Fetches a missing archive from its origin and waits until it is stored (one download
+    /// per archive, shared with every concurrent request).
     async fn fetch_archive(self: &Arc<Self>, key: &ArchiveKey) -> Result<()> {
+        let pkg = self.package_to_fetch(key).await?;
+        let (fill, leader) = self.fill_for(key, &pkg);
+        self.metrics
+            .lookup("archive", if leader { "miss" } else { "joined" });
+        fill.finished().await
+    }
+
+    /// The verified download metadata for an archive that is not in the store.
+    async fn package_to_fetch(self: &Arc<Self>, key: &ArchiveKey) -> Result<Package> {
         if self.settings.offline {
             return Err(Error::NotFound(format!(
                 "offline mode: archive {key} is not in the cache"
             )));
         }
         let rec = self.version_record(&key.addr, &key.version).await?;
-        let Some(pkg) = rec.packages.get(&key.platform).cloned() else {
-            return Err(Error::NotFound(format!(
+        rec.packages.get(&key.platform).cloned().ok_or_else(|| {
+            Error::NotFound(format!(
                 "{} {} has no package for {}",
                 key.addr, key.version, key.platform
-            )));
-        };
-        let this = self.clone();
-        let fill_key = key.clone();
-        let (result, leader) = self
-            .fills
-            .run(key.clone(), move || this.fill(fill_key, pkg))
-            .await;
-        self.metrics
-            .lookup("archive", if leader { "miss" } else { "joined" });
-        result
+            ))
+        })
+    }
+
+    /// Bookkeeping after an archive entered the store.
+    fn archive_committed(&self, _key: &ArchiveKey, size: u64) {
+        self.metrics.cache_archives.inc();
+        self.metrics.cache_disk_bytes.add(size as i64);
     }
 
     /// A provider's version list (cache first; offline: cache only).
@@ -275,81 +323,84 @@ impl Mirror {
         }
     }
 
-    /// The version list: memory, else disk if fresh, else the origin (falling back to a stale
-    /// copy for up to `cache.stale_if_error` when the origin fails).
+    /// The version list. A fresh copy (memory, then disk) is served as it is. A copy past
+    /// `cache.index_ttl` but within `cache.stale_if_error` is served at once while one background
+    /// refresh runs (stale-while-revalidate; while the origin is down the copy simply stays,
+    /// which is stale-if-error). With nothing usable the origin is asked and the caller waits.
     async fn index_record(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Arc<IndexRecord>> {
-        if let Some(rec) = self.meta.indexes.get(addr).await {
-            self.metrics
-                .lookup("index", if rec.found { "hit" } else { "negative_hit" });
-            return Ok(rec);
-        }
-        let this = self.clone();
-        let owned = addr.clone();
-        let load = async move { detached(this.load_index(owned)).await };
-        self.meta
-            .indexes
-            .try_get_with(addr.clone(), load)
-            .await
-            .map_err(|e| (*e).clone())
-    }
-
-    async fn load_index(self: Arc<Self>, addr: ProviderAddr) -> Result<Arc<IndexRecord>> {
-        let on_disk = self.meta.read_index(&addr).await;
-        if let Some(rec) = on_disk.as_ref().filter(|r| self.meta.is_fresh(r)) {
-            self.metrics.lookup("index", "hit");
-            return Ok(Arc::new(rec.clone()));
+        let cached = match self.meta.indexes.get(addr).await {
+            Some(rec) => Some(rec),
+            None => match self.meta.read_index(addr).await {
+                Some(rec) => {
+                    let rec = Arc::new(rec);
+                    self.meta.indexes.insert(addr.clone(), rec.clone()).await;
+                    Some(rec)
+                }
+                None => None,
+            },
+        };
+        if let Some(rec) = cached {
+            let age = Duration::from_secs(cache::now_secs().saturating_sub(rec.fetched_at));
+            if !rec.found {
+                if age < self.settings.not_found_ttl {
+                    self.metrics.lookup("index", "negative_hit");
+                    return Ok(rec);
+                }
+            } else if age < self.settings.index_ttl || self.settings.offline {
+                self.metrics.lookup("index", "hit");
+                return Ok(rec);
+            } else if age < self.settings.stale_if_error {
+                self.metrics.lookup("index", "stale");
+                if !self.index_flights.contains(addr) {
+                    let this = self.clone();
+                    let addr = addr.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = this.refresh_index(&addr).await {
+                            tracing::warn!(provider = %addr, "cannot refresh the version list; serving the earlier one: {e}");
+                        }
+                    });
+                }
+                return Ok(rec);
+            }
         }
         if self.settings.offline {
-            let Some(mut rec) = on_disk else {
-                return Err(Error::NotFound(format!(
-                    "offline mode: {addr} is not in the cache"
-                )));
+            return Err(Error::NotFound(format!(
+                "offline mode: {addr} is not in the cache"
+            )));
+        }
+        self.metrics.lookup("index", "miss");
+        self.refresh_index(addr).await
+    }
+
+    /// Fetches the version list from the origin (one flight per provider), persists it when the
+    /// provider exists, and puts it in memory.
+    async fn refresh_index(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Arc<IndexRecord>> {
+        let this = self.clone();
+        let owned = addr.clone();
+        let work = move || async move {
+            let found = this.upstream.versions(&owned).await?;
+            let rec = IndexRecord {
+                fetched_at: cache::now_secs(),
+                found: found.is_some(),
+                versions: found
+                    .map(|l| l.versions.into_iter().map(Into::into).collect())
+                    .unwrap_or_default(),
             };
-            self.metrics.lookup("index", "hit");
-            // Not fresh, but all there is: keep it in memory only briefly (see IndexExpiry).
-            rec.stale = true;
-            return Ok(Arc::new(rec));
-        }
-        match self.upstream.versions(&addr).await {
-            Ok(Some(list)) => {
-                self.metrics.lookup("index", "miss");
-                let rec = IndexRecord {
-                    fetched_at: cache::now_secs(),
-                    found: true,
-                    versions: list.versions.into_iter().map(Into::into).collect(),
-                    stale: false,
-                };
-                if let Err(e) = self.meta.write_index(&addr, &rec).await {
-                    tracing::warn!(provider = %addr, "cannot persist version list: {e}");
+            if rec.found {
+                if let Err(e) = this.meta.write_index(&owned, &rec).await {
+                    tracing::warn!(provider = %owned, "cannot persist version list: {e}");
                 }
-                Ok(Arc::new(rec))
             }
-            Ok(None) => {
-                self.metrics.lookup("index", "miss");
-                Ok(Arc::new(IndexRecord {
-                    fetched_at: cache::now_secs(),
-                    found: false,
-                    versions: Vec::new(),
-                    stale: false,
-                }))
-            }
-            Err(e) => match on_disk {
-                Some(mut rec)
-                    if cache::now_secs().saturating_sub(rec.fetched_at)
-                        < self.settings.stale_if_error.as_secs() =>
-                {
-                    tracing::warn!(provider = %addr, "origin failed, serving the version list fetched earlier: {e}");
-                    self.metrics.lookup("index", "stale");
-                    rec.stale = true;
-                    Ok(Arc::new(rec))
-                }
-                _ => Err(e),
-            },
-        }
+            let rec = Arc::new(rec);
+            this.meta.indexes.insert(owned, rec.clone()).await;
+            Ok(rec)
+        };
+        self.index_flights.run(addr.clone(), work).await.0
     }
 
     /// The version record: memory, else disk (if it covers the platform filter), else built
-    /// from the origin's download metadata and verified against SHA256SUMS.
+    /// from the origin's download metadata and verified against SHA256SUMS (one flight per
+    /// version, detached from the callers).
     async fn version_record(
         self: &Arc<Self>,
         addr: &ProviderAddr,
@@ -357,20 +408,19 @@ impl Mirror {
     ) -> Result<Arc<VersionRecord>> {
         let key = (addr.clone(), version.clone());
         if let Some(rec) = self.meta.versions.get(&key).await {
-            if rec.covers(|p| self.settings.platform_allowed(p)) {
+            if self.settings.offline || rec.covers(|p| self.settings.platform_allowed(p)) {
                 self.metrics.lookup("version", "hit");
                 return Ok(rec);
             }
-            self.meta.versions.invalidate(&key).await;
         }
         let this = self.clone();
         let (a, v) = key.clone();
-        let load = async move { detached(this.load_version(a, v)).await };
-        self.meta
-            .versions
-            .try_get_with(key, load)
-            .await
-            .map_err(|e| (*e).clone())
+        let work = move || async move {
+            let rec = this.clone().load_version(a.clone(), v.clone()).await?;
+            this.meta.versions.insert((a, v), rec.clone()).await;
+            Ok(rec)
+        };
+        self.version_flights.run(key, work).await.0
     }
 
     async fn load_version(
@@ -478,10 +528,11 @@ impl Mirror {
                 refs.push(SumsRef {
                     url: pkg.shasums_url.clone(),
                     signature_url: pkg.shasums_signature_url.clone(),
+                    trust: None,
                 });
             }
         }
-        for (n, sums_ref) in refs.iter().enumerate() {
+        for (n, sums_ref) in refs.iter_mut().enumerate() {
             let host = &addr.hostname;
             let sums = self
                 .upstream
@@ -491,6 +542,47 @@ impl Mirror {
                 .upstream
                 .small_file(host, Operation::Signature, &sums_ref.signature_url)
                 .await?;
+            // The signature first: no line of an unverified SHA256SUMS is trusted.
+            let mut keys: Vec<crate::upstream::SigningKey> = Vec::new();
+            for pkg in packages.values().filter(|p| p.shasums_url == sums_ref.url) {
+                for key in &pkg.signing_keys {
+                    if !keys.contains(key) {
+                        keys.push(key.clone());
+                    }
+                }
+            }
+            let verified =
+                crate::trust::Verifier::hashicorp().verify(addr, &sums, &signature, &keys);
+            let trust = match verified {
+                Ok(trust) => trust,
+                Err(crate::trust::TrustError::NoKeys)
+                    if !self.settings.signature_required(host) =>
+                {
+                    tracing::warn!(provider = %addr, %version, "the origin lists no signing keys; accepted unsigned because upstream.require_signature is off for {host}");
+                    crate::trust::Trust {
+                        kind: crate::trust::SignatureKind::Unsigned,
+                        key_id: None,
+                    }
+                }
+                Err(e @ crate::trust::TrustError::NoKeys) => {
+                    return Err(self.verification_failed(
+                        e.reason(),
+                        addr,
+                        version,
+                        format!("{e}, so SHA256SUMS at {} cannot be verified (upstream.require_signature)", sums_ref.url),
+                    ));
+                }
+                Err(e) => {
+                    return Err(self.verification_failed(
+                        e.reason(),
+                        addr,
+                        version,
+                        format!("{e} (SHA256SUMS at {})", sums_ref.url),
+                    ));
+                }
+            };
+            tracing::debug!(provider = %addr, %version, signature = trust.kind.as_str(), key_id = trust.key_id.as_deref().unwrap_or("-"), "SHA256SUMS signature verified");
+            sums_ref.trust = Some(trust);
             for pkg in packages.values().filter(|p| p.shasums_url == sums_ref.url) {
                 match crate::upstream::sums_lookup(&sums, &pkg.filename) {
                     Some(listed) if listed == pkg.shasum => {}
@@ -563,110 +655,14 @@ impl Mirror {
         tracing::error!(provider = %addr, %version, reason, "verification failed: {detail}");
         Error::Verification(format!("{addr} {version}: verification failed: {detail}"))
     }
-
-    /// Downloads, verifies, hashes and commits one archive. Runs detached from any client.
-    async fn fill(self: Arc<Self>, key: ArchiveKey, pkg: Package) -> Result<()> {
-        let host = &key.addr.hostname;
-        let resp = self.upstream.archive(host, &pkg.download_url).await?;
-        let (staged, mut file) = self
-            .staging
-            .create()
-            .await
-            .map_err(|e| Error::io("creating a staging file", e))?;
-        let mut hasher = Sha256::new();
-        let mut size: u64 = 0;
-        let mut body = resp.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                let msg = format!("downloading {key} from {}: {e}", pkg.download_url);
-                if e.is_timeout() {
-                    Error::UpstreamTimeout(msg)
-                } else {
-                    Error::Upstream(msg)
-                }
-            })?;
-            size += chunk.len() as u64;
-            if size > self.settings.max_archive_size {
-                return Err(Error::Upstream(format!(
-                    "archive {key} is larger than upstream.max_archive_size ({} bytes)",
-                    self.settings.max_archive_size
-                )));
-            }
-            self.upstream.add_bytes(chunk.len() as u64);
-            hasher.update(&chunk);
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| Error::io("writing a staging file", e))?;
-        }
-        let sha256 = hex::encode(hasher.finalize());
-        if sha256 != pkg.shasum {
-            return Err(self.verification_failed(
-                "archive_checksum",
-                &key.addr,
-                &key.version,
-                format!(
-                    "{} has SHA-256 {sha256} but the origin published {}",
-                    pkg.filename, pkg.shasum
-                ),
-            ));
-        }
-        file.flush()
-            .await
-            .map_err(|e| Error::io("writing a staging file", e))?;
-        file.sync_all()
-            .await
-            .map_err(|e| Error::io("syncing a staging file", e))?;
-        drop(file);
-
-        let path = staged.path().to_path_buf();
-        let limits = self.hash_limits;
-        let timer = self.metrics.hash_duration.start_timer();
-        let h1 = tokio::task::spawn_blocking(move || {
-            let file =
-                std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
-            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
-                .map_err(|e| Error::Verification(e.to_string()))
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
-        timer.observe_duration();
-        let h1 = h1.map_err(|e| {
-            self.verification_failed(
-                "unusable_zip",
-                &key.addr,
-                &key.version,
-                format!("{}: {e}", pkg.filename),
-            )
-        })?;
-
-        let info = ArchiveInfo {
-            sha256,
-            h1: h1.clone(),
-            size,
-        };
-        self.store
-            .commit(&key, staged, &info)
-            .await
-            .map_err(|e| Error::io(format!("storing archive {key}"), e))?;
-        self.metrics.cache_archives.inc();
-        self.metrics.cache_disk_bytes.add(size as i64);
-        if let Err(e) = self
-            .meta
-            .set_h1(&key.addr, &key.version, &key.platform, &h1)
-            .await
-        {
-            tracing::warn!(archive = %key, "cannot record h1 in version metadata: {e}");
-        }
-        tracing::info!(archive = %key, size, %h1, "cached archive");
-        Ok(())
-    }
 }
 
-/// Runs `work` in its own task, so the caller going away does not cancel it.
-async fn detached<T: Send + 'static>(
-    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    tokio::spawn(work)
-        .await
-        .unwrap_or_else(|e| Err(Error::Internal(format!("background task failed: {e}"))))
+async fn body_from_fill(fill: Arc<Fill>) -> Result<ArchiveBody> {
+    let size = fill.started().await?;
+    Ok(ArchiveBody {
+        sha256: fill.sha256.clone(),
+        size,
+        modified: fill.started_at,
+        stream: fill.stream(),
+    })
 }

@@ -169,9 +169,16 @@ impl Server {
         }
         drop(self.listener);
         tracing::info!("shutting down: no new connections, finishing responses in progress");
+        let deadline = tokio::time::Instant::now() + self.grace;
         tokio::select! {
             () = graceful.shutdown() => tracing::info!("all connections closed"),
-            () = tokio::time::sleep(self.grace) => tracing::warn!("shutdown grace period over; closing remaining connections"),
+            () = tokio::time::sleep_until(deadline) => tracing::warn!("shutdown grace period over; closing remaining connections"),
+        }
+        // Downloads run detached from connections: let them finish and commit, so the cache is
+        // left clean (an unfinished one is discarded from tmp/ at the next start anyway).
+        tokio::select! {
+            () = self.app.mirror().drain() => {}
+            () = tokio::time::sleep_until(deadline) => tracing::warn!("shutdown grace period over; abandoning unfinished downloads"),
         }
         Ok(())
     }

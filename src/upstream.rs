@@ -6,7 +6,9 @@
 //! bearer tokens), size caps and timeouts, and records `provender_upstream_*` metrics. It knows
 //! nothing about caching or the mirror protocol.
 
+mod breaker;
 mod documents;
+pub mod policy;
 mod resolve;
 
 use std::collections::HashMap;
@@ -53,8 +55,6 @@ impl Operation {
 
 /// How long a successful discovery result is reused.
 const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
-/// Terraform caps discovery documents at 1 MiB.
-const MAX_DISCOVERY_SIZE: u64 = 1 << 20;
 
 /// Client for origin registries.
 pub struct Upstream {
@@ -62,7 +62,9 @@ pub struct Upstream {
     http: reqwest::Client,
     discovery: moka::future::Cache<Hostname, Url>,
     tokens: HashMap<Hostname, String>,
+    breaker: breaker::Breaker,
     metrics: Arc<Metrics>,
+    net_policy: Arc<policy::NetPolicy>,
 }
 
 impl Upstream {
@@ -81,23 +83,47 @@ impl Upstream {
                 overrides.insert(bare, addr);
             }
         }
+        let net_policy = Arc::new(policy::NetPolicy {
+            allow_private_networks: settings.allow_private_networks,
+            http_hosts: settings
+                .hosts
+                .iter()
+                .filter(|(_, hs)| hs.allow_http)
+                .map(|(h, _)| h.as_str().split(':').next().unwrap_or_default().to_string())
+                .collect(),
+        });
+        // Every hop is checked like the first request: scheme, IP-literal address, no loops.
+        // Host names are checked by the resolver; `Authorization` is dropped by reqwest when a
+        // hop leaves the host it was meant for.
         let max_redirects = settings.max_redirects;
-        let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let hop_policy = net_policy.clone();
+        let redirects = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() > max_redirects {
-                attempt.error(format!("more than {max_redirects} redirects"))
-            } else if attempt.url().scheme() != "https" {
-                attempt.error("redirect to a non-https URL")
+                attempt.error(format!(
+                    "more than {max_redirects} redirects (upstream.max_redirects)"
+                ))
+            } else if attempt.previous().contains(attempt.url()) {
+                let looped = policy::redact(attempt.url());
+                attempt.error(format!("redirect loop back to {looped}"))
+            } else if let Err(refused) = hop_policy.check_url(attempt.url()) {
+                attempt.error(format!("redirect refused: {refused}"))
             } else {
                 attempt.follow()
             }
         });
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("provender/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(resolve::Resolver::new(overrides))
-            .redirect(policy)
-            .https_only(true)
+            .dns_resolver(resolve::Resolver::new(overrides, net_policy.clone()))
+            .redirect(redirects)
+            .https_only(net_policy.http_hosts.is_empty())
+            // A proxy would resolve names itself, past the address policy.
+            .no_proxy()
             .connect_timeout(settings.connect_timeout)
-            .read_timeout(settings.request_timeout)
+            .read_timeout(settings.idle_timeout)
+            .http1_max_headers(settings.max_response_headers)
+            .http2_max_header_list_size(
+                u32::try_from(settings.max_header_list_size).unwrap_or(u32::MAX),
+            )
             .pool_idle_timeout(Duration::from_secs(60));
         if let Some(path) = &settings.ca_file {
             let pem = std::fs::read(path)
@@ -121,6 +147,7 @@ impl Upstream {
             .map_err(|e| anyhow::anyhow!("building the upstream HTTP client: {e}"))?;
         Ok(Upstream {
             tokens: tokens_for(&settings),
+            breaker: breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
             discovery: moka::future::Cache::builder()
                 .max_capacity(1024)
                 .time_to_live(DISCOVERY_TTL)
@@ -128,6 +155,7 @@ impl Upstream {
             settings,
             http,
             metrics,
+            net_policy,
         })
     }
 
@@ -142,8 +170,10 @@ impl Upstream {
     async fn discover(&self, host: &Hostname) -> Result<Url> {
         let url = Url::parse(&format!("https://{host}/.well-known/terraform.json"))
             .map_err(|e| Error::BadRequest(format!("hostname {host}: {e}")))?;
+        self.check_url(host, &url)?;
+        let max = self.settings.max_discovery_size;
         let (final_url, body) = self
-            .document(host, Operation::Discovery, &url, MAX_DISCOVERY_SIZE, true)
+            .document(host, Operation::Discovery, &url, max, true)
             .await?;
         let Some((final_url, body)) = final_url.zip(body) else {
             return Err(Error::NotFound(format!(
@@ -161,7 +191,7 @@ impl Upstream {
                 "{host}: providers.v1 {base:?} is not a valid URL: {e}"
             ))
         })?;
-        check_url(host, &resolved)?;
+        self.check_url(host, &resolved)?;
         if !resolved.path().ends_with('/') {
             let path = format!("{}/", resolved.path());
             resolved.set_path(&path);
@@ -231,7 +261,7 @@ impl Upstream {
                     "{addr} {version} {platform}: URL {u:?} is invalid: {e}"
                 ))
             })?;
-            check_url(&addr.hostname, &abs)?;
+            self.check_url(&addr.hostname, &abs)?;
             *u = abs.to_string();
         }
         Ok(Some(info))
@@ -241,6 +271,7 @@ impl Upstream {
     pub async fn small_file(&self, host: &Hostname, op: Operation, url: &str) -> Result<Bytes> {
         let url =
             Url::parse(url).map_err(|e| Error::Upstream(format!("invalid URL {url:?}: {e}")))?;
+        self.check_url(host, &url)?;
         let (_, body) = self
             .document(host, op, &url, self.settings.max_document_size, false)
             .await?;
@@ -256,6 +287,7 @@ impl Upstream {
     pub async fn archive(&self, host: &Hostname, url: &str) -> Result<reqwest::Response> {
         let url = Url::parse(url)
             .map_err(|e| Error::Upstream(format!("invalid archive URL {url:?}: {e}")))?;
+        self.check_url(host, &url)?;
         let started = Instant::now();
         let result = self
             .send(
@@ -351,9 +383,90 @@ impl Upstream {
         }
     }
 
-    /// Sends a GET, adding the registry's token only where it belongs. Transport errors are
-    /// counted here; the caller counts the outcome of any response.
+    /// Sends a GET with retries: connection errors, timeouts, 429 and 5xx (except 501) are
+    /// retried up to `upstream.retries` times with exponential backoff and full jitter (or the
+    /// origin's `Retry-After`), all within `timeout`. Each host has a circuit breaker; while it
+    /// is open, calls fail at once. Failed attempts are counted here; the caller counts the
+    /// outcome of the response it gets.
     async fn send(
+        &self,
+        host: &Hostname,
+        op: Operation,
+        url: &Url,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, (Error, &'static str)> {
+        let deadline = Instant::now() + timeout;
+        let mut attempt: u32 = 0;
+        loop {
+            if let Err(rejected) = self.breaker.allow(host.as_str()) {
+                let msg = format!(
+                    "{} {url}: origin {host} is failing; next attempt in {}s (circuit breaker)",
+                    op.as_str(),
+                    rejected.retry_in.as_secs().max(1)
+                );
+                return Err((Error::Upstream(msg), "circuit_open"));
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err((
+                    Error::UpstreamTimeout(format!("{} {url}: out of time", op.as_str())),
+                    "timeout",
+                ));
+            }
+            let result = self.send_once(host, op, url, remaining).await;
+            let (healthy, hint) = match &result {
+                Ok(resp) if retryable_status(resp.status()) => (
+                    resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS,
+                    Some(retry_after(resp)),
+                ),
+                Ok(_) => (true, None),
+                Err(_) => (false, Some(None)),
+            };
+            let is_failure =
+                !healthy || result.as_ref().is_ok_and(|r| r.status().is_server_error());
+            if is_failure {
+                if self.breaker.failure(host.as_str()) {
+                    tracing::warn!(%host, "origin keeps failing; circuit opened for {:?}", self.settings.breaker_cooldown);
+                    self.metrics
+                        .upstream_circuit_open
+                        .with_label_values(&[host.as_str()])
+                        .set(1);
+                }
+            } else if self.breaker.success(host.as_str()) {
+                tracing::info!(%host, "origin answers again; circuit closed");
+                self.metrics
+                    .upstream_circuit_open
+                    .with_label_values(&[host.as_str()])
+                    .set(0);
+            }
+            let Some(hint) = hint else { return result };
+            if attempt >= self.settings.retries {
+                return result;
+            }
+            let backoff = hint.unwrap_or_else(|| {
+                let cap = self
+                    .settings
+                    .retry_base_delay
+                    .saturating_mul(1 << attempt.min(16));
+                cap.mul_f64(fastrand::f64())
+            });
+            if Instant::now() + backoff >= deadline {
+                return result;
+            }
+            let outcome = match &result {
+                Ok(resp) => outcome_for_status(resp.status()),
+                Err((_, outcome)) => outcome,
+            };
+            self.count(host, op, outcome);
+            tracing::debug!(%host, op = op.as_str(), attempt, ?backoff, "retrying after {outcome}");
+            drop(result);
+            tokio::time::sleep(backoff).await;
+            attempt += 1;
+        }
+    }
+
+    /// One GET, adding the registry's token only where it belongs.
+    async fn send_once(
         &self,
         host: &Hostname,
         op: Operation,
@@ -385,6 +498,15 @@ impl Upstream {
             };
             let err = transport_error(op, url, &e);
             (err, outcome)
+        })
+    }
+
+    /// Only absolute https URLs (http where `allow_http` says so) without credentials, and
+    /// never an IP literal outside the address policy, are ever fetched.
+    fn check_url(&self, host: &Hostname, url: &Url) -> Result<()> {
+        self.net_policy.check_url(url).map_err(|refused| {
+            tracing::warn!(%host, "{refused}");
+            Error::Upstream(format!("{host}: {refused}"))
         })
     }
 
@@ -437,21 +559,6 @@ fn url_host(url: &Url) -> Option<String> {
     })
 }
 
-/// Only absolute https URLs without credentials are ever fetched.
-fn check_url(host: &Hostname, url: &Url) -> Result<()> {
-    if url.scheme() != "https" {
-        return Err(Error::Upstream(format!(
-            "{host}: refusing non-https URL {url}"
-        )));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(Error::Upstream(format!(
-            "{host}: refusing a URL with embedded credentials"
-        )));
-    }
-    Ok(())
-}
-
 fn join(base: &Url, path: &str) -> Result<Url> {
     base.join(path)
         .map_err(|e| Error::Internal(format!("joining {path:?} onto {base}: {e}")))
@@ -491,6 +598,30 @@ async fn read_capped(resp: reqwest::Response, max: u64) -> Result<Bytes> {
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// Statuses worth another attempt: 429 and 5xx except 501 Not Implemented.
+fn retryable_status(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        || (status.is_server_error() && status != reqwest::StatusCode::NOT_IMPLEMENTED)
+}
+
+/// The origin's `Retry-After` (seconds or an HTTP date), capped at five minutes.
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    let value = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    };
+    Some(wait.min(Duration::from_secs(300)))
 }
 
 fn outcome_for_status(status: reqwest::StatusCode) -> &'static str {

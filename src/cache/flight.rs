@@ -83,6 +83,15 @@ where
         (flight.await, leader)
     }
 
+    /// Whether a flight for `key` is in progress.
+    pub fn contains(&self, key: &K) -> bool {
+        self.inner
+            .lock()
+            .expect("flight table lock")
+            .flights
+            .contains_key(key)
+    }
+
     /// Number of flights in progress.
     pub fn len(&self) -> usize {
         self.inner.lock().expect("flight table lock").flights.len()

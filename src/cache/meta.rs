@@ -2,18 +2,15 @@
 //!
 //! Records live in two bounded moka caches (the hot path never touches the disk) and are
 //! persisted as JSON under `<cache.dir>/metadata`, so a restarted server answers from what it
-//! already knew. A version list expires from memory when it stops being fresh (`cache.index_ttl`;
-//! `cache.not_found_ttl` for "no such provider"); version records are immutable and stay until
-//! evicted by size.
+//! already knew. Both caches are bounded by entry count and evict the least recently used;
+//! freshness of version lists is decided by the mirror from each record's `fetched_at`, and
+//! version records are immutable.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use moka::Expiry;
-use serde::{Deserialize, Serialize};
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::upstream::{ListedVersion, SigningKey};
@@ -26,9 +23,6 @@ pub struct IndexRecord {
     /// `false`: the origin said it has no such provider (kept only in memory, briefly).
     pub found: bool,
     pub versions: Vec<IndexVersion>,
-    /// Set when this record is served because the origin could not be reached (never persisted).
-    #[serde(skip)]
-    pub stale: bool,
 }
 
 /// One version in an [`IndexRecord`].
@@ -110,12 +104,29 @@ pub struct VersionRecord {
 pub struct SumsRef {
     pub url: String,
     pub signature_url: String,
+    /// How the signature over this SHA256SUMS verified (absent in records written before
+    /// signatures were checked).
+    #[serde(default)]
+    pub trust: Option<crate::trust::Trust>,
 }
 
 impl VersionRecord {
     /// The position of `url` in [`VersionRecord::sums`].
     pub fn sums_index(&self, url: &str) -> Option<usize> {
         self.sums.iter().position(|s| s.url == url)
+    }
+
+    /// The weakest signature classification over the version's SHA256SUMS files; `None` if
+    /// any of them was never checked.
+    pub fn signature(&self) -> Option<crate::trust::Trust> {
+        let mut weakest: Option<crate::trust::Trust> = None;
+        for s in &self.sums {
+            let t = s.trust.clone()?;
+            if weakest.as_ref().is_none_or(|w| t.kind < w.kind) {
+                weakest = Some(t);
+            }
+        }
+        weakest
     }
 
     /// Whether every offered platform that passes `allowed` has been looked up.
@@ -129,59 +140,25 @@ impl VersionRecord {
 
 type VersionKey = (ProviderAddr, Version);
 
-/// Lets each version list stay in memory exactly as long as it is fresh.
-struct IndexExpiry {
-    ttl: Duration,
-    not_found_ttl: Duration,
-    stale_retry: Duration,
-}
-
-impl Expiry<ProviderAddr, Arc<IndexRecord>> for IndexExpiry {
-    fn expire_after_create(
-        &self,
-        _: &ProviderAddr,
-        rec: &Arc<IndexRecord>,
-        _: Instant,
-    ) -> Option<Duration> {
-        Some(if rec.stale {
-            self.stale_retry
-        } else if !rec.found {
-            self.not_found_ttl
-        } else {
-            let age = Duration::from_secs(super::now_secs().saturating_sub(rec.fetched_at));
-            self.ttl.saturating_sub(age)
-        })
-    }
-}
-
 /// Metadata caches plus their on-disk copies.
 pub struct MetaStore {
     root: PathBuf,
-    ttl: Duration,
+    /// Serialises read-modify-write updates of version records (`set_h1`), which concurrent
+    /// downloads of one version's platforms would otherwise race on.
+    updates: tokio::sync::Mutex<()>,
     pub indexes: moka::future::Cache<ProviderAddr, Arc<IndexRecord>>,
     pub versions: moka::future::Cache<VersionKey, Arc<VersionRecord>>,
 }
 
 impl MetaStore {
     /// `root` is `<cache.dir>/metadata`; `capacity` bounds each in-memory cache's entry count.
-    pub fn new(
-        root: PathBuf,
-        capacity: u64,
-        ttl: Duration,
-        not_found_ttl: Duration,
-    ) -> io::Result<MetaStore> {
+    pub fn new(root: PathBuf, capacity: u64) -> io::Result<MetaStore> {
         std::fs::create_dir_all(&root)?;
-        let expiry = IndexExpiry {
-            ttl,
-            not_found_ttl,
-            stale_retry: Duration::from_secs(30).min(ttl),
-        };
         Ok(MetaStore {
             root,
-            ttl,
+            updates: tokio::sync::Mutex::new(()),
             indexes: moka::future::Cache::builder()
                 .max_capacity(capacity)
-                .expire_after(expiry)
                 .build(),
             versions: moka::future::Cache::builder()
                 .max_capacity(capacity)
@@ -202,11 +179,6 @@ impl MetaStore {
 
     fn version_path(&self, addr: &ProviderAddr, version: &Version) -> PathBuf {
         self.dir_of(addr).join(format!("{version}.json"))
-    }
-
-    /// Whether a record fetched at `fetched_at` is still within `cache.index_ttl`.
-    pub fn is_fresh(&self, rec: &IndexRecord) -> bool {
-        super::now_secs().saturating_sub(rec.fetched_at) < self.ttl.as_secs().max(1)
     }
 
     /// The persisted version list, if any (unreadable files are logged and ignored).
@@ -287,6 +259,7 @@ impl MetaStore {
         platform: &Platform,
         h1: &str,
     ) -> io::Result<()> {
+        let _serialised = self.updates.lock().await;
         let key = (addr.clone(), version.clone());
         let current = match self.versions.get(&key).await {
             Some(rec) => Some((*rec).clone()),
@@ -342,7 +315,6 @@ mod tests {
         let rec = IndexRecord {
             fetched_at: 0,
             found: true,
-            stale: false,
             versions: vec![
                 IndexVersion {
                     version: Version::parse("1.0.0").unwrap(),
@@ -365,13 +337,7 @@ mod tests {
     #[tokio::test]
     async fn version_records_round_trip_through_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let store = MetaStore::new(
-            dir.path().to_path_buf(),
-            10,
-            Duration::from_secs(60),
-            Duration::from_secs(5),
-        )
-        .unwrap();
+        let store = MetaStore::new(dir.path().to_path_buf(), 10).unwrap();
         let addr = ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap();
         let v = Version::parse("1.0.0+b.1").unwrap();
         let linux = Platform::parse("linux_amd64").unwrap();

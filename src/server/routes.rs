@@ -17,10 +17,11 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 
 use crate::address::{MirrorPath, RegistryPath};
-use crate::cache::StoredArchive;
+use crate::auth::Denied;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::mirror::ArchiveBody;
 use crate::mirror::Mirror;
 
 /// Response body: a buffer or a stream from the archive store.
@@ -87,6 +88,11 @@ impl App {
         }
     }
 
+    /// The mirror behind this HTTP layer.
+    pub fn mirror(&self) -> &Arc<Mirror> {
+        &self.mirror
+    }
+
     /// Answers one request. Never fails: errors become JSON error responses.
     pub async fn handle(
         self: Arc<Self>,
@@ -127,6 +133,9 @@ impl App {
         };
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));
+        }
+        if let Err(denied) = self.authorize(req, route) {
+            return (route, Ok(denied_response(&denied)));
         }
         match route {
             Route::Health => {
@@ -211,6 +220,42 @@ impl App {
         }
     }
 
+    /// Client authentication (see `auth`): a bearer token, or for an archive a signed URL.
+    fn authorize(&self, req: &Request<Incoming>, route: Route) -> Result<(), Denied> {
+        let auth = &self.settings.auth;
+        if !auth.enabled() {
+            return Ok(());
+        }
+        let protected = match route {
+            Route::Health | Route::Ready => auth.protect_health,
+            Route::Metrics => auth.protect_metrics,
+            _ => true,
+        };
+        if !protected {
+            return Ok(());
+        }
+        let bearer = auth.check_bearer(
+            req.headers()
+                .get(header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes),
+        );
+        if bearer.is_ok() {
+            return Ok(());
+        }
+        let rest = req
+            .uri()
+            .path()
+            .strip_prefix(self.settings.base_path.as_str());
+        if let Some(Ok(MirrorPath::Archive(addr, version, platform))) = rest.map(MirrorPath::parse)
+        {
+            let path = crate::auth::archive_path(&addr, &version, &platform);
+            if auth.verify_signed(&path, req.uri().query(), std::time::SystemTime::now())? {
+                return Ok(());
+            }
+        }
+        bearer
+    }
+
     /// The registry-protocol facade (see `mirror::facade`).
     async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
         let parsed = RegistryPath::parse(path).map_err(|e| Error::BadRequest(e.to_string()))?;
@@ -240,14 +285,14 @@ impl App {
         })
     }
 
-    fn archive_response(&self, req: &Request<Incoming>, archive: StoredArchive) -> Response<Body> {
-        let etag = format!("\"{}\"", archive.info.sha256);
+    fn archive_response(&self, req: &Request<Incoming>, archive: ArchiveBody) -> Response<Body> {
+        let etag = format!("\"{}\"", archive.sha256);
         let not_modified = req
             .headers()
             .get(header::IF_NONE_MATCH)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-        let builder = Response::builder().header(header::ETAG, &etag).header(
+        let mut builder = Response::builder().header(header::ETAG, &etag).header(
             header::LAST_MODIFIED,
             httpdate::fmt_http_date(archive.modified),
         );
@@ -257,14 +302,17 @@ impl App {
                 .body(empty())
                 .expect("valid response");
         }
+        if let Some(size) = archive.size {
+            builder = builder.header(header::CONTENT_LENGTH, size);
+        }
         let served = self.metrics.archive_bytes_served.clone();
-        let stream = tokio_util::io::ReaderStream::with_capacity(archive.body, 256 * 1024)
+        let stream = archive
+            .stream
             .inspect_ok(move |chunk| served.inc_by(chunk.len() as u64))
             .map_ok(Frame::data);
         builder
             .status(StatusCode::OK)
             .header(header::CONTENT_TYPE, "application/zip")
-            .header(header::CONTENT_LENGTH, archive.info.size)
             .body(BodyExt::boxed_unsync(StreamBody::new(stream)))
             .expect("valid response")
     }
@@ -290,6 +338,19 @@ fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
 
 fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     response(status, "application/json", Bytes::from(body))
+}
+
+fn denied_response(denied: &Denied) -> Response<Body> {
+    tracing::debug!(status = denied.status(), "request refused: {denied:?}");
+    let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    let mut resp = json_response(status, denied.to_json().into_bytes());
+    if let Some(challenge) = denied.challenge() {
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(challenge),
+        );
+    }
+    resp
 }
 
 fn error_response(e: &Error) -> Response<Body> {

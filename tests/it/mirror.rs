@@ -77,6 +77,44 @@ async fn request(client: &reqwest::Client, method: reqwest::Method, url: &str) -
     }
 }
 
+/// The version document once `platform`'s archive has been processed: `h1:` is added right
+/// after a download completes, so poll briefly for it.
+async fn version_doc_with_h1(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    ty: &str,
+    version: &str,
+    platform: &str,
+) -> Value {
+    let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
+    for _ in 0..200 {
+        let doc = get(client, &url).await.json();
+        let hashes = doc["archives"][platform]["hashes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if hashes
+            .iter()
+            .any(|h| h.as_str().is_some_and(|h| h.starts_with("h1:")))
+        {
+            return doc;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{url}: no h1 for {platform} after the archive was downloaded");
+}
+
+/// Polls `cond` for up to five seconds.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("still not true after 5s: {what}");
+}
+
 fn zip_path(ty: &str, version: &str, platform: &str) -> String {
     format!("{REGISTRY}/acme/{ty}/terraform-provider-{ty}_{version}_{platform}.zip")
 }
@@ -153,12 +191,7 @@ async fn cold_miss_then_hit() {
     assert!(zip.headers.contains_key("last-modified"));
     assert_eq!(origin.count(RequestKind::Archive), 1);
 
-    let doc = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
-    )
-    .await
-    .json();
+    let doc = version_doc_with_h1(&client, &mirror, "foo", "1.0.0", "linux_amd64").await;
     let hashes = doc["archives"]["linux_amd64"]["hashes"]
         .as_array()
         .unwrap()
@@ -227,12 +260,7 @@ async fn directory_entries_get_terraforms_h1() {
     )
     .await;
     assert_eq!(zip.status, 200);
-    let doc = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/dirs/0.1.0.json")),
-    )
-    .await
-    .json();
+    let doc = version_doc_with_h1(&client, &mirror, "dirs", "0.1.0", "linux_amd64").await;
     let h1 = origin.h1_zip("acme", "dirs", "0.1.0", "linux", "amd64");
     assert_ne!(
         h1,
@@ -366,6 +394,11 @@ async fn origin_errors_are_502_and_not_cached() {
     let got = get(&client, &index_url).await;
     assert_eq!(got.status, 502);
     assert_eq!(got.error_code(), "upstream_error");
+    assert_eq!(
+        origin.count(RequestKind::Versions),
+        3,
+        "a 503 is retried twice (upstream.retries)"
+    );
     origin.clear_faults();
     assert_eq!(
         get(&client, &index_url).await.status,
@@ -384,7 +417,11 @@ async fn origin_errors_are_502_and_not_cached() {
     origin.clear_faults();
     let got = get(&client, &zip_url).await;
     assert_eq!(got.status, 200);
-    assert_eq!(origin.count(RequestKind::Archive), 2);
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        3 + 1,
+        "three failed attempts, then one good download"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -394,19 +431,36 @@ async fn tampered_archive_is_refused_and_nothing_is_stored() {
     let client = https_client(&ca, &[]);
     origin.set_fault(Fault::TamperArchive);
     let zip_url = mirror.url(&zip_path("foo", "1.0.0", "linux_amd64"));
-    let got = get(&client, &zip_url).await;
-    assert_eq!(got.status, 502);
-    assert_eq!(got.error_code(), "verification_failed");
-    let msg = got.json()["error"]["message"].as_str().unwrap().to_string();
+    // Bytes stream to the client while they are checked, so the mismatch found at the end
+    // aborts the response: the client sees a failed download, never a clean end.
+    let resp = within("tampered GET", client.get(&zip_url).send())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
     assert!(
-        msg.contains("registry.terraform.io/acme/foo") && msg.contains("SHA-256"),
-        "{msg}"
+        within("tampered body", resp.bytes()).await.is_err(),
+        "the body must not end cleanly"
     );
+    let metrics = || async {
+        String::from_utf8(get(&client, &mirror.root_url("/metrics")).await.body).unwrap()
+    };
+    let mut counted = false;
+    for _ in 0..200 {
+        if metrics()
+            .await
+            .contains(r#"provender_verification_failures_total{reason="archive_checksum"} 1"#)
+        {
+            counted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(counted, "{}", metrics().await);
+    eventually("no partial file left behind", || {
+        mirror.staging_files().is_empty()
+    })
+    .await;
     assert!(mirror.cached_archives().is_empty(), "nothing committed");
-    assert!(
-        mirror.staging_files().is_empty(),
-        "no partial file left behind"
-    );
     let doc = get(
         &client,
         &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
@@ -421,11 +475,6 @@ async fn tampered_archive_is_refused_and_nothing_is_stored() {
         1,
         "no h1 for a refused archive"
     );
-    let metrics = String::from_utf8(get(&client, &mirror.root_url("/metrics")).await.body).unwrap();
-    assert!(
-        metrics.contains(r#"provender_verification_failures_total{reason="archive_checksum"} 1"#),
-        "{metrics}"
-    );
 
     origin.clear_faults();
     let got = get(&client, &zip_url).await;
@@ -433,6 +482,11 @@ async fn tampered_archive_is_refused_and_nothing_is_stored() {
     assert_eq!(
         got.body,
         origin.archive("acme", "foo", "1.0.0", "linux", "amd64")
+    );
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        2,
+        "the failure was not remembered"
     );
 }
 
@@ -480,6 +534,7 @@ async fn restart_with_a_warm_cache_needs_no_origin() {
         first.push(got.body);
     }
     // The version document changed when the archive was processed (h1 added): take it again.
+    version_doc_with_h1(&client, &mirror, "foo", "1.0.0", "linux_amd64").await;
     first[1] = get(&client, &mirror.url(&paths[1])).await.body;
     mirror.stop().await;
 

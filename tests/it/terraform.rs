@@ -103,16 +103,34 @@ fn lock_hashes(dir: &Path) -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// provender's version document once every archive Terraform downloaded has been processed
+/// (`h1:` is added right after a download completes, so poll briefly).
 async fn mirror_document(
     client: &reqwest::Client,
     mirror: &TestMirror,
     ty: &str,
     version: &str,
+    platforms: &[String],
 ) -> Value {
     let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
-    let resp = within(&url, client.get(&url).send()).await.unwrap();
-    assert_eq!(resp.status(), 200, "{url}");
-    serde_json::from_slice(&within(&url, resp.bytes()).await.unwrap()).unwrap()
+    for _ in 0..200 {
+        let resp = within(&url, client.get(&url).send()).await.unwrap();
+        assert_eq!(resp.status(), 200, "{url}");
+        let doc: Value =
+            serde_json::from_slice(&within(&url, resp.bytes()).await.unwrap()).unwrap();
+        if platforms.iter().all(|p| h1_of(&doc, p).is_some()) {
+            return doc;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{url}: h1 missing for some of {platforms:?}");
+}
+
+fn platform_names() -> Vec<String> {
+    platforms()
+        .iter()
+        .map(|(o, a)| format!("{o}_{a}"))
+        .collect()
 }
 
 fn h1_of(doc: &Value, platform: &str) -> Option<String> {
@@ -155,7 +173,14 @@ async fn terraform_init_through_the_mirror() {
         } else {
             "0.1.0"
         };
-        let doc = mirror_document(&client, &mirror, ty, version).await;
+        let doc = mirror_document(
+            &client,
+            &mirror,
+            ty,
+            version,
+            std::slice::from_ref(&platform),
+        )
+        .await;
         let ours = h1_of(&doc, &platform).expect("h1 reported once the archive was processed");
         if ty == "dirs" {
             // Terraform locks the hash of the *extracted* package; with directory entries in the
@@ -242,7 +267,7 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
         };
         let terraforms = read(direct_out.path());
         let through = read(via_out.path());
-        let ours = mirror_document(&client, &mirror, ty, version).await;
+        let ours = mirror_document(&client, &mirror, ty, version, &platform_names()).await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
             let expected = h1_of(&terraforms, &p)
@@ -282,7 +307,7 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
         } else {
             "0.1.0"
         };
-        let ours = mirror_document(&client, &mirror, &ty, version).await;
+        let ours = mirror_document(&client, &mirror, &ty, version, &platform_names()).await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
             let h1 = if ty == "dirs" {

@@ -1,0 +1,511 @@
+//! Who may use the mirror: client bearer tokens and signed archive URLs.
+//!
+//! Authentication is off unless `[auth]` names tokens. When it is on:
+//! - every request must carry `Authorization: Bearer <token>` with one of the configured tokens
+//!   (the CLI sends the token of a `credentials "mirror.example.com"` block or a `TF_TOKEN_...`
+//!   variable). Tokens are compared by their SHA-256 digests in constant time; a missing or wrong
+//!   token gets 401 with `WWW-Authenticate: Bearer`;
+//! - archive downloads may instead carry a signed, expiring query (`?exp=..&sig=..`), because the
+//!   CLI sends no credentials when it downloads a package. `<version>.json` hands out such URLs:
+//!   the signature is an HMAC-SHA256 over the archive's canonical path and the expiry time, with
+//!   `auth.url_signing_key`. A tampered or expired URL gets 403;
+//! - `/healthz`, `/readyz` and `/metrics` are open or protected as `auth.protect_health` and
+//!   `auth.protect_metrics` say.
+//!
+//! Tokens never appear in logs or error messages.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::config::ConfigError;
+
+/// `[auth]` as written in the configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Client bearer tokens. Any of them (or of `token_file`) grants access.
+    pub tokens: Vec<String>,
+    /// A file with one token per line (blank lines and `#` comments ignored).
+    pub token_file: Option<PathBuf>,
+    /// Key for signing archive URLs (at least 32 characters).
+    pub url_signing_key: Option<String>,
+    /// A file holding the URL signing key (surrounding whitespace ignored).
+    pub url_signing_key_file: Option<PathBuf>,
+    /// How long a signed archive URL stays valid.
+    #[serde(with = "humantime_serde")]
+    pub url_ttl: Duration,
+    /// Require a token for `/healthz` and `/readyz`.
+    pub protect_health: bool,
+    /// Require a token for `/metrics`.
+    pub protect_metrics: bool,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            tokens: Vec::new(),
+            token_file: None,
+            url_signing_key: None,
+            url_signing_key_file: None,
+            url_ttl: Duration::from_secs(3600),
+            protect_health: false,
+            protect_metrics: true,
+        }
+    }
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+const MIN_KEY_LEN: usize = 32;
+
+impl AuthConfig {
+    /// Checks the section and loads the token and key files.
+    pub fn validate(&self) -> Result<AuthSettings, ConfigError> {
+        let mut digests = Vec::new();
+        for (i, t) in self.tokens.iter().enumerate() {
+            check_token(t).map_err(|m| invalid(&format!("auth.tokens[{i}]"), m))?;
+            digests.push(digest(t.as_bytes()));
+        }
+        if let Some(path) = &self.token_file {
+            for (line, t) in read_token_file(path)? {
+                check_token(&t).map_err(|m| {
+                    invalid(
+                        "auth.token_file",
+                        format!("{} line {line}: {m}", path.display()),
+                    )
+                })?;
+                digests.push(digest(t.as_bytes()));
+            }
+            if digests.is_empty() {
+                return Err(invalid(
+                    "auth.token_file",
+                    format!("{} holds no token", path.display()),
+                ));
+            }
+        }
+        if self.url_ttl.is_zero() || self.url_ttl > Duration::from_secs(7 * 24 * 3600) {
+            return Err(invalid(
+                "auth.url_ttl",
+                "must be longer than zero and at most 7d",
+            ));
+        }
+        let key = match (&self.url_signing_key, &self.url_signing_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "auth.url_signing_key_file",
+                    "set either auth.url_signing_key or auth.url_signing_key_file, not both",
+                ));
+            }
+            (Some(k), None) => Some(check_key("auth.url_signing_key", k.trim())?),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        "auth.url_signing_key_file",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                Some(check_key("auth.url_signing_key_file", text.trim())?)
+            }
+            (None, None) => None,
+        };
+        let enabled = !digests.is_empty();
+        let (signing_key, key_generated) = match key {
+            Some(k) => (k, false),
+            None if enabled => (random_key(), true),
+            None => (Vec::new(), false),
+        };
+        Ok(AuthSettings {
+            tokens: digests,
+            signing_key,
+            key_generated,
+            url_ttl: self.url_ttl,
+            protect_health: self.protect_health,
+            protect_metrics: self.protect_metrics,
+        })
+    }
+}
+
+fn check_token(t: &str) -> Result<(), String> {
+    if t.len() < 16 {
+        return Err("must be at least 16 characters".into());
+    }
+    if !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("may contain only printable ASCII without spaces".into());
+    }
+    Ok(())
+}
+
+fn check_key(key: &str, value: &str) -> Result<Vec<u8>, ConfigError> {
+    if value.len() < MIN_KEY_LEN {
+        return Err(invalid(
+            key,
+            format!("must be at least {MIN_KEY_LEN} characters"),
+        ));
+    }
+    Ok(value.as_bytes().to_vec())
+}
+
+fn read_token_file(path: &Path) -> Result<Vec<(usize, String)>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        invalid(
+            "auth.token_file",
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    Ok(text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim().to_string()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect())
+}
+
+fn random_key() -> Vec<u8> {
+    use ring::rand::SecureRandom;
+    let mut key = vec![0u8; 32];
+    // The system random source failing is not something the server can run without.
+    ring::rand::SystemRandom::new()
+        .fill(&mut key)
+        .expect("the system random number generator works");
+    key
+}
+
+fn digest(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
+/// Equality of two digests in time independent of their contents.
+fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let mut diff = 0u8;
+    for (x, y) in a.iter().zip(b) {
+        diff |= x ^ y;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// The validated `[auth]` section.
+#[derive(Clone, Default)]
+pub struct AuthSettings {
+    /// SHA-256 digests of the accepted tokens; empty means authentication is off.
+    tokens: Vec<[u8; 32]>,
+    signing_key: Vec<u8>,
+    /// No key was configured, so one was generated for this process.
+    pub key_generated: bool,
+    pub url_ttl: Duration,
+    pub protect_health: bool,
+    pub protect_metrics: bool,
+}
+
+impl std::fmt::Debug for AuthSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSettings")
+            .field("tokens", &format_args!("[{} redacted]", self.tokens.len()))
+            .field("signing_key", &"[redacted]")
+            .field("key_generated", &self.key_generated)
+            .field("url_ttl", &self.url_ttl)
+            .field("protect_health", &self.protect_health)
+            .field("protect_metrics", &self.protect_metrics)
+            .finish()
+    }
+}
+
+/// Why a request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// No usable credentials: 401 with `WWW-Authenticate`.
+    Unauthorized(String),
+    /// A signed URL that is tampered with or expired: 403.
+    Forbidden(String),
+}
+
+impl Denied {
+    /// HTTP status code.
+    pub fn status(&self) -> u16 {
+        match self {
+            Denied::Unauthorized(_) => 401,
+            Denied::Forbidden(_) => 403,
+        }
+    }
+
+    /// The JSON error body, shaped like every other error the mirror sends.
+    pub fn to_json(&self) -> String {
+        let (code, message) = match self {
+            Denied::Unauthorized(m) => ("unauthorized", m),
+            Denied::Forbidden(m) => ("forbidden", m),
+        };
+        serde_json::json!({
+            "error": { "status": self.status(), "code": code, "message": message }
+        })
+        .to_string()
+    }
+
+    /// The `WWW-Authenticate` challenge, for 401 answers.
+    pub fn challenge(&self) -> Option<&'static str> {
+        match self {
+            Denied::Unauthorized(_) => Some("Bearer realm=\"provender\""),
+            Denied::Forbidden(_) => None,
+        }
+    }
+}
+
+impl AuthSettings {
+    /// Whether clients must authenticate.
+    pub fn enabled(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// Checks the `Authorization` header of a request.
+    pub fn check_bearer(&self, authorization: Option<&[u8]>) -> Result<(), Denied> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let Some(value) = authorization else {
+            return Err(Denied::Unauthorized(
+                "this mirror requires a bearer token (a credentials block for its host in the CLI configuration)".into(),
+            ));
+        };
+        let token = value
+            .strip_prefix(b"Bearer ")
+            .or_else(|| value.strip_prefix(b"bearer "))
+            .map(|t| t.trim_ascii());
+        let Some(token) = token else {
+            return Err(Denied::Unauthorized(
+                "the Authorization header is not a bearer token".into(),
+            ));
+        };
+        let presented = digest(token);
+        // Look at every configured token, so timing says nothing about which one matched.
+        let matched = self
+            .tokens
+            .iter()
+            .fold(false, |acc, t| acc | ct_eq(t, &presented));
+        if matched {
+            Ok(())
+        } else {
+            Err(Denied::Unauthorized("the bearer token is not valid".into()))
+        }
+    }
+
+    /// The query string (`exp=...&sig=...`) that lets an archive at `path` be downloaded
+    /// without a token until `now + url_ttl`. `path` is the archive's canonical path below the
+    /// base path, e.g. `registry.terraform.io/hashicorp/random/terraform-provider-random_...zip`.
+    pub fn sign(&self, path: &str, now: SystemTime) -> String {
+        let expires = unix(now).saturating_add(self.url_ttl.as_secs());
+        format!("exp={expires}&sig={}", self.mac(path, expires))
+    }
+
+    /// Checks a signed archive URL's query against its canonical `path`.
+    /// `Ok(false)`: the query carries no signature at all.
+    pub fn verify_signed(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        now: SystemTime,
+    ) -> Result<bool, Denied> {
+        let mut exp = None;
+        let mut sig = None;
+        for pair in query.unwrap_or("").split('&') {
+            match pair.split_once('=') {
+                Some(("exp", v)) => exp = Some(v),
+                Some(("sig", v)) => sig = Some(v),
+                _ => {}
+            }
+        }
+        if exp.is_none() && sig.is_none() {
+            return Ok(false);
+        }
+        let forbidden = |m: &str| {
+            Denied::Forbidden(format!(
+                "archive URL {m}; fetch its <version>.json again for a fresh one"
+            ))
+        };
+        let (Some(exp), Some(sig)) = (exp, sig) else {
+            return Err(forbidden("is incompletely signed"));
+        };
+        let expires: u64 = exp
+            .parse()
+            .map_err(|_| forbidden("has a malformed expiry"))?;
+        let expected = self.mac(path, expires);
+        if !ct_eq(&digest(expected.as_bytes()), &digest(sig.as_bytes())) {
+            return Err(forbidden("has an invalid signature"));
+        }
+        if unix(now) >= expires {
+            return Err(forbidden("has expired"));
+        }
+        Ok(true)
+    }
+
+    fn mac(&self, path: &str, expires: u64) -> String {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.signing_key);
+        let tag = ring::hmac::sign(
+            &key,
+            format!("provender-archive\n{path}\n{expires}").as_bytes(),
+        );
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref())
+    }
+}
+
+/// The canonical path an archive URL is signed over: `host/namespace/type/<file name>`.
+pub fn archive_path(
+    addr: &crate::address::ProviderAddr,
+    version: &crate::address::Version,
+    platform: &crate::address::Platform,
+) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        addr.hostname,
+        addr.namespace,
+        addr.type_,
+        addr.archive_filename(version, platform)
+    )
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on() -> AuthSettings {
+        AuthConfig {
+            tokens: vec!["s3cret-token-for-tests".into()],
+            url_signing_key: Some("k".repeat(40)),
+            ..AuthConfig::default()
+        }
+        .validate()
+        .unwrap()
+    }
+
+    #[test]
+    fn off_by_default() {
+        let a = AuthConfig::default().validate().unwrap();
+        assert!(!a.enabled());
+        assert_eq!(a.check_bearer(None), Ok(()));
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        let a = on();
+        assert_eq!(
+            a.check_bearer(Some(b"Bearer s3cret-token-for-tests")),
+            Ok(())
+        );
+        for bad in [
+            None,
+            Some(&b"Bearer wrong-token-wrong-token"[..]),
+            Some(b"Basic czNjcmV0"),
+            Some(b"Bearer "),
+            Some(b"s3cret-token-for-tests"),
+            Some(b"Bearer s3cret-token-for-test"),
+        ] {
+            let err = a.check_bearer(bad).unwrap_err();
+            assert_eq!(err.status(), 401);
+            assert!(err.challenge().is_some());
+            assert!(!err.to_json().contains("s3cret"), "token never echoed");
+        }
+    }
+
+    #[test]
+    fn signed_urls() {
+        let a = on();
+        let path = "registry.terraform.io/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip";
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let q = a.sign(path, now);
+        assert_eq!(a.verify_signed(path, Some(&q), now), Ok(true));
+        assert_eq!(a.verify_signed(path, None, now), Ok(false));
+        assert_eq!(a.verify_signed(path, Some("x=1"), now), Ok(false));
+        let later = now + a.url_ttl;
+        assert_eq!(
+            a.verify_signed(path, Some(&q), later).unwrap_err().status(),
+            403
+        );
+        let other = path.replace("linux_amd64", "darwin_arm64");
+        assert!(a.verify_signed(&other, Some(&q), now).is_err());
+        let longer = q.replacen("exp=1700", "exp=1800", 1);
+        assert!(a.verify_signed(path, Some(&longer), now).is_err());
+        let (head, sig) = q.split_once("sig=").unwrap();
+        let flipped = format!(
+            "{head}sig={}",
+            sig.replacen(&sig[..1], if &sig[..1] == "A" { "B" } else { "A" }, 1)
+        );
+        assert!(a.verify_signed(path, Some(&flipped), now).is_err());
+        assert!(a.verify_signed(path, Some("exp=1"), now).is_err());
+        assert!(a.verify_signed(path, Some("exp=x&sig=y"), now).is_err());
+        let other_key = AuthConfig {
+            tokens: vec!["s3cret-token-for-tests".into()],
+            url_signing_key: Some("z".repeat(40)),
+            ..AuthConfig::default()
+        }
+        .validate()
+        .unwrap();
+        assert!(other_key.verify_signed(path, Some(&q), now).is_err());
+    }
+
+    #[test]
+    fn configuration_errors_name_the_key() {
+        let err = |c: AuthConfig| c.validate().unwrap_err().to_string();
+        assert!(
+            err(AuthConfig {
+                tokens: vec!["short".into()],
+                ..AuthConfig::default()
+            })
+            .contains("auth.tokens[0]")
+        );
+        assert!(
+            err(AuthConfig {
+                tokens: vec!["s3cret-token-for-tests".into()],
+                url_signing_key: Some("short".into()),
+                ..AuthConfig::default()
+            })
+            .contains("auth.url_signing_key")
+        );
+        assert!(
+            err(AuthConfig {
+                token_file: Some("/nonexistent/tokens".into()),
+                ..AuthConfig::default()
+            })
+            .contains("auth.token_file")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens");
+        std::fs::write(
+            &file,
+            "# clients\n\nfirst-token-0123456789\nbad token with spaces\n",
+        )
+        .unwrap();
+        let msg = err(AuthConfig {
+            token_file: Some(file.clone()),
+            ..AuthConfig::default()
+        });
+        assert!(
+            msg.contains("auth.token_file") && msg.contains("line 4"),
+            "{msg}"
+        );
+        std::fs::write(&file, "# clients\nfirst-token-0123456789\n").unwrap();
+        let a = AuthConfig {
+            token_file: Some(file),
+            ..AuthConfig::default()
+        }
+        .validate()
+        .unwrap();
+        assert!(a.key_generated);
+        assert_eq!(
+            a.check_bearer(Some(b"Bearer first-token-0123456789")),
+            Ok(())
+        );
+        assert!(!format!("{a:?}").contains("first-token"));
+    }
+}

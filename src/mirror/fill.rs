@@ -1,0 +1,471 @@
+//! Archive fills: one download per archive, streamed to every client while it runs.
+//!
+//! The first request for a missing archive starts a [`Fill`]: a task, detached from every
+//! client, that downloads the archive into a staging file while hashing it. Every request for the
+//! same archive while it runs (the first included) reads from that fill: bytes already on disk
+//! are read back from the staging file, then the reader waits for more. Memory per reader is one
+//! read buffer.
+//!
+//! The expected SHA-256 is known before the download starts. If the bytes don't match, the fill
+//! ends with an error and every reader's body ends with that error instead of a clean end, so
+//! clients see a failed download; nothing is committed. On a match, readers finish, and the fill
+//! goes on to fsync, compute `h1:` and commit the archive to the store.
+//!
+//! If writing the staging file fails (a full disk), the fill keeps going with the rest of the
+//! bytes held in memory, so clients are still served; the archive is then not cached.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use crate::cache::Package;
+use crate::cache::{ArchiveInfo, ArchiveKey};
+use crate::error::{Error, Result};
+use crate::hash;
+
+use super::Mirror;
+
+/// How many bytes are gathered before they are written out and offered to readers.
+const WRITE_CHUNK: usize = 64 * 1024;
+/// Largest piece a reader sends at once.
+const READ_CHUNK: usize = 256 * 1024;
+
+/// The origin answered: what readers need to start.
+#[derive(Clone)]
+struct Started {
+    /// From the origin's `Content-Length`, when it sent one.
+    size: Option<u64>,
+    /// The staging file, opened for reading before anything can rename it.
+    file: Arc<std::fs::File>,
+}
+
+/// Where a fill is; readers watch it.
+#[derive(Clone, Default)]
+struct Progress {
+    started: Option<Result<Started>>,
+    /// Bytes written to the staging file.
+    on_disk: u64,
+    /// Bytes held in memory after the staging file failed.
+    in_memory: u64,
+    /// Set when all bytes are in and checked: `Ok` means they match the expected SHA-256.
+    streamed: Option<Result<()>>,
+    /// Set when the fill is over: `Ok` means the archive is in the store.
+    finished: Option<Result<()>>,
+}
+
+/// One archive download in progress.
+pub struct Fill {
+    pub key: ArchiveKey,
+    /// The SHA-256 the origin published, which the bytes must match.
+    pub sha256: String,
+    pub started_at: SystemTime,
+    progress: watch::Sender<Progress>,
+    /// Chunks that could not be written to disk, in order, starting at `on_disk`.
+    memory: Mutex<Vec<Bytes>>,
+}
+
+impl Fill {
+    fn new(key: ArchiveKey, sha256: String) -> Fill {
+        Fill {
+            key,
+            sha256,
+            started_at: SystemTime::now(),
+            progress: watch::channel(Progress::default()).0,
+            memory: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Waits until the origin has answered; returns the archive size if it is known.
+    pub async fn started(&self) -> Result<Option<u64>> {
+        let mut rx = self.progress.subscribe();
+        let progress = rx
+            .wait_for(|p| p.started.is_some() || p.finished.is_some())
+            .await;
+        let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
+        match (&progress.started, &progress.finished) {
+            (Some(Ok(s)), _) => Ok(s.size),
+            (Some(Err(e)), _) | (None, Some(Err(e))) => Err(e.clone()),
+            _ => Err(Error::Internal(
+                "archive download ended before it started".into(),
+            )),
+        }
+    }
+
+    /// Waits until the fill is over: `Ok` when the archive is in the store.
+    pub async fn finished(&self) -> Result<()> {
+        let mut rx = self.progress.subscribe();
+        let progress = rx.wait_for(|p| p.finished.is_some()).await;
+        let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
+        progress
+            .finished
+            .clone()
+            .unwrap_or_else(|| Err(Error::Internal("archive download ended oddly".into())))
+    }
+
+    /// The archive's bytes, as they arrive. Ends with an error if the download fails or the
+    /// bytes don't match the expected SHA-256.
+    pub fn stream(self: &Arc<Self>) -> BoxStream<'static, io::Result<Bytes>> {
+        let state = ReadState {
+            fill: self.clone(),
+            rx: self.progress.subscribe(),
+            offset: 0,
+            over: false,
+        };
+        futures_util::stream::unfold(state, |mut st| async move {
+            if st.over {
+                return None;
+            }
+            let item = st.next_piece().await;
+            match item {
+                Some(Ok(bytes)) => Some((Ok(bytes), st)),
+                Some(Err(e)) => {
+                    st.over = true;
+                    Some((Err(e), st))
+                }
+                None => None,
+            }
+        })
+        .boxed()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Progress)) {
+        self.progress.send_modify(f);
+    }
+}
+
+struct ReadState {
+    fill: Arc<Fill>,
+    rx: watch::Receiver<Progress>,
+    offset: u64,
+    over: bool,
+}
+
+impl ReadState {
+    async fn next_piece(&mut self) -> Option<io::Result<Bytes>> {
+        loop {
+            let p = self.rx.borrow_and_update().clone();
+            let file = match &p.started {
+                Some(Ok(s)) => Some(s.file.clone()),
+                Some(Err(e)) => return Some(Err(io::Error::other(e.clone()))),
+                None => None,
+            };
+            if let Some(file) = file {
+                if self.offset < p.on_disk {
+                    let len = (p.on_disk - self.offset).min(READ_CHUNK as u64) as usize;
+                    let offset = self.offset;
+                    let read =
+                        tokio::task::spawn_blocking(move || read_at(&file, offset, len)).await;
+                    let bytes = match read {
+                        Ok(Ok(b)) => b,
+                        Ok(Err(e)) => return Some(Err(e)),
+                        Err(e) => return Some(Err(io::Error::other(e))),
+                    };
+                    self.offset += bytes.len() as u64;
+                    return Some(Ok(bytes));
+                }
+                if self.offset < p.on_disk + p.in_memory {
+                    let bytes = self.fill.memory_piece(self.offset - p.on_disk);
+                    self.offset += bytes.len() as u64;
+                    return Some(Ok(bytes));
+                }
+            }
+            match &p.streamed {
+                Some(Ok(())) => return None,
+                Some(Err(e)) => return Some(Err(io::Error::other(e.clone()))),
+                None => {}
+            }
+            if let Some(Err(e)) = &p.finished {
+                return Some(Err(io::Error::other(e.clone())));
+            }
+            if self.rx.changed().await.is_err() {
+                return Some(Err(io::Error::other("archive download vanished")));
+            }
+        }
+    }
+}
+
+impl Fill {
+    /// The in-memory bytes starting `offset` bytes after the end of the on-disk part.
+    fn memory_piece(&self, mut offset: u64) -> Bytes {
+        let memory = self.memory.lock().expect("fill memory lock");
+        for chunk in memory.iter() {
+            if offset < chunk.len() as u64 {
+                return chunk.slice(offset as usize..);
+            }
+            offset -= chunk.len() as u64;
+        }
+        Bytes::new()
+    }
+}
+
+fn read_at(file: &std::fs::File, offset: u64, len: usize) -> io::Result<Bytes> {
+    let mut buf = vec![0u8; len];
+    let mut filled = 0;
+    while filled < len {
+        #[cfg(unix)]
+        let n =
+            std::os::unix::fs::FileExt::read_at(file, &mut buf[filled..], offset + filled as u64)?;
+        #[cfg(windows)]
+        let n = std::os::windows::fs::FileExt::seek_read(
+            file,
+            &mut buf[filled..],
+            offset + filled as u64,
+        )?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "staging file shorter than reported",
+            ));
+        }
+        filled += n;
+    }
+    Ok(Bytes::from(buf))
+}
+
+impl Mirror {
+    /// Joins the fill in progress for `key`, or starts one. Returns it and whether this call
+    /// started it.
+    pub(super) fn fill_for(self: &Arc<Self>, key: &ArchiveKey, pkg: &Package) -> (Arc<Fill>, bool) {
+        let mut fills = self.fills.lock().expect("fill table lock");
+        if let Some(fill) = fills.get(key) {
+            return (fill.clone(), false);
+        }
+        let fill = Arc::new(Fill::new(key.clone(), pkg.shasum.clone()));
+        fills.insert(key.clone(), fill.clone());
+        tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone()));
+        (fill, true)
+    }
+
+    /// Waits until no archive download is in progress (for a clean shutdown).
+    pub async fn drain(&self) {
+        loop {
+            let fills: Vec<Arc<Fill>> = self
+                .fills
+                .lock()
+                .expect("fill table lock")
+                .values()
+                .cloned()
+                .collect();
+            if fills.is_empty() {
+                return;
+            }
+            tracing::info!("waiting for {} download(s) in progress", fills.len());
+            for fill in fills {
+                let _ = fill.finished().await;
+            }
+        }
+    }
+
+    /// The fill in progress for `key`, if any.
+    pub(super) fn fill_in_progress(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
+        self.fills
+            .lock()
+            .expect("fill table lock")
+            .get(key)
+            .cloned()
+    }
+
+    async fn run_fill(self: Arc<Self>, fill: Arc<Fill>, pkg: Package) {
+        let result = self.fill_archive(&fill, &pkg).await;
+        if let Err(e) = &result {
+            tracing::warn!(archive = %fill.key, "archive not cached: {e}");
+        }
+        // The archive is in the store (or not) before the fill leaves the table, so a request
+        // that finds no fill finds the archive.
+        self.fills
+            .lock()
+            .expect("fill table lock")
+            .remove(&fill.key);
+        fill.update(|p| {
+            if p.streamed.is_none() {
+                p.streamed = Some(result.clone());
+            }
+            p.finished = Some(result);
+        });
+    }
+
+    async fn fill_archive(&self, fill: &Fill, pkg: &Package) -> Result<()> {
+        let key = &fill.key;
+        let fail_start = |e: Error| {
+            fill.update(|p| p.started = Some(Err(e.clone())));
+            e
+        };
+        let resp = self
+            .upstream
+            .archive(&key.addr.hostname, &pkg.download_url)
+            .await
+            .map_err(fail_start)?;
+        let (staged, mut file) = self
+            .staging
+            .create()
+            .await
+            .map_err(|e| fail_start(Error::io("creating a staging file", e)))?;
+        let reader = std::fs::File::open(staged.path())
+            .map_err(|e| fail_start(Error::io("opening a staging file", e)))?;
+        let size_hint = resp.content_length();
+        fill.update(|p| {
+            p.started = Some(Ok(Started {
+                size: size_hint,
+                file: Arc::new(reader),
+            }))
+        });
+
+        let mut hasher = Sha256::new();
+        let mut size: u64 = 0;
+        let mut pending = BytesMut::with_capacity(WRITE_CHUNK);
+        let mut disk_ok = true;
+        let mut body = resp.bytes_stream();
+        let streamed: Result<String> = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| {
+                    let msg = format!("downloading {key} from {}: {e}", pkg.download_url);
+                    if e.is_timeout() {
+                        Error::UpstreamTimeout(msg)
+                    } else {
+                        Error::Upstream(msg)
+                    }
+                })?;
+                size += chunk.len() as u64;
+                if size > self.settings.max_archive_size {
+                    return Err(Error::Upstream(format!(
+                        "archive {key} is larger than upstream.max_archive_size ({} bytes)",
+                        self.settings.max_archive_size
+                    )));
+                }
+                self.upstream.add_bytes(chunk.len() as u64);
+                hasher.update(&chunk);
+                pending.extend_from_slice(&chunk);
+                if pending.len() >= WRITE_CHUNK {
+                    self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
+                        .await;
+                }
+            }
+            if !pending.is_empty() {
+                self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
+                    .await;
+            }
+            if size_hint.is_some_and(|n| n != size) {
+                return Err(Error::Upstream(format!(
+                    "archive {key}: the origin announced {} bytes but sent {size}",
+                    size_hint.unwrap_or(0)
+                )));
+            }
+            let sha256 = hex::encode(hasher.finalize());
+            if sha256 != fill.sha256 {
+                return Err(self.verification_failed(
+                    "archive_checksum",
+                    &key.addr,
+                    &key.version,
+                    format!(
+                        "{} has SHA-256 {sha256} but the origin published {}",
+                        pkg.filename, fill.sha256
+                    ),
+                ));
+            }
+            Ok(sha256)
+        }
+        .await;
+        let sha256 = match streamed {
+            Ok(sha) => sha,
+            Err(e) => {
+                fill.update(|p| p.streamed = Some(Err(e.clone())));
+                return Err(e);
+            }
+        };
+        fill.update(|p| p.streamed = Some(Ok(())));
+        if !disk_ok {
+            return Err(Error::Internal(format!(
+                "archive {key} was served but not cached: writing to the cache failed"
+            )));
+        }
+
+        file.sync_all()
+            .await
+            .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
+        drop(file);
+        let path = staged.path().to_path_buf();
+        let limits = self.hash_limits;
+        let timer = self.metrics.hash_duration.start_timer();
+        let h1 = tokio::task::spawn_blocking(move || {
+            let file =
+                std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
+            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
+                .map_err(|e| Error::Verification(e.to_string()))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
+        timer.observe_duration();
+        let h1 = h1.map_err(|e| {
+            self.verification_failed(
+                "unusable_zip",
+                &key.addr,
+                &key.version,
+                format!("{}: {e}", pkg.filename),
+            )
+        })?;
+
+        let info = ArchiveInfo {
+            sha256,
+            h1: h1.clone(),
+            size,
+        };
+        self.store
+            .commit(key, staged, &info)
+            .await
+            .map_err(|e| self.write_failed(key, "storing the archive", e))?;
+        self.archive_committed(key, size);
+        if let Err(e) = self
+            .meta
+            .set_h1(&key.addr, &key.version, &key.platform, &h1)
+            .await
+        {
+            tracing::warn!(archive = %key, "cannot record h1 in version metadata: {e}");
+        }
+        tracing::info!(archive = %key, size, %h1, "cached archive");
+        Ok(())
+    }
+
+    /// Writes a chunk to the staging file and tells readers; after a write error, keeps chunks
+    /// in memory instead so readers are still served.
+    async fn publish(
+        &self,
+        fill: &Fill,
+        file: &mut tokio::fs::File,
+        bytes: Bytes,
+        disk_ok: &mut bool,
+    ) {
+        if *disk_ok {
+            match async {
+                file.write_all(&bytes).await?;
+                file.flush().await
+            }
+            .await
+            {
+                Ok(()) => {
+                    fill.update(|p| p.on_disk += bytes.len() as u64);
+                    return;
+                }
+                Err(e) => {
+                    *disk_ok = false;
+                    let _ = self.write_failed(&fill.key, "writing a staging file", e);
+                }
+            }
+        }
+        let len = bytes.len() as u64;
+        fill.memory.lock().expect("fill memory lock").push(bytes);
+        fill.update(|p| p.in_memory += len);
+    }
+
+    fn write_failed(&self, key: &ArchiveKey, what: &str, e: io::Error) -> Error {
+        self.metrics.cache_write_errors.inc();
+        tracing::error!(archive = %key, "{what} failed: {e}; the archive is served but not cached");
+        Error::io(format!("{what} for {key}"), e)
+    }
+}
