@@ -342,6 +342,20 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
     .unwrap();
     assert_eq!(index, serde_json::json!({ "versions": { "1.1.0": {} } }));
 
+    // The exported directory is also a filesystem mirror as it stands.
+    let fs_init = configuration();
+    let fs_tf = Terraform::new(
+        &ca,
+        &format!(
+            "provider_installation {{\n  filesystem_mirror {{\n    path = \"{}\"\n  }}\n}}\n",
+            exported.display()
+        ),
+    );
+    fs_tf
+        .run(fs_init.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+
     // Carry the bundle across: import into an empty, sealed cache. Twice: the second is a no-op.
     let sealed = work.path().join("sealed-cache");
     let sealed_cfg = config_file(
