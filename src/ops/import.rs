@@ -78,7 +78,11 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         .map_err(|e| usage(format!("{}: {e}", args.source.display())))?;
     let (mirror, staging) = super::open_mirror(settings)?;
     let source = args.source.clone();
-    let total = if meta.is_dir() { 0 } else { meta.len() };
+    let total = if meta.is_dir() {
+        zip_bytes(&args.source)
+    } else {
+        meta.len()
+    };
     let bar = progress(total, "verifying", true);
     let bar2 = bar.clone();
     let handle = tokio::runtime::Handle::current();
@@ -534,6 +538,23 @@ struct MirrorArchiveDoc {
     hashes: Vec<String>,
 }
 
+/// Total size of the zips under a mirror directory (for the progress bar).
+fn zip_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.metadata() {
+                Ok(m) if m.is_dir() => stack.push(path),
+                Ok(m) if path.extension().is_some_and(|e| e == "zip") => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    total
+}
+
 fn subdirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
@@ -665,7 +686,7 @@ fn provider_from_dir(
             }
             let zip_path = dir.join(&entry.url);
             bar.set_message(entry.url.clone());
-            match check_listed(handle, staging, &zip_path, &entry.hashes) {
+            match check_listed(handle, staging, &zip_path, &entry.hashes, bar) {
                 Ok((staged, info)) => archives.push(Verified {
                     key: ArchiveKey {
                         addr: addr.clone(),
@@ -704,12 +725,14 @@ fn check_listed(
     staging: &Staging,
     zip: &Path,
     hashes: &[String],
+    bar: &indicatif::ProgressBar,
 ) -> Result<(StagedFile, ArchiveInfo), String> {
     if hashes.is_empty() {
         return Err("no hashes are listed for it, so it cannot be checked".into());
     }
     let file = std::fs::File::open(zip).map_err(|e| e.to_string())?;
-    let (staged, sha, size) = stage(handle, staging, &mut BufReader::new(file), u64::MAX - 1)?;
+    let mut reader = BufReader::new(bar.wrap_read(file));
+    let (staged, sha, size) = stage(handle, staging, &mut reader, u64::MAX - 1)?;
     let h1 = bundle::h1_of_file(staged.path()).map_err(|e| format!("unusable zip: {e}"))?;
     for listed in hashes {
         let ok = match listed.split_once(':') {
