@@ -4,15 +4,23 @@
 //! `h1:` rules, matched byte for byte:
 //! - every entry of the zip's central directory counts, with its name exactly as stored (raw
 //!   bytes, no path cleaning), directory entries included and hashed as empty files;
-//! - a name that appears twice is listed twice, both times with the content of its *last* entry;
+//! - a name that appears twice would be listed twice by Go, both times with the content of its
+//!   last entry; provender refuses such archives instead (its zip reader keeps one entry per
+//!   name, and no real provider package has duplicates);
 //! - names are sorted bytewise, each contributes the line `"{sha256 hex}  {name}\n"`, and the
 //!   result is `h1:` + base64(sha256(all lines));
-//! - a name containing a newline is an error, as in Go.
+//! - a name containing a newline is an error, as in Go;
+//! - a directory entry (name ending in `/`) that carries data is an error, as Go's reader
+//!   refuses to open it.
+//!
+//! Some archives Terraform could hash it could never install: go-getter refuses to unpack an
+//! entry with a `..` path element. provender refuses those too, and absolute names and names
+//! with NUL bytes, so a mirror never vouches for an archive that escapes its directory.
 //!
 //! Entries are streamed through the hasher one at a time and never extracted, so memory stays
-//! bounded whatever the archive holds; [`HashLimits`] bounds the work.
+//! bounded whatever the archive holds; [`HashLimits`] bounds the work (entry count, total
+//! uncompressed bytes actually read, whatever the headers claim).
 
-use std::collections::HashMap;
 use std::io::{Read, Seek};
 
 use base64::Engine as _;
@@ -48,6 +56,14 @@ pub enum HashError {
     },
     #[error("zip entry name {0:?} contains a newline, which Terraform cannot hash")]
     NewlineInName(String),
+    #[error(
+        "zip entry name {0:?} is absolute, contains NUL or a \"..\" element; Terraform refuses to unpack it"
+    )]
+    UnsafeName(String),
+    #[error("zip directory entry {0:?} carries data, which Terraform cannot read")]
+    DirectoryWithData(String),
+    #[error("zip lists the same entry name more than once")]
+    DuplicateNames,
     #[error("zip has {0} entries, more than the limit of {1}")]
     TooManyEntries(usize, usize),
     #[error("zip expands to more than the limit of {0} bytes")]
@@ -60,9 +76,10 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
     if zip.len() > limits.max_entries {
         return Err(HashError::TooManyEntries(zip.len(), limits.max_entries));
     }
-    // Name -> index of its last entry (Go's map keeps the last one), plus every occurrence.
-    let mut last: HashMap<Vec<u8>, usize> = HashMap::with_capacity(zip.len());
-    let mut names: Vec<Vec<u8>> = Vec::with_capacity(zip.len());
+    if zip.has_duplicate_names() {
+        return Err(HashError::DuplicateNames);
+    }
+    let mut names: Vec<(Vec<u8>, usize)> = Vec::with_capacity(zip.len());
     for index in 0..zip.len() {
         let name = zip.by_index_raw(index)?.name_raw().to_vec();
         if name.contains(&b'\n') {
@@ -70,30 +87,25 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
                 String::from_utf8_lossy(&name).into_owned(),
             ));
         }
-        last.insert(name.clone(), index);
-        names.push(name);
+        if !is_safe_name(&name) {
+            return Err(HashError::UnsafeName(
+                String::from_utf8_lossy(&name).into_owned(),
+            ));
+        }
+        names.push((name, index));
     }
     names.sort();
 
-    let mut content_hashes: HashMap<usize, [u8; 32]> = HashMap::with_capacity(last.len());
     let mut budget = limits.max_uncompressed_bytes;
     let mut summary = Sha256::new();
-    for name in &names {
-        let index = last[name];
-        let digest = match content_hashes.get(&index) {
-            Some(d) => *d,
-            None => {
-                let d = hash_entry(
-                    &mut zip,
-                    index,
-                    name,
-                    &mut budget,
-                    limits.max_uncompressed_bytes,
-                )?;
-                content_hashes.insert(index, d);
-                d
-            }
-        };
+    for (name, index) in &names {
+        let digest = hash_entry(
+            &mut zip,
+            *index,
+            name,
+            &mut budget,
+            limits.max_uncompressed_bytes,
+        )?;
         summary.update(hex::encode(digest).as_bytes());
         summary.update(b"  ");
         summary.update(name);
@@ -118,8 +130,13 @@ fn hash_entry<R: Read + Seek>(
     };
     let mut hasher = Sha256::new();
     let entry = zip.by_index(index)?;
-    // Go's archive/zip reads directory entries as empty files.
-    if entry.is_dir() {
+    // Go's archive/zip reads directory entries as empty files, and refuses those with data.
+    if name.ends_with(b"/") {
+        if entry.compressed_size() != 0 {
+            return Err(HashError::DirectoryWithData(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
+        }
         return Ok(hasher.finalize().into());
     }
     // Read at most one byte past the remaining budget, so a lying header cannot make us read more.
@@ -130,6 +147,16 @@ fn hash_entry<R: Read + Seek>(
     }
     *budget -= copied;
     Ok(hasher.finalize().into())
+}
+
+/// What go-getter would unpack: no `..` element (split on `/` and `\\`), not absolute, no NUL.
+fn is_safe_name(name: &[u8]) -> bool {
+    !name.contains(&0)
+        && !name.starts_with(b"/")
+        && !name.starts_with(b"\\")
+        && !name
+            .split(|b| *b == b'/' || *b == b'\\')
+            .any(|part| part == b"..")
 }
 
 struct HashWriter<'a>(&'a mut Sha256);
@@ -269,6 +296,81 @@ mod tests {
             h1_zip(Cursor::new(zip), small),
             Err(HashError::TooLarge(500))
         ));
+    }
+
+    /// Renames entries by patching their names in place (local headers and central directory),
+    /// which `ZipWriter` would not let us write: duplicates, `..`, newlines.
+    fn patch_names(mut zip: Vec<u8>, from: &str, to: &str) -> Vec<u8> {
+        assert_eq!(from.len(), to.len());
+        let mut i = 0;
+        while i + from.len() <= zip.len() {
+            if &zip[i..i + from.len()] == from.as_bytes() {
+                zip[i..i + from.len()].copy_from_slice(to.as_bytes());
+            }
+            i += 1;
+        }
+        zip
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let zip = patch_names(
+            build_zip(&[("aa", Some(b"first")), ("bb", Some(b"second"))]),
+            "bb",
+            "aa",
+        );
+        let err = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap_err();
+        assert!(matches!(err, HashError::DuplicateNames), "{err}");
+    }
+
+    #[test]
+    fn hostile_names_are_refused_with_a_reason() {
+        for (from, to) in [
+            ("xx/../yy", "xx/../yy"),
+            ("abcdefgh", "../../yy"),
+            ("abcdefgh", "a\\..\\bcd"),
+            ("abcdefgh", "/etc/pwd"),
+            ("abcdefgh", "ab\0cdefg"),
+            ("abcdefgh", "ab\ncdefg"),
+        ] {
+            let zip = patch_names(build_zip(&[(from, Some(b"x"))]), from, to);
+            let err = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap_err();
+            assert!(
+                matches!(err, HashError::UnsafeName(_) | HashError::NewlineInName(_)),
+                "{to:?}: {err}"
+            );
+        }
+        // "..." and "a..b" are ordinary names.
+        let zip = build_zip(&[("...", Some(b"1")), ("a..b", Some(b"2"))]);
+        assert!(h1_zip(Cursor::new(zip), HashLimits::default()).is_ok());
+    }
+
+    #[test]
+    fn directory_entries_with_data_are_refused() {
+        let zip = patch_names(build_zip(&[("dirx", Some(b"data"))]), "dirx", "dir/");
+        let err = h1_zip(Cursor::new(zip), HashLimits::default()).unwrap_err();
+        assert!(matches!(err, HashError::DirectoryWithData(_)), "{err}");
+    }
+
+    #[test]
+    fn a_zip_bomb_stops_at_the_budget() {
+        // 64 MiB of zeros deflates to a few dozen KiB.
+        let zeros = vec![0u8; 64 << 20];
+        let zip = build_zip(&[("bomb", Some(&zeros))]);
+        assert!(zip.len() < 1 << 20, "{}", zip.len());
+        let small = HashLimits {
+            max_uncompressed_bytes: 1 << 20,
+            ..HashLimits::default()
+        };
+        assert!(matches!(
+            h1_zip(Cursor::new(zip.clone()), small),
+            Err(HashError::TooLarge(_))
+        ));
+        // A header that lies about the size changes nothing: reading is what is counted.
+        let pos = zip.windows(4).rposition(|w| w == b"PK\x01\x02").unwrap();
+        let mut lying = zip;
+        lying[pos + 24..pos + 28].copy_from_slice(&1u32.to_le_bytes());
+        assert!(h1_zip(Cursor::new(lying), small).is_err());
     }
 
     #[test]
