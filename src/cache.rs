@@ -17,10 +17,12 @@
 //! tls/                                                              generated CA and certificate
 //! ```
 
+mod budget;
 mod flight;
 mod meta;
 mod store;
 
+pub use budget::{Budget, Lease};
 pub use flight::Flights;
 pub use meta::{IndexRecord, IndexVersion, MetaStore, Package, SumsRef, VersionRecord};
 pub use store::{

@@ -62,6 +62,7 @@ pub struct CacheConfig {
     #[serde(with = "humantime_serde")]
     pub stale_if_error: Duration,
     pub metadata_entries: u64,
+    pub max_size: Option<bytesize::ByteSize>,
 }
 
 impl Default for CacheConfig {
@@ -72,6 +73,7 @@ impl Default for CacheConfig {
             not_found_ttl: Duration::from_secs(60),
             stale_if_error: Duration::from_secs(7 * 24 * 3600),
             metadata_entries: 10_000,
+            max_size: None,
         }
     }
 }
@@ -102,6 +104,8 @@ pub struct UpstreamConfig {
     pub idle_timeout: Duration,
     pub max_response_headers: usize,
     pub max_header_list_size: bytesize::ByteSize,
+    pub max_zip_entries: usize,
+    pub max_unpacked_size: bytesize::ByteSize,
     pub retries: u32,
     #[serde(with = "humantime_serde")]
     pub retry_base_delay: Duration,
@@ -134,6 +138,8 @@ impl Default for UpstreamConfig {
             idle_timeout: Duration::from_secs(30),
             max_response_headers: 100,
             max_header_list_size: bytesize::ByteSize::kib(64),
+            max_zip_entries: 10_000,
+            max_unpacked_size: bytesize::ByteSize::gib(4),
             retries: 2,
             retry_base_delay: Duration::from_millis(200),
             breaker_failures: 5,
@@ -259,6 +265,9 @@ impl Config {
         if c.metadata_entries == 0 {
             return Err(invalid("cache.metadata_entries", "must be at least 1"));
         }
+        if c.max_size.is_some_and(|s| s.as_u64() < 1 << 20) {
+            return Err(invalid("cache.max_size", "must be at least 1 MiB"));
+        }
         if c.index_ttl.is_zero() {
             return Err(invalid("cache.index_ttl", "must be longer than zero"));
         }
@@ -361,6 +370,15 @@ impl Config {
                 "must be from 1 KiB to 16 MiB",
             ));
         }
+        if u.max_zip_entries == 0 {
+            return Err(invalid("upstream.max_zip_entries", "must be at least 1"));
+        }
+        if u.max_unpacked_size.as_u64() < 1024 {
+            return Err(invalid(
+                "upstream.max_unpacked_size",
+                "must be at least 1 KiB",
+            ));
+        }
         let auth = self.auth.validate()?;
         if u.concurrency == 0 {
             return Err(invalid("upstream.concurrency", "must be at least 1"));
@@ -377,6 +395,7 @@ impl Config {
             not_found_ttl: c.not_found_ttl,
             stale_if_error: c.stale_if_error,
             metadata_entries: c.metadata_entries,
+            max_size: c.max_size.map(|s| s.as_u64()),
             allowed_hosts,
             platforms,
             ca_file: u.ca_file.clone(),
@@ -395,6 +414,8 @@ impl Config {
             idle_timeout: u.idle_timeout,
             max_response_headers: u.max_response_headers,
             max_header_list_size: u.max_header_list_size.as_u64(),
+            max_zip_entries: u.max_zip_entries,
+            max_unpacked_size: u.max_unpacked_size.as_u64(),
             auth,
             retries: u.retries,
             retry_base_delay: u.retry_base_delay,
@@ -480,6 +501,8 @@ pub struct Settings {
     pub not_found_ttl: Duration,
     pub stale_if_error: Duration,
     pub metadata_entries: u64,
+    /// Bytes of archives to keep at most (least recently used evicted first); `None`: no limit.
+    pub max_size: Option<u64>,
     pub allowed_hosts: Vec<Hostname>,
     /// Empty means every platform.
     pub platforms: Vec<Platform>,
@@ -503,6 +526,9 @@ pub struct Settings {
     pub idle_timeout: Duration,
     pub max_response_headers: usize,
     pub max_header_list_size: u64,
+    /// Most entries, and most bytes they may expand to, in an archive being hashed.
+    pub max_zip_entries: usize,
+    pub max_unpacked_size: u64,
     /// Client authentication (`[auth]`).
     pub auth: crate::auth::AuthSettings,
     /// Extra attempts after a connection error, timeout, 429 or 5xx (not 501).
@@ -522,6 +548,14 @@ impl Settings {
     /// Whether provider addresses on this registry host may be looked up at all.
     pub fn host_allowed(&self, h: &Hostname) -> bool {
         self.allowed_hosts.contains(h)
+    }
+
+    /// The bounds on hashing one archive (`upstream.max_zip_entries`, `max_unpacked_size`).
+    pub fn hash_limits(&self) -> crate::hash::HashLimits {
+        crate::hash::HashLimits {
+            max_entries: self.max_zip_entries,
+            max_uncompressed_bytes: self.max_unpacked_size,
+        }
     }
 
     /// Whether versions from this registry host must carry a verifiable signature.

@@ -23,6 +23,7 @@ pub struct Metrics {
     pub cache_disk_bytes: IntGauge,
     pub verification_failures: IntCounterVec,
     pub cache_write_errors: IntCounter,
+    pub cache_evictions: IntCounter,
     pub hash_duration: Histogram,
 }
 
@@ -87,6 +88,11 @@ impl Metrics {
                 "Archives served but not cached because writing to the cache failed (e.g. a full disk).",
             )
             .unwrap(),
+            cache_evictions: IntCounter::new(
+                "provender_cache_evictions_total",
+                "Archives removed to keep the cache within cache.max_size.",
+            )
+            .unwrap(),
             hash_duration: Histogram::with_opts(
                 HistogramOpts::new("provender_h1_hash_duration_seconds", "Time to compute an archive's h1 hash.")
                     .buckets(vec![0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
@@ -111,6 +117,7 @@ impl Metrics {
             .unwrap();
         r.register(Box::new(m.hash_duration.clone())).unwrap();
         r.register(Box::new(m.cache_write_errors.clone())).unwrap();
+        r.register(Box::new(m.cache_evictions.clone())).unwrap();
         m
     }
 

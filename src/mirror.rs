@@ -20,8 +20,8 @@ use futures_util::StreamExt;
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{
-    self, ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, Flights, IndexRecord, MetaStore,
-    Package, Staging, StoredArchive, SumsRef, VersionRecord,
+    self, ArchiveInfo, ArchiveKey, ArchiveStore, Budget, DiskStore, Flights, IndexRecord,
+    MetaStore, Package, Staging, StoredArchive, SumsRef, VersionRecord,
 };
 use crate::config::Settings;
 use crate::error::{Error, Result};
@@ -65,6 +65,7 @@ pub struct Mirror {
     staging: Staging,
     metrics: Arc<Metrics>,
     fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
+    budget: Arc<Budget>,
     index_flights: Flights<ProviderAddr, Arc<IndexRecord>>,
     version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>>,
     hash_limits: HashLimits,
@@ -90,6 +91,8 @@ impl Mirror {
         let meta = MetaStore::new(dir.join("metadata"), settings.metadata_entries)
             .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
         let upstream = Upstream::new(settings.clone(), metrics.clone())?;
+        let hash_limits = settings.hash_limits();
+        let budget = Budget::new(settings.max_size);
         Ok(Arc::new(Mirror {
             settings,
             upstream,
@@ -98,22 +101,50 @@ impl Mirror {
             staging,
             metrics,
             fills: Mutex::new(HashMap::new()),
+            budget,
             index_flights: Flights::default(),
             version_flights: Flights::default(),
-            hash_limits: HashLimits::default(),
+            hash_limits,
         }))
     }
 
     /// Sets the cache size gauges from a scan of the store.
-    pub async fn refresh_usage(&self) -> Result<()> {
-        let usage = self
+    /// Scans the store: sets the cache gauges and loads the disk budget, then evicts if the
+    /// cache is over `cache.max_size` (e.g. after the limit was lowered).
+    pub async fn refresh_usage(self: &Arc<Self>) -> Result<()> {
+        let entries = self
             .store
-            .usage()
+            .list()
             .await
             .map_err(|e| Error::io("scanning the archive store", e))?;
-        self.metrics.cache_archives.set(usage.archives as i64);
-        self.metrics.cache_disk_bytes.set(usage.bytes as i64);
+        let bytes: u64 = entries.iter().map(|e| e.size).sum();
+        self.metrics.cache_archives.set(entries.len() as i64);
+        self.metrics.cache_disk_bytes.set(bytes as i64);
+        self.budget.load(
+            entries
+                .into_iter()
+                .map(|e| (e.key, e.size, e.last_used.unwrap_or(e.modified)))
+                .collect(),
+        );
+        self.evict().await;
         Ok(())
+    }
+
+    /// Removes least recently used archives until the cache fits `cache.max_size`.
+    async fn evict(&self) {
+        for (key, size) in self.budget.victims() {
+            match self.store.remove(&key).await {
+                Ok(removed) => {
+                    if removed {
+                        self.metrics.cache_archives.dec();
+                        self.metrics.cache_disk_bytes.sub(size as i64);
+                        self.metrics.cache_evictions.inc();
+                        tracing::info!(archive = %key, size, "evicted (cache.max_size)");
+                    }
+                }
+                Err(e) => tracing::warn!(archive = %key, "cannot evict: {e}"),
+            }
+        }
     }
 
     /// `:hostname/:namespace/:type/index.json`
@@ -180,7 +211,21 @@ impl Mirror {
         }
         if let Some(found) = self.open_archive(&key).await? {
             self.metrics.lookup("archive", "hit");
-            return Ok(found.into());
+            // Held by the response body: an archive being read is never evicted.
+            let lease = self.budget.lease(&key, found.info.size);
+            if self.settings.max_size.is_some() {
+                let (store, key) = (self.store.clone(), key.clone());
+                tokio::spawn(async move { store.touch(&key).await });
+            }
+            let mut body = ArchiveBody::from(found);
+            body.stream = body
+                .stream
+                .map(move |chunk| {
+                    let _held = &lease;
+                    chunk
+                })
+                .boxed();
+            return Ok(body);
         }
         let pkg = self.package_to_fetch(&key).await?;
         let (fill, leader) = self.fill_for(&key, &pkg);
@@ -262,9 +307,11 @@ impl Mirror {
     }
 
     /// Bookkeeping after an archive entered the store.
-    fn archive_committed(&self, _key: &ArchiveKey, size: u64) {
+    async fn archive_committed(&self, key: &ArchiveKey, size: u64) {
         self.metrics.cache_archives.inc();
         self.metrics.cache_disk_bytes.add(size as i64);
+        self.budget.added(key, size);
+        self.evict().await;
     }
 
     /// A provider's version list (cache first; offline: cache only).

@@ -95,6 +95,11 @@ pub trait ArchiveStore: Send + Sync + 'static {
     async fn usage(&self) -> io::Result<Usage>;
     /// Every archive in the store (a full scan).
     async fn list(&self) -> io::Result<Vec<StoredEntry>>;
+    /// Deletes an archive (eviction). Returns whether it was there.
+    async fn remove(&self, key: &ArchiveKey) -> io::Result<bool>;
+    /// Records that an archive was just read, where the backend keeps such a thing (used to
+    /// order evictions after a restart).
+    async fn touch(&self, _key: &ArchiveKey) {}
     /// Takes an archive out of service (e.g. it failed re-verification), keeping its bytes for
     /// inspection. Returns where it went, or `None` if the store did not have it.
     async fn quarantine(&self, key: &ArchiveKey) -> io::Result<Option<String>>;
@@ -344,6 +349,31 @@ impl ArchiveStore for DiskStore {
         })
         .await
         .map_err(io::Error::other)
+    }
+
+    async fn remove(&self, key: &ArchiveKey) -> io::Result<bool> {
+        let path = self.path_of(key);
+        tokio::task::spawn_blocking(move || -> io::Result<bool> {
+            // The zip first: a sidecar without its zip is ignored, the reverse would be served.
+            let removed = match std::fs::remove_file(&path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => return Err(e),
+            };
+            let _ = std::fs::remove_file(Self::sidecar(&path));
+            Ok(removed)
+        })
+        .await
+        .map_err(io::Error::other)?
+    }
+
+    async fn touch(&self, key: &ArchiveKey) {
+        let path = self.path_of(key);
+        let _ = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::options().write(true).open(&path)?;
+            file.set_times(std::fs::FileTimes::new().set_accessed(SystemTime::now()))
+        })
+        .await;
     }
 
     async fn quarantine(&self, key: &ArchiveKey) -> io::Result<Option<String>> {

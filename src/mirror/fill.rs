@@ -420,7 +420,7 @@ impl Mirror {
             .commit(key, staged, &info)
             .await
             .map_err(|e| self.write_failed(key, "storing the archive", e))?;
-        self.archive_committed(key, size);
+        self.archive_committed(key, size).await;
         if let Err(e) = self
             .meta
             .set_h1(&key.addr, &key.version, &key.platform, &h1)

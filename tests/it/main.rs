@@ -5,4 +5,5 @@ mod support;
 mod mirror;
 mod ops;
 mod origin_smoke;
+mod resilience;
 mod terraform;

@@ -12,6 +12,7 @@ pub mod origin;
 pub mod pki;
 pub mod provender;
 pub mod static_server;
+pub mod throttle;
 
 use std::fs::File;
 use std::future::IntoFuture;

@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, LOCATION, USER_AGENT};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -71,6 +71,12 @@ pub struct ProviderSpec {
     /// `docs/README.md`, to exercise h1 hashing of directory entries. [`ProviderSpec::new`]
     /// turns it on for the type `dirs`.
     pub with_dir_entries: bool,
+    /// Size of an extra incompressible `payload.bin` in every archive (0: none), for tests
+    /// that need archives large enough to be caught mid-download.
+    pub payload_bytes: usize,
+    /// Extra entries added to every archive as given (`None`: a directory entry), for tests of
+    /// hostile archives; see [`ProviderSpec::with_entry`].
+    pub extra_entries: Vec<(String, Option<Vec<u8>>)>,
 }
 
 impl ProviderSpec {
@@ -85,7 +91,21 @@ impl ProviderSpec {
                 .map(|(os, arch)| ((*os).to_owned(), (*arch).to_owned()))
                 .collect(),
             with_dir_entries: ty == "dirs",
+            payload_bytes: 0,
+            extra_entries: Vec::new(),
         }
+    }
+
+    /// Adds an entry named `name` (a directory when `content` is `None`) to every archive.
+    pub fn with_entry(mut self, name: &str, content: Option<Vec<u8>>) -> Self {
+        self.extra_entries.push((name.to_owned(), content));
+        self
+    }
+
+    /// Adds `bytes` of incompressible (but deterministic) data to every archive.
+    pub fn with_payload(mut self, bytes: usize) -> Self {
+        self.payload_bytes = bytes;
+        self
     }
 
     /// Adds the `docs/` directory entry and `docs/README.md` to every archive.
@@ -134,6 +154,18 @@ impl RequestKind {
 /// the same `kind`); faults of different variants or kinds stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
+    /// The next `times` requests of `kind` answer `status` (with `Retry-After: <seconds>` when
+    /// `retry_after` is set); later ones are answered normally.
+    Flaky {
+        /// Which requests fail.
+        kind: RequestKind,
+        /// The HTTP status to answer.
+        status: u16,
+        /// How many requests fail.
+        times: u32,
+        /// `Retry-After` seconds to send with the failures.
+        retry_after: Option<u32>,
+    },
     /// Every request of `kind` answers `status` with a small JSON error body.
     Status {
         /// Which requests fail.
@@ -154,15 +186,54 @@ pub enum Fault {
         /// How long to sleep, in milliseconds.
         millis: u64,
     },
+    /// Discovery answers this `providers.v1` value instead of `/v1/providers/`.
+    ProvidersV1(&'static str),
+    /// Download metadata names this `download_url` (absolute or relative).
+    DownloadUrl(&'static str),
+    /// Download metadata names this `shasums_url`.
+    ShasumsUrl(&'static str),
+    /// Requests of `kind` answer `302 Found` with this `Location`.
+    Redirect {
+        /// Which requests redirect.
+        kind: RequestKind,
+        /// The `Location` header.
+        location: &'static str,
+    },
+    /// Requests of `kind` answer `302 Found` pointing at themselves.
+    RedirectLoop {
+        /// Which requests redirect.
+        kind: RequestKind,
+    },
+    /// Requests of `kind` answer 200 with a body that never ends (no `Content-Length`).
+    EndlessBody {
+        /// Which requests stream forever.
+        kind: RequestKind,
+    },
+    /// SHA256SUMS is signed by a second key that the download metadata does not list.
+    SignedByUnlistedKey,
+    /// SHA256SUMS gains an extra line after it was signed (its signature stays the original).
+    AlteredSums,
+    /// Download metadata lists no signing keys.
+    NoSigningKeys,
 }
 
 impl Fault {
     fn replaces(&self, other: &Fault) -> bool {
         match (self, other) {
+            (Fault::Flaky { kind: a, .. }, Fault::Flaky { kind: b, .. }) => a == b,
             (Fault::Status { kind: a, .. }, Fault::Status { kind: b, .. })
             | (Fault::Delay { kind: a, .. }, Fault::Delay { kind: b, .. }) => a == b,
             (Fault::TamperArchive, Fault::TamperArchive)
             | (Fault::WrongShasum, Fault::WrongShasum) => true,
+            (Fault::Redirect { kind: a, .. }, Fault::Redirect { kind: b, .. })
+            | (Fault::RedirectLoop { kind: a }, Fault::RedirectLoop { kind: b })
+            | (Fault::EndlessBody { kind: a }, Fault::EndlessBody { kind: b }) => a == b,
+            (Fault::ProvidersV1(_), Fault::ProvidersV1(_))
+            | (Fault::DownloadUrl(_), Fault::DownloadUrl(_))
+            | (Fault::ShasumsUrl(_), Fault::ShasumsUrl(_))
+            | (Fault::SignedByUnlistedKey, Fault::SignedByUnlistedKey)
+            | (Fault::AlteredSums, Fault::AlteredSums)
+            | (Fault::NoSigningKeys, Fault::NoSigningKeys) => true,
             _ => false,
         }
     }
@@ -181,6 +252,8 @@ pub struct RecordedRequest {
     pub host: Option<String>,
     /// The `User-Agent` header, if any.
     pub user_agent: Option<String>,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
 }
 
 /// A running fake origin registry; dropping it aborts the server and its connections.
@@ -384,6 +457,26 @@ struct Shared {
 }
 
 impl Shared {
+    /// Consumes one failure of a [`Fault::Flaky`] for `kind`, if any is left.
+    fn take_flaky(&self, kind: RequestKind) -> Option<(u16, Option<u32>)> {
+        let mut faults = lock(&self.faults);
+        for fault in faults.iter_mut() {
+            if let Fault::Flaky {
+                kind: k,
+                status,
+                times,
+                retry_after,
+            } = fault
+                && *k == kind
+                && *times > 0
+            {
+                *times -= 1;
+                return Some((*status, *retry_after));
+            }
+        }
+        None
+    }
+
     fn record(&self, kind: Option<RequestKind>, req: &Request<Incoming>) {
         let header = |name| {
             req.headers()
@@ -401,6 +494,7 @@ impl Shared {
                 .map(|authority| authority.to_string())
                 .or_else(|| header(HOST)),
             user_agent: header(USER_AGENT),
+            authorization: header(AUTHORIZATION),
         };
         let mut log = lock(&self.log);
         self.total.fetch_add(1, Ordering::SeqCst);
@@ -412,6 +506,14 @@ impl Shared {
 
     fn faults(&self) -> Vec<Fault> {
         lock(&self.faults).clone()
+    }
+
+    /// Whether an [`Fault::EndlessBody`] applies to this request.
+    fn endless(&self, req: &Request<Incoming>) -> bool {
+        let kind = Route::parse(req.uri().path()).kind();
+        lock(&self.faults)
+            .iter()
+            .any(|f| matches!(f, Fault::EndlessBody { kind: k } if Some(*k) == kind))
     }
 }
 
@@ -536,6 +638,33 @@ fn archive_entries(spec: &ProviderSpec, version: &str, os: &str, arch: &str) -> 
         mode: 0o755,
         content: Some(script.into_bytes()),
     }];
+    if spec.payload_bytes > 0 {
+        // xorshift64: cheap, deterministic, incompressible enough for deflate.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15
+            ^ (version.len() as u64)
+            ^ ((os.len() as u64) << 8)
+            ^ ((arch.len() as u64) << 16);
+        let mut data = Vec::with_capacity(spec.payload_bytes + 8);
+        while data.len() < spec.payload_bytes {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            data.extend_from_slice(&state.to_le_bytes());
+        }
+        data.truncate(spec.payload_bytes);
+        entries.push(Entry {
+            name: "payload.bin".to_owned(),
+            mode: 0o644,
+            content: Some(data),
+        });
+    }
+    for (name, content) in &spec.extra_entries {
+        entries.push(Entry {
+            name: name.clone(),
+            mode: 0o644,
+            content: content.clone(),
+        });
+    }
     if spec.with_dir_entries {
         entries.push(Entry {
             name: "docs/".to_owned(),
@@ -621,7 +750,15 @@ async fn serve_connection(tcp: TcpStream, tls: TlsAcceptor, shared: Arc<Shared>)
     };
     let service = service_fn(move |req| {
         let shared = Arc::clone(&shared);
-        async move { Ok::<_, Infallible>(handle(&shared, req).await) }
+        async move {
+            let endless = shared.endless(&req);
+            let response = handle(&shared, req).await;
+            Ok::<_, Infallible>(if endless {
+                endless_response(response)
+            } else {
+                response.map(BodyExt::boxed)
+            })
+        }
     });
     // Connection errors (resets, bad input) only end this connection.
     let _ = auto::Builder::new(TokioExecutor::new())
@@ -727,6 +864,17 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
                 tokio::time::sleep(Duration::from_millis(millis)).await;
             }
         }
+        if let Some((status, retry_after)) = shared.take_flaky(kind) {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            let message = format!("injected flaky fault: {kind:?} answers {}", status.as_u16());
+            let mut response = json_response(status, &json!({ "errors": [message] }));
+            if let Some(secs) = retry_after {
+                response
+                    .headers_mut()
+                    .insert("retry-after", HeaderValue::from(secs));
+            }
+            return response;
+        }
         for fault in &faults {
             if let Fault::Status { kind: k, status } = *fault
                 && k == kind
@@ -735,6 +883,15 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
                     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                 let message = format!("injected fault: {kind:?} answers {}", status.as_u16());
                 return json_response(status, &json!({ "errors": [message] }));
+            }
+        }
+        for fault in &faults {
+            match *fault {
+                Fault::Redirect { kind: k, location } if k == kind => return redirect(location),
+                Fault::RedirectLoop { kind: k } if k == kind => {
+                    return redirect(req.uri().path());
+                }
+                _ => {}
             }
         }
     }
@@ -759,7 +916,14 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
 fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<Bytes>> {
     match route {
         Route::Discovery => {
-            json_response(StatusCode::OK, &json!({ "providers.v1": "/v1/providers/" }))
+            let base = faults
+                .iter()
+                .find_map(|f| match f {
+                    Fault::ProvidersV1(url) => Some(*url),
+                    _ => None,
+                })
+                .unwrap_or("/v1/providers/");
+            json_response(StatusCode::OK, &json!({ "providers.v1": base }))
         }
         Route::Versions { ns, ty } => match fixtures.specs.get(&(ns, ty)) {
             Some(spec) => json_response(StatusCode::OK, &versions_json(spec)),
@@ -784,7 +948,7 @@ fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<
             }
             let files = format!("/files/{ns}/{ty}/{version}");
             let key = gpg::signing_key();
-            let body = json!({
+            let mut body = json!({
                 "protocols": PROTOCOLS,
                 "os": os,
                 "arch": arch,
@@ -803,6 +967,16 @@ fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<
                     }],
                 },
             });
+            for fault in faults {
+                match fault {
+                    Fault::DownloadUrl(url) => body["download_url"] = json!(url),
+                    Fault::ShasumsUrl(url) => body["shasums_url"] = json!(url),
+                    Fault::NoSigningKeys => {
+                        body["signing_keys"] = json!({ "gpg_public_keys": [] });
+                    }
+                    _ => {}
+                }
+            }
             json_response(StatusCode::OK, &body)
         }
         Route::File {
@@ -817,10 +991,23 @@ fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<
             };
             match kind {
                 RequestKind::Sums if name == release.sums_filename => {
-                    bytes_response("text/plain; charset=utf-8", release.sums.clone())
+                    let mut sums = release.sums.to_vec();
+                    if faults.contains(&Fault::AlteredSums) {
+                        sums.extend_from_slice(
+                            format!("{}  terraform-provider-evil.zip\n", "e".repeat(64)).as_bytes(),
+                        );
+                    }
+                    bytes_response("text/plain; charset=utf-8", Bytes::from(sums))
                 }
                 RequestKind::Signature if name == format!("{}.sig", release.sums_filename) => {
-                    bytes_response("application/octet-stream", release.signature.clone())
+                    let signature = if faults.contains(&Fault::SignedByUnlistedKey) {
+                        Bytes::from(
+                            gpg::sign_detached_by(gpg::unlisted_key(), &[&release.sums]).remove(0),
+                        )
+                    } else {
+                        release.signature.clone()
+                    };
+                    bytes_response("application/octet-stream", signature)
                 }
                 RequestKind::Archive => {
                     match release
@@ -868,6 +1055,33 @@ fn corrupt_hex(hex_digest: &str) -> String {
     chars[0] = if chars[0] == '0' { '1' } else { '0' };
     chars.into_iter().collect()
 }
+
+/// `302 Found` to `location`.
+fn redirect(location: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::FOUND;
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(LOCATION, value);
+    }
+    response
+}
+
+/// The head of `response` with a body that never ends.
+fn endless_response(response: Response<Full<Bytes>>) -> Response<OriginBody> {
+    let (mut parts, _) = response.into_parts();
+    parts.headers.remove(CONTENT_LENGTH);
+    let chunk = Bytes::from(vec![b' '; 64 * 1024]);
+    let stream = futures_util::stream::repeat_with(move || {
+        Ok::<_, Infallible>(hyper::body::Frame::data(chunk.clone()))
+    });
+    Response::from_parts(
+        parts,
+        BodyExt::boxed(http_body_util::StreamBody::new(stream)),
+    )
+}
+
+/// What the fake origin's responses carry: a buffer, or an endless stream.
+type OriginBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 fn not_found() -> Response<Full<Bytes>> {
     json_response(StatusCode::NOT_FOUND, &json!({ "errors": ["Not Found"] }))
@@ -928,12 +1142,22 @@ mod gpg {
         KEY.get_or_init(generate)
     }
 
+    /// A second key, never listed in `signing_keys`, generated on first use.
+    pub(super) fn unlisted_key() -> &'static SigningKey {
+        static KEY: OnceLock<SigningKey> = OnceLock::new();
+        KEY.get_or_init(generate)
+    }
+
     /// Binary detached signatures over each document, in order.
     pub(super) fn sign_detached(documents: &[&[u8]]) -> Vec<Vec<u8>> {
+        sign_detached_by(signing_key(), documents)
+    }
+
+    /// Binary detached signatures by `key` over each document, in order.
+    pub(super) fn sign_detached_by(key: &SigningKey, documents: &[&[u8]]) -> Vec<Vec<u8>> {
         if documents.is_empty() {
             return Vec::new();
         }
-        let key = signing_key();
         let home = Home::new();
         let secret = home.path().join("secret.asc");
         fs::write(&secret, &key.secret_armor).expect("write secret key for import");

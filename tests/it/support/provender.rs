@@ -34,8 +34,16 @@ pub struct MirrorOptions<'a> {
     pub extra_upstream: &'a str,
     /// Extra keys for `[server]`.
     pub extra_server: &'a str,
+    /// Extra keys for `[cache]`.
+    pub extra_cache: &'a str,
     /// Reuse this cache directory instead of a fresh one.
     pub cache_dir: Option<&'a Path>,
+    /// Reach the origin at this address instead of its own (e.g. through a [`super::throttle::Throttle`]).
+    pub connect_to: Option<std::net::SocketAddr>,
+    /// More `upstream.allowed_hosts` besides [`REGISTRY`].
+    pub allowed_hosts: &'a [&'a str],
+    /// TOML appended at the end: whole tables such as `[auth]` or more `[upstream.hosts."..."]`.
+    pub extra_toml: &'a str,
 }
 
 impl TestMirror {
@@ -54,43 +62,17 @@ impl TestMirror {
             .prefix("provender-mirror-")
             .tempdir()
             .expect("temp dir");
-        let issued = ca.issue(&["localhost", "127.0.0.1"]);
-        let cert = dir.path().join("mirror.pem");
-        let key = dir.path().join("mirror-key.pem");
-        std::fs::write(&cert, &issued.cert_pem).unwrap();
-        std::fs::write(&key, &issued.key_pem).unwrap();
-        let ca_file = ca.write_ca(dir.path());
         let cache_dir = opts
             .cache_dir
             .map(Path::to_path_buf)
             .unwrap_or_else(|| dir.path().join("cache"));
-        let toml = format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-tls_cert = "{cert}"
-tls_key = "{key}"
-shutdown_grace = "2s"
-{extra_server}
-
-[cache]
-dir = "{cache}"
-
-[upstream]
-allowed_hosts = ["{REGISTRY}"]
-ca_file = "{ca}"
-{extra_upstream}
-
-[upstream.hosts."{REGISTRY}"]
-connect_to = "{origin}"
-"#,
-            cert = cert.display(),
-            key = key.display(),
-            cache = cache_dir.display(),
-            ca = ca_file.display(),
-            origin = origin.addr(),
-            extra_server = opts.extra_server,
-            extra_upstream = opts.extra_upstream,
+        let toml = config_toml(
+            ca,
+            dir.path(),
+            &cache_dir,
+            "127.0.0.1:0",
+            opts.connect_to.unwrap_or(origin.addr()),
+            &opts,
         );
         let settings = Config::from_toml(&toml)
             .and_then(|c| c.validate())
@@ -143,6 +125,61 @@ connect_to = "{origin}"
     }
 }
 
+/// A complete provender configuration for tests: HTTPS with a certificate from `ca` (written
+/// into `dir`), the cache in `cache_dir`, and the fake origin reached as [`REGISTRY`] at `origin`.
+pub fn config_toml(
+    ca: &TestCa,
+    dir: &Path,
+    cache_dir: &Path,
+    listen: &str,
+    origin: std::net::SocketAddr,
+    opts: &MirrorOptions<'_>,
+) -> String {
+    let issued = ca.issue(&["localhost", "127.0.0.1"]);
+    let cert = dir.join("mirror.pem");
+    let key = dir.join("mirror-key.pem");
+    std::fs::write(&cert, &issued.cert_pem).unwrap();
+    std::fs::write(&key, &issued.key_pem).unwrap();
+    let ca_file = ca.write_ca(dir);
+    format!(
+        r#"
+[server]
+listen = "{listen}"
+tls_cert = "{cert}"
+tls_key = "{key}"
+shutdown_grace = "5s"
+{extra_server}
+
+[cache]
+dir = "{cache}"
+{extra_cache}
+
+[upstream]
+allowed_hosts = [{allowed_hosts}]
+ca_file = "{ca}"
+{extra_upstream}
+
+[upstream.hosts."{REGISTRY}"]
+connect_to = "{origin}"
+
+{extra_toml}
+"#,
+        allowed_hosts = std::iter::once(REGISTRY)
+            .chain(opts.allowed_hosts.iter().copied())
+            .map(|h| format!("{h:?}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        extra_toml = opts.extra_toml,
+        cert = cert.display(),
+        key = key.display(),
+        cache = cache_dir.display(),
+        ca = ca_file.display(),
+        extra_server = opts.extra_server,
+        extra_cache = opts.extra_cache,
+        extra_upstream = opts.extra_upstream,
+    )
+}
+
 /// Every regular file below `dir`, recursively (empty if it does not exist).
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -162,4 +199,95 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// provender as a separate process (the real binary), for tests that signal or kill it.
+pub struct ServerProcess {
+    child: std::process::Child,
+    /// The mirror's base URL.
+    pub url: url::Url,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ServerProcess {
+    /// Runs `provender serve --config <config>` and waits until it listens.
+    pub fn spawn(config: &Path) -> ServerProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_provender"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env("PROVENDER_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the provender binary");
+        let stderr = child.stderr.take().unwrap();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(url) = line.split("mirror base URL ").nth(1) {
+                    let _ = tx.send(url.trim_end_matches(')').to_string());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let url = match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+            Ok(url) => url::Url::parse(&url).expect("a base URL in the start-up log"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "provender did not start:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        ServerProcess { child, url, log }
+    }
+
+    /// The URL of `path` below the base URL.
+    pub fn url(&self, path: &str) -> String {
+        self.url.join(path).unwrap().to_string()
+    }
+
+    /// Sends a signal (`"TERM"`, `"KILL"`).
+    pub fn signal(&self, name: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit (at most 30 s) and returns its status.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if started.elapsed() > std::time::Duration::from_secs(30) {
+                let _ = self.child.kill();
+                panic!("provender did not exit:\n{}", self.log());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

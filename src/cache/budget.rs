@@ -1,0 +1,206 @@
+//! The disk budget: which archives to evict when the cache grows past `cache.max_size`.
+//!
+//! Least recently used first, by bytes. An archive that a client is reading holds a [`Lease`]
+//! and is never chosen. The budget only decides; the mirror removes what it returns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use super::ArchiveKey;
+
+/// Sizes and recency of every archive in the store.
+pub struct Budget {
+    max: Option<u64>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    tick: u64,
+    total: u64,
+    entries: HashMap<ArchiveKey, Slot>,
+}
+
+struct Slot {
+    size: u64,
+    last_used: u64,
+    readers: usize,
+}
+
+/// Keeps an archive from being evicted while it is read.
+pub struct Lease {
+    budget: Arc<Budget>,
+    key: ArchiveKey,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut state = self.budget.state.lock().expect("budget lock");
+        if let Some(slot) = state.entries.get_mut(&self.key) {
+            slot.readers = slot.readers.saturating_sub(1);
+        }
+    }
+}
+
+impl Budget {
+    /// `max`: the byte limit, or `None` for an unbounded cache.
+    pub fn new(max: Option<u64>) -> Arc<Budget> {
+        Arc::new(Budget {
+            max,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Starts from what the store holds; `last_used` orders the existing archives.
+    pub fn load(&self, mut entries: Vec<(ArchiveKey, u64, SystemTime)>) {
+        entries.sort_by_key(|(_, _, used)| *used);
+        let mut state = self.state.lock().expect("budget lock");
+        for (key, size, _) in entries {
+            state.tick += 1;
+            let tick = state.tick;
+            if let Some(old) = state.entries.insert(
+                key,
+                Slot {
+                    size,
+                    last_used: tick,
+                    readers: 0,
+                },
+            ) {
+                state.total -= old.size;
+            }
+            state.total += size;
+        }
+    }
+
+    /// Marks an archive as used now and leases it until the lease is dropped.
+    pub fn lease(self: &Arc<Self>, key: &ArchiveKey, size: u64) -> Lease {
+        let mut state = self.state.lock().expect("budget lock");
+        state.tick += 1;
+        let tick = state.tick;
+        match state.entries.get_mut(key) {
+            Some(slot) => {
+                slot.last_used = tick;
+                slot.readers += 1;
+            }
+            None => {
+                state.entries.insert(
+                    key.clone(),
+                    Slot {
+                        size,
+                        last_used: tick,
+                        readers: 1,
+                    },
+                );
+                state.total += size;
+            }
+        }
+        Lease {
+            budget: self.clone(),
+            key: key.clone(),
+        }
+    }
+
+    /// Records a newly stored archive as the most recently used.
+    pub fn added(&self, key: &ArchiveKey, size: u64) {
+        let mut state = self.state.lock().expect("budget lock");
+        state.tick += 1;
+        let tick = state.tick;
+        let readers = state.entries.get(key).map(|s| s.readers).unwrap_or(0);
+        if let Some(old) = state.entries.insert(
+            key.clone(),
+            Slot {
+                size,
+                last_used: tick,
+                readers,
+            },
+        ) {
+            state.total -= old.size;
+        }
+        state.total += size;
+    }
+
+    /// Forgets an archive that left the store by other means (e.g. quarantine).
+    pub fn removed(&self, key: &ArchiveKey) {
+        let mut state = self.state.lock().expect("budget lock");
+        if let Some(old) = state.entries.remove(key) {
+            state.total -= old.size;
+        }
+    }
+
+    /// The archives to evict, least recently used first, so that the total fits the limit.
+    /// They are forgotten here; the caller removes them from the store.
+    pub fn victims(&self) -> Vec<(ArchiveKey, u64)> {
+        let Some(max) = self.max else {
+            return Vec::new();
+        };
+        let mut state = self.state.lock().expect("budget lock");
+        if state.total <= max {
+            return Vec::new();
+        }
+        let mut candidates: Vec<(u64, ArchiveKey, u64)> = state
+            .entries
+            .iter()
+            .filter(|(_, slot)| slot.readers == 0)
+            .map(|(key, slot)| (slot.last_used, key.clone(), slot.size))
+            .collect();
+        candidates.sort_by_key(|(used, _, _)| *used);
+        let mut out = Vec::new();
+        for (_, key, size) in candidates {
+            if state.total <= max {
+                break;
+            }
+            state.entries.remove(&key);
+            state.total -= size;
+            out.push((key, size));
+        }
+        out
+    }
+
+    /// Bytes accounted for.
+    pub fn total(&self) -> u64 {
+        self.state.lock().expect("budget lock").total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::{Platform, ProviderAddr, Version};
+
+    fn key(n: u32) -> ArchiveKey {
+        ArchiveKey {
+            addr: ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap(),
+            version: Version::parse(&format!("1.0.{n}")).unwrap(),
+            platform: Platform::parse("linux_amd64").unwrap(),
+        }
+    }
+
+    #[test]
+    fn evicts_least_recently_used_first_and_never_leased() {
+        let budget = Budget::new(Some(250));
+        budget.load(vec![
+            (key(1), 100, SystemTime::UNIX_EPOCH),
+            (key(2), 100, SystemTime::now()),
+        ]);
+        let held = budget.lease(&key(1), 100); // 1 is now the most recent, and in use
+        budget.added(&key(3), 100);
+        assert_eq!(budget.total(), 300);
+        let victims = budget.victims();
+        assert_eq!(victims, vec![(key(2), 100)]);
+        assert_eq!(budget.total(), 200);
+        budget.added(&key(4), 100);
+        // 1 is the least recently used now but still leased: 3 goes instead.
+        assert_eq!(budget.victims(), vec![(key(3), 100)]);
+        drop(held);
+        budget.added(&key(5), 100);
+        assert_eq!(budget.victims(), vec![(key(1), 100)]);
+    }
+
+    #[test]
+    fn unbounded_never_evicts() {
+        let budget = Budget::new(None);
+        budget.added(&key(1), u64::MAX / 2);
+        assert!(budget.victims().is_empty());
+    }
+}

@@ -1,0 +1,764 @@
+//! Resilience: one upstream fetch per artifact, streaming misses, outages and crashes.
+//! - 100 concurrent cold requests for one archive: one upstream download, 100 identical bodies;
+//! - joiners receive bytes before the download completes; a leader hanging up doesn't stop it;
+//! - a checksum mismatch found at the end fails every client's download, nothing is cached;
+//! - retries honour `Retry-After`, 501 is not retried; the circuit breaker fails fast, recovers;
+//! - stale version lists while the origin is down (`terraform init` still works); offline mode;
+//! - `cache.max_size` evicts the least recently used archives;
+//! - SIGTERM lets downloads in progress finish; `kill -9` during downloads never leaves an entry
+//!   that is served wrong.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use sha2::{Digest, Sha256};
+
+use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, ServerProcess, TestMirror, config_toml};
+use crate::support::throttle::Throttle;
+use crate::support::{Terraform, https_client, within};
+
+const MIB: usize = 1 << 20;
+const BIG: &[(&str, &str)] = &[
+    ("linux", "amd64"),
+    ("darwin", "arm64"),
+    ("windows", "amd64"),
+];
+
+async fn origin_with_big_archives(ca: &TestCa) -> FakeOrigin {
+    FakeOrigin::start(
+        ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "big", &["1.0.0", "2.0.0"], BIG).with_payload(2 * MIB),
+            ProviderSpec::new("acme", "foo", &["1.0.0"], &[("linux", "amd64")]),
+        ],
+    )
+    .await
+}
+
+fn big_zip(version: &str, platform: &str) -> String {
+    format!("{REGISTRY}/acme/big/terraform-provider-big_{version}_{platform}.zip")
+}
+
+async fn metrics_of(client: &reqwest::Client, mirror: &TestMirror) -> String {
+    let resp = within("metrics", client.get(mirror.root_url("/metrics")).send())
+        .await
+        .unwrap();
+    within("metrics body", resp.text()).await.unwrap()
+}
+
+/// The value of one sample in Prometheus text, 0 if absent.
+fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("still not true after 10s: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hundred_concurrent_cold_requests_share_one_download() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(8 * MIB as u64);
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            connect_to: Some(throttle.addr()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let url = mirror.url(&big_zip("1.0.0", "linux_amd64"));
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let resp = client.get(&url).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.bytes().await.unwrap()
+        }));
+    }
+    let expected = origin.archive("acme", "big", "1.0.0", "linux", "amd64");
+    for task in tasks {
+        let body = within("a concurrent download", task).await.unwrap();
+        assert!(body == expected, "every body is the origin's archive");
+    }
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        1,
+        "exactly one upstream download"
+    );
+    let m = metrics_of(&client, &mirror).await;
+    let lookups = |r: &str| {
+        sample(
+            &m,
+            &format!("provender_cache_lookups_total{{kind=\"archive\",result=\"{r}\"}}"),
+        )
+    };
+    assert_eq!(lookups("miss"), 1, "{m}");
+    assert_eq!(
+        lookups("miss") + lookups("joined") + lookups("hit"),
+        100,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn joiners_receive_bytes_before_the_download_completes() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(MIB as u64); // ~2 s for the archive
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            connect_to: Some(throttle.addr()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let url = mirror.url(&big_zip("1.0.0", "darwin_arm64"));
+
+    let mut first = within("leader", client.get(&url).send()).await.unwrap();
+    let mut first_body = within("leader's first bytes", first.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    let mut second = within("joiner", client.get(&url).send()).await.unwrap();
+    let second_start = within("joiner's first bytes", second.chunk())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!second_start.is_empty());
+    assert!(
+        mirror.cached_archives().is_empty(),
+        "the joiner got bytes while the download was still running"
+    );
+    let expected_len = origin
+        .archive("acme", "big", "1.0.0", "darwin", "arm64")
+        .len();
+    assert_eq!(
+        second.headers()["content-length"],
+        expected_len.to_string().as_str(),
+        "the size is announced while streaming"
+    );
+
+    let mut second_body = second_start.to_vec();
+    while let Some(chunk) = within("leader's rest", first.chunk()).await.unwrap() {
+        first_body.extend_from_slice(&chunk);
+    }
+    while let Some(chunk) = within("joiner's rest", second.chunk()).await.unwrap() {
+        second_body.extend_from_slice(&chunk);
+    }
+    let expected = origin.archive("acme", "big", "1.0.0", "darwin", "arm64");
+    assert!(first_body == expected && second_body == expected);
+    assert_eq!(origin.count(RequestKind::Archive), 1);
+    eventually("the archive is committed", || {
+        mirror.cached_archives().len() == 1
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_hanging_up_does_not_stop_the_download() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(4 * MIB as u64);
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            connect_to: Some(throttle.addr()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let url = mirror.url(&big_zip("2.0.0", "linux_amd64"));
+    {
+        let mut resp = within("leader", client.get(&url).send()).await.unwrap();
+        let _ = within("first bytes", resp.chunk()).await.unwrap();
+        // Dropped here: the client hangs up mid-download.
+    }
+    eventually("the download finishes and is committed anyway", || {
+        mirror.cached_archives().len() == 1
+    })
+    .await;
+    let resp = within("after", client.get(&url).send()).await.unwrap();
+    let body = within("after body", resp.bytes()).await.unwrap();
+    assert!(body == origin.archive("acme", "big", "2.0.0", "linux", "amd64"));
+    assert_eq!(origin.count(RequestKind::Archive), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mismatch_found_mid_stream_fails_every_client() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(4 * MIB as u64);
+    origin.set_fault(Fault::TamperArchive);
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            connect_to: Some(throttle.addr()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let url = mirror.url(&big_zip("1.0.0", "windows_amd64"));
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let (client, url) = (client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let resp = client.get(&url).send().await.unwrap();
+            assert_eq!(
+                resp.status(),
+                200,
+                "headers go out before the bytes are checked"
+            );
+            resp.bytes().await
+        }));
+    }
+    for task in tasks {
+        let body = within("a tampered download", task).await.unwrap();
+        assert!(body.is_err(), "every client sees a failed download");
+    }
+    assert_eq!(origin.count(RequestKind::Archive), 1);
+    eventually("the staging file is gone", || {
+        mirror.staging_files().is_empty()
+    })
+    .await;
+    assert!(mirror.cached_archives().is_empty(), "nothing was cached");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retries_honour_retry_after_and_skip_501() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+
+    origin.set_fault(Fault::Flaky {
+        kind: RequestKind::Versions,
+        status: 503,
+        times: 2,
+        retry_after: Some(1),
+    });
+    let started = Instant::now();
+    let resp = within(
+        "index with retries",
+        client
+            .get(mirror.url(&format!("{REGISTRY}/acme/big/index.json")))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200, "the third attempt succeeds");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "waited as Retry-After asked: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(origin.count(RequestKind::Versions), 3);
+
+    origin.set_fault(Fault::Flaky {
+        kind: RequestKind::Versions,
+        status: 501,
+        times: 1,
+        retry_after: None,
+    });
+    let resp = within(
+        "index 501",
+        client
+            .get(mirror.url(&format!("{REGISTRY}/acme/foo/index.json")))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        origin.count(RequestKind::Versions),
+        4,
+        "501 Not Implemented is not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_circuit_breaker_fails_fast_then_recovers() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "retries = 0\nbreaker_failures = 2\nbreaker_cooldown = \"1s\"",
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let index = |ty: &str| mirror.url(&format!("{REGISTRY}/acme/{ty}/index.json"));
+    origin.set_fault(Fault::Status {
+        kind: RequestKind::Versions,
+        status: 500,
+    });
+    for ty in ["a", "b"] {
+        let resp = within("failing", client.get(index(ty)).send())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 502);
+    }
+    assert_eq!(origin.count(RequestKind::Versions), 2);
+    let resp = within("fast fail", client.get(index("c")).send())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let body = within("fast fail body", resp.text()).await.unwrap();
+    assert!(body.contains("circuit breaker"), "{body}");
+    assert_eq!(
+        origin.count(RequestKind::Versions),
+        2,
+        "the open circuit made no request"
+    );
+    let m = metrics_of(&client, &mirror).await;
+    assert_eq!(
+        sample(
+            &m,
+            &format!("provender_upstream_circuit_open{{host=\"{REGISTRY}\"}}")
+        ),
+        1,
+        "{m}"
+    );
+
+    origin.clear_faults();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let resp = within("probe", client.get(index("foo")).send())
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        200,
+        "the probe went through and closed the circuit"
+    );
+    let m = metrics_of(&client, &mirror).await;
+    assert_eq!(
+        sample(
+            &m,
+            &format!("provender_upstream_circuit_open{{host=\"{REGISTRY}\"}}")
+        ),
+        0,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_init_works_while_the_origin_is_down() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_cache: "index_ttl = \"1s\"",
+            ..Default::default()
+        },
+    )
+    .await;
+    let main_tf =
+        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\" }\n  }\n}\n";
+    let cli = format!(
+        "provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n",
+        mirror.url
+    );
+    let warm = tempfile::tempdir().unwrap();
+    std::fs::write(warm.path().join("main.tf"), main_tf).unwrap();
+    Terraform::new(&ca, &cli)
+        .run(warm.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+
+    for kind in RequestKind::ALL {
+        origin.set_fault(Fault::Status { kind, status: 503 });
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await; // the version list is now stale
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::write(fresh.path().join("main.tf"), main_tf).unwrap();
+    Terraform::new(&ca, &cli)
+        .run(fresh.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+    let client = https_client(&ca, &[]);
+    let m = metrics_of(&client, &mirror).await;
+    assert!(
+        sample(
+            &m,
+            "provender_cache_lookups_total{kind=\"index\",result=\"stale\"}"
+        ) >= 1,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn offline_mode_serves_only_the_cache() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip");
+    for path in [
+        format!("{REGISTRY}/acme/foo/index.json"),
+        format!("{REGISTRY}/acme/foo/1.0.0.json"),
+        zip.clone(),
+    ] {
+        let resp = within("warm", client.get(mirror.url(&path)).send())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let _ = resp.bytes().await;
+    }
+    mirror.stop().await;
+    origin.reset_counts();
+    let sealed = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "offline = true",
+            cache_dir: Some(&mirror.cache_dir),
+            ..Default::default()
+        },
+    )
+    .await;
+    for path in [
+        format!("{REGISTRY}/acme/foo/index.json"),
+        format!("{REGISTRY}/acme/foo/1.0.0.json"),
+        zip,
+    ] {
+        let resp = within("sealed", client.get(sealed.url(&path)).send())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    for path in [
+        format!("{REGISTRY}/acme/big/index.json"),
+        big_zip("1.0.0", "linux_amd64"),
+    ] {
+        let resp = within("sealed miss", client.get(sealed.url(&path)).send())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404, "{path}");
+    }
+    assert_eq!(
+        origin.total_requests(),
+        0,
+        "offline mode never contacts the origin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_size_evicts_the_least_recently_used() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_cache: "max_size = \"5 MiB\"",
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let fetch = |platform: &'static str| {
+        let (client, url) = (client.clone(), mirror.url(&big_zip("1.0.0", platform)));
+        async move {
+            let resp = within("fetch", client.get(&url).send()).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            within("fetch body", resp.bytes()).await.unwrap();
+        }
+    };
+    let names = || -> Vec<String> {
+        let mut n: Vec<String> = mirror
+            .cached_archives()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    let file = |p: &str| format!("terraform-provider-big_1.0.0_{p}.zip");
+    fetch("linux_amd64").await;
+    eventually("first stored", || names().len() == 1).await;
+    fetch("darwin_arm64").await;
+    eventually("second stored", || names().len() == 2).await;
+    fetch("linux_amd64").await; // linux is now more recent than darwin
+    fetch("windows_amd64").await;
+    eventually("darwin evicted", || {
+        names() == vec![file("linux_amd64"), file("windows_amd64")]
+    })
+    .await;
+    let m = metrics_of(&client, &mirror).await;
+    assert_eq!(sample(&m, "provender_cache_evictions_total"), 1, "{m}");
+    assert_eq!(sample(&m, "provender_cache_archives"), 2, "{m}");
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_downloads_in_progress_finish() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(MIB as u64);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let toml = config_toml(
+        &ca,
+        dir.path(),
+        &cache,
+        "127.0.0.1:0",
+        throttle.addr(),
+        &MirrorOptions::default(),
+    );
+    let config = dir.path().join("provender.toml");
+    std::fs::write(&config, toml).unwrap();
+    let mut server = ServerProcess::spawn(&config);
+    let client = https_client(&ca, &[]);
+    let url = server.url(&big_zip("2.0.0", "darwin_arm64"));
+    let mut resp = within("download", client.get(&url).send()).await.unwrap();
+    let mut body = within("first bytes", resp.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_vec();
+    server.signal("TERM");
+    while let Some(chunk) = within("the rest after SIGTERM", resp.chunk())
+        .await
+        .unwrap()
+    {
+        body.extend_from_slice(&chunk);
+    }
+    assert!(
+        body == origin.archive("acme", "big", "2.0.0", "darwin", "arm64"),
+        "the response finished intact"
+    );
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.wait();
+        (status, server.log())
+    })
+    .await
+    .unwrap();
+    assert!(status.0.success(), "clean exit: {}\n{}", status.0, status.1);
+    let archives = crate::support::provender::files_under(&cache.join("archives"));
+    assert!(
+        archives
+            .iter()
+            .any(|p| p.extension().is_some_and(|e| e == "zip")),
+        "the download was committed before exit"
+    );
+    assert!(crate::support::provender::files_under(&cache.join("tmp")).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(3 * MIB as u64);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let toml = config_toml(
+        &ca,
+        dir.path(),
+        &cache,
+        "127.0.0.1:0",
+        throttle.addr(),
+        &MirrorOptions::default(),
+    );
+    let config = dir.path().join("provender.toml");
+    std::fs::write(&config, toml).unwrap();
+    let client = https_client(&ca, &[]);
+    let archives: Vec<(&str, &str, &str)> = ["1.0.0", "2.0.0"]
+        .iter()
+        .flat_map(|v| BIG.iter().map(move |(os, arch)| (*v, *os, *arch)))
+        .collect();
+
+    let mut interrupted = 0;
+    for round in 0..8 {
+        let server = ServerProcess::spawn(&config);
+        for (version, os, arch) in &archives {
+            let (client, url) = (
+                client.clone(),
+                server.url(&big_zip(version, &format!("{os}_{arch}"))),
+            );
+            tokio::spawn(async move {
+                if let Ok(resp) = client.get(&url).send().await {
+                    let _ = resp.bytes().await;
+                }
+            });
+        }
+        // Kill at a different point of the downloads each round (they take ~0.7 s each).
+        tokio::time::sleep(Duration::from_millis(100 + 150 * round)).await;
+        server.signal("KILL");
+        drop(server);
+        if !crate::support::provender::files_under(&cache.join("tmp")).is_empty() {
+            interrupted += 1;
+        }
+    }
+    assert!(
+        interrupted > 0,
+        "at least one kill landed in the middle of a download"
+    );
+
+    // After the last crash: a clean start, no throttle needed, then check everything served.
+    throttle.set_rate(0);
+    let server = ServerProcess::spawn(&config);
+    assert!(
+        crate::support::provender::files_under(&cache.join("tmp")).is_empty(),
+        "leftovers removed at start"
+    );
+    let cached = crate::support::provender::files_under(&cache.join("archives"));
+    let cached_zips = cached
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+        .count();
+    assert!(
+        cached_zips > 0,
+        "some downloads completed across the rounds"
+    );
+    for (version, os, arch) in &archives {
+        let resp = within(
+            "after crashes",
+            client
+                .get(server.url(&big_zip(version, &format!("{os}_{arch}"))))
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(resp.status(), 200);
+        let body = within("after crashes body", resp.bytes()).await.unwrap();
+        assert_eq!(
+            sha256_hex(&body),
+            origin.sha256_hex("acme", "big", version, os, arch),
+            "{version} {os}_{arch}"
+        );
+    }
+    for version in ["1.0.0", "2.0.0"] {
+        let url = server.url(&format!("{REGISTRY}/acme/big/{version}.json"));
+        let doc: serde_json::Value = serde_json::from_slice(
+            &within("doc", client.get(&url).send())
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        for (os, arch) in BIG {
+            for h in doc["archives"][format!("{os}_{arch}")]["hashes"]
+                .as_array()
+                .unwrap()
+            {
+                let h = h.as_str().unwrap();
+                let expected = if h.starts_with("h1:") {
+                    origin.h1_zip("acme", "big", version, os, arch)
+                } else {
+                    format!("zh:{}", origin.sha256_hex("acme", "big", version, os, arch))
+                };
+                assert_eq!(h, expected, "{version} {os}_{arch}");
+            }
+        }
+    }
+}
+
+/// A small tmpfs mounted for one test (needs root, as CI has), unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(path: &std::path::Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "this test mounts a small tmpfs to fill a disk: run it as root"
+        );
+        SmallDisk(path.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_still_serves_the_client_and_caches_nothing() {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let _disk = SmallDisk::mount(&cache, "1m"); // the archive is 2 MiB
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&cache),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let resp = within(
+        "download",
+        client
+            .get(mirror.url(&big_zip("1.0.0", "linux_amd64")))
+            .send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = within("download body", resp.bytes())
+        .await
+        .expect("the client is served in full");
+    assert!(body == origin.archive("acme", "big", "1.0.0", "linux", "amd64"));
+    eventually("the staging file is removed", || {
+        mirror.staging_files().is_empty()
+    })
+    .await;
+    assert!(
+        mirror.cached_archives().is_empty(),
+        "nothing torn is left behind"
+    );
+    let m = metrics_of(&client, &mirror).await;
+    assert_eq!(sample(&m, "provender_cache_write_errors_total"), 1, "{m}");
+}
