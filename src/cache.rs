@@ -77,7 +77,21 @@ pub fn sync_dir(dir: &Path) {
     }
 }
 
-/// Removes leftover temporary files (`.tmp-*`) under `dir`, recursively. Returns how many.
+/// Whether a temporary file named after process `pid` may be removed at start-up: its writer is
+/// gone. Another live process (an operator command, or a server sharing the cache) keeps its
+/// files; a file carrying our own pid is from an earlier process that had the same pid (e.g. pid 1
+/// in a container), since this one has written nothing yet. Where liveness cannot be checked, the
+/// file is treated as abandoned.
+pub(crate) fn writer_is_gone(pid: &str) -> bool {
+    let Ok(pid) = pid.parse::<u32>() else { return true };
+    if pid == std::process::id() {
+        return true;
+    }
+    !cfg!(target_os = "linux") || !Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Removes leftover temporary files (`.tmp-<pid>-*`) of processes that are gone, under `dir`,
+/// recursively. Returns how many.
 pub fn remove_temp_files(dir: &Path) -> usize {
     let mut removed = 0;
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -90,10 +104,13 @@ pub fn remove_temp_files(dir: &Path) -> usize {
         };
         if kind.is_dir() {
             removed += remove_temp_files(&path);
-        } else if entry.file_name().to_string_lossy().starts_with(".tmp-")
-            && std::fs::remove_file(&path).is_ok()
-        {
-            removed += 1;
+        } else {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix(".tmp-") else { continue };
+            let pid = rest.split('-').next().unwrap_or_default();
+            if writer_is_gone(pid) && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
         }
     }
     removed

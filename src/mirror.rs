@@ -298,6 +298,11 @@ impl Mirror {
             )));
         }
         let rec = self.version_record(&key.addr, &key.version).await?;
+        if rec.packages.get(&key.platform).is_some_and(|p| p.download_url.is_empty()) {
+            return Err(Error::NotFound(format!(
+                "archive {key} was imported without an origin URL and is no longer in the cache"
+            )));
+        }
         rec.packages.get(&key.platform).cloned().ok_or_else(|| {
             Error::NotFound(format!(
                 "{} {} has no package for {}",

@@ -114,14 +114,20 @@ pub struct Staging {
 static STAGE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Staging {
-    /// Creates the directory and removes whatever an earlier process left in it (a crash or
-    /// `kill -9` mid-download). Returns the number of leftovers removed.
+    /// Creates the directory and removes what earlier processes left in it (a crash or
+    /// `kill -9` mid-download); files of processes still running (another command using the same
+    /// cache) are left alone. Returns the number of leftovers removed.
     pub fn open(dir: PathBuf) -> io::Result<(Staging, usize)> {
         std::fs::create_dir_all(&dir)?;
         let mut removed = 0;
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
-            if entry.file_type()?.is_file() && std::fs::remove_file(entry.path()).is_ok() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next().unwrap_or_default();
+            if entry.file_type()?.is_file()
+                && super::writer_is_gone(pid)
+                && std::fs::remove_file(entry.path()).is_ok()
+            {
                 removed += 1;
             }
         }
@@ -461,9 +467,14 @@ mod tests {
         let path = staged.path().to_path_buf();
         drop(staged);
         assert!(!path.exists());
-        std::fs::write(dir.path().join("tmp/123-0.part"), b"left by a crash").unwrap();
+        // A process that is gone (pid beyond the kernel's maximum) and one still running (us,
+        // but we count as gone for our own files, so use our parent).
+        std::fs::write(dir.path().join("tmp/4294967295-0.part"), b"left by a crash").unwrap();
+        let parent = std::os::unix::process::parent_id();
+        std::fs::write(dir.path().join(format!("tmp/{parent}-0.part")), b"in use").unwrap();
         let (_, removed) = Staging::open(dir.path().join("tmp")).unwrap();
         assert_eq!(removed, 1);
+        assert!(dir.path().join(format!("tmp/{parent}-0.part")).exists(), "a live writer's file stays");
     }
 
     #[tokio::test]
