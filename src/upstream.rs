@@ -99,14 +99,16 @@ impl Upstream {
         let hop_policy = net_policy.clone();
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() > max_redirects {
-                attempt.error(format!(
-                    "more than {max_redirects} redirects (upstream.max_redirects)"
-                ))
+                attempt.error(policy::PolicyError(format!(
+                    "refusing more than {max_redirects} redirects (upstream.max_redirects)"
+                )))
             } else if attempt.previous().contains(attempt.url()) {
                 let looped = policy::redact(attempt.url());
-                attempt.error(format!("redirect loop back to {looped}"))
+                attempt.error(policy::PolicyError(format!(
+                    "refusing a redirect loop back to {looped}"
+                )))
             } else if let Err(refused) = hop_policy.check_url(attempt.url()) {
-                attempt.error(format!("redirect refused: {refused}"))
+                attempt.error(refused)
             } else {
                 attempt.follow()
             }
@@ -414,6 +416,10 @@ impl Upstream {
                 ));
             }
             let result = self.send_once(host, op, url, remaining).await;
+            if matches!(result, Err((_, "refused"))) {
+                // Refused by the address or redirect policy: final, and not the origin's health.
+                return result;
+            }
             let (healthy, hint) = match &result {
                 Ok(resp) if retryable_status(resp.status()) => (
                     resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS,
@@ -478,21 +484,17 @@ impl Upstream {
             req = req.header(reqwest::header::ACCEPT, "application/json");
         }
         if let Some(token) = self.tokens.get(host) {
-            // API calls go to the registry's own services; artifacts only get the token when they
-            // live on the registry host itself. reqwest drops it on redirects to other hosts.
-            let same_host = url_host(url).as_deref() == Some(host.as_str());
-            if same_host
-                || matches!(
-                    op,
-                    Operation::Discovery | Operation::Versions | Operation::Download
-                )
-            {
+            // A registry's token goes only to that registry's own host: not to a `providers.v1`
+            // or download URL elsewhere, and (reqwest drops it) not across a redirect.
+            if url_host(url).as_deref() == Some(host.as_str()) {
                 req = req.bearer_auth(token);
             }
         }
         req.send().await.map_err(|e| {
             let outcome = if e.is_timeout() {
                 "timeout"
+            } else if policy::is_refusal(&e) {
+                "refused"
             } else {
                 "connect_error"
             };

@@ -156,6 +156,24 @@ impl NetPolicy {
     }
 }
 
+/// Whether a transport error is a refusal by this policy (in the resolver or at a redirect):
+/// permanent, so not worth a retry, and no sign that the origin is unhealthy.
+pub fn is_refusal(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(e) = source {
+        if e.is::<PolicyError>() {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.get_ref().is_some_and(|inner| inner.is::<PolicyError>()) {
+                return true;
+            }
+        }
+        source = e.source();
+    }
+    false
+}
+
 fn with_article(reason: &str) -> String {
     if reason.starts_with("a ") || reason.starts_with("an ") {
         reason.to_string()

@@ -6,4 +6,5 @@ mod mirror;
 mod ops;
 mod origin_smoke;
 mod resilience;
+mod security;
 mod terraform;

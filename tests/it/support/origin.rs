@@ -887,7 +887,13 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
         }
         for fault in &faults {
             match *fault {
-                Fault::Redirect { kind: k, location } if k == kind => return redirect(location),
+                // A redirect to another https host is not redirected again there.
+                Fault::Redirect { kind: k, location }
+                    if k == kind
+                        && !location.starts_with(&format!("https://{}/", request_host(&req))) =>
+                {
+                    return redirect(location);
+                }
                 Fault::RedirectLoop { kind: k } if k == kind => {
                     return redirect(req.uri().path());
                 }
@@ -1054,6 +1060,20 @@ fn corrupt_hex(hex_digest: &str) -> String {
     let mut chars: Vec<char> = hex_digest.chars().collect();
     chars[0] = if chars[0] == '0' { '1' } else { '0' };
     chars.into_iter().collect()
+}
+
+/// The host a request was sent to: its URI authority (HTTP/2) or `Host` header.
+fn request_host(req: &Request<Incoming>) -> String {
+    req.uri()
+        .authority()
+        .map(|a| a.to_string())
+        .or_else(|| {
+            req.headers()
+                .get(HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
 }
 
 /// `302 Found` to `location`.
