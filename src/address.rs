@@ -790,3 +790,175 @@ mod tests {
         assert!(MirrorPath::parse(&long).is_err());
     }
 }
+
+/// Property tests for request-path canonicalisation: whatever a client sends, a parsed path is
+/// made only of safe parts, parsing its canonical form gives the same value back, and the
+/// spellings a client may legitimately use (case, percent-encoding) all land on one value.
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn canonical(p: &MirrorPath) -> String {
+        match p {
+            MirrorPath::Index(a) => {
+                format!("{}/{}/{}/index.json", a.hostname, a.namespace, a.type_)
+            }
+            MirrorPath::Version(a, v) => {
+                format!("{}/{}/{}/{v}.json", a.hostname, a.namespace, a.type_)
+            }
+            MirrorPath::Archive(a, v, p) => format!(
+                "{}/{}/{}/{}",
+                a.hostname,
+                a.namespace,
+                a.type_,
+                a.archive_filename(v, p)
+            ),
+        }
+    }
+
+    fn parts(p: &MirrorPath) -> Vec<String> {
+        let mut out = Vec::new();
+        let addr = match p {
+            MirrorPath::Index(a) => a,
+            MirrorPath::Version(a, v) => {
+                out.push(v.to_string());
+                a
+            }
+            MirrorPath::Archive(a, v, pl) => {
+                out.push(v.to_string());
+                out.push(pl.to_string());
+                a
+            }
+        };
+        out.push(addr.hostname.to_string());
+        out.push(addr.namespace.clone());
+        out.push(addr.type_.clone());
+        out
+    }
+
+    /// Nothing that could climb out of a directory or smuggle a separator survives parsing.
+    fn assert_safe(p: &MirrorPath) {
+        for part in parts(p) {
+            assert!(
+                !part.contains(['/', '\\', '%', '\0']) && part != ".." && part != ".",
+                "unsafe part {part:?} in {p:?}"
+            );
+            assert!(!part.contains(".."), "{part:?} in {p:?}");
+        }
+    }
+
+    /// Characters that matter for paths, mixed with ordinary ones.
+    fn hostile_segment() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop_oneof![
+                Just("..".to_string()),
+                Just(".".to_string()),
+                Just("%2e".to_string()),
+                Just("%2E".to_string()),
+                Just("%2f".to_string()),
+                Just("%5c".to_string()),
+                Just("%00".to_string()),
+                Just("%".to_string()),
+                Just("\\".to_string()),
+                Just("/".to_string()),
+                Just("_".to_string()),
+                Just("-".to_string()),
+                Just("+".to_string()),
+                Just(":".to_string()),
+                "[a-zA-Z0-9]{1,8}",
+                any::<char>().prop_map(|c| c.to_string()),
+            ],
+            0..8,
+        )
+        .prop_map(|v| v.concat())
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        "[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?"
+    }
+
+    fn version() -> impl Strategy<Value = String> {
+        (
+            0u32..50,
+            0u32..50,
+            0u32..50,
+            proptest::option::of("[a-z]{1,5}(\\.[0-9]{1,2})?"),
+        )
+            .prop_map(|(a, b, c, pre)| match pre {
+                Some(p) => format!("{a}.{b}.{c}-{p}"),
+                None => format!("{a}.{b}.{c}"),
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn arbitrary_paths_parse_to_safe_canonical_values(
+            segs in proptest::collection::vec(hostile_segment(), 1..6)
+        ) {
+            let path = segs.join("/");
+            if let Ok(p) = MirrorPath::parse(&path) {
+                assert_safe(&p);
+                prop_assert_eq!(MirrorPath::parse(&canonical(&p)).unwrap(), p);
+            }
+            let _ = RegistryPath::parse(&path);
+        }
+
+        #[test]
+        fn hostile_input_in_any_segment_never_yields_a_path(
+            host in "[a-z]{1,10}\\.example",
+            ns in name(),
+            ty in name(),
+            bad in prop_oneof![
+                Just(".."), Just("%2e%2e"), Just("%2E%2e"), Just(".%2e"),
+                Just("a%2fb"), Just("a%2Fb"), Just("a\\b"), Just("a%5cb"),
+                Just("a%00b"), Just("%ff"), Just(""), Just("a/../b"),
+            ],
+            position in 0usize..4,
+        ) {
+            let mut segs = vec![host, ns, ty.clone(), format!("terraform-provider-{ty}_1.0.0_linux_amd64.zip")];
+            segs[position] = bad.to_string();
+            prop_assert!(MirrorPath::parse(&segs.join("/")).is_err(), "{:?}", segs);
+        }
+
+        #[test]
+        fn case_and_percent_encoding_land_on_one_value(
+            host in "[a-z]{1,10}\\.(example|test)",
+            ns in name(),
+            ty in name(),
+            v in version(),
+            upper in any::<bool>(),
+            encode in any::<bool>(),
+        ) {
+            let plain = format!("{host}/{ns}/{ty}/{v}.json");
+            let spelled_ns = if upper { ns.to_ascii_uppercase() } else { ns.clone() };
+            let spelled_ty = if encode {
+                ty.bytes().map(|b| format!("%{b:02X}")).collect::<String>()
+            } else {
+                ty.clone()
+            };
+            let variant = format!("{}/{spelled_ns}/{spelled_ty}/{v}.json", host.to_ascii_uppercase());
+            let a = MirrorPath::parse(&plain).unwrap();
+            let b = MirrorPath::parse(&variant).unwrap();
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(canonical(&a), plain);
+        }
+
+        #[test]
+        fn archive_names_round_trip(
+            host in "[a-z]{1,10}\\.example(:[1-9][0-9]{3})?",
+            ns in name(),
+            ty in name(),
+            v in version(),
+            os in "[a-z0-9]{1,8}",
+            arch in "[a-z0-9]{1,8}",
+        ) {
+            let path = format!("{host}/{ns}/{ty}/terraform-provider-{ty}_{v}_{os}_{arch}.zip");
+            let p = MirrorPath::parse(&path).unwrap();
+            assert_safe(&p);
+            prop_assert_eq!(canonical(&p), path);
+        }
+    }
+}

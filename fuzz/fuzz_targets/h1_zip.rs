@@ -1,0 +1,15 @@
+//! The `h1:` zip hasher on arbitrary bytes: never a panic, bounded work, a well-formed hash.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use provender::hash::{HashLimits, h1_zip};
+
+fuzz_target!(|data: &[u8]| {
+    let limits = HashLimits {
+        max_entries: 64,
+        max_uncompressed_bytes: 1 << 20,
+    };
+    if let Ok(h1) = h1_zip(std::io::Cursor::new(data), limits) {
+        assert!(h1.starts_with("h1:") && h1.len() == 47, "{h1}");
+    }
+});
