@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::config::ConfigError;
 
 /// `[auth]` as written in the configuration file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// Client bearer tokens. Any of them (or of `token_file`) grants access.
@@ -42,6 +42,23 @@ pub struct AuthConfig {
     pub protect_health: bool,
     /// Require a token for `/metrics`.
     pub protect_metrics: bool,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("tokens", &format_args!("[{} redacted]", self.tokens.len()))
+            .field("token_file", &self.token_file)
+            .field(
+                "url_signing_key",
+                &self.url_signing_key.as_ref().map(|_| "[redacted]"),
+            )
+            .field("url_signing_key_file", &self.url_signing_key_file)
+            .field("url_ttl", &self.url_ttl)
+            .field("protect_health", &self.protect_health)
+            .field("protect_metrics", &self.protect_metrics)
+            .finish()
+    }
 }
 
 impl Default for AuthConfig {
@@ -120,7 +137,7 @@ impl AuthConfig {
         let enabled = !digests.is_empty();
         let (signing_key, key_generated) = match key {
             Some(k) => (k, false),
-            None if enabled => (random_key(), true),
+            None if enabled => (random_key()?, true),
             None => (Vec::new(), false),
         };
         Ok(AuthSettings {
@@ -169,14 +186,18 @@ fn read_token_file(path: &Path) -> Result<Vec<(usize, String)>, ConfigError> {
         .collect())
 }
 
-fn random_key() -> Vec<u8> {
+fn random_key() -> Result<Vec<u8>, ConfigError> {
     use ring::rand::SecureRandom;
     let mut key = vec![0u8; 32];
-    // The system random source failing is not something the server can run without.
     ring::rand::SystemRandom::new()
         .fill(&mut key)
-        .expect("the system random number generator works");
-    key
+        .map_err(|_| {
+            invalid(
+                "auth.url_signing_key",
+                "not set, and no random key could be generated (the system random source failed)",
+            )
+        })?;
+    Ok(key)
 }
 
 fn digest(bytes: &[u8]) -> [u8; 32] {
@@ -366,6 +387,22 @@ pub fn archive_path(
         addr.namespace,
         addr.type_,
         addr.archive_filename(version, platform)
+    )
+}
+
+/// The canonical path a registry-facade SHA256SUMS URL is signed over.
+pub fn sums_path(
+    addr: &crate::address::ProviderAddr,
+    version: &crate::address::Version,
+    index: usize,
+    signature: bool,
+) -> String {
+    format!(
+        "v1/providers/{}/{}/{}/{version}/SHA256SUMS/{index}{}",
+        addr.hostname,
+        addr.namespace,
+        addr.type_,
+        if signature { ".sig" } else { "" }
     )
 }
 

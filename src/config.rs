@@ -63,6 +63,8 @@ pub struct CacheConfig {
     pub stale_if_error: Duration,
     pub metadata_entries: u64,
     pub max_size: Option<bytesize::ByteSize>,
+    #[serde(with = "humantime_serde")]
+    pub reverify_interval: Duration,
 }
 
 impl Default for CacheConfig {
@@ -74,6 +76,7 @@ impl Default for CacheConfig {
             stale_if_error: Duration::from_secs(7 * 24 * 3600),
             metadata_entries: 10_000,
             max_size: None,
+            reverify_interval: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -149,13 +152,36 @@ impl Default for UpstreamConfig {
 }
 
 /// `[upstream.hosts."<hostname>"]`
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostConfig {
     pub connect_to: Option<String>,
     pub token: Option<String>,
     pub require_signature: Option<bool>,
     pub allow_http: bool,
+}
+
+// Tokens never appear in `Debug` output (and so in no log line that prints settings).
+impl std::fmt::Debug for HostConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostConfig")
+            .field("connect_to", &self.connect_to)
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("require_signature", &self.require_signature)
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for HostSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSettings")
+            .field("connect_to", &self.connect_to)
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("require_signature", &self.require_signature)
+            .field("allow_http", &self.allow_http)
+            .finish()
+    }
 }
 
 /// A configuration error, naming the key or file at fault.
@@ -396,6 +422,7 @@ impl Config {
             stale_if_error: c.stale_if_error,
             metadata_entries: c.metadata_entries,
             max_size: c.max_size.map(|s| s.as_u64()),
+            reverify_interval: c.reverify_interval,
             allowed_hosts,
             platforms,
             ca_file: u.ca_file.clone(),
@@ -477,7 +504,7 @@ pub enum TlsSource {
 }
 
 /// Per-registry settings from `[upstream.hosts."<hostname>"]`.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct HostSettings {
     pub connect_to: Option<SocketAddr>,
     pub token: Option<String>,
@@ -503,6 +530,8 @@ pub struct Settings {
     pub metadata_entries: u64,
     /// Bytes of archives to keep at most (least recently used evicted first); `None`: no limit.
     pub max_size: Option<u64>,
+    /// How often the server re-hashes every cached archive (zero: never).
+    pub reverify_interval: Duration,
     pub allowed_hosts: Vec<Hostname>,
     /// Empty means every platform.
     pub platforms: Vec<Platform>,
@@ -642,6 +671,39 @@ mod tests {
         assert!(err("[server]\nlisen = '1.2.3.4:1'").contains("lisen"));
         assert!(err("[cache]\nindex_ttl = 'soon'").contains("index_ttl"));
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
+    }
+
+    #[test]
+    fn signature_policy_is_global_with_per_host_overrides() {
+        let s = Config::from_toml(
+            "[upstream]\nallowed_hosts = ['a.example', 'b.example']\nrequire_signature = false\n\
+             [upstream.hosts.'b.example']\nrequire_signature = true\ntoken = 'registry-secret'\n",
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+        let host = |h: &str| Hostname::parse(h).unwrap();
+        assert!(!s.signature_required(&host("a.example")));
+        assert!(s.signature_required(&host("b.example")));
+        assert!(
+            Config::default()
+                .validate()
+                .unwrap()
+                .signature_required(&host("registry.terraform.io"))
+        );
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("registry-secret"), "{printed}");
+    }
+
+    #[test]
+    fn security_limits_are_checked() {
+        assert!(err("[upstream]\nmax_zip_entries = 0").contains("upstream.max_zip_entries"));
+        assert!(err("[upstream]\nidle_timeout = '0s'").contains("upstream.idle_timeout"));
+        assert!(
+            err("[upstream]\nmax_response_headers = 1").contains("upstream.max_response_headers")
+        );
+        assert!(err("[auth]\ntokens = ['short']").contains("auth.tokens[0]"));
+        assert!(err("[auth]\nsurprise = 1").contains("surprise"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod hash;
 pub mod metrics;
 pub mod mirror;
 pub mod ops;
+pub mod reverify;
 pub mod server;
 pub mod tls;
 pub mod trust;

@@ -74,6 +74,7 @@ impl Server {
                 u
             }
         };
+        crate::reverify::spawn(&mirror, metrics.clone(), settings.reverify_interval);
         let usage_mirror = mirror.clone();
         tokio::spawn(async move {
             if let Err(e) = usage_mirror.refresh_usage().await {

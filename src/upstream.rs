@@ -91,6 +91,19 @@ impl Upstream {
                 .filter(|(_, hs)| hs.allow_http)
                 .map(|(h, _)| h.as_str().split(':').next().unwrap_or_default().to_string())
                 .collect(),
+            pinned_ports: {
+                let mut pinned: HashMap<String, Vec<u16>> = HashMap::new();
+                for (host, hs) in &settings.hosts {
+                    if hs.connect_to.is_some() {
+                        let (bare, port) = match host.as_str().split_once(':') {
+                            Some((bare, port)) => (bare, port.parse().unwrap_or(443)),
+                            None => (host.as_str(), 443),
+                        };
+                        pinned.entry(bare.to_string()).or_default().push(port);
+                    }
+                }
+                pinned
+            },
         });
         // Every hop is checked like the first request: scheme, IP-literal address, no loops.
         // Host names are checked by the resolver; `Authorization` is dropped by reqwest when a

@@ -72,14 +72,37 @@ impl Mirror {
             .iter()
             .map(|k| serde_json::json!({ "key_id": k.key_id, "ascii_armor": k.ascii_armor, "trust_signature": k.trust_signature }))
             .collect();
+        // The CLI fetches these three without credentials: with authentication on, they carry an
+        // expiring signature (see `auth`).
+        let auth = &self.settings.auth;
+        let now = std::time::SystemTime::now();
+        let signed = |url: String, path: String| {
+            if auth.enabled() {
+                format!("{url}?{}", auth.sign(&path, now))
+            } else {
+                url
+            }
+        };
+        let download_url = signed(
+            format!(
+                "{base}{provider}/{}",
+                addr.archive_filename(version, platform)
+            ),
+            crate::auth::archive_path(addr, version, platform),
+        );
+        let signature_url = signed(
+            format!("{sums}.sig"),
+            crate::auth::sums_path(addr, version, n, true),
+        );
+        let sums = signed(sums, crate::auth::sums_path(addr, version, n, false));
         let doc = serde_json::json!({
             "protocols": pkg.protocols,
             "os": platform.os,
             "arch": platform.arch,
             "filename": pkg.filename,
-            "download_url": format!("{base}{provider}/{}", addr.archive_filename(version, platform)),
+            "download_url": download_url,
             "shasums_url": sums,
-            "shasums_signature_url": format!("{sums}.sig"),
+            "shasums_signature_url": signature_url,
             "shasum": pkg.shasum,
             "signing_keys": { "gpg_public_keys": keys },
         });

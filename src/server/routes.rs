@@ -246,9 +246,28 @@ impl App {
             .uri()
             .path()
             .strip_prefix(self.settings.base_path.as_str());
-        if let Some(Ok(MirrorPath::Archive(addr, version, platform))) = rest.map(MirrorPath::parse)
-        {
-            let path = crate::auth::archive_path(&addr, &version, &platform);
+        // Archives, and the registry facade's SHA256SUMS files, may carry a signed URL instead.
+        let signed_path = match rest {
+            Some(rest) => match rest.strip_prefix("v1/providers/") {
+                Some(registry) => match RegistryPath::parse(registry) {
+                    Ok(RegistryPath::Sums {
+                        addr,
+                        version,
+                        index,
+                        signature,
+                    }) => Some(crate::auth::sums_path(&addr, &version, index, signature)),
+                    _ => None,
+                },
+                None => match MirrorPath::parse(rest) {
+                    Ok(MirrorPath::Archive(addr, version, platform)) => {
+                        Some(crate::auth::archive_path(&addr, &version, &platform))
+                    }
+                    _ => None,
+                },
+            },
+            None => None,
+        };
+        if let Some(path) = signed_path {
             if auth.verify_signed(&path, req.uri().query(), std::time::SystemTime::now())? {
                 return Ok(());
             }

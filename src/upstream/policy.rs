@@ -13,7 +13,7 @@
 //! same checks again. The operator's own choices are the only exceptions: `connect_to` targets
 //! (reached under the registry's name) and `upstream.allow_private_networks`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use url::Url;
@@ -103,6 +103,11 @@ pub struct NetPolicy {
     pub allow_private_networks: bool,
     /// Lowercase host names (without port) that may be fetched over plain http.
     pub http_hosts: HashSet<String>,
+    /// Host names (without port) reached through `connect_to`, with the ports their registry
+    /// hostnames name (443 when none). The connector keeps an explicit URL port even for an
+    /// overridden name, so any other port would reach another service at the `connect_to`
+    /// address.
+    pub pinned_ports: HashMap<String, Vec<u16>>,
 }
 
 impl NetPolicy {
@@ -135,7 +140,24 @@ impl NetPolicy {
         let ip = match host {
             url::Host::Ipv4(v4) => IpAddr::V4(v4),
             url::Host::Ipv6(v6) => IpAddr::V6(v6),
-            url::Host::Domain(_) => return Ok(()),
+            url::Host::Domain(name) => {
+                let name = name.to_ascii_lowercase();
+                if let Some(ports) = self.pinned_ports.get(&name) {
+                    let port = url.port_or_known_default().unwrap_or(0);
+                    if !ports.contains(&port) {
+                        return Err(PolicyError(format!(
+                            "refusing {}: {name} is reached through connect_to, which serves only port {}",
+                            redact(url),
+                            ports
+                                .iter()
+                                .map(u16::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                }
+                return Ok(());
+            }
         };
         self.check_ip(&host.to_string(), ip)
     }
@@ -279,6 +301,7 @@ mod tests {
         let open = NetPolicy {
             allow_private_networks: true,
             http_hosts: ["mirror.internal".to_string()].into_iter().collect(),
+            ..NetPolicy::default()
         };
         assert!(
             open.check_url(&Url::parse("https://10.0.0.1/x").unwrap())
@@ -292,6 +315,19 @@ mod tests {
             open.check_url(&Url::parse("http://other.internal/x").unwrap())
                 .is_err()
         );
+    }
+
+    #[test]
+    fn connect_to_names_keep_their_port() {
+        let p = NetPolicy {
+            pinned_ports: [("registry.example".to_string(), vec![443])].into(),
+            ..NetPolicy::default()
+        };
+        let check = |u: &str| p.check_url(&Url::parse(u).unwrap());
+        assert!(check("https://registry.example/x").is_ok());
+        assert!(check("https://registry.example:443/x").is_ok());
+        assert!(check("https://Registry.Example:6379/x").is_err());
+        assert!(check("https://other.example:6379/x").is_ok());
     }
 
     #[test]

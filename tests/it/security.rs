@@ -472,6 +472,16 @@ async fn download_and_shasums_urls_pointing_at_private_addresses_are_refused() {
     assert!(got.message().contains("loopback"), "{}", got.message());
     assert!(mirror.cached_archives().is_empty());
 
+    // A connect_to name with another port would reach another service at the same address.
+    let other_port = TestMirror::start(&ca, &origin).await;
+    origin.set_fault(Fault::DownloadUrl(leak(format!(
+        "https://{REGISTRY}:{port}{file}"
+    ))));
+    let got = get(&client, &other_port.url(&version_doc())).await;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    assert!(got.message().contains("connect_to"), "{}", got.message());
+    assert_nothing_committed(&other_port).await;
+
     origin.clear_faults();
     let sums_fetched = origin.count(RequestKind::Sums);
     let fresh = TestMirror::start(&ca, &origin).await;
@@ -705,6 +715,164 @@ async fn zip_bombs_and_hostile_entries_are_not_cached() {
     // Within the limits and well-formed: cached (directory entries are fine without data).
     let ok = get(&client, &mirror.url(&zip("dirdata", "linux_amd64"))).await;
     assert_eq!(ok.status, 200);
+}
+
+/// The real CLI with a `credentials` block installs through an authenticating mirror (its API
+/// calls carry the token, its archive download the signed URL); without credentials it fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_installs_through_an_authenticating_mirror() {
+    let arch = match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "amd64",
+    };
+    let (ca, origin) = setup_with(vec![ProviderSpec::new(
+        "acme",
+        "foo",
+        &["1.0.0"],
+        &[(std::env::consts::OS, arch)],
+    )])
+    .await;
+    let toml = auth_toml("");
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let host = format!("localhost:{}", mirror.url.port().unwrap());
+    let installation = format!(
+        "provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n",
+        mirror.url
+    );
+    let main_tf =
+        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\" }\n  }\n}\n";
+
+    let anonymous = crate::support::Terraform::new(&ca, &installation);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.tf"), main_tf).unwrap();
+    anonymous
+        .run(dir.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_failure();
+    assert_eq!(origin.total_requests(), 0);
+
+    let with_token = crate::support::Terraform::new(
+        &ca,
+        &format!("{installation}credentials \"{host}\" {{\n  token = \"{TOKEN}\"\n}}\n"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.tf"), main_tf).unwrap();
+    with_token
+        .run(dir.path(), &["init", "-input=false", "-no-color"])
+        .await
+        .assert_success();
+    assert_eq!(origin.count(RequestKind::Archive), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_registry_facade_signs_what_the_cli_fetches_without_credentials() {
+    let (ca, origin) = setup().await;
+    let toml = auth_toml("");
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let doc_url = mirror.url(&format!(
+        "v1/providers/{REGISTRY}/acme/foo/1.0.0/download/linux/amd64"
+    ));
+    assert_eq!(get(&client, &doc_url).await.status, 401);
+    let doc = get_with(&client, &doc_url, Some(TOKEN)).await.json();
+    let resolve = |u: &Value| {
+        url::Url::parse(&doc_url)
+            .unwrap()
+            .join(u.as_str().unwrap())
+            .unwrap()
+    };
+    for (field, want) in [
+        ("shasums_url", origin.shasums("acme", "foo", "1.0.0")),
+        (
+            "shasums_signature_url",
+            origin.shasums_signature("acme", "foo", "1.0.0"),
+        ),
+        (
+            "download_url",
+            origin.archive("acme", "foo", "1.0.0", "linux", "amd64"),
+        ),
+    ] {
+        let signed = resolve(&doc[field]);
+        assert!(
+            signed.query().is_some_and(|q| q.contains("sig=")),
+            "{field}: {signed}"
+        );
+        let got = get(&client, signed.as_str()).await;
+        assert_eq!(got.status, 200, "{field}");
+        assert_eq!(got.body, want, "{field}");
+        let mut unsigned = signed.clone();
+        unsigned.set_query(None);
+        assert_eq!(get(&client, unsigned.as_str()).await.status, 401, "{field}");
+        let mut other = signed.clone();
+        other.set_query(Some(&signed.query().unwrap().replace("exp=", "exp=1")));
+        assert_eq!(get(&client, other.as_str()).await.status, 403, "{field}");
+    }
+    // A signature for one SHA256SUMS file does not open its signature file.
+    let sums = resolve(&doc["shasums_url"]);
+    let mut moved = resolve(&doc["shasums_signature_url"]);
+    moved.set_query(sums.query());
+    assert_eq!(get(&client, moved.as_str()).await.status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn corrupted_cache_entries_are_quarantined_on_schedule() {
+    let (ca, origin) = setup().await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_cache: "reverify_interval = \"200ms\"",
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let url = mirror.url(&zip("foo", "linux_amd64"));
+    let genuine = origin.archive("acme", "foo", "1.0.0", "linux", "amd64");
+    assert_eq!(get(&client, &url).await.body, genuine);
+    wait_for_archives(&mirror, 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let m = metrics(&client, &mirror, None).await;
+    assert!(
+        !m.contains("cached_archive_mismatch"),
+        "a sound archive passes: {m}"
+    );
+
+    let path = mirror.cached_archives().remove(0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    wait_for_metric(
+        &client,
+        &mirror,
+        r#"provender_verification_failures_total{reason="cached_archive_mismatch"} 1"#,
+    )
+    .await;
+    assert!(mirror.cached_archives().is_empty(), "taken out of service");
+    let kept = files_under(&mirror.cache_dir.join("quarantine"));
+    assert!(!kept.is_empty(), "the bad copy is kept for inspection");
+
+    let again = get(&client, &url).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, genuine, "a fresh, verified copy");
+    assert_eq!(origin.count(RequestKind::Archive), 2);
 }
 
 /// Sends `GET <target>` exactly as given, over TLS, and returns the status and body.

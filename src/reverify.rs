@@ -1,0 +1,133 @@
+//! Periodic re-verification of cached archives.
+//!
+//! Disks rot and people edit files: an archive that was verified when it was admitted is not
+//! guaranteed to be the same bytes a month later. Every `cache.reverify_interval` the server
+//! re-hashes each archive in the store and compares its SHA-256 with the record written when it
+//! was admitted and with the origin's `shasum` in the version record. A mismatch (or an archive
+//! without a readable record) is taken out of service with [`ArchiveStore::quarantine`]: its
+//! bytes are kept for inspection, it is never served again, and the next request fetches and
+//! verifies a fresh copy. Each one is logged as an error and counted in
+//! `provender_verification_failures_total{reason="cached_archive_mismatch"}`.
+//!
+//! `provender verify` does the same on demand (and also re-computes `h1:`).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncReadExt;
+
+use crate::cache::{ArchiveKey, ArchiveStore};
+use crate::metrics::Metrics;
+use crate::mirror::Mirror;
+
+/// What one pass found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    pub checked: usize,
+    pub quarantined: usize,
+}
+
+/// Starts the periodic task (nothing when `every` is zero). It holds the mirror weakly and ends
+/// once the server that owns the mirror is gone.
+pub fn spawn(mirror: &Arc<Mirror>, metrics: Arc<Metrics>, every: Duration) {
+    if every.is_zero() {
+        return;
+    }
+    let weak: Weak<Mirror> = Arc::downgrade(mirror);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(mirror) = weak.upgrade() else { return };
+            match pass(&mirror, &metrics).await {
+                Ok(r) if r.quarantined > 0 => tracing::warn!(
+                    checked = r.checked,
+                    quarantined = r.quarantined,
+                    "re-verification took archives out of service"
+                ),
+                Ok(r) => tracing::debug!(checked = r.checked, "re-verification found no mismatch"),
+                Err(e) => tracing::warn!("re-verification could not list the archive store: {e}"),
+            }
+        }
+    });
+}
+
+/// Re-hashes every archive in the store once, quarantining those that no longer match.
+pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> std::io::Result<Report> {
+    let store = mirror.store();
+    let mut report = Report::default();
+    for entry in store.list().await? {
+        report.checked += 1;
+        let problem = match check(mirror, store.as_ref(), &entry.key).await {
+            Ok(None) => continue,
+            Ok(Some(problem)) => problem,
+            Err(e) => {
+                tracing::warn!(archive = %entry.key, "cannot re-verify: {e}");
+                continue;
+            }
+        };
+        metrics
+            .verification_failures
+            .with_label_values(&["cached_archive_mismatch"])
+            .inc();
+        match store.quarantine(&entry.key).await {
+            Ok(Some(to)) => {
+                report.quarantined += 1;
+                tracing::error!(archive = %entry.key, provider = %entry.key.addr, "cached archive failed re-verification ({problem}); quarantined to {to}");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(archive = %entry.key, provider = %entry.key.addr, "cached archive failed re-verification ({problem}) and could not be quarantined: {e}")
+            }
+        }
+    }
+    if report.quarantined > 0 {
+        if let Err(e) = mirror.refresh_usage().await {
+            tracing::warn!("cannot re-measure the cache: {e}");
+        }
+    }
+    Ok(report)
+}
+
+/// `Ok(Some(why))` when the archive no longer matches; `Ok(None)` when it does (or is gone).
+async fn check(
+    mirror: &Mirror,
+    store: &dyn ArchiveStore,
+    key: &ArchiveKey,
+) -> std::io::Result<Option<String>> {
+    if store.info(key).await?.is_none() {
+        return Ok(Some("no readable record beside it".into()));
+    }
+    let Some(mut archive) = store.open(key).await? else {
+        return Ok(None);
+    };
+    let mut hasher = Sha256::new();
+    let mut size: u64 = 0;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = archive.body.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    let sha = hex::encode(hasher.finalize());
+    if sha != archive.info.sha256 || size != archive.info.size {
+        return Ok(Some(format!(
+            "SHA-256 {sha} and {size} bytes, its record says {} and {} bytes",
+            archive.info.sha256, archive.info.size
+        )));
+    }
+    if let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await {
+        if let Some(pkg) = rec.packages.get(&key.platform) {
+            if pkg.shasum != sha {
+                return Ok(Some(format!(
+                    "SHA-256 {sha}, the origin published {}",
+                    pkg.shasum
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
