@@ -18,13 +18,7 @@ use super::Mirror;
 impl Mirror {
     /// `v1/providers/:hostname/:namespace/:type/versions`
     pub async fn registry_versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<u8>> {
-        self.check_host(addr)?;
-        let rec = self.index_record(addr).await?;
-        if !rec.found {
-            return Err(Error::NotFound(format!(
-                "the origin registry has no provider {addr}"
-            )));
-        }
+        let rec = self.versions(addr).await?;
         let versions: Vec<serde_json::Value> = rec
             .versions
             .iter()

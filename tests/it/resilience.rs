@@ -522,6 +522,27 @@ async fn max_size_evicts_the_least_recently_used() {
     assert_eq!(sample(&m, "provender_cache_archives"), 2, "{m}");
 }
 
+/// A configuration file for running the provender binary against `throttle`, in a fresh
+/// directory (returned to keep it alive) with the cache below it.
+fn process_config(
+    ca: &TestCa,
+    throttle: &Throttle,
+) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let toml = config_toml(
+        ca,
+        dir.path(),
+        &cache,
+        "127.0.0.1:0",
+        throttle.addr(),
+        &MirrorOptions::default(),
+    );
+    let config = dir.path().join("provender.toml");
+    std::fs::write(&config, toml).unwrap();
+    (dir, cache, config)
+}
+
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -532,18 +553,7 @@ async fn sigterm_lets_downloads_in_progress_finish() {
     let origin = origin_with_big_archives(&ca).await;
     let throttle = Throttle::start(origin.addr()).await;
     throttle.set_rate(MIB as u64);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let toml = config_toml(
-        &ca,
-        dir.path(),
-        &cache,
-        "127.0.0.1:0",
-        throttle.addr(),
-        &MirrorOptions::default(),
-    );
-    let config = dir.path().join("provender.toml");
-    std::fs::write(&config, toml).unwrap();
+    let (_dir, cache, config) = process_config(&ca, &throttle);
     let mut server = ServerProcess::spawn(&config);
     let client = https_client(&ca, &[]);
     let url = server.url(&big_zip("2.0.0", "darwin_arm64"));
@@ -587,18 +597,7 @@ async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
     let origin = origin_with_big_archives(&ca).await;
     let throttle = Throttle::start(origin.addr()).await;
     throttle.set_rate(3 * MIB as u64);
-    let dir = tempfile::tempdir().unwrap();
-    let cache = dir.path().join("cache");
-    let toml = config_toml(
-        &ca,
-        dir.path(),
-        &cache,
-        "127.0.0.1:0",
-        throttle.addr(),
-        &MirrorOptions::default(),
-    );
-    let config = dir.path().join("provender.toml");
-    std::fs::write(&config, toml).unwrap();
+    let (_dir, cache, config) = process_config(&ca, &throttle);
     let client = https_client(&ca, &[]);
     let archives: Vec<(&str, &str, &str)> = ["1.0.0", "2.0.0"]
         .iter()
