@@ -149,14 +149,7 @@ impl Mirror {
 
     /// `:hostname/:namespace/:type/index.json`
     pub async fn index(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<u8>> {
-        self.check_host(addr)?;
-        let rec = self.index_record(addr).await?;
-        if !rec.found {
-            return Err(Error::NotFound(format!(
-                "the origin registry has no provider {addr}"
-            )));
-        }
-        Ok(rec.to_mirror_json())
+        Ok(self.versions(addr).await?.to_mirror_json())
     }
 
     /// `:hostname/:namespace/:type/:version.json`
@@ -298,7 +291,11 @@ impl Mirror {
             )));
         }
         let rec = self.version_record(&key.addr, &key.version).await?;
-        if rec.packages.get(&key.platform).is_some_and(|p| p.download_url.is_empty()) {
+        if rec
+            .packages
+            .get(&key.platform)
+            .is_some_and(|p| p.download_url.is_empty())
+        {
             return Err(Error::NotFound(format!(
                 "archive {key} was imported without an origin URL and is no longer in the cache"
             )));
