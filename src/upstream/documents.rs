@@ -392,6 +392,70 @@ mod tests {
     }
 
     #[test]
+    fn odd_but_harmless_shapes_are_tolerated() {
+        let list = parse_versions(
+            br#"{"versions":[
+                {"version":"1.0.0","platforms":[]},
+                {"version":"1.1.0","platforms":null,"protocols":null},
+                {"version":"1.2.0","platforms":{},"protocols":[null,5,"5.0"]},
+                {"version":"99999999999999999999999.0.0"},
+                {"version":"1.3.0","platforms":[{"os":"linux","arch":"amd64","extra":[1,2]}]}
+            ],"unknown":{"x":null}}"#,
+        )
+        .unwrap();
+        let got: Vec<String> = list
+            .versions
+            .iter()
+            .map(|v| v.version.to_string())
+            .collect();
+        assert_eq!(
+            got,
+            ["1.0.0", "1.1.0", "1.2.0", "1.3.0"],
+            "{:?}",
+            list.skipped
+        );
+        assert!(list.versions[0].platforms.is_empty());
+        assert_eq!(list.versions[2].protocols, ["5.0"]);
+        assert_eq!(list.versions[3].platforms, vec![linux()]);
+        assert_eq!(list.skipped.len(), 1, "the unparseable version is reported");
+
+        let d = parse_download(
+            download(r#","signing_keys":{"gpg_public_keys":null},"protocols":"5.0""#).as_bytes(),
+            &linux(),
+        )
+        .unwrap();
+        assert!(d.signing_keys.is_empty() && d.protocols.is_empty());
+    }
+
+    #[test]
+    fn wrong_types_fail_with_a_message_naming_the_document() {
+        for (body, needle) in [
+            (
+                download(r#","signing_keys":{"gpg_public_keys":[null]}"#),
+                "download metadata",
+            ),
+            (
+                download(r#","signing_keys":{"gpg_public_keys":{}}"#),
+                "download metadata",
+            ),
+            (
+                download(r#","shasums_url":7"#).replacen(
+                    r#""shasums_url":"https://example.com/SHA256SUMS","#,
+                    "",
+                    1,
+                ),
+                "download metadata",
+            ),
+            (r#"{"os":null}"#.to_string(), "missing \"filename\""),
+        ] {
+            let err = parse_download(body.as_bytes(), &linux()).unwrap_err();
+            assert!(err.to_string().contains(needle), "{body}: {err}");
+        }
+        let err = parse_versions(br#"{"versions":7}"#).unwrap_err();
+        assert!(err.to_string().contains("version list"), "{err}");
+    }
+
+    #[test]
     fn sums_lookup_finds_the_line() {
         let h = "0123456789abcdef".repeat(4);
         let sums = format!(
