@@ -946,7 +946,7 @@ async fn path_traversal_in_every_segment_is_refused() {
     ];
     let base = mirror.url.path().to_string();
     let segments = |i: usize, p: &str| {
-        let mut parts = vec![
+        let mut parts = [
             REGISTRY.to_string(),
             "acme".into(),
             "foo".into(),
