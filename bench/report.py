@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Helpers for bench/run.sh: parse wrk output, and print the table of figures.
+
+  report.py wrk FILE        -> "rps p50_ms p99_ms errors" from one `wrk --latency` output
+  report.py table RESULTS   -> the figures table (markdown) from "name value" lines
+
+RESULTS holds one "name value" pair per line; a name given several times (repeated runs) is
+reported as the median of its values.
+"""
+
+import re
+import statistics
+import sys
+
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def wrk(path):
+    text = open(path).read()
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    dist = dict(
+        (pct, float(v) * UNITS[u])
+        for pct, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.M)
+    )
+    errors = 0
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    if m:
+        errors += int(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        errors += sum(int(x) for x in m.groups())
+    print(f"{rps:.1f} {dist['50']:.3f} {dist['99']:.3f} {errors}")
+
+
+def load(path):
+    values = {}
+    for line in open(path):
+        parts = line.split()
+        if len(parts) == 2:
+            values.setdefault(parts[0], []).append(float(parts[1]))
+    return {k: statistics.median(v) for k, v in values.items()}, values
+
+
+def table(path):
+    r, raw = load(path)
+    out = []
+    verdicts = []
+
+    def get(name):
+        return r.get(name)
+
+    def fmt(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    def ratio(a, b):
+        return None if a is None or b in (None, 0) else a / b
+
+    def n_of(name):
+        return len(raw.get(name, []))
+
+    def name_of(doc):
+        return "`:version.json`" if doc == "version" else "`index.json`"
+
+    # Warm metadata.
+    docs = [d for d in ("version", "index") if any(k.startswith(f"meta.{d}.") for k in r)]
+    if docs:
+        out.append("### Warm metadata (wrk, HTTP/1.1 keep-alive over TLS 1.3)\n")
+        out.append("| document | conns | nginx req/s | provender req/s | ratio | nginx p50 / p99 ms "
+                   "| provender p50 / p99 ms | p99 ratio | errors | target |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for d in docs:
+            conns = sorted({int(k.split(".")[2][1:]) for k in r if k.startswith(f"meta.{d}.")})
+            for c in conns:
+                k = f"meta.{d}.c{c}"
+                nr, pr = get(f"{k}.nginx.rps"), get(f"{k}.provender.rps")
+                n50, n99 = get(f"{k}.nginx.p50"), get(f"{k}.nginx.p99")
+                p50, p99 = get(f"{k}.provender.p50"), get(f"{k}.provender.p99")
+                errs = int((get(f"{k}.nginx.errors") or 0) + (get(f"{k}.provender.errors") or 0))
+                rps_ok = None not in (nr, pr) and pr >= nr
+                p99_ok = None not in (n99, p99) and p99 <= n99
+                met = rps_ok and p99_ok
+                verdict = "met" if met else "missed (" + ", ".join(
+                    w for w, ok in (("req/s", rps_ok), ("p99", p99_ok)) if not ok) + ")"
+                verdicts.append((f"warm {name_of(d)}, {c} conns: req/s >= nginx, p99 <= nginx",
+                                 met, verdict))
+                name = name_of(d)
+                out.append(
+                    f"| {name} | {c} | {fmt(nr, '.0f')} | {fmt(pr, '.0f')} | "
+                    f"{fmt(ratio(pr, nr), '.2f')} | {fmt(n50, '.2f')} / {fmt(n99, '.2f')} | "
+                    f"{fmt(p50, '.2f')} / {fmt(p99, '.2f')} | {fmt(ratio(p99, n99), '.2f')} | "
+                    f"{errs} | {verdict} |"
+                )
+        out.append(f"\nMedian of {n_of(f'meta.{docs[0]}.c{conns[0]}.nginx.rps')} rounds; "
+                   "ratio = provender / nginx.")
+        sizes = []
+        for doc, name in (("small.2.3.0.json", "`2.3.0.json`"), ("small.index.json", "`index.json`")):
+            n, p = get(f"doc.{doc}.nginx.bytes"), get(f"doc.{doc}.provender.bytes")
+            if n is not None and p is not None:
+                sizes.append(f"{name} {n:.0f} B from nginx, {p:.0f} B from provender")
+        if sizes:
+            out.append("Response bodies: " + "; ".join(sizes) + ".")
+        out.append("")
+
+    # Warm archives.
+    streams = sorted({int(k.split(".")[1][1:]) for k in r if k.startswith("dl.s")})
+    if streams:
+        size = get("size.big.mib")
+        out.append(f"### Warm archive download ({fmt(size, '.0f')} MiB archive, curl)\n")
+        out.append("| streams | nginx MiB/s | provender MiB/s | ratio | target (>= 0.90) |")
+        out.append("|---|---|---|---|---|")
+        for s in streams:
+            n, p = get(f"dl.s{s}.nginx.mibps"), get(f"dl.s{s}.provender.mibps")
+            q = ratio(p, n)
+            met = q is not None and q >= 0.9
+            verdicts.append((f"warm archive, {s} stream(s): within 10% of nginx", met))
+            out.append(f"| {s} | {fmt(n, '.0f')} | {fmt(p, '.0f')} | {fmt(q, '.2f')} | "
+                       f"{'met' if met else 'missed'} |")
+        out.append(f"\nAggregate throughput of all streams; median of "
+                   f"{n_of(f'dl.s{streams[0]}.nginx.mibps')} runs.\n")
+
+    # Cold miss.
+    if get("cold.direct.total") is not None:
+        out.append("### Cold miss of the large archive (curl, one client)\n")
+        out.append("| origin | path | time to first byte s | total s | MiB/s | total vs direct |")
+        out.append("|---|---|---|---|---|---|")
+        for origin, suffix in (("loopback, unlimited", ""), ("limited to 50 MiB/s", "_limited")):
+            for key, label in (("direct", "straight from the origin"),
+                               ("provender", "through provender, metadata warm"),
+                               ("provender_allcold", "through provender, nothing cached")):
+                name = f"cold.{key}{suffix if key != 'provender_allcold' else ''}"
+                if key == "provender_allcold" and suffix:
+                    continue
+                if get(f"{name}.total") is None:
+                    continue
+                q = ratio(get(f"{name}.total"), get(f"cold.direct{suffix}.total"))
+                out.append(f"| {origin} | {label} | {fmt(get(f'{name}.ttfb'), '.4f')} | "
+                           f"{fmt(get(f'{name}.total'), '.3f')} | {fmt(get(f'{name}.mibps'), '.0f')} | "
+                           f"{fmt(q, '.2f')} |")
+        out.append("")
+        for origin, suffix in (("loopback origin", ""), ("50 MiB/s origin", "_limited")):
+            q = ratio(get(f"cold.provender{suffix}.total"), get(f"cold.direct{suffix}.total"))
+            if q is None:
+                continue
+            met = q <= 1.1
+            verdicts.append((f"cold miss ({origin}): total time within 10% of a direct download", met))
+            out.append(f"{origin}: total-time ratio provender / direct {q:.2f} (target <= 1.10: "
+                       f"{'met' if met else 'missed'}).  ")
+        out.append(f"Median of {n_of('cold.direct.total')} runs (nothing cached: 1 run).\n")
+
+    # h1 hashing.
+    if any(k.startswith("h1.") for k in r):
+        size = get("size.big.content.mib") or get("size.big.mib")
+        out.append("### h1 hashing\n")
+        out.append("| what | time s | MiB/s of uncompressed content |")
+        out.append("|---|---|---|")
+        for key, label in (
+            ("h1.criterion.incompressible", "`h1_zip` in memory, incompressible (criterion)"),
+            ("h1.criterion.compressible", "`h1_zip` in memory, compressible (criterion)"),
+        ):
+            if get(key) is not None:
+                out.append(f"| {label} | - | {fmt(get(key), '.0f')} |")
+        if get("h1.openssl_sha256") is not None:
+            out.append(f"| floor: SHA-256 alone (`openssl speed -evp sha256`, 1 MiB blocks) | - | "
+                       f"{fmt(get('h1.openssl_sha256'), '.0f')} |")
+        for key, label in (
+            ("h1.provender_fill", "provender cold fill: h1 step alone (`provender_h1_hash_duration_seconds`)"),
+            ("h1.python", "reference: `bench/h1_reference.py` (CPython zipfile/zlib + OpenSSL SHA-256), same file"),
+            ("h1.provender_seed", "`provender seed`, empty cache: discovery, metadata, signature, download, SHA-256, fsync, h1, commit"),
+            ("h1.terraform_mirror", "`terraform providers mirror`: discovery, metadata, signature, download, SHA-256, unpack, h1"),
+        ):
+            t = get(f"{key}.s")
+            if t is not None:
+                out.append(f"| {label} | {fmt(t, '.3f')} | {fmt(size / t if size else None, '.0f')} |")
+        q = ratio(get("h1.terraform_mirror.s"), get("h1.provender_seed.s"))
+        q2 = ratio(get("h1.python.s"), get("h1.provender_fill.s"))
+        out.append(f"\nThe large archive: {fmt(size, '.0f')} MiB of content. provender's h1 step is "
+                   f"{fmt(q2, '.2f')}x as fast as the reference; `provender seed` is {fmt(q, '.2f')}x "
+                   f"as fast as `terraform providers mirror` end to end.\n")
+
+    # Memory.
+    if get("rss.idle") is not None:
+        out.append("### Memory (provender VmRSS / VmHWM)\n")
+        out.append("| state | KiB |")
+        out.append("|---|---|")
+        rows = [
+            ("rss.idle", "idle, just started (VmRSS)"),
+            ("rss.warm", "idle after the warm benchmarks (VmRSS)"),
+            ("rss.dl.mid", f"peak, 100 concurrent downloads of the {fmt(get('size.mid.mib'), '.0f')} MiB archive (VmHWM)"),
+            ("rss.dl.big", f"peak, 100 concurrent downloads of the {fmt(get('size.big.mib'), '.0f')} MiB archive (VmHWM)"),
+            ("rss.cold.big", f"peak, 100 concurrent downloads of the {fmt(get('size.big.mib'), '.0f')} MiB archive sharing one cold fill (VmHWM, separate instance)"),
+            ("rss.nginx.dl.big", f"nginx (all processes), 100 concurrent downloads of the {fmt(get('size.big.mib'), '.0f')} MiB archive (sum of VmHWM)"),
+        ]
+        for key, label in rows:
+            if get(key) is not None:
+                out.append(f"| {label} | {fmt(get(key), '.0f')} |")
+        mid, big = get("rss.dl.mid"), get("rss.dl.big")
+        if mid and big:
+            grow = big - mid
+            met = grow <= max(0.1 * mid, 8192)
+            verdicts.append(("memory flat in archive size", met))
+            out.append(f"\nGrowth from the {fmt(get('size.mid.mib'), '.0f')} MiB to the "
+                       f"{fmt(get('size.big.mib'), '.0f')} MiB archive: {grow:+.0f} KiB "
+                       f"(target: flat, i.e. within 10% or 8 MiB: {'met' if met else 'missed'}).\n")
+        for key, label in (("dl100.mid.mibps", "mid"), ("dl100.big.mibps", "big"),
+                           ("dl100.cold.mibps", "big, cold")):
+            if get(key) is not None:
+                out.append(f"Aggregate throughput of the 100 downloads ({label}): {fmt(get(key), '.0f')} MiB/s.  ")
+        out.append("")
+
+    if verdicts:
+        out.append("### Targets\n")
+        out.append("| target | result |")
+        out.append("|---|---|")
+        for name, met, *text in verdicts:
+            out.append(f"| {name} | {text[0] if text else ('met' if met else 'missed')} |")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("wrk", "table"):
+        sys.exit(__doc__)
+    {"wrk": wrk, "table": table}[sys.argv[1]](sys.argv[2])
