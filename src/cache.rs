@@ -83,7 +83,9 @@ pub fn sync_dir(dir: &Path) {
 /// in a container), since this one has written nothing yet. Where liveness cannot be checked, the
 /// file is treated as abandoned.
 pub(crate) fn writer_is_gone(pid: &str) -> bool {
-    let Ok(pid) = pid.parse::<u32>() else { return true };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return true;
+    };
     if pid == std::process::id() {
         return true;
     }
@@ -106,7 +108,9 @@ pub fn remove_temp_files(dir: &Path) -> usize {
             removed += remove_temp_files(&path);
         } else {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(rest) = name.strip_prefix(".tmp-") else { continue };
+            let Some(rest) = name.strip_prefix(".tmp-") else {
+                continue;
+            };
             let pid = rest.split('-').next().unwrap_or_default();
             if writer_is_gone(pid) && std::fs::remove_file(&path).is_ok() {
                 removed += 1;

@@ -474,7 +474,10 @@ mod tests {
         std::fs::write(dir.path().join(format!("tmp/{parent}-0.part")), b"in use").unwrap();
         let (_, removed) = Staging::open(dir.path().join("tmp")).unwrap();
         assert_eq!(removed, 1);
-        assert!(dir.path().join(format!("tmp/{parent}-0.part")).exists(), "a live writer's file stays");
+        assert!(
+            dir.path().join(format!("tmp/{parent}-0.part")).exists(),
+            "a live writer's file stays"
+        );
     }
 
     #[tokio::test]
