@@ -44,8 +44,11 @@ fuzz_target!(|data: &[u8]| {
         }
         assert_eq!(MirrorPath::parse(&canonical(&p)).unwrap(), p);
     }
-    if let Ok(RegistryPath::Versions(a) | RegistryPath::Download(a, ..) | RegistryPath::Sums { addr: a, .. }) =
-        RegistryPath::parse(path)
+    if let Ok(
+        RegistryPath::Versions(a)
+        | RegistryPath::Download(a, ..)
+        | RegistryPath::Sums { addr: a, .. },
+    ) = RegistryPath::parse(path)
     {
         for part in [a.hostname.as_str(), &a.namespace, &a.type_] {
             safe(part);

@@ -31,7 +31,11 @@ fuzz_target!(|data: &[u8]| {
             let platform = Platform::parse("linux_amd64").unwrap();
             if let Ok(d) = parse_download(body, &platform) {
                 assert_eq!(d.shasum.len(), 64);
-                assert!(d.shasum.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+                assert!(
+                    d.shasum
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                );
                 assert!(!d.filename.contains(['/', '\\', '\n', '\0']));
             }
         }
