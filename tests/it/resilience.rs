@@ -596,7 +596,9 @@ async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
     let ca = TestCa::new();
     let origin = origin_with_big_archives(&ca).await;
     let throttle = Throttle::start(origin.addr()).await;
-    throttle.set_rate(3 * MIB as u64);
+    // Fast enough that later rounds complete downloads (all six may share one HTTP/2
+    // connection: ~1 s in all), slow enough that early rounds are cut mid-download.
+    throttle.set_rate(12 * MIB as u64);
     let (_dir, cache, config) = process_config(&ca, &throttle);
     let client = https_client(&ca, &[]);
     let archives: Vec<(&str, &str, &str)> = ["1.0.0", "2.0.0"]
