@@ -530,19 +530,7 @@ impl Mirror {
         for (platform, info) in lookups {
             match info? {
                 Some(info) => {
-                    packages.insert(
-                        platform,
-                        Package {
-                            protocols: info.protocols,
-                            filename: info.filename,
-                            download_url: info.download_url,
-                            shasum: info.shasum,
-                            shasums_url: info.shasums_url,
-                            shasums_signature_url: info.shasums_signature_url,
-                            signing_keys: info.signing_keys,
-                            h1: None,
-                        },
-                    );
+                    packages.insert(platform, Package::from(info));
                 }
                 None => unavailable.push(platform),
             }

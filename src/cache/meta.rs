@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::upstream::{ListedVersion, SigningKey};
+use crate::upstream::{DownloadInfo, ListedVersion, SigningKey};
 
 /// A provider's version list as last fetched from its origin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +81,22 @@ pub struct Package {
     /// `h1:` hash, once provender has processed the archive.
     #[serde(default)]
     pub h1: Option<String>,
+}
+
+impl From<DownloadInfo> for Package {
+    /// A package as the origin describes it, before its archive has been processed.
+    fn from(info: DownloadInfo) -> Package {
+        Package {
+            protocols: info.protocols,
+            filename: info.filename,
+            download_url: info.download_url,
+            shasum: info.shasum,
+            shasums_url: info.shasums_url,
+            shasums_signature_url: info.shasums_signature_url,
+            signing_keys: info.signing_keys,
+            h1: None,
+        }
+    }
 }
 
 /// Everything the mirror knows about one provider version.
