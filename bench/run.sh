@@ -31,10 +31,10 @@ while [ $# -gt 0 ]; do
 done
 
 if [ $QUICK = 1 ]; then
-    BIG_MIB=24 MID_MIB=6 DURATION=3 ROUNDS=1 REPS=2 COLD_REPS=1 TF_REPS=1 H1_MIB=16
+    BIG_MIB=24 MID_MIB=6 DURATION=3 ROUNDS=1 REPS=2 COLD_REPS=1 TF_REPS=1 MEM_REPS=1 H1_MIB=16
     CRITERION_ARGS=(--warm-up-time 1 --measurement-time 3)
 else
-    BIG_MIB=128 MID_MIB=32 DURATION=10 ROUNDS=3 REPS=5 COLD_REPS=3 TF_REPS=3 H1_MIB=64
+    BIG_MIB=128 MID_MIB=32 DURATION=10 ROUNDS=3 REPS=5 COLD_REPS=5 TF_REPS=3 MEM_REPS=3 H1_MIB=64
     CRITERION_ARGS=(--warm-up-time 3 --measurement-time 15)
 fi
 CONNS=(64 256)
@@ -469,8 +469,8 @@ done
 # Memory: idle, and 100 concurrent downloads of the mid and big archives (peak RSS).
 # ---------------------------------------------------------------------------------------------
 record rss.warm "$(status_kib "$PROVENDER_PID" VmRSS)"
-log "memory: $CLIENTS concurrent downloads from provender (mid, then big archive)"
-for t in mid big; do
+log "memory: $CLIENTS concurrent downloads from provender (mid, then big archive; $MEM_REPS time(s))"
+for t in $(for rep in $(seq "$MEM_REPS"); do echo mid big; done); do
     zip=$MID_ZIP bytes=$MID_BYTES
     [ $t = big ] && zip=$BIG_ZIP bytes=$BIG_BYTES
     echo 5 >"/proc/$PROVENDER_PID/clear_refs" # resets VmHWM to the current RSS
