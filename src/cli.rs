@@ -1,15 +1,15 @@
 //! Command-line interface: argument parsing, logging set-up, exit codes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError, Settings};
 use crate::server::Server;
 
-/// Exit code for an unusable configuration (sysexits' EX_CONFIG).
-const EXIT_CONFIG: u8 = 78;
+/// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
+pub(crate) const EXIT_CONFIG: u8 = 78;
 
 #[derive(Parser)]
 #[command(
@@ -61,27 +61,39 @@ fn init_logging(default_level: &str) {
         .init();
 }
 
-fn serve(config_path: Option<PathBuf>) -> ExitCode {
-    let config = match &config_path {
+/// Reads and validates the configuration file, or takes the built-in defaults without one:
+/// the same for `serve` and every operator command.
+pub(crate) fn load_config(path: Option<&Path>) -> Result<Settings, ConfigError> {
+    match path {
         Some(path) => Config::from_file(path),
         None => Ok(Config::default()),
-    };
-    let settings = match config.and_then(|c| c.validate()) {
+    }
+    .and_then(|c| c.validate())
+}
+
+/// The multi-threaded async runtime a command runs on; when there can be none, says why on
+/// stderr and gives the exit code to end with.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("provender: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn serve(config_path: Option<PathBuf>) -> ExitCode {
+    let settings = match load_config(config_path.as_deref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("provender: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("provender: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let server = match Server::bind(settings).await {

@@ -29,12 +29,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::address::Platform;
 use crate::cache::{ArchiveKey, StagedFile, Staging};
-use crate::config::{Config, Settings};
+use crate::cli::EXIT_CONFIG;
+use crate::config::Settings;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
-
-/// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
-const EXIT_CONFIG: u8 = 78;
 
 /// The operator subcommands (flattened into the top-level command line).
 #[derive(clap::Subcommand)]
@@ -66,15 +64,9 @@ pub struct CommonArgs {
 
 /// Runs an operator command to completion.
 pub fn run(command: OpsCommand) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crate::cli::runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("provender: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let outcome = runtime.block_on(async move {
         match command {
@@ -144,13 +136,7 @@ pub fn usage(msg: impl Into<String>) -> OpsError {
 
 /// Loads the configuration the same way `serve` does (built-in defaults without a file).
 pub fn load_settings(common: &CommonArgs) -> Result<Settings, OpsError> {
-    let config = match &common.config {
-        Some(path) => Config::from_file(path),
-        None => Ok(Config::default()),
-    };
-    config
-        .and_then(|c| c.validate())
-        .map_err(|e| usage(e.to_string()))
+    crate::cli::load_config(common.config.as_deref()).map_err(|e| usage(e.to_string()))
 }
 
 /// Opens the cache with `settings` (no network is touched until something is missing), and
