@@ -1,5 +1,6 @@
 //! Terraform's package hashes: `zh:` (SHA-256 of the zip file) and `h1:` (Go's `dirhash.Hash1`
-//! over the zip's entries, as Terraform's `HashZip` computes it).
+//! over the zip's entries, as Terraform's `HashZip` computes it). [`h1_installed`] gives the
+//! other `h1:` Terraform records, of the package as extracted.
 //!
 //! `h1:` rules, matched byte for byte:
 //! - every entry of the zip's central directory counts, with its name exactly as stored (raw
@@ -21,6 +22,7 @@
 //! bounded whatever the archive holds; [`HashLimits`] bounds the work (entry count, total
 //! uncompressed bytes actually read, whatever the headers claim).
 
+use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
 use base64::Engine as _;
@@ -110,6 +112,71 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
         summary.update(b"  ");
         summary.update(name);
         summary.update(b"\n");
+    }
+    Ok(format!(
+        "h1:{}",
+        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
+    ))
+}
+
+/// The `h1:` hash Terraform records for a package once it is installed: the hash of the
+/// directory the zip extracts to, where [`h1_zip`] hashes the zip's entries.
+///
+/// Extracting differs from listing the zip in three ways, all followed here: a directory entry
+/// leaves no file of its own; names (read as UTF-8, invalid bytes replaced) are cleaned of empty
+/// and `.` elements; and of entries whose cleaned names are equal, the last one wins. A `..`
+/// element is an error (the package would escape its directory), as is a newline in the name of
+/// a file that is hashed.
+///
+/// `zip_h1` is the zip's own `h1:`, returned as is, without reading any content, when
+/// extracting changes nothing: no directory entries, every name already clean and unique.
+/// What is read is not bounded: give it only archives already hashed within [`HashLimits`].
+pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, String> {
+    let mut zip = zip::ZipArchive::new(reader).map_err(|e| format!("not a readable zip: {e}"))?;
+    // Clean name -> index of its last entry (extraction overwrites earlier ones).
+    let mut files: BTreeMap<String, usize> = BTreeMap::new();
+    let mut plain = true;
+    for i in 0..zip.len() {
+        let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
+        let raw = String::from_utf8_lossy(entry.name_raw()).to_string();
+        if raw.ends_with('/') {
+            plain = false;
+            continue;
+        }
+        let mut parts = Vec::new();
+        for part in raw.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => return Err(format!("zip entry {raw:?} escapes the package directory")),
+                p => parts.push(p),
+            }
+        }
+        let clean = parts.join("/");
+        if clean != raw || files.insert(clean, i).is_some() {
+            plain = false;
+        }
+    }
+    if plain {
+        return Ok(zip_h1.to_string());
+    }
+    let mut summary = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for (name, index) in &files {
+        if name.contains('\n') {
+            return Err(format!("zip entry {name:?} contains a newline"));
+        }
+        let mut entry = zip.by_index(*index).map_err(|e| e.to_string())?;
+        let mut hasher = Sha256::new();
+        loop {
+            let n = entry
+                .read(&mut buf)
+                .map_err(|e| format!("reading {name}: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        summary.update(format!("{}  {name}\n", hex::encode(hasher.finalize())).as_bytes());
     }
     Ok(format!(
         "h1:{}",
@@ -377,6 +444,45 @@ mod tests {
     fn garbage_is_an_error_not_a_panic() {
         assert!(h1_zip(Cursor::new(b"not a zip".to_vec()), HashLimits::default()).is_err());
         assert!(h1_zip(Cursor::new(Vec::new()), HashLimits::default()).is_err());
+    }
+
+    #[test]
+    fn installed_hash_ignores_directory_entries() {
+        let flat = build_zip(&[("docs/README.md", Some(b"read me")), ("tool", Some(b"#!"))]);
+        let with_dirs = build_zip(&[
+            ("docs/", None),
+            ("docs/README.md", Some(b"read me")),
+            ("tool", Some(b"#!")),
+        ]);
+        let h1 = |zip: &[u8]| h1_zip(Cursor::new(zip), HashLimits::default()).unwrap();
+        let expected = h1(&flat);
+        // A flat zip: the recorded h1 is returned untouched (no content is read).
+        assert_eq!(
+            h1_installed(Cursor::new(&flat), "h1:recorded").unwrap(),
+            "h1:recorded"
+        );
+        // With a directory entry, the zip's own hash differs, the installed one does not.
+        assert_ne!(h1(&with_dirs), expected);
+        assert_eq!(
+            h1_installed(Cursor::new(&with_dirs), &h1(&with_dirs)).unwrap(),
+            expected
+        );
+    }
+
+    #[test]
+    fn installed_hash_cleans_names_and_keeps_the_last_duplicate() {
+        let odd = build_zip(&[("./tool", Some(b"old")), ("tool", Some(b"new"))]);
+        let plain = build_zip(&[("tool", Some(b"new"))]);
+        assert_eq!(
+            h1_installed(Cursor::new(odd), "h1:x").unwrap(),
+            h1_zip(Cursor::new(plain), HashLimits::default()).unwrap()
+        );
+        let bad = build_zip(&[("../evil", Some(b"x"))]);
+        assert!(
+            h1_installed(Cursor::new(bad), "h1:x")
+                .unwrap_err()
+                .contains("escapes")
+        );
     }
 
     #[test]

@@ -5,9 +5,10 @@
 //! Missing archives are fetched through the mirror (unless offline).
 //!
 //! Hashes, as Terraform records them when it locks from a registry:
-//! - `h1:` of each requested platform's package *as installed* (extracted: regular files only,
-//!   names cleaned, the last of duplicate names wins). For a zip without directory entries or
-//!   unusual names this equals the zip's own `h1:`, which the cache already knows;
+//! - `h1:` of each requested platform's package *as installed* ([`crate::hash::h1_installed`]:
+//!   extracted, regular files only, names cleaned, the last of duplicate names wins). For a zip
+//!   without directory entries or unusual names this equals the zip's own `h1:`, which the cache
+//!   already knows;
 //! - `zh:` for every line of the origin's SHA256SUMS files (Terraform trusts them all once the
 //!   file's signature checks out); without those files, `zh:` of every package the cache's
 //!   version record knows.
@@ -16,12 +17,8 @@
 //! provider keeps its version, its old hashes are kept too.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-
-use base64::Engine as _;
-use sha2::{Digest, Sha256};
 
 use super::inputs::{self, Wanted};
 use super::lockfile::{LockFile, LockedProvider};
@@ -254,10 +251,14 @@ async fn hashes_for(
         }
         let path = copy.path().to_path_buf();
         let recorded = info.h1.clone();
-        let h1 = tokio::task::spawn_blocking(move || h1_installed(&path, &recorded))
-            .await
-            .map_err(|e| format!("hashing task failed: {e}"))?
-            .map_err(|e| format!("{key}: {e}"))?;
+        let h1 = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+            let reader = std::io::BufReader::with_capacity(256 * 1024, file);
+            crate::hash::h1_installed(reader, &recorded)
+        })
+        .await
+        .map_err(|e| format!("hashing task failed: {e}"))?
+        .map_err(|e| format!("{key}: {e}"))?;
         hashes.insert(h1);
     }
     let mut from_sums = false;
@@ -307,131 +308,9 @@ pub fn sums_hashes(doc: &[u8]) -> Vec<String> {
     out
 }
 
-/// The `h1:` hash Terraform records for a package once installed (its extracted directory).
-/// `zip_h1` is the zip's own `h1:`, returned as is when extraction cannot change anything.
-pub fn h1_installed(path: &Path, zip_h1: &str) -> Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::with_capacity(256 * 1024, file))
-        .map_err(|e| format!("not a readable zip: {e}"))?;
-    // Clean name -> index of its last entry (extraction overwrites earlier ones).
-    let mut files: BTreeMap<String, usize> = BTreeMap::new();
-    let mut plain = true;
-    for i in 0..zip.len() {
-        let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
-        let raw = String::from_utf8_lossy(entry.name_raw()).to_string();
-        if raw.ends_with('/') {
-            plain = false;
-            continue;
-        }
-        let mut parts = Vec::new();
-        for part in raw.split('/') {
-            match part {
-                "" | "." => {}
-                ".." => return Err(format!("zip entry {raw:?} escapes the package directory")),
-                p => parts.push(p),
-            }
-        }
-        let clean = parts.join("/");
-        if clean != raw || files.insert(clean, i).is_some() {
-            plain = false;
-        }
-    }
-    if plain {
-        return Ok(zip_h1.to_string());
-    }
-    let mut summary = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    for (name, index) in &files {
-        if name.contains('\n') {
-            return Err(format!("zip entry {name:?} contains a newline"));
-        }
-        let mut entry = zip.by_index(*index).map_err(|e| e.to_string())?;
-        let mut hasher = Sha256::new();
-        loop {
-            let n = entry
-                .read(&mut buf)
-                .map_err(|e| format!("reading {name}: {e}"))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-        }
-        summary.update(format!("{}  {name}\n", hex::encode(hasher.finalize())).as_bytes());
-    }
-    Ok(format!(
-        "h1:{}",
-        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Cursor, Write};
-    use zip::write::SimpleFileOptions;
-
-    fn zip_file(dir: &Path, name: &str, entries: &[(&str, Option<&[u8]>)]) -> PathBuf {
-        let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
-        let opts = SimpleFileOptions::default();
-        for (n, content) in entries {
-            match content {
-                Some(c) => {
-                    w.start_file(*n, opts).unwrap();
-                    w.write_all(c).unwrap();
-                }
-                None => w.add_directory(*n, opts).unwrap(),
-            }
-        }
-        let path = dir.join(name);
-        std::fs::write(&path, w.finish().unwrap().into_inner()).unwrap();
-        path
-    }
-
-    fn h1_zip(path: &Path) -> String {
-        super::super::bundle::h1_of_file(path).unwrap()
-    }
-
-    #[test]
-    fn installed_hash_ignores_directory_entries() {
-        let dir = tempfile::tempdir().unwrap();
-        let flat = zip_file(
-            dir.path(),
-            "flat.zip",
-            &[("docs/README.md", Some(b"read me")), ("tool", Some(b"#!"))],
-        );
-        let with_dirs = zip_file(
-            dir.path(),
-            "dirs.zip",
-            &[
-                ("docs/", None),
-                ("docs/README.md", Some(b"read me")),
-                ("tool", Some(b"#!")),
-            ],
-        );
-        let expected = h1_zip(&flat);
-        // A flat zip: the recorded h1 is returned untouched (no content is read).
-        assert_eq!(h1_installed(&flat, "h1:recorded").unwrap(), "h1:recorded");
-        // With a directory entry, the zip's own hash differs, the installed one does not.
-        assert_ne!(h1_zip(&with_dirs), expected);
-        assert_eq!(
-            h1_installed(&with_dirs, &h1_zip(&with_dirs)).unwrap(),
-            expected
-        );
-    }
-
-    #[test]
-    fn installed_hash_cleans_names_and_keeps_the_last_duplicate() {
-        let dir = tempfile::tempdir().unwrap();
-        let odd = zip_file(
-            dir.path(),
-            "odd.zip",
-            &[("./tool", Some(b"old")), ("tool", Some(b"new"))],
-        );
-        let plain = zip_file(dir.path(), "plain.zip", &[("tool", Some(b"new"))]);
-        assert_eq!(h1_installed(&odd, "h1:x").unwrap(), h1_zip(&plain));
-        let bad = zip_file(dir.path(), "bad.zip", &[("../evil", Some(b"x"))]);
-        assert!(h1_installed(&bad, "h1:x").unwrap_err().contains("escapes"));
-    }
 
     #[test]
     fn sums_lines_become_zh_hashes() {
