@@ -225,14 +225,12 @@ pub fn copy_hashing(
     Ok((hex::encode(hasher.finalize()), size))
 }
 
-/// The `h1:` hash of a zip file on disk.
-pub fn h1_of_file(path: &Path) -> Result<String, String> {
+/// The `h1:` hash of a zip file on disk, within `limits` (the configuration's
+/// [`Settings::hash_limits`](crate::config::Settings::hash_limits), as when `serve` fetches).
+pub fn h1_of_file(path: &Path, limits: crate::hash::HashLimits) -> Result<String, String> {
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    crate::hash::h1_zip(
-        io::BufReader::with_capacity(256 * 1024, file),
-        crate::hash::HashLimits::default(),
-    )
-    .map_err(|e| e.to_string())
+    crate::hash::h1_zip(io::BufReader::with_capacity(256 * 1024, file), limits)
+        .map_err(|e| e.to_string())
 }
 
 /// Writes a tar stream asynchronously: ustar headers from the `tar` crate, bodies streamed.

@@ -31,6 +31,7 @@ use crate::cache::{
     ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, StagedFile, Staging, SumsRef,
     VersionRecord,
 };
+use crate::hash::HashLimits;
 use crate::mirror::Mirror;
 
 /// Largest manifest, mirror JSON document or checksum file accepted.
@@ -76,6 +77,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let meta = std::fs::metadata(&args.source)
         .map_err(|e| usage(format!("{}: {e}", args.source.display())))?;
+    let limits = settings.hash_limits();
     let (mirror, staging) = super::open_mirror(settings)?;
     let source = args.source.clone();
     let total = if meta.is_dir() {
@@ -87,11 +89,17 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let bar2 = bar.clone();
     let handle = tokio::runtime::Handle::current();
     let (imports, mut failed) = tokio::task::spawn_blocking(move || {
+        let checker = Checker {
+            handle: &handle,
+            staging: &staging,
+            bar: &bar2,
+            limits,
+        };
         let mut failed = Failures::new();
         let imports = if meta.is_dir() {
-            from_dir(&handle, &staging, &source, &mut failed, &bar2)
+            from_dir(&checker, &source, &mut failed)
         } else {
-            from_bundle(&handle, &staging, &source, &mut failed, &bar2)
+            from_bundle(&checker, &source, &mut failed)
         };
         (imports, failed)
     })
@@ -138,17 +146,27 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     Ok(Outcome::Success)
 }
 
+/// What the verifying phase works with, on a blocking thread: the runtime that the staging
+/// area's calls are run on, the staging area, the progress bar, and the configured bounds on
+/// hashing one archive (the same as when `serve` fetches it).
+struct Checker<'a> {
+    handle: &'a tokio::runtime::Handle,
+    staging: &'a Staging,
+    bar: &'a indicatif::ProgressBar,
+    limits: HashLimits,
+}
+
 /// Copies `reader` into a new staging file, hashing it; returns the file, its SHA-256 and size.
 fn stage(
-    handle: &tokio::runtime::Handle,
-    staging: &Staging,
+    checker: &Checker,
     reader: &mut impl Read,
     limit: u64,
 ) -> Result<(StagedFile, String, u64), String> {
-    let (staged, file) = handle
-        .block_on(staging.create())
+    let (staged, file) = checker
+        .handle
+        .block_on(checker.staging.create())
         .map_err(|e| format!("creating a staging file: {e}"))?;
-    let file = handle.block_on(file.into_std());
+    let file = checker.handle.block_on(file.into_std());
     let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
     let (sha, size) =
         bundle::copy_hashing(reader, &mut out, limit).map_err(|e| format!("reading: {e}"))?;
@@ -179,13 +197,7 @@ enum Expect {
     Sums { v: usize, s: usize, signature: bool },
 }
 
-fn from_bundle(
-    handle: &tokio::runtime::Handle,
-    staging: &Staging,
-    path: &Path,
-    failed: &mut Failures,
-    bar: &indicatif::ProgressBar,
-) -> Vec<VersionImport> {
+fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> Vec<VersionImport> {
     let shown = path.display().to_string();
     let mut fail = |what: &str, why: String| failed.push((format!("{shown}: {what}"), why));
     let file = match std::fs::File::open(path) {
@@ -195,7 +207,10 @@ fn from_bundle(
             return Vec::new();
         }
     };
-    let mut tar = tar::Archive::new(BufReader::with_capacity(256 * 1024, bar.wrap_read(file)));
+    let mut tar = tar::Archive::new(BufReader::with_capacity(
+        256 * 1024,
+        checker.bar.wrap_read(file),
+    ));
     let mut entries = match tar.entries() {
         Ok(e) => e,
         Err(e) => {
@@ -358,8 +373,8 @@ fn from_bundle(
             }
             Expect::Archive { v, a } => {
                 let meta = &manifest.versions[v].archives[a];
-                bar.set_message(name.clone());
-                match check_archive(handle, staging, &mut entry, meta) {
+                checker.bar.set_message(name.clone());
+                match check_archive(checker, &mut entry, meta) {
                     Ok((file, info)) => {
                         staged.insert((v, a), (file, info));
                     }
@@ -497,12 +512,11 @@ fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), Str
 
 /// Stages one archive and checks size, SHA-256 and `h1:` against the manifest.
 fn check_archive(
-    handle: &tokio::runtime::Handle,
-    staging: &Staging,
+    checker: &Checker,
     reader: &mut impl Read,
     meta: &bundle::BundleArchive,
 ) -> Result<(StagedFile, ArchiveInfo), String> {
-    let (file, sha, size) = stage(handle, staging, reader, meta.size)?;
+    let (file, sha, size) = stage(checker, reader, meta.size)?;
     if size != meta.size {
         return Err(format!("{size} bytes, the manifest says {}", meta.size));
     }
@@ -512,7 +526,8 @@ fn check_archive(
             meta.sha256
         ));
     }
-    let h1 = bundle::h1_of_file(file.path()).map_err(|e| format!("unusable zip: {e}"))?;
+    let h1 = bundle::h1_of_file(file.path(), checker.limits)
+        .map_err(|e| format!("unusable zip: {e}"))?;
     if h1 != meta.h1 {
         return Err(format!("h1 is {h1}, the manifest says {}", meta.h1));
     }
@@ -570,13 +585,7 @@ fn subdirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     Ok(out)
 }
 
-fn from_dir(
-    handle: &tokio::runtime::Handle,
-    staging: &Staging,
-    root: &Path,
-    failed: &mut Failures,
-    bar: &indicatif::ProgressBar,
-) -> Vec<VersionImport> {
+fn from_dir(checker: &Checker, root: &Path, failed: &mut Failures) -> Vec<VersionImport> {
     let mut out = Vec::new();
     let hosts = match subdirs(root) {
         Ok(h) => h,
@@ -598,7 +607,7 @@ fn from_dir(
                         continue;
                     }
                 };
-                out.extend(provider_from_dir(handle, staging, &addr, &dir, failed, bar));
+                out.extend(provider_from_dir(checker, &addr, &dir, failed));
             }
         }
     }
@@ -609,12 +618,10 @@ fn from_dir(
 }
 
 fn provider_from_dir(
-    handle: &tokio::runtime::Handle,
-    staging: &Staging,
+    checker: &Checker,
     addr: &ProviderAddr,
     dir: &Path,
     failed: &mut Failures,
-    bar: &indicatif::ProgressBar,
 ) -> Vec<VersionImport> {
     let fail =
         |failed: &mut Failures, p: &Path, why: String| failed.push((p.display().to_string(), why));
@@ -685,8 +692,8 @@ fn provider_from_dir(
                 continue;
             }
             let zip_path = dir.join(&entry.url);
-            bar.set_message(entry.url.clone());
-            match check_listed(handle, staging, &zip_path, &entry.hashes, bar) {
+            checker.bar.set_message(entry.url.clone());
+            match check_listed(checker, &zip_path, &entry.hashes) {
                 Ok((staged, info)) => archives.push(Verified {
                     key: ArchiveKey {
                         addr: addr.clone(),
@@ -721,19 +728,18 @@ fn provider_from_dir(
 
 /// Stages a zip from a mirror directory and checks it against the hashes listed for it.
 fn check_listed(
-    handle: &tokio::runtime::Handle,
-    staging: &Staging,
+    checker: &Checker,
     zip: &Path,
     hashes: &[String],
-    bar: &indicatif::ProgressBar,
 ) -> Result<(StagedFile, ArchiveInfo), String> {
     if hashes.is_empty() {
         return Err("no hashes are listed for it, so it cannot be checked".into());
     }
     let file = std::fs::File::open(zip).map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(bar.wrap_read(file));
-    let (staged, sha, size) = stage(handle, staging, &mut reader, u64::MAX - 1)?;
-    let h1 = bundle::h1_of_file(staged.path()).map_err(|e| format!("unusable zip: {e}"))?;
+    let mut reader = BufReader::new(checker.bar.wrap_read(file));
+    let (staged, sha, size) = stage(checker, &mut reader, u64::MAX - 1)?;
+    let h1 = bundle::h1_of_file(staged.path(), checker.limits)
+        .map_err(|e| format!("unusable zip: {e}"))?;
     for listed in hashes {
         let ok = match listed.split_once(':') {
             Some(("h1", _)) => listed == &h1,

@@ -45,7 +45,8 @@ async fn check(
         return Err(format!("SHA-256 is {sha}, its record says {}", info.sha256));
     }
     let path = copy.path().to_path_buf();
-    let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path))
+    let limits = mirror.settings().hash_limits();
+    let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path, limits))
         .await
         .map_err(|e| format!("hashing task failed: {e}"))?
         .map_err(|e| format!("unusable zip: {e}"))?;
