@@ -28,7 +28,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::address::Platform;
-use crate::cache::{ArchiveKey, StagedFile, Staging};
+use crate::cache::{ArchiveInfo, ArchiveKey, StagedFile, Staging};
 use crate::cli::EXIT_CONFIG;
 use crate::config::Settings;
 use crate::metrics::Metrics;
@@ -177,6 +177,21 @@ pub async fn local_copy(
         .await
         .map_err(|e| format!("writing a staging file: {e}"))?;
     Ok((staged, hashing.finish(), size))
+}
+
+/// `Err` unless `sha256`, computed from a cached archive's bytes, is the one its record holds.
+pub fn check_recorded_sha256(
+    key: &ArchiveKey,
+    sha256: &str,
+    recorded: &ArchiveInfo,
+) -> Result<(), String> {
+    if sha256 == recorded.sha256 {
+        return Ok(());
+    }
+    Err(format!(
+        "{key}: cached archive has SHA-256 {sha256}, its record says {} (run provender verify)",
+        recorded.sha256
+    ))
 }
 
 /// The platforms a command works on: `--platform` values (each checked against the

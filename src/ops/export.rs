@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::bundle::{self, BundleArchive, BundleSums, BundleVersion, Manifest, MirrorEntry};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{ArchiveInfo, ArchiveKey};
+use crate::cache::{ArchiveInfo, ArchiveKey, StoredArchive};
 use crate::constraints::Constraints;
 use crate::mirror::Mirror;
 
@@ -42,7 +42,7 @@ pub struct ExportArgs {
 
 /// One cached archive chosen for export.
 struct Chosen {
-    platform: Platform,
+    key: ArchiveKey,
     info: ArchiveInfo,
 }
 
@@ -83,7 +83,7 @@ async fn select(
         out.entry((key.addr.clone(), key.version.clone()))
             .or_default()
             .push(Chosen {
-                platform: key.platform.clone(),
+                key: key.clone(),
                 info,
             });
     }
@@ -124,7 +124,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
             );
             for ((addr, version), chosen) in &selection {
                 let platforms: Vec<String> =
-                    chosen.iter().map(|c| c.platform.to_string()).collect();
+                    chosen.iter().map(|c| c.key.platform.to_string()).collect();
                 println!("  {addr} {version}: {}", platforms.join(", "));
             }
         }
@@ -134,6 +134,16 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     Ok(Outcome::from_failures(failed.len()))
 }
 
+/// Opens a chosen archive in the store.
+async fn open_chosen(mirror: &Arc<Mirror>, key: &ArchiveKey) -> Result<StoredArchive, String> {
+    mirror
+        .store()
+        .open(key)
+        .await
+        .map_err(|e| format!("opening {key}: {e}"))?
+        .ok_or_else(|| format!("{key} vanished from the cache"))
+}
+
 /// Copies one archive out of the store into `out`, checking its SHA-256 on the way.
 async fn copy_archive(
     mirror: &Arc<Mirror>,
@@ -141,24 +151,12 @@ async fn copy_archive(
     info: &ArchiveInfo,
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
 ) -> Result<(), String> {
-    let mut stored = mirror
-        .store()
-        .open(key)
-        .await
-        .map_err(|e| format!("opening {key}: {e}"))?
-        .ok_or_else(|| format!("{key} vanished from the cache"))?;
+    let mut stored = open_chosen(mirror, key).await?;
     let mut hashing = HashingReader::new(&mut stored.body);
     tokio::io::copy(&mut hashing, out)
         .await
         .map_err(|e| format!("copying {key}: {e}"))?;
-    let sha = hashing.finish();
-    if sha != info.sha256 {
-        return Err(format!(
-            "{key}: cached archive has SHA-256 {sha}, its record says {} (run provender verify)",
-            info.sha256
-        ));
-    }
-    Ok(())
+    super::check_recorded_sha256(key, &hashing.finish(), info)
 }
 
 async fn write_dir(
@@ -174,16 +172,11 @@ async fn write_dir(
     for ((addr, version), chosen) in selection {
         let mut entries = Vec::new();
         for c in chosen {
-            let key = ArchiveKey {
-                addr: addr.clone(),
-                version: version.clone(),
-                platform: c.platform.clone(),
-            };
-            bar.set_message(key.to_string());
-            let target = root.join(bundle::archive_path(addr, version, &c.platform));
-            match export_archive(mirror, &key, &c.info, &target).await {
+            bar.set_message(c.key.to_string());
+            let target = root.join(bundle::archive_path(addr, version, &c.key.platform));
+            match export_archive(mirror, &c.key, &c.info, &target).await {
                 Ok(()) => entries.push(c),
-                Err(e) => failed.push((key.to_string(), e)),
+                Err(e) => failed.push((c.key.to_string(), e)),
             }
             bar.inc(c.info.size);
         }
@@ -191,8 +184,8 @@ async fn write_dir(
             continue;
         }
         let doc = bundle::version_json(entries.iter().map(|c| MirrorEntry {
-            platform: &c.platform,
-            filename: addr.archive_filename(version, &c.platform),
+            platform: &c.key.platform,
+            filename: c.key.filename(),
             h1: &c.info.h1,
             sha256: &c.info.sha256,
         }));
@@ -259,7 +252,7 @@ async fn write_bundle(
         for c in chosen {
             let origin = record
                 .as_ref()
-                .and_then(|r| r.packages.get(&c.platform))
+                .and_then(|r| r.packages.get(&c.key.platform))
                 .filter(|p| p.shasum == c.info.sha256)
                 .map(|p| {
                     let mut p = p.clone();
@@ -267,8 +260,8 @@ async fn write_bundle(
                     p
                 });
             archives.push(BundleArchive {
-                platform: c.platform.clone(),
-                path: bundle::archive_path(addr, version, &c.platform),
+                platform: c.key.platform.clone(),
+                path: bundle::archive_path(addr, version, &c.key.platform),
                 size: c.info.size,
                 sha256: c.info.sha256.clone(),
                 h1: c.info.h1.clone(),
@@ -344,29 +337,15 @@ async fn write_bundle(
         let bar = progress(bytes, "bundling", true);
         for ((addr, version), chosen) in selection {
             for c in chosen {
-                let key = ArchiveKey {
-                    addr: addr.clone(),
-                    version: version.clone(),
-                    platform: c.platform.clone(),
-                };
+                let key = &c.key;
                 bar.set_message(key.to_string());
-                let mut stored = mirror
-                    .store()
-                    .open(&key)
-                    .await
-                    .map_err(|e| format!("opening {key}: {e}"))?
-                    .ok_or_else(|| format!("{key} vanished from the cache"))?;
-                let path = bundle::archive_path(addr, version, &c.platform);
+                let mut stored = open_chosen(mirror, key).await?;
+                let path = bundle::archive_path(addr, version, &key.platform);
                 let sha = tar
                     .append(&path, c.info.size, &mut stored.body)
                     .await
                     .map_err(|e| format!("{key}: {e}"))?;
-                if sha != c.info.sha256 {
-                    return Err(format!(
-                        "{key}: cached archive has SHA-256 {sha}, its record says {} (run provender verify)",
-                        c.info.sha256
-                    ));
-                }
+                super::check_recorded_sha256(key, &sha, &c.info)?;
                 bar.inc(c.info.size);
             }
         }

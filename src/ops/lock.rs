@@ -243,12 +243,7 @@ async fn hashes_for(
             .map_err(|e| format!("{key}: {e}"))?
             .ok_or_else(|| format!("{key} is not in the cache"))?;
         let (copy, sha, _) = super::local_copy(mirror, staging, &key).await?;
-        if sha != info.sha256 {
-            return Err(format!(
-                "{key}: cached archive has SHA-256 {sha}, its record says {} (run provender verify)",
-                info.sha256
-            ));
-        }
+        super::check_recorded_sha256(&key, &sha, &info)?;
         let path = copy.path().to_path_buf();
         let recorded = info.h1.clone();
         let h1 = tokio::task::spawn_blocking(move || {
