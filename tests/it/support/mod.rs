@@ -2,16 +2,22 @@
 //!
 //! - [`pki`]: a throw-away certificate authority and server certificates;
 //! - [`origin`]: a fake origin provider registry over real TLS;
-//! - here: the crypto provider, a timeout around every await ([`within`]), a reqwest client
-//!   trusting only a test CA, and a hermetic runner for the real `terraform` CLI.
+//! - [`provender`]: provender itself, in this process or as the real binary;
+//! - [`http`]: requests to it, read whole;
+//! - [`tf_config`]: CLI configurations and root modules for the `terraform` CLI;
+//! - here: the crypto provider, a timeout around every await ([`within`]), polling until
+//!   something holds ([`poll`], [`eventually`]), a reqwest client trusting only a test CA, and a
+//!   hermetic runner for the real `terraform` CLI.
 
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod origin;
 pub mod pki;
 pub mod provender;
 pub mod static_server;
+pub mod tf_config;
 pub mod throttle;
 
 use std::fs::File;
@@ -47,6 +53,30 @@ pub async fn within<F: IntoFuture>(what: &str, fut: F) -> F::Output {
     match tokio::time::timeout(TIMEOUT, fut).await {
         Ok(output) => output,
         Err(_) => panic!("timed out after {TIMEOUT:?}: {what}"),
+    }
+}
+
+/// How often [`poll`] checks.
+const POLL_INTERVAL: Duration = Duration::from_millis(25);
+
+/// Runs `check` until it gives `Some`, pausing 25 ms after each try, `limit / 25 ms` tries at
+/// the most (so for at least `limit`); `None` if it never did.
+pub async fn poll<T>(limit: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    let tries = limit.as_millis() / POLL_INTERVAL.as_millis();
+    for _ in 0..tries {
+        if let Some(found) = check().await {
+            return Some(found);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    None
+}
+
+/// Waits until `cond` holds (see [`poll`]), panicking with `what` if it still does not after
+/// `limit`.
+pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    if poll(limit, async || cond().then_some(())).await.is_none() {
+        panic!("still not true after {limit:?}: {what}");
     }
 }
 
@@ -123,6 +153,11 @@ impl Terraform {
     /// The CA file given as `SSL_CERT_FILE`.
     pub fn ca_file(&self) -> &Path {
         &self.ca_file
+    }
+
+    /// Runs `terraform init` in `dir` (no prompts, no colour).
+    pub async fn init(&self, dir: &Path) -> TerraformOutput {
+        self.run(dir, &["init", "-input=false", "-no-color"]).await
     }
 
     /// Runs `terraform <args>` in `dir` without blocking the runtime (servers in the same
@@ -205,6 +240,18 @@ impl TerraformOutput {
     pub fn combined(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
+}
+
+/// Runs `terraform init`, which must succeed, in a fresh root module holding `main_tf`, from a
+/// fresh HOME (no plugin cache) trusting `ca` and configured by `cli_config`. Returns the
+/// module's directory.
+pub async fn init_fresh(ca: &TestCa, cli_config: &str, main_tf: &str) -> TempDir {
+    let dir = tf_config::root_module(main_tf);
+    Terraform::new(ca, cli_config)
+        .init(dir.path())
+        .await
+        .assert_success();
+    dir
 }
 
 /// Reads a whole (possibly already written to) temporary file from its start.

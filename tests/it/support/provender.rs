@@ -8,6 +8,7 @@ use provender::config::Config;
 use provender::server::{RunningServer, Server};
 use tempfile::TempDir;
 
+use super::http::get;
 use super::origin::FakeOrigin;
 use super::pki::TestCa;
 use super::within;
@@ -50,6 +51,15 @@ impl TestMirror {
     /// Starts provender with defaults suitable for tests.
     pub async fn start(ca: &TestCa, origin: &FakeOrigin) -> TestMirror {
         Self::start_with(ca, origin, MirrorOptions::default()).await
+    }
+
+    /// Starts provender on an existing cache directory, otherwise with defaults.
+    pub async fn start_on(ca: &TestCa, origin: &FakeOrigin, cache_dir: &Path) -> TestMirror {
+        let opts = MirrorOptions {
+            cache_dir: Some(cache_dir),
+            ..Default::default()
+        };
+        Self::start_with(ca, origin, opts).await
     }
 
     /// Starts provender with extra configuration.
@@ -100,6 +110,12 @@ impl TestMirror {
         let mut u = self.url.clone();
         u.set_path(path);
         u.to_string()
+    }
+
+    /// Its `/metrics` page (Prometheus text).
+    pub async fn metrics(&self, client: &reqwest::Client) -> String {
+        let got = get(client, &self.root_url("/metrics")).await;
+        String::from_utf8(got.body).expect("metrics are UTF-8")
     }
 
     /// Stops the server gracefully, keeping the directories.
