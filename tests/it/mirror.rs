@@ -6,19 +6,24 @@
 //! - restart with a warm cache while the origin is down; platform filter; base path; metrics;
 //! - the built-in self-signed certificate.
 
-use reqwest::StatusCode;
+use std::time::Duration;
+
 use serde_json::Value;
 
+use crate::support::http::{get, request, send};
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
-use crate::support::{https_client, within};
+use crate::support::{eventually, https_client, poll, within};
 
 const PLATFORMS: &[(&str, &str)] = &[
     ("linux", "amd64"),
     ("darwin", "arm64"),
     ("windows", "amd64"),
 ];
+
+/// How long polling waits for what follows a response (an `h1:`, a metric, a clean-up).
+const SETTLE: Duration = Duration::from_secs(5);
 
 async fn setup() -> (TestCa, FakeOrigin) {
     let ca = TestCa::new();
@@ -34,49 +39,6 @@ async fn setup() -> (TestCa, FakeOrigin) {
     (ca, origin)
 }
 
-struct Got {
-    status: StatusCode,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Got {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-    fn content_type(&self) -> &str {
-        self.headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-    fn error_code(&self) -> String {
-        self.json()["error"]["code"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
-async fn get(client: &reqwest::Client, url: &str) -> Got {
-    request(client, reqwest::Method::GET, url).await
-}
-
-async fn request(client: &reqwest::Client, method: reqwest::Method, url: &str) -> Got {
-    let resp = within(url, client.request(method, url).send())
-        .await
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = within(url, resp.bytes()).await.unwrap().to_vec();
-    Got {
-        status,
-        headers,
-        body,
-    }
-}
-
 /// The version document once `platform`'s archive has been processed: `h1:` is added right
 /// after a download completes, so poll briefly for it.
 async fn version_doc_with_h1(
@@ -87,32 +49,19 @@ async fn version_doc_with_h1(
     platform: &str,
 ) -> Value {
     let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
-    for _ in 0..200 {
+    poll(SETTLE, async || {
         let doc = get(client, &url).await.json();
         let hashes = doc["archives"][platform]["hashes"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        if hashes
+        hashes
             .iter()
             .any(|h| h.as_str().is_some_and(|h| h.starts_with("h1:")))
-        {
-            return doc;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("{url}: no h1 for {platform} after the archive was downloaded");
-}
-
-/// Polls `cond` for up to five seconds.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("still not true after 5s: {what}");
+            .then_some(doc)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{url}: no h1 for {platform} after the archive was downloaded"))
 }
 
 fn zip_path(ty: &str, version: &str, platform: &str) -> String {
@@ -227,7 +176,7 @@ async fn cold_miss_then_hit() {
     );
     assert_eq!(origin.count(RequestKind::Archive), 1);
 
-    let metrics = String::from_utf8(get(&client, &mirror.root_url("/metrics")).await.body).unwrap();
+    let metrics = mirror.metrics(&client).await;
     assert!(
         metrics.contains(r#"provender_cache_lookups_total{kind="archive",result="hit"} 1"#),
         "{metrics}"
@@ -284,7 +233,7 @@ async fn unknown_things_are_404_json() {
     ] {
         let got = get(&client, &mirror.url(&path)).await;
         assert_eq!(got.status, 404, "{path}");
-        assert_eq!(got.error_code(), "not_found", "{path}");
+        assert_eq!(got.code(), "not_found", "{path}");
         assert_eq!(got.content_type(), "application/json", "{path}");
     }
     assert_eq!(origin.count(RequestKind::Archive), 0);
@@ -342,7 +291,7 @@ async fn malformed_requests_get_400_json() {
             "{path}: {}",
             String::from_utf8_lossy(&got.body)
         );
-        assert_eq!(got.error_code(), "bad_request", "{path}");
+        assert_eq!(got.code(), "bad_request", "{path}");
         assert_eq!(got.content_type(), "application/json");
     }
     let post = request(
@@ -370,13 +319,8 @@ async fn head_and_conditional_requests() {
         .len();
     assert_eq!(head.headers["content-length"], size.to_string().as_str());
     let etag = head.headers["etag"].clone();
-    let cond = within(
-        "conditional GET",
-        client.get(&url).header("if-none-match", etag).send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(cond.status(), 304);
+    let cond = send(&url, client.get(&url).header("if-none-match", etag)).await;
+    assert_eq!(cond.status, 304);
     assert_eq!(origin.count(RequestKind::Archive), 1);
 }
 
@@ -393,7 +337,7 @@ async fn origin_errors_are_502_and_not_cached() {
     });
     let got = get(&client, &index_url).await;
     assert_eq!(got.status, 502);
-    assert_eq!(got.error_code(), "upstream_error");
+    assert_eq!(got.code(), "upstream_error");
     assert_eq!(
         origin.count(RequestKind::Versions),
         3,
@@ -441,22 +385,17 @@ async fn tampered_archive_is_refused_and_nothing_is_stored() {
         within("tampered body", resp.bytes()).await.is_err(),
         "the body must not end cleanly"
     );
-    let metrics = || async {
-        String::from_utf8(get(&client, &mirror.root_url("/metrics")).await.body).unwrap()
-    };
-    let mut counted = false;
-    for _ in 0..200 {
-        if metrics()
+    let failure = r#"provender_verification_failures_total{reason="archive_checksum"} 1"#;
+    let counted = poll(SETTLE, async || {
+        mirror
+            .metrics(&client)
             .await
-            .contains(r#"provender_verification_failures_total{reason="archive_checksum"} 1"#)
-        {
-            counted = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert!(counted, "{}", metrics().await);
-    eventually("no partial file left behind", || {
+            .contains(failure)
+            .then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "{}", mirror.metrics(&client).await);
+    eventually("no partial file left behind", SETTLE, || {
         mirror.staging_files().is_empty()
     })
     .await;
@@ -502,7 +441,7 @@ async fn shasum_that_disagrees_with_sha256sums_is_refused() {
     )
     .await;
     assert_eq!(got.status, 502);
-    assert_eq!(got.error_code(), "verification_failed");
+    assert_eq!(got.code(), "verification_failed");
     let got = get(
         &client,
         &mirror.url(&zip_path("foo", "1.0.0", "linux_amd64")),
@@ -542,15 +481,7 @@ async fn restart_with_a_warm_cache_needs_no_origin() {
         origin.set_fault(Fault::Status { kind, status: 500 });
     }
     origin.reset_counts();
-    let restarted = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            cache_dir: Some(&mirror.cache_dir),
-            ..Default::default()
-        },
-    )
-    .await;
+    let restarted = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
     for (p, body) in paths.iter().zip(&first) {
         let got = get(&client, &restarted.url(p)).await;
         assert_eq!(
