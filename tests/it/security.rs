@@ -17,13 +17,14 @@
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
 use serde_json::Value;
 
+use crate::support::http::{Got, send, send_lenient};
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
-use crate::support::{https_client, within};
+use crate::support::tf_config::{self, local_platform};
+use crate::support::{Terraform, eventually, https_client, init_fresh, poll, within};
 
 const OTHER: &str = "other.example";
 const TOKEN: &str = "client-token-0123456789";
@@ -49,53 +50,17 @@ fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-struct Got {
-    status: StatusCode,
-    headers: reqwest::header::HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Got {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-    fn code(&self) -> String {
-        self.json()["error"]["code"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-    fn message(&self) -> String {
-        self.json()["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
+/// `GET url`, as `token`'s bearer if given. A refused archive may end its body with an error:
+/// the status and headers are kept, the body reads as empty.
 async fn get_with(client: &reqwest::Client, url: &str, token: Option<&str>) -> Got {
     let mut req = client.get(url);
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
-    let resp = within(url, req.send())
-        .await
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    // A refused archive may end its body with an error; keep what came.
-    let body = within(url, resp.bytes())
-        .await
-        .map(|b| b.to_vec())
-        .unwrap_or_default();
-    Got {
-        status,
-        headers,
-        body,
-    }
+    send_lenient(url, req).await
 }
 
+/// `GET url` without credentials (see [`get_with`]).
 async fn get(client: &reqwest::Client, url: &str) -> Got {
     get_with(client, url, None).await
 }
@@ -118,27 +83,18 @@ fn zip(ty: &str, platform: &str) -> String {
     format!("{REGISTRY}/acme/{ty}/terraform-provider-{ty}_1.0.0_{platform}.zip")
 }
 
-async fn metrics(client: &reqwest::Client, mirror: &TestMirror, token: Option<&str>) -> String {
-    String::from_utf8(
-        get_with(client, &mirror.root_url("/metrics"), token)
-            .await
-            .body,
-    )
-    .unwrap()
-}
-
 /// Waits until the metrics show `needle` (fills run detached from the client).
 async fn wait_for_metric(client: &reqwest::Client, mirror: &TestMirror, needle: &str) {
-    for _ in 0..400 {
-        if metrics(client, mirror, None).await.contains(needle) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let shown = poll(Duration::from_secs(10), async || {
+        mirror.metrics(client).await.contains(needle).then_some(())
+    })
+    .await;
+    if shown.is_none() {
+        panic!(
+            "metric {needle} never appeared:\n{}",
+            mirror.metrics(client).await
+        );
     }
-    panic!(
-        "metric {needle} never appeared:\n{}",
-        metrics(client, mirror, None).await
-    );
 }
 
 /// Nothing about version 1.0.0 was committed: no archive, no version record, no SHA256SUMS
@@ -157,13 +113,13 @@ async fn assert_nothing_committed(mirror: &TestMirror) {
         })
         .collect();
     assert!(meta.is_empty(), "version metadata was written: {meta:?}");
-    for _ in 0..200 {
-        if mirror.staging_files().is_empty() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let cleaned = poll(Duration::from_secs(5), async || {
+        mirror.staging_files().is_empty().then_some(())
+    })
+    .await;
+    if cleaned.is_none() {
+        panic!("staging files left behind: {:?}", mirror.staging_files());
     }
-    panic!("staging files left behind: {:?}", mirror.staging_files());
 }
 
 /// No request reached the origin under any name but the allowed ones.
@@ -183,7 +139,7 @@ async fn refused_version(client: &reqwest::Client, mirror: &TestMirror, reason: 
     assert_eq!(got.code(), "verification_failed");
     let zip = get(client, &mirror.url(&zip("foo", "linux_amd64"))).await;
     assert_eq!(zip.status, 502, "no archive without a verified record");
-    let m = metrics(client, mirror, None).await;
+    let m = mirror.metrics(client).await;
     assert!(
         m.contains(&format!(
             "provender_verification_failures_total{{reason=\"{reason}\"}}"
@@ -204,16 +160,16 @@ fn recorded_trust(mirror: &TestMirror) -> Value {
 
 /// Waits until the store holds `n` archives (fills commit after the client is served).
 async fn wait_for_archives(mirror: &TestMirror, n: usize) {
-    for _ in 0..400 {
-        if mirror.cached_archives().len() == n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let stored = poll(Duration::from_secs(10), async || {
+        (mirror.cached_archives().len() == n).then_some(())
+    })
+    .await;
+    if stored.is_none() {
+        panic!(
+            "expected {n} cached archives: {:?}",
+            mirror.cached_archives()
+        );
     }
-    panic!(
-        "expected {n} cached archives: {:?}",
-        mirror.cached_archives()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -338,78 +294,60 @@ async fn verified_versions_record_their_signature() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn ip_literal_registry_hosts_are_refused_without_connecting() {
-    let (ca, origin) = setup().await;
-    let literal = format!("127.0.0.1:{}", origin.addr().port());
-    let client = https_client(&ca, &[]);
+/// A registry host `host` (listed in `upstream.allowed_hosts`) that reaches the origin at a
+/// loopback address is refused without connecting, as an upstream error whose message holds
+/// every one of `why`; once the operator allows private networks, the very same request works.
+async fn loopback_host_is_refused_until_allowed(
+    ca: &TestCa,
+    origin: &FakeOrigin,
+    host: &str,
+    why: &[&str],
+) {
+    let client = https_client(ca, &[]);
     let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
+        ca,
+        origin,
         MirrorOptions {
-            allowed_hosts: &[&literal],
+            allowed_hosts: &[host],
             ..Default::default()
         },
     )
     .await;
-    let got = get(&client, &at(&mirror, &index(&literal))).await;
+    let got = get(&client, &at(&mirror, &index(host))).await;
     assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
     assert_eq!(got.code(), "upstream_error");
-    assert!(
-        got.message().contains("loopback") && got.message().contains("allow_private_networks"),
-        "{}",
-        got.message()
-    );
+    let message = got.message();
+    for part in why {
+        assert!(message.contains(part), "{part:?} not in {message:?}");
+    }
     assert_eq!(origin.total_requests(), 0, "no connection was made");
 
-    // The operator can allow it; then the very same request works.
     let open = TestMirror::start_with(
-        &ca,
-        &origin,
+        ca,
+        origin,
         MirrorOptions {
-            allowed_hosts: &[&literal],
+            allowed_hosts: &[host],
             extra_upstream: "allow_private_networks = true",
             ..Default::default()
         },
     )
     .await;
-    assert_eq!(get(&client, &at(&open, &index(&literal))).await.status, 200);
+    assert_eq!(get(&client, &at(&open, &index(host))).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ip_literal_registry_hosts_are_refused_without_connecting() {
+    let (ca, origin) = setup().await;
+    let literal = format!("127.0.0.1:{}", origin.addr().port());
+    let why = ["loopback", "allow_private_networks"];
+    loopback_host_is_refused_until_allowed(&ca, &origin, &literal, &why).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_name_resolving_to_loopback_is_refused_without_connecting() {
     let (ca, origin) = setup().await;
     let name = format!("localhost:{}", origin.addr().port());
-    let client = https_client(&ca, &[]);
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            allowed_hosts: &[&name],
-            ..Default::default()
-        },
-    )
-    .await;
-    let got = get(&client, &at(&mirror, &index(&name))).await;
-    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
-    assert!(
-        got.message().contains("localhost") && got.message().contains("loopback"),
-        "{}",
-        got.message()
-    );
-    assert_eq!(origin.total_requests(), 0, "no connection was made");
-
-    let open = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            allowed_hosts: &[&name],
-            extra_upstream: "allow_private_networks = true",
-            ..Default::default()
-        },
-    )
-    .await;
-    assert_eq!(get(&client, &at(&open, &index(&name))).await.status, 200);
+    loopback_host_is_refused_until_allowed(&ca, &origin, &name, &["localhost", "loopback"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -558,21 +496,19 @@ async fn tokens_stay_with_their_host_and_client_headers_stay_home() {
         )),
     });
     let client = https_client(&ca, &[]);
-    let resp = within(
-        "archive through a redirect",
+    let url = mirror.url(&zip("foo", "linux_amd64"));
+    let got = send(
+        &url,
         client
-            .get(mirror.url(&zip("foo", "linux_amd64")))
+            .get(&url)
             .bearer_auth("client-secret")
             .header("x-forwarded-host", "evil.example")
-            .header("cookie", "session=client")
-            .send(),
+            .header("cookie", "session=client"),
     )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body = within("body", resp.bytes()).await.unwrap();
+    .await;
+    assert_eq!(got.status, 200);
     assert_eq!(
-        body.to_vec(),
+        got.body,
         origin.archive("acme", "foo", "1.0.0", "linux", "amd64")
     );
 
@@ -647,14 +583,11 @@ async fn endless_documents_and_archives_are_cut_off() {
     } else {
         assert_eq!(resp.status(), 502);
     }
-    for _ in 0..200 {
-        if mirror.staging_files().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    eventually("no staging file left", Duration::from_secs(5), || {
+        mirror.staging_files().is_empty()
+    })
+    .await;
     assert!(mirror.cached_archives().is_empty());
-    assert!(mirror.staging_files().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -721,70 +654,34 @@ async fn zip_bombs_and_hostile_entries_are_not_cached() {
 /// calls carry the token, its archive download the signed URL); without credentials it fails.
 #[tokio::test(flavor = "multi_thread")]
 async fn terraform_installs_through_an_authenticating_mirror() {
-    let arch = match std::env::consts::ARCH {
-        "aarch64" => "arm64",
-        _ => "amd64",
-    };
     let (ca, origin) = setup_with(vec![ProviderSpec::new(
         "acme",
         "foo",
         &["1.0.0"],
-        &[(std::env::consts::OS, arch)],
+        &[local_platform()],
     )])
     .await;
-    let toml = auth_toml("");
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = start_with_auth(&ca, &origin, "").await;
     let host = format!("localhost:{}", mirror.url.port().unwrap());
-    let installation = format!(
-        "provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n",
-        mirror.url
-    );
-    let main_tf =
-        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\" }\n  }\n}\n";
+    let installation = tf_config::network_mirror(mirror.url.as_str());
 
-    let anonymous = crate::support::Terraform::new(&ca, &installation);
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("main.tf"), main_tf).unwrap();
-    anonymous
-        .run(dir.path(), &["init", "-input=false", "-no-color"])
+    let dir = tf_config::root_module(tf_config::FOO);
+    Terraform::new(&ca, &installation)
+        .init(dir.path())
         .await
         .assert_failure();
     assert_eq!(origin.total_requests(), 0);
 
-    let with_token = crate::support::Terraform::new(
-        &ca,
-        &format!("{installation}credentials \"{host}\" {{\n  token = \"{TOKEN}\"\n}}\n"),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("main.tf"), main_tf).unwrap();
-    with_token
-        .run(dir.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
+    let with_token =
+        format!("{installation}credentials \"{host}\" {{\n  token = \"{TOKEN}\"\n}}\n");
+    init_fresh(&ca, &with_token, tf_config::FOO).await;
     assert_eq!(origin.count(RequestKind::Archive), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_registry_facade_signs_what_the_cli_fetches_without_credentials() {
     let (ca, origin) = setup().await;
-    let toml = auth_toml("");
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = start_with_auth(&ca, &origin, "").await;
     let client = https_client(&ca, &[]);
     let doc_url = mirror.url(&format!(
         "v1/providers/{REGISTRY}/acme/foo/1.0.0/download/linux/amd64"
@@ -848,7 +745,7 @@ async fn corrupted_cache_entries_are_quarantined_on_schedule() {
     assert_eq!(get(&client, &url).await.body, genuine);
     wait_for_archives(&mirror, 1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let m = metrics(&client, &mirror, None).await;
+    let m = mirror.metrics(&client).await;
     assert!(
         !m.contains("cached_archive_mismatch"),
         "a sound archive passes: {m}"
@@ -996,26 +893,23 @@ async fn path_traversal_in_every_segment_is_refused() {
     assert!(written.is_empty(), "{written:?}");
 }
 
-fn auth_toml(extra: &str) -> String {
-    format!(
+/// A mirror that serves only clients presenting [`TOKEN`], with `extra` keys for `[auth]`.
+async fn start_with_auth(ca: &TestCa, origin: &FakeOrigin, extra: &str) -> TestMirror {
+    let toml = format!(
         "[auth]\ntokens = [\"{TOKEN}\"]\nurl_signing_key = \"{}\"\n{extra}\n",
         "k".repeat(40)
-    )
+    );
+    let opts = MirrorOptions {
+        extra_toml: &toml,
+        ..Default::default()
+    };
+    TestMirror::start_with(ca, origin, opts).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn clients_need_a_valid_bearer_token() {
     let (ca, origin) = setup().await;
-    let toml = auth_toml("");
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = start_with_auth(&ca, &origin, "").await;
     let client = https_client(&ca, &[]);
     let url = at(&mirror, &index(REGISTRY));
     for token in [None, Some("wrong-token-0123456789"), Some("")] {
@@ -1053,14 +947,10 @@ async fn clients_need_a_valid_bearer_token() {
         200
     );
 
-    let toml = auth_toml("protect_health = true\nprotect_metrics = false");
-    let flipped = TestMirror::start_with(
+    let flipped = start_with_auth(
         &ca,
         &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
+        "protect_health = true\nprotect_metrics = false",
     )
     .await;
     assert_eq!(
@@ -1077,16 +967,7 @@ async fn clients_need_a_valid_bearer_token() {
 #[tokio::test(flavor = "multi_thread")]
 async fn archive_urls_are_signed_and_checked() {
     let (ca, origin) = setup().await;
-    let toml = auth_toml("");
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = start_with_auth(&ca, &origin, "").await;
     let client = https_client(&ca, &[]);
     let doc_url = mirror.url(&version_doc());
     let doc = get_with(&client, &doc_url, Some(TOKEN)).await.json();
@@ -1128,16 +1009,7 @@ async fn archive_urls_are_signed_and_checked() {
     assert_eq!(origin.count(RequestKind::Archive), downloads);
     wait_for_archives(&mirror, 1).await;
 
-    let toml = auth_toml("url_ttl = \"1s\"");
-    let short = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let short = start_with_auth(&ca, &origin, "url_ttl = \"1s\"").await;
     let doc_url = short.url(&version_doc());
     let doc = get_with(&client, &doc_url, Some(TOKEN)).await.json();
     let signed = doc["archives"]["darwin_arm64"]["url"]
