@@ -10,14 +10,17 @@
 
 use std::time::{Duration, Instant};
 
+use provender::hash::sha256_hex;
 use reqwest::StatusCode;
-use sha2::{Digest, Sha256};
 
+use crate::support::http::{get, send_lenient};
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
-use crate::support::provender::{MirrorOptions, REGISTRY, ServerProcess, TestMirror, config_toml};
+use crate::support::provender::{
+    MirrorOptions, REGISTRY, ServerProcess, TestMirror, config_toml, files_under,
+};
 use crate::support::throttle::Throttle;
-use crate::support::{Terraform, https_client, within};
+use crate::support::{eventually, https_client, init_fresh, tf_config, within};
 
 const MIB: usize = 1 << 20;
 const BIG: &[(&str, &str)] = &[
@@ -38,15 +41,34 @@ async fn origin_with_big_archives(ca: &TestCa) -> FakeOrigin {
     .await
 }
 
-fn big_zip(version: &str, platform: &str) -> String {
-    format!("{REGISTRY}/acme/big/terraform-provider-big_{version}_{platform}.zip")
+/// A CA, [`origin_with_big_archives`], a mirror in front of it configured by `opts`, and a
+/// client trusting the CA.
+async fn start(opts: MirrorOptions<'_>) -> (TestCa, FakeOrigin, TestMirror, reqwest::Client) {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let mirror = TestMirror::start_with(&ca, &origin, opts).await;
+    let client = https_client(&ca, &[]);
+    (ca, origin, mirror, client)
 }
 
-async fn metrics_of(client: &reqwest::Client, mirror: &TestMirror) -> String {
-    let resp = within("metrics", client.get(mirror.root_url("/metrics")).send())
-        .await
-        .unwrap();
-    within("metrics body", resp.text()).await.unwrap()
+/// Like [`start`] with default options, but the mirror reaches the origin through a
+/// [`Throttle`] passing `rate` bytes a second (keep it alive as long as the mirror).
+async fn start_throttled(rate: u64) -> (TestCa, FakeOrigin, Throttle, TestMirror, reqwest::Client) {
+    let ca = TestCa::new();
+    let origin = origin_with_big_archives(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(rate);
+    let opts = MirrorOptions {
+        connect_to: Some(throttle.addr()),
+        ..Default::default()
+    };
+    let mirror = TestMirror::start_with(&ca, &origin, opts).await;
+    let client = https_client(&ca, &[]);
+    (ca, origin, throttle, mirror, client)
+}
+
+fn big_zip(version: &str, platform: &str) -> String {
+    format!("{REGISTRY}/acme/big/terraform-provider-big_{version}_{platform}.zip")
 }
 
 /// The value of one sample in Prometheus text, 0 if absent.
@@ -57,32 +79,12 @@ fn sample(metrics: &str, series: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("still not true after 10s: {what}");
-}
+/// How long [`eventually`] waits here: commits follow a streamed download.
+const SETTLE: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hundred_concurrent_cold_requests_share_one_download() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let throttle = Throttle::start(origin.addr()).await;
-    throttle.set_rate(8 * MIB as u64);
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            connect_to: Some(throttle.addr()),
-            ..Default::default()
-        },
-    )
-    .await;
-    let client = https_client(&ca, &[]);
+    let (_ca, origin, _throttle, mirror, client) = start_throttled(8 * MIB as u64).await;
     let url = mirror.url(&big_zip("1.0.0", "linux_amd64"));
     let mut tasks = Vec::new();
     for _ in 0..100 {
@@ -103,7 +105,7 @@ async fn hundred_concurrent_cold_requests_share_one_download() {
         1,
         "exactly one upstream download"
     );
-    let m = metrics_of(&client, &mirror).await;
+    let m = mirror.metrics(&client).await;
     let lookups = |r: &str| {
         sample(
             &m,
@@ -120,20 +122,8 @@ async fn hundred_concurrent_cold_requests_share_one_download() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn joiners_receive_bytes_before_the_download_completes() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let throttle = Throttle::start(origin.addr()).await;
-    throttle.set_rate(MIB as u64); // ~2 s for the archive
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            connect_to: Some(throttle.addr()),
-            ..Default::default()
-        },
-    )
-    .await;
-    let client = https_client(&ca, &[]);
+    // ~2 s for the archive
+    let (_ca, origin, _throttle, mirror, client) = start_throttled(MIB as u64).await;
     let url = mirror.url(&big_zip("1.0.0", "darwin_arm64"));
 
     let mut first = within("leader", client.get(&url).send()).await.unwrap();
@@ -171,7 +161,7 @@ async fn joiners_receive_bytes_before_the_download_completes() {
     let expected = origin.archive("acme", "big", "1.0.0", "darwin", "arm64");
     assert!(first_body == expected && second_body == expected);
     assert_eq!(origin.count(RequestKind::Archive), 1);
-    eventually("the archive is committed", || {
+    eventually("the archive is committed", SETTLE, || {
         mirror.cached_archives().len() == 1
     })
     .await;
@@ -179,53 +169,28 @@ async fn joiners_receive_bytes_before_the_download_completes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_hanging_up_does_not_stop_the_download() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let throttle = Throttle::start(origin.addr()).await;
-    throttle.set_rate(4 * MIB as u64);
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            connect_to: Some(throttle.addr()),
-            ..Default::default()
-        },
-    )
-    .await;
-    let client = https_client(&ca, &[]);
+    let (_ca, origin, _throttle, mirror, client) = start_throttled(4 * MIB as u64).await;
     let url = mirror.url(&big_zip("2.0.0", "linux_amd64"));
     {
         let mut resp = within("leader", client.get(&url).send()).await.unwrap();
         let _ = within("first bytes", resp.chunk()).await.unwrap();
         // Dropped here: the client hangs up mid-download.
     }
-    eventually("the download finishes and is committed anyway", || {
-        mirror.cached_archives().len() == 1
-    })
+    eventually(
+        "the download finishes and is committed anyway",
+        SETTLE,
+        || mirror.cached_archives().len() == 1,
+    )
     .await;
-    let resp = within("after", client.get(&url).send()).await.unwrap();
-    let body = within("after body", resp.bytes()).await.unwrap();
-    assert!(body == origin.archive("acme", "big", "2.0.0", "linux", "amd64"));
+    let got = get(&client, &url).await;
+    assert!(got.body == origin.archive("acme", "big", "2.0.0", "linux", "amd64"));
     assert_eq!(origin.count(RequestKind::Archive), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mismatch_found_mid_stream_fails_every_client() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let throttle = Throttle::start(origin.addr()).await;
-    throttle.set_rate(4 * MIB as u64);
+    let (_ca, origin, _throttle, mirror, client) = start_throttled(4 * MIB as u64).await;
     origin.set_fault(Fault::TamperArchive);
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            connect_to: Some(throttle.addr()),
-            ..Default::default()
-        },
-    )
-    .await;
-    let client = https_client(&ca, &[]);
     let url = mirror.url(&big_zip("1.0.0", "windows_amd64"));
     let mut tasks = Vec::new();
     for _ in 0..10 {
@@ -245,7 +210,7 @@ async fn a_mismatch_found_mid_stream_fails_every_client() {
         assert!(body.is_err(), "every client sees a failed download");
     }
     assert_eq!(origin.count(RequestKind::Archive), 1);
-    eventually("the staging file is gone", || {
+    eventually("the staging file is gone", SETTLE, || {
         mirror.staging_files().is_empty()
     })
     .await;
@@ -254,10 +219,7 @@ async fn a_mismatch_found_mid_stream_fails_every_client() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_honour_retry_after_and_skip_501() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let mirror = TestMirror::start(&ca, &origin).await;
-    let client = https_client(&ca, &[]);
+    let (_ca, origin, mirror, client) = start(MirrorOptions::default()).await;
 
     origin.set_fault(Fault::Flaky {
         kind: RequestKind::Versions,
@@ -266,15 +228,12 @@ async fn retries_honour_retry_after_and_skip_501() {
         retry_after: Some(1),
     });
     let started = Instant::now();
-    let resp = within(
-        "index with retries",
-        client
-            .get(mirror.url(&format!("{REGISTRY}/acme/big/index.json")))
-            .send(),
+    let got = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/big/index.json")),
     )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200, "the third attempt succeeds");
+    .await;
+    assert_eq!(got.status, 200, "the third attempt succeeds");
     assert!(
         started.elapsed() >= Duration::from_millis(1900),
         "waited as Retry-After asked: {:?}",
@@ -288,15 +247,12 @@ async fn retries_honour_retry_after_and_skip_501() {
         times: 1,
         retry_after: None,
     });
-    let resp = within(
-        "index 501",
-        client
-            .get(mirror.url(&format!("{REGISTRY}/acme/foo/index.json")))
-            .send(),
+    let got = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/index.json")),
     )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
         origin.count(RequestKind::Versions),
         4,
@@ -306,110 +262,60 @@ async fn retries_honour_retry_after_and_skip_501() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_circuit_breaker_fails_fast_then_recovers() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_upstream: "retries = 0\nbreaker_failures = 2\nbreaker_cooldown = \"1s\"",
-            ..Default::default()
-        },
-    )
+    let (_ca, origin, mirror, client) = start(MirrorOptions {
+        extra_upstream: "retries = 0\nbreaker_failures = 2\nbreaker_cooldown = \"1s\"",
+        ..Default::default()
+    })
     .await;
-    let client = https_client(&ca, &[]);
     let index = |ty: &str| mirror.url(&format!("{REGISTRY}/acme/{ty}/index.json"));
+    let circuit_open = format!("provender_upstream_circuit_open{{host=\"{REGISTRY}\"}}");
     origin.set_fault(Fault::Status {
         kind: RequestKind::Versions,
         status: 500,
     });
     for ty in ["a", "b"] {
-        let resp = within("failing", client.get(index(ty)).send())
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 502);
+        assert_eq!(get(&client, &index(ty)).await.status, 502);
     }
     assert_eq!(origin.count(RequestKind::Versions), 2);
-    let resp = within("fast fail", client.get(index("c")).send())
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 502);
-    let body = within("fast fail body", resp.text()).await.unwrap();
+    let fast = get(&client, &index("c")).await;
+    assert_eq!(fast.status, 502);
+    let body = fast.text();
     assert!(body.contains("circuit breaker"), "{body}");
     assert_eq!(
         origin.count(RequestKind::Versions),
         2,
         "the open circuit made no request"
     );
-    let m = metrics_of(&client, &mirror).await;
-    assert_eq!(
-        sample(
-            &m,
-            &format!("provender_upstream_circuit_open{{host=\"{REGISTRY}\"}}")
-        ),
-        1,
-        "{m}"
-    );
+    let m = mirror.metrics(&client).await;
+    assert_eq!(sample(&m, &circuit_open), 1, "{m}");
 
     origin.clear_faults();
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let resp = within("probe", client.get(index("foo")).send())
-        .await
-        .unwrap();
     assert_eq!(
-        resp.status(),
+        get(&client, &index("foo")).await.status,
         200,
         "the probe went through and closed the circuit"
     );
-    let m = metrics_of(&client, &mirror).await;
-    assert_eq!(
-        sample(
-            &m,
-            &format!("provender_upstream_circuit_open{{host=\"{REGISTRY}\"}}")
-        ),
-        0,
-        "{m}"
-    );
+    let m = mirror.metrics(&client).await;
+    assert_eq!(sample(&m, &circuit_open), 0, "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn terraform_init_works_while_the_origin_is_down() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_cache: "index_ttl = \"1s\"",
-            ..Default::default()
-        },
-    )
+    let (ca, origin, mirror, client) = start(MirrorOptions {
+        extra_cache: "index_ttl = \"1s\"",
+        ..Default::default()
+    })
     .await;
-    let main_tf =
-        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\" }\n  }\n}\n";
-    let cli = format!(
-        "provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n",
-        mirror.url
-    );
-    let warm = tempfile::tempdir().unwrap();
-    std::fs::write(warm.path().join("main.tf"), main_tf).unwrap();
-    Terraform::new(&ca, &cli)
-        .run(warm.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
+    let cli = tf_config::network_mirror(mirror.url.as_str());
+    init_fresh(&ca, &cli, tf_config::FOO).await;
 
     for kind in RequestKind::ALL {
         origin.set_fault(Fault::Status { kind, status: 503 });
     }
     tokio::time::sleep(Duration::from_millis(1200)).await; // the version list is now stale
-    let fresh = tempfile::tempdir().unwrap();
-    std::fs::write(fresh.path().join("main.tf"), main_tf).unwrap();
-    Terraform::new(&ca, &cli)
-        .run(fresh.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
-    let client = https_client(&ca, &[]);
-    let m = metrics_of(&client, &mirror).await;
+    init_fresh(&ca, &cli, tf_config::FOO).await;
+    let m = mirror.metrics(&client).await;
     assert!(
         sample(
             &m,
@@ -421,21 +327,16 @@ async fn terraform_init_works_while_the_origin_is_down() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn offline_mode_serves_only_the_cache() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let mut mirror = TestMirror::start(&ca, &origin).await;
-    let client = https_client(&ca, &[]);
+    let (ca, origin, mut mirror, client) = start(MirrorOptions::default()).await;
+    // Only statuses count here: a body cut short reads as empty.
+    let status = async |url: String| send_lenient(&url, client.get(&url)).await.status;
     let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip");
     for path in [
         format!("{REGISTRY}/acme/foo/index.json"),
         format!("{REGISTRY}/acme/foo/1.0.0.json"),
         zip.clone(),
     ] {
-        let resp = within("warm", client.get(mirror.url(&path)).send())
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let _ = resp.bytes().await;
+        assert_eq!(status(mirror.url(&path)).await, 200);
     }
     mirror.stop().await;
     origin.reset_counts();
@@ -454,19 +355,13 @@ async fn offline_mode_serves_only_the_cache() {
         format!("{REGISTRY}/acme/foo/1.0.0.json"),
         zip,
     ] {
-        let resp = within("sealed", client.get(sealed.url(&path)).send())
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200, "{path}");
+        assert_eq!(status(sealed.url(&path)).await, 200, "{path}");
     }
     for path in [
         format!("{REGISTRY}/acme/big/index.json"),
         big_zip("1.0.0", "linux_amd64"),
     ] {
-        let resp = within("sealed miss", client.get(sealed.url(&path)).send())
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 404, "{path}");
+        assert_eq!(status(sealed.url(&path)).await, 404, "{path}");
     }
     assert_eq!(
         origin.total_requests(),
@@ -477,25 +372,14 @@ async fn offline_mode_serves_only_the_cache() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn max_size_evicts_the_least_recently_used() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_cache: "max_size = \"5 MiB\"",
-            ..Default::default()
-        },
-    )
+    let (_ca, _origin, mirror, client) = start(MirrorOptions {
+        extra_cache: "max_size = \"5 MiB\"",
+        ..Default::default()
+    })
     .await;
-    let client = https_client(&ca, &[]);
-    let fetch = |platform: &'static str| {
-        let (client, url) = (client.clone(), mirror.url(&big_zip("1.0.0", platform)));
-        async move {
-            let resp = within("fetch", client.get(&url).send()).await.unwrap();
-            assert_eq!(resp.status(), 200);
-            within("fetch body", resp.bytes()).await.unwrap();
-        }
+    let fetch = async |platform: &str| {
+        let got = get(&client, &mirror.url(&big_zip("1.0.0", platform))).await;
+        assert_eq!(got.status, 200);
     };
     let names = || -> Vec<String> {
         let mut n: Vec<String> = mirror
@@ -508,16 +392,16 @@ async fn max_size_evicts_the_least_recently_used() {
     };
     let file = |p: &str| format!("terraform-provider-big_1.0.0_{p}.zip");
     fetch("linux_amd64").await;
-    eventually("first stored", || names().len() == 1).await;
+    eventually("first stored", SETTLE, || names().len() == 1).await;
     fetch("darwin_arm64").await;
-    eventually("second stored", || names().len() == 2).await;
+    eventually("second stored", SETTLE, || names().len() == 2).await;
     fetch("linux_amd64").await; // linux is now more recent than darwin
     fetch("windows_amd64").await;
-    eventually("darwin evicted", || {
+    eventually("darwin evicted", SETTLE, || {
         names() == vec![file("linux_amd64"), file("windows_amd64")]
     })
     .await;
-    let m = metrics_of(&client, &mirror).await;
+    let m = mirror.metrics(&client).await;
     assert_eq!(sample(&m, "provender_cache_evictions_total"), 1, "{m}");
     assert_eq!(sample(&m, "provender_cache_archives"), 2, "{m}");
 }
@@ -541,10 +425,6 @@ fn process_config(
     let config = dir.path().join("provender.toml");
     std::fs::write(&config, toml).unwrap();
     (dir, cache, config)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -581,14 +461,14 @@ async fn sigterm_lets_downloads_in_progress_finish() {
     .await
     .unwrap();
     assert!(status.0.success(), "clean exit: {}\n{}", status.0, status.1);
-    let archives = crate::support::provender::files_under(&cache.join("archives"));
+    let archives = files_under(&cache.join("archives"));
     assert!(
         archives
             .iter()
             .any(|p| p.extension().is_some_and(|e| e == "zip")),
         "the download was committed before exit"
     );
-    assert!(crate::support::provender::files_under(&cache.join("tmp")).is_empty());
+    assert!(files_under(&cache.join("tmp")).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -624,7 +504,7 @@ async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
         tokio::time::sleep(Duration::from_millis(100 + 150 * round)).await;
         server.signal("KILL");
         drop(server);
-        if !crate::support::provender::files_under(&cache.join("tmp")).is_empty() {
+        if !files_under(&cache.join("tmp")).is_empty() {
             interrupted += 1;
         }
     }
@@ -637,10 +517,10 @@ async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
     throttle.set_rate(0);
     let server = ServerProcess::spawn(&config);
     assert!(
-        crate::support::provender::files_under(&cache.join("tmp")).is_empty(),
+        files_under(&cache.join("tmp")).is_empty(),
         "leftovers removed at start"
     );
-    let cached = crate::support::provender::files_under(&cache.join("archives"));
+    let cached = files_under(&cache.join("archives"));
     let cached_zips = cached
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "zip"))
@@ -650,33 +530,21 @@ async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
         "some downloads completed across the rounds"
     );
     for (version, os, arch) in &archives {
-        let resp = within(
-            "after crashes",
-            client
-                .get(server.url(&big_zip(version, &format!("{os}_{arch}"))))
-                .send(),
+        let got = get(
+            &client,
+            &server.url(&big_zip(version, &format!("{os}_{arch}"))),
         )
-        .await
-        .unwrap();
-        assert_eq!(resp.status(), 200);
-        let body = within("after crashes body", resp.bytes()).await.unwrap();
+        .await;
+        assert_eq!(got.status, 200);
         assert_eq!(
-            sha256_hex(&body),
+            sha256_hex(&got.body),
             origin.sha256_hex("acme", "big", version, os, arch),
             "{version} {os}_{arch}"
         );
     }
     for version in ["1.0.0", "2.0.0"] {
         let url = server.url(&format!("{REGISTRY}/acme/big/{version}.json"));
-        let doc: serde_json::Value = serde_json::from_slice(
-            &within("doc", client.get(&url).send())
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap(),
-        )
-        .unwrap();
+        let doc = get(&client, &url).await.json();
         for (os, arch) in BIG {
             for h in doc["archives"][format!("{os}_{arch}")]["hashes"]
                 .as_array()
@@ -724,35 +592,19 @@ impl Drop for SmallDisk {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_disk_still_serves_the_client_and_caches_nothing() {
-    let ca = TestCa::new();
-    let origin = origin_with_big_archives(&ca).await;
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let _disk = SmallDisk::mount(&cache, "1m"); // the archive is 2 MiB
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            cache_dir: Some(&cache),
-            ..Default::default()
-        },
-    )
+    let (_ca, origin, mirror, client) = start(MirrorOptions {
+        cache_dir: Some(&cache),
+        ..Default::default()
+    })
     .await;
-    let client = https_client(&ca, &[]);
-    let resp = within(
-        "download",
-        client
-            .get(mirror.url(&big_zip("1.0.0", "linux_amd64")))
-            .send(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200);
-    let body = within("download body", resp.bytes())
-        .await
-        .expect("the client is served in full");
-    assert!(body == origin.archive("acme", "big", "1.0.0", "linux", "amd64"));
-    eventually("the staging file is removed", || {
+    // `get` panics unless the client is served in full.
+    let got = get(&client, &mirror.url(&big_zip("1.0.0", "linux_amd64"))).await;
+    assert_eq!(got.status, 200);
+    assert!(got.body == origin.archive("acme", "big", "1.0.0", "linux", "amd64"));
+    eventually("the staging file is removed", SETTLE, || {
         mirror.staging_files().is_empty()
     })
     .await;
@@ -760,6 +612,6 @@ async fn a_full_disk_still_serves_the_client_and_caches_nothing() {
         mirror.cached_archives().is_empty(),
         "nothing torn is left behind"
     );
-    let m = metrics_of(&client, &mirror).await;
+    let m = mirror.metrics(&client).await;
     assert_eq!(sample(&m, "provender_cache_write_errors_total"), 1, "{m}");
 }
