@@ -7,37 +7,26 @@
 //! - `terraform providers lock -net-mirror` gets the same `h1:` values.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{REGISTRY, TestMirror};
-use crate::support::{Terraform, https_client, within};
+use crate::support::tf_config::{
+    self, FOO_BAR_DIRS, local_platform, local_platform_and, root_module,
+};
+use crate::support::{Terraform, https_client, init_fresh, poll};
 
-/// Terraform's name for the platform these tests run on.
-fn local_platform() -> (&'static str, &'static str) {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        other => panic!("no Terraform build for {other}"),
-    };
-    (std::env::consts::OS, arch)
-}
-
+/// The local platform plus three others, as `(os, arch)` pairs.
 fn platforms() -> Vec<(&'static str, &'static str)> {
-    let mut all = vec![local_platform()];
-    for p in [
+    local_platform_and(&[
         ("linux", "amd64"),
         ("darwin", "arm64"),
         ("windows", "amd64"),
-    ] {
-        if !all.contains(&p) {
-            all.push(p);
-        }
-    }
-    all
+    ])
 }
 
 async fn origin(ca: &TestCa) -> FakeOrigin {
@@ -54,36 +43,13 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
     .await
 }
 
-const MAIN_TF: &str = r#"terraform {
-  required_providers {
-    foo  = { source = "acme/foo", version = "~> 1.0" }
-    bar  = { source = "acme/bar" }
-    dirs = { source = "acme/dirs", version = "0.1.0" }
-  }
-}
-"#;
-
-fn mirror_cli_config(mirror: &TestMirror) -> String {
-    format!(
-        "provider_installation {{\n  network_mirror {{\n    url = \"{}\"\n  }}\n}}\n",
-        mirror.url
-    )
-}
-
-fn origin_cli_config(origin: &FakeOrigin) -> String {
-    format!(
-        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}\"\n  }}\n}}\n",
-        origin.providers_v1_url()
-    )
-}
-
-fn workdir() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("provender-tf-")
-        .tempdir()
-        .unwrap();
-    std::fs::write(dir.path().join("main.tf"), MAIN_TF).unwrap();
-    dir
+/// The version of `acme/<ty>` that [`FOO_BAR_DIRS`] installs from [`origin`].
+fn installed_version(ty: &str) -> &'static str {
+    match ty {
+        "foo" => "1.1.0",
+        "bar" => "2.3.0",
+        _ => "0.1.0",
+    }
 }
 
 /// Lock-file `h1:` hashes per provider source, read from `.terraform.lock.hcl` text.
@@ -113,17 +79,17 @@ async fn mirror_document(
     platforms: &[String],
 ) -> Value {
     let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
-    for _ in 0..200 {
-        let resp = within(&url, client.get(&url).send()).await.unwrap();
-        assert_eq!(resp.status(), 200, "{url}");
-        let doc: Value =
-            serde_json::from_slice(&within(&url, resp.bytes()).await.unwrap()).unwrap();
-        if platforms.iter().all(|p| h1_of(&doc, p).is_some()) {
-            return doc;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("{url}: h1 missing for some of {platforms:?}");
+    poll(Duration::from_secs(5), async || {
+        let got = get(client, &url).await;
+        assert_eq!(got.status, 200, "{url}");
+        let doc = got.json();
+        platforms
+            .iter()
+            .all(|p| h1_of(&doc, p).is_some())
+            .then_some(doc)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{url}: h1 missing for some of {platforms:?}"))
 }
 
 fn platform_names() -> Vec<String> {
@@ -148,11 +114,8 @@ async fn terraform_init_through_the_mirror() {
     let origin = origin(&ca).await;
     let mirror = TestMirror::start(&ca, &origin).await;
 
-    let first = workdir();
-    let tf = Terraform::new(&ca, &mirror_cli_config(&mirror));
-    tf.run(first.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
+    let through_mirror = tf_config::network_mirror(mirror.url.as_str());
+    let first = init_fresh(&ca, &through_mirror, FOO_BAR_DIRS).await;
     assert_eq!(
         origin.count(RequestKind::Archive),
         3,
@@ -166,13 +129,7 @@ async fn terraform_init_through_the_mirror() {
     assert_eq!(locked.len(), 3, "{locked:?}");
     for (source, hashes) in &locked {
         let ty = source.rsplit('/').next().unwrap();
-        let version = if ty == "foo" {
-            "1.1.0"
-        } else if ty == "bar" {
-            "2.3.0"
-        } else {
-            "0.1.0"
-        };
+        let version = installed_version(ty);
         let doc = mirror_document(
             &client,
             &mirror,
@@ -199,12 +156,8 @@ async fn terraform_init_through_the_mirror() {
     }
 
     // A fresh directory and a fresh HOME (no plugin cache): everything comes from provender.
-    let second = workdir();
-    let tf2 = Terraform::new(&ca, &mirror_cli_config(&mirror));
     let before = origin.total_requests();
-    tf2.run(second.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
+    init_fresh(&ca, &through_mirror, FOO_BAR_DIRS).await;
     assert_eq!(
         origin.count(RequestKind::Archive),
         3,
@@ -229,8 +182,8 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
 
     // Terraform's own hashes: mirror straight from the origin.
     let direct_out = tempfile::tempdir().unwrap();
-    let work = workdir();
-    let direct = Terraform::new(&ca, &origin_cli_config(&origin));
+    let work = root_module(FOO_BAR_DIRS);
+    let direct = Terraform::new(&ca, &tf_config::registry_host(&origin.providers_v1_url()));
     let mut args: Vec<&str> = vec!["providers", "mirror", "-no-color"];
     args.extend(platform_args.iter().map(String::as_str));
     let out = direct_out.path().to_str().unwrap();
@@ -240,10 +193,7 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     // The same through provender: `providers mirror` only speaks the registry protocol, so a
     // `host` block sends it to provender's registry facade.
     let via_out = tempfile::tempdir().unwrap();
-    let facade = format!(
-        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}v1/providers/{REGISTRY}/\"\n  }}\n}}\n",
-        mirror.url
-    );
+    let facade = tf_config::registry_host(&format!("{}v1/providers/{REGISTRY}/", mirror.url));
     let via = Terraform::new(&ca, &facade);
     let origin_archives = origin.count(RequestKind::Archive);
     *args.last_mut().unwrap() = via_out.path().to_str().unwrap();
@@ -292,7 +242,7 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     assert_eq!(compared, 3 * platforms().len());
 
     // `providers lock -net-mirror` through provender records the same h1 values.
-    let lock_dir = workdir();
+    let lock_dir = root_module(FOO_BAR_DIRS);
     let locker = Terraform::new(&ca, "");
     let net_mirror = format!("-net-mirror={}", mirror.url);
     let mut args: Vec<&str> = vec!["providers", "lock", "-no-color", &net_mirror];
@@ -300,13 +250,7 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     locker.run(lock_dir.path(), &args).await.assert_success();
     for (source, hashes) in lock_hashes(lock_dir.path()) {
         let ty = source.rsplit('/').next().unwrap().to_string();
-        let version = if ty == "foo" {
-            "1.1.0"
-        } else if ty == "bar" {
-            "2.3.0"
-        } else {
-            "0.1.0"
-        };
+        let version = installed_version(&ty);
         let ours = mirror_document(&client, &mirror, &ty, version, &platform_names()).await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
