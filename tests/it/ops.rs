@@ -15,44 +15,22 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use tempfile::TempDir;
+
 use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
 use crate::support::static_server::StaticServer;
-use crate::support::{TIMEOUT, Terraform};
-
-/// Terraform's name for the platform these tests run on.
-fn local_platform() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => panic!("no Terraform build for {other}"),
-    };
-    format!("{}_{arch}", std::env::consts::OS)
-}
+use crate::support::tf_config::{self, FOO_BAR_DIRS, local_platform_and, root_module};
+use crate::support::{TIMEOUT, Terraform, init_fresh};
 
 /// The local platform plus two others, as `(os, arch)` pairs.
-fn platforms() -> Vec<(String, String)> {
-    let mut all = vec![local_platform()];
-    for p in ["linux_amd64", "darwin_arm64"] {
-        if !all.iter().any(|a| a == p) {
-            all.push(p.to_string());
-        }
-    }
-    all.into_iter()
-        .map(|p| {
-            let (os, arch) = p.split_once('_').unwrap();
-            (os.to_string(), arch.to_string())
-        })
-        .collect()
+fn platforms() -> Vec<(&'static str, &'static str)> {
+    local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")])
 }
 
 async fn origin(ca: &TestCa) -> FakeOrigin {
-    let owned = platforms();
-    let p: Vec<(&str, &str)> = owned
-        .iter()
-        .map(|(o, a)| (o.as_str(), a.as_str()))
-        .collect();
+    let p = platforms();
     FakeOrigin::start(
         ca,
         &[REGISTRY],
@@ -63,25 +41,6 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
         ],
     )
     .await
-}
-
-const MAIN_TF: &str = r#"terraform {
-  required_providers {
-    foo  = { source = "acme/foo", version = "~> 1.0" }
-    bar  = { source = "acme/bar" }
-    dirs = { source = "acme/dirs", version = "0.1.0" }
-  }
-}
-"#;
-
-/// A directory holding `main.tf`.
-fn configuration() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("provender-ops-tf-")
-        .tempdir()
-        .unwrap();
-    std::fs::write(dir.path().join("main.tf"), MAIN_TF).unwrap();
-    dir
 }
 
 /// A provender configuration file for a cache directory, reaching the origin at `origin`.
@@ -105,6 +64,44 @@ fn config_file(
     )
     .unwrap();
     path
+}
+
+/// A configuration for an offline cache: the origin it names (a closed port) is never dialled.
+fn sealed_config(dir: &Path, name: &str, cache: &Path, ca: &TestCa) -> PathBuf {
+    let nowhere = "127.0.0.1:9".parse().unwrap();
+    config_file(dir, name, cache, nowhere, ca, "offline = true")
+}
+
+/// A CA, the origin, a work directory, and in it `provender.toml` for a cache at `work/cache`
+/// that fetches from the origin.
+struct Connected {
+    ca: TestCa,
+    origin: FakeOrigin,
+    work: TempDir,
+    cache: PathBuf,
+    cfg: PathBuf,
+}
+
+async fn connected() -> Connected {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "provender.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    Connected {
+        ca,
+        origin,
+        work,
+        cache,
+        cfg,
+    }
 }
 
 /// What one `provender` command did.
@@ -176,10 +173,12 @@ fn path_str(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }
 
-fn platform_args() -> Vec<String> {
+/// `<flag>=<os>_<arch>` for each of [`platforms`]: `--platform` for provender, `-platform`
+/// for terraform.
+fn platform_args(flag: &str) -> Vec<String> {
     platforms()
         .iter()
-        .map(|(o, a)| format!("--platform={o}_{a}"))
+        .map(|(o, a)| format!("{flag}={o}_{a}"))
         .collect()
 }
 
@@ -194,15 +193,29 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-fn mirror_cli_config(url: &str) -> String {
-    format!("provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n")
+/// CLI configuration sending terraform straight to the origin.
+fn origin_cli_config(origin: &FakeOrigin) -> String {
+    tf_config::registry_host(&origin.providers_v1_url())
 }
 
-fn origin_cli_config(origin: &FakeOrigin) -> String {
-    format!(
-        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{}\"\n  }}\n}}\n",
-        origin.providers_v1_url()
+/// Serves `cache` sealed (offline, the origin stopped for good) and runs `terraform init` from
+/// it in a fresh root module, which is returned.
+async fn init_from_sealed_cache(ca: &TestCa, origin: FakeOrigin, cache: &Path) -> TempDir {
+    let mut mirror = TestMirror::start_with(
+        ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "offline = true",
+            cache_dir: Some(cache),
+            ..Default::default()
+        },
     )
+    .await;
+    origin.stop().await;
+    let cli = tf_config::network_mirror(mirror.url.as_str());
+    let fresh = init_fresh(ca, &cli, FOO_BAR_DIRS).await;
+    mirror.stop().await;
+    fresh
 }
 
 fn zips(dir: &Path) -> Vec<String> {
@@ -215,7 +228,7 @@ fn zips(dir: &Path) -> Vec<String> {
     names
 }
 
-/// The archives a seed of [`MAIN_TF`] plus `bar 2.3.0` fetches.
+/// The archives a seed of [`FOO_BAR_DIRS`] plus `bar 2.3.0` fetches.
 fn expected_zips() -> Vec<String> {
     let mut out = Vec::new();
     for (ty, v) in [("foo", "1.1.0"), ("bar", "2.3.0"), ("dirs", "0.1.0")] {
@@ -240,33 +253,23 @@ provider "registry.terraform.io/acme/bar" {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn air_gap_seed_export_import_and_serve_sealed() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let connected = work.path().join("connected-cache");
-    let cfg = config_file(
-        work.path(),
-        "connected.toml",
-        &connected,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Connected {
+        ca,
+        origin,
+        work,
+        cache: connected,
+        cfg,
+    } = connected().await;
     let cfg = path_str(&cfg);
 
     // A configuration directory (constraints) and a lock file (exact version) together; the
-    // configuration asks for bar too, without a constraint, and the lock file pins 2.3.0.
-    let tf_dir = configuration();
-    std::fs::write(
-        tf_dir.path().join("main.tf"),
-        MAIN_TF.replace("    bar  = { source = \"acme/bar\" }\n", ""),
-    )
-    .unwrap();
+    // configuration asks for bar too, but without a constraint: the lock file pins 2.3.0.
+    let tf_dir = root_module(&FOO_BAR_DIRS.replace("    bar  = { source = \"acme/bar\" }\n", ""));
     let lock_dir = tempfile::tempdir().unwrap();
     let lock = lock_dir.path().join(".terraform.lock.hcl");
     std::fs::write(&lock, BAR_LOCK).unwrap();
     let mut args = vec!["seed", "--config", cfg];
-    let platform_args = platform_args();
+    let platform_args = platform_args("--platform");
     args.extend(platform_args.iter().map(String::as_str));
     args.extend([path_str(tf_dir.path()), path_str(&lock)]);
     let seeded = provender(&args).await;
@@ -343,29 +346,11 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
     assert_eq!(index, serde_json::json!({ "versions": { "1.1.0": {} } }));
 
     // The exported directory is also a filesystem mirror as it stands.
-    let fs_init = configuration();
-    let fs_tf = Terraform::new(
-        &ca,
-        &format!(
-            "provider_installation {{\n  filesystem_mirror {{\n    path = \"{}\"\n  }}\n}}\n",
-            exported.display()
-        ),
-    );
-    fs_tf
-        .run(fs_init.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
+    init_fresh(&ca, &tf_config::filesystem_mirror(&exported), FOO_BAR_DIRS).await;
 
     // Carry the bundle across: import into an empty, sealed cache. Twice: the second is a no-op.
     let sealed = work.path().join("sealed-cache");
-    let sealed_cfg = config_file(
-        work.path(),
-        "sealed.toml",
-        &sealed,
-        "127.0.0.1:9".parse().unwrap(),
-        &ca,
-        "offline = true",
-    );
+    let sealed_cfg = sealed_config(work.path(), "sealed.toml", &sealed, &ca);
     let sealed_cfg = path_str(&sealed_cfg);
     let first = provender(&["import", "--config", sealed_cfg, path_str(&bundle)]).await;
     first.ok();
@@ -392,14 +377,7 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
 
     // The exported directory imports as well.
     let from_dir = work.path().join("dir-cache");
-    let dir_cfg = config_file(
-        work.path(),
-        "dir.toml",
-        &from_dir,
-        "127.0.0.1:9".parse().unwrap(),
-        &ca,
-        "offline = true",
-    );
+    let dir_cfg = sealed_config(work.path(), "dir.toml", &from_dir, &ca);
     provender(&[
         "import",
         "--config",
@@ -411,58 +389,34 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
     assert_eq!(zips(&from_dir.join("archives")), expected_zips());
 
     // Serve the bundle's cache sealed, with the origin gone, and install from it.
-    let mut mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_upstream: "offline = true",
-            cache_dir: Some(&sealed),
-            ..Default::default()
-        },
-    )
-    .await;
-    origin.stop().await;
-    let fresh = configuration();
-    let tf = Terraform::new(&ca, &mirror_cli_config(mirror.url.as_str()));
-    tf.run(fresh.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
+    let fresh = init_from_sealed_cache(&ca, origin, &sealed).await;
     let lock = std::fs::read_to_string(fresh.path().join(".terraform.lock.hcl")).unwrap();
     assert!(lock.contains("version     = \"1.1.0\""), "{lock}");
-    mirror.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lock_writes_what_terraform_writes_and_init_accepts_it() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "provender.toml",
-        &cache,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Connected {
+        ca,
+        origin,
+        work: _work,
+        cache,
+        cfg,
+    } = connected().await;
 
     // Terraform's own lock file, straight from the origin, for the same platforms.
-    let theirs = configuration();
+    let theirs = root_module(FOO_BAR_DIRS);
     let direct = Terraform::new(&ca, &origin_cli_config(&origin));
-    let tf_platforms: Vec<String> = platforms()
-        .iter()
-        .map(|(o, a)| format!("-platform={o}_{a}"))
-        .collect();
+    let tf_platforms = platform_args("-platform");
     let mut args = vec!["providers", "lock", "-no-color"];
     args.extend(tf_platforms.iter().map(String::as_str));
     direct.run(theirs.path(), &args).await.assert_success();
     let expected = std::fs::read_to_string(theirs.path().join(".terraform.lock.hcl")).unwrap();
 
     // provender's, from an empty cache (it fetches what is missing).
-    let ours = configuration();
+    let ours = root_module(FOO_BAR_DIRS);
     let mut args = vec!["lock", "--config", path_str(&cfg)];
-    let platform_args = platform_args();
+    let platform_args = platform_args("--platform");
     args.extend(platform_args.iter().map(String::as_str));
     args.push(path_str(ours.path()));
     let locked = provender(&args).await;
@@ -476,7 +430,7 @@ async fn lock_writes_what_terraform_writes_and_init_accepts_it() {
     // extracted, which differs from the zip's own h1).
     for (os, arch) in platforms() {
         for (ty, v) in [("foo", "1.1.0"), ("bar", "2.3.0"), ("dirs", "0.1.0")] {
-            let h1 = origin.h1_dir("acme", ty, v, &os, &arch);
+            let h1 = origin.h1_dir("acme", ty, v, os, arch);
             assert!(
                 written.contains(&h1),
                 "{ty} {os}_{arch}: {h1} missing:\n{written}"
@@ -489,18 +443,10 @@ async fn lock_writes_what_terraform_writes_and_init_accepts_it() {
     assert!(again.stdout.contains("unchanged"), "{}", again.stdout);
 
     // terraform init through provender, with that lock file, in a fresh directory.
-    let mut mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            cache_dir: Some(&cache),
-            ..Default::default()
-        },
-    )
-    .await;
-    let fresh = configuration();
+    let mut mirror = TestMirror::start_on(&ca, &origin, &cache).await;
+    let fresh = root_module(FOO_BAR_DIRS);
     std::fs::write(fresh.path().join(".terraform.lock.hcl"), &written).unwrap();
-    let tf = Terraform::new(&ca, &mirror_cli_config(mirror.url.as_str()));
+    let tf = Terraform::new(&ca, &tf_config::network_mirror(mirror.url.as_str()));
     tf.run(
         fresh.path(),
         &["init", "-input=false", "-no-color", "-lockfile=readonly"],
@@ -535,22 +481,17 @@ async fn lock_writes_what_terraform_writes_and_init_accepts_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exported_directory_works_from_a_plain_static_web_server() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "provender.toml",
-        &cache,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Connected {
+        ca,
+        origin,
+        work,
+        cfg,
+        ..
+    } = connected().await;
     let cfg = path_str(&cfg);
-    let tf_dir = configuration();
+    let tf_dir = root_module(FOO_BAR_DIRS);
     let mut args = vec!["seed", "--config", cfg];
-    let platform_args = platform_args();
+    let platform_args = platform_args("--platform");
     args.extend(platform_args.iter().map(String::as_str));
     args.push(path_str(tf_dir.path()));
     provender(&args).await.ok();
@@ -561,11 +502,9 @@ async fn exported_directory_works_from_a_plain_static_web_server() {
     origin.stop().await;
 
     let nginx = StaticServer::start(&ca, &site);
-    let fresh = configuration();
-    let tf = Terraform::new(&ca, &mirror_cli_config(&nginx.url()));
-    let init = tf
-        .run(fresh.path(), &["init", "-input=false", "-no-color"])
-        .await;
+    let fresh = root_module(FOO_BAR_DIRS);
+    let tf = Terraform::new(&ca, &tf_config::network_mirror(&nginx.url()));
+    let init = tf.init(fresh.path()).await;
     assert!(
         init.status.success(),
         "terraform init from nginx failed:\n{}\n--- nginx error log ---\n{}",
@@ -585,48 +524,22 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
     let work = tempfile::tempdir().unwrap();
-    let tf_dir = configuration();
+    let tf_dir = root_module(FOO_BAR_DIRS);
     let mirrored = work.path().join("tf-mirror");
     let direct = Terraform::new(&ca, &origin_cli_config(&origin));
     let mut args = vec!["providers", "mirror", "-no-color"];
-    let tf_platforms: Vec<String> = platforms()
-        .iter()
-        .map(|(o, a)| format!("-platform={o}_{a}"))
-        .collect();
+    let tf_platforms = platform_args("-platform");
     args.extend(tf_platforms.iter().map(String::as_str));
     args.push(path_str(&mirrored));
     direct.run(tf_dir.path(), &args).await.assert_success();
 
     let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "sealed.toml",
-        &cache,
-        "127.0.0.1:9".parse().unwrap(),
-        &ca,
-        "offline = true",
-    );
+    let cfg = sealed_config(work.path(), "sealed.toml", &cache, &ca);
     let imported = provender(&["import", "--config", path_str(&cfg), path_str(&mirrored)]).await;
     imported.ok();
     assert_eq!(zips(&cache.join("archives")), expected_zips());
 
-    let mut mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_upstream: "offline = true",
-            cache_dir: Some(&cache),
-            ..Default::default()
-        },
-    )
-    .await;
-    origin.stop().await;
-    let fresh = configuration();
-    let tf = Terraform::new(&ca, &mirror_cli_config(mirror.url.as_str()));
-    tf.run(fresh.path(), &["init", "-input=false", "-no-color"])
-        .await
-        .assert_success();
-    mirror.stop().await;
+    init_from_sealed_cache(&ca, origin, &cache).await;
 
     // A zip changed after `providers mirror` wrote its hashes is refused, and nothing else from
     // that directory is admitted.
@@ -640,14 +553,7 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
     bytes[mid] ^= 0x01;
     std::fs::write(&zip, bytes).unwrap();
     let other = work.path().join("other-cache");
-    let other_cfg = config_file(
-        work.path(),
-        "other.toml",
-        &other,
-        "127.0.0.1:9".parse().unwrap(),
-        &ca,
-        "offline = true",
-    );
+    let other_cfg = sealed_config(work.path(), "other.toml", &other, &ca);
     let refused = provender(&[
         "import",
         "--config",
@@ -697,18 +603,13 @@ fn tamper(bundle: &Path, out: &Path, target: &str, change: impl Fn(&mut Vec<u8>)
 
 #[tokio::test(flavor = "multi_thread")]
 async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "provender.toml",
-        &cache,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Connected {
+        ca,
+        origin,
+        work,
+        cfg,
+        ..
+    } = connected().await;
     let cfg = path_str(&cfg);
     provender(&[
         "seed",
@@ -815,18 +716,13 @@ async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_quarantines_a_damaged_archive() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "provender.toml",
-        &cache,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Connected {
+        ca: _ca,
+        origin: _origin,
+        work: _work,
+        cache,
+        cfg,
+    } = connected().await;
     let cfg = path_str(&cfg);
     provender(&[
         "seed",
