@@ -9,7 +9,8 @@
 //! - an exported directory served by nginx works as a `network_mirror`;
 //! - a `terraform providers mirror` directory imports and serves sealed;
 //! - `import` refuses tampered bundles and directories and leaves the cache as it was;
-//! - `ls`, `verify` (quarantine of a damaged archive), failures reported with non-zero exits.
+//! - `ls`, `verify` (quarantine of a damaged archive), failures reported with non-zero exits;
+//! - `verify` and `import` hash archives within the configured zip limits.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -791,4 +792,80 @@ async fn verify_quarantines_a_damaged_archive() {
     let nothing = provender(&["lock", "--config", cfg, "--provider", "acme/bar"]).await;
     nothing.fails(78);
     assert!(nothing.stderr.contains("--platform"), "{}", nothing.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_and_import_hash_within_the_configured_zip_limits() {
+    let Connected {
+        ca,
+        origin,
+        work,
+        cache,
+        cfg,
+    } = connected().await;
+    let cfg = path_str(&cfg);
+    // acme/dirs has three zip entries: `docs/`, `docs/README.md` and the executable.
+    provender(&[
+        "seed",
+        "--config",
+        cfg,
+        "--platform",
+        "linux_amd64",
+        "--provider",
+        "acme/dirs",
+    ])
+    .await
+    .ok();
+    let bundle = work.path().join("dirs.tar");
+    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
+        .await
+        .ok();
+    let limit = "max_zip_entries = 2";
+
+    // The same cache under a configuration allowing two entries: the archive fails to hash.
+    let strict = config_file(
+        work.path(),
+        "strict.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        limit,
+    );
+    let strict = path_str(&strict);
+    let refused = provender(&["verify", "--config", strict, "--no-quarantine"]).await;
+    refused.fails(1);
+    assert!(
+        refused.stdout.contains("more than the limit of 2"),
+        "{}",
+        refused.stdout
+    );
+    provender(&["verify", "--config", cfg]).await.ok();
+
+    // Importing the bundle under that limit is refused too; under the defaults it is admitted.
+    let target = work.path().join("target");
+    let strict_target = config_file(work.path(), "t1.toml", &target, origin.addr(), &ca, limit);
+    let refused = provender(&[
+        "import",
+        "--config",
+        path_str(&strict_target),
+        path_str(&bundle),
+    ])
+    .await;
+    refused.fails(1);
+    assert!(
+        refused.stdout.contains("more than the limit of 2"),
+        "{}",
+        refused.stdout
+    );
+    assert!(zips(&target).is_empty());
+    let target_cfg = config_file(work.path(), "t2.toml", &target, origin.addr(), &ca, "");
+    provender(&[
+        "import",
+        "--config",
+        path_str(&target_cfg),
+        path_str(&bundle),
+    ])
+    .await
+    .ok();
+    assert_eq!(zips(&target).len(), 1);
 }
