@@ -170,6 +170,26 @@ async fn provender(args: &[&str]) -> Run {
     }
 }
 
+/// `provender seed --config <cfg>` for each of `platforms` and of `providers`
+/// (`SOURCE[@CONSTRAINT]`).
+async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
+    let mut args = vec!["seed", "--config", cfg];
+    for p in platforms {
+        args.extend(["--platform", p]);
+    }
+    for p in providers {
+        args.extend(["--provider", p]);
+    }
+    provender(&args).await
+}
+
+/// `provender export --config <cfg> --bundle <bundle>`, which must succeed.
+async fn export_bundle(cfg: &str, bundle: &Path) {
+    provender(&["export", "--config", cfg, "--bundle", path_str(bundle)])
+        .await
+        .ok();
+}
+
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }
@@ -319,9 +339,7 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
 
     // Export both ways.
     let bundle = work.path().join("providers.tar");
-    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
-        .await
-        .ok();
+    export_bundle(cfg, &bundle).await;
     let exported = work.path().join("mirror");
     provender(&["export", "--config", cfg, path_str(&exported)])
         .await
@@ -612,39 +630,19 @@ async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
         ..
     } = connected().await;
     let cfg = path_str(&cfg);
-    provender(&[
-        "seed",
-        "--config",
-        cfg,
-        "--platform",
-        "linux_amd64",
-        "--provider",
-        "acme/foo@~> 1.0",
-        "--provider",
-        "acme/bar",
-    ])
-    .await
-    .ok();
-    let bundle = work.path().join("b.tar");
-    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
+    seed(cfg, &["linux_amd64"], &["acme/foo@~> 1.0", "acme/bar"])
         .await
         .ok();
+    let bundle = work.path().join("b.tar");
+    export_bundle(cfg, &bundle).await;
 
     // The target cache already holds something, which must survive every refusal unchanged.
     let target = work.path().join("target");
     let target_cfg = config_file(work.path(), "target.toml", &target, origin.addr(), &ca, "");
     let target_cfg = path_str(&target_cfg);
-    provender(&[
-        "seed",
-        "--config",
-        target_cfg,
-        "--platform",
-        "linux_amd64",
-        "--provider",
-        "acme/dirs",
-    ])
-    .await
-    .ok();
+    seed(target_cfg, &["linux_amd64"], &["acme/dirs"])
+        .await
+        .ok();
     let before = snapshot(&target);
     assert_eq!(zips(&target).len(), 1);
 
@@ -725,19 +723,9 @@ async fn verify_quarantines_a_damaged_archive() {
         cfg,
     } = connected().await;
     let cfg = path_str(&cfg);
-    provender(&[
-        "seed",
-        "--config",
-        cfg,
-        "--platform",
-        "linux_amd64",
-        "--platform",
-        "darwin_arm64",
-        "--provider",
-        "acme/bar@2.3.0",
-    ])
-    .await
-    .ok();
+    seed(cfg, &["linux_amd64", "darwin_arm64"], &["acme/bar@2.3.0"])
+        .await
+        .ok();
     let clean = provender(&["verify", "--config", cfg]).await;
     clean.ok();
     assert!(clean.stdout.contains("2 archives"), "{}", clean.stdout);
@@ -805,21 +793,9 @@ async fn verify_and_import_hash_within_the_configured_zip_limits() {
     } = connected().await;
     let cfg = path_str(&cfg);
     // acme/dirs has three zip entries: `docs/`, `docs/README.md` and the executable.
-    provender(&[
-        "seed",
-        "--config",
-        cfg,
-        "--platform",
-        "linux_amd64",
-        "--provider",
-        "acme/dirs",
-    ])
-    .await
-    .ok();
+    seed(cfg, &["linux_amd64"], &["acme/dirs"]).await.ok();
     let bundle = work.path().join("dirs.tar");
-    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
-        .await
-        .ok();
+    export_bundle(cfg, &bundle).await;
     let limit = "max_zip_entries = 2";
 
     // The same cache under a configuration allowing two entries: the archive fails to hash.
