@@ -183,6 +183,11 @@ async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
     provender(&args).await
 }
 
+/// `provender import --config <cfg> <source>`.
+async fn import(cfg: &str, source: &Path) -> Run {
+    provender(&["import", "--config", cfg, path_str(source)]).await
+}
+
 /// `provender export --config <cfg> --bundle <bundle>`, which must succeed.
 async fn export_bundle(cfg: &str, bundle: &Path) {
     provender(&["export", "--config", cfg, "--bundle", path_str(bundle)])
@@ -371,7 +376,7 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
     let sealed = work.path().join("sealed-cache");
     let sealed_cfg = sealed_config(work.path(), "sealed.toml", &sealed, &ca);
     let sealed_cfg = path_str(&sealed_cfg);
-    let first = provender(&["import", "--config", sealed_cfg, path_str(&bundle)]).await;
+    let first = import(sealed_cfg, &bundle).await;
     first.ok();
     assert!(
         first.stdout.contains(&format!("import: {n} added")),
@@ -379,7 +384,7 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
         first.stdout
     );
     let before = snapshot(&sealed);
-    let second = provender(&["import", "--config", sealed_cfg, path_str(&bundle)]).await;
+    let second = import(sealed_cfg, &bundle).await;
     second.ok();
     assert!(
         second
@@ -397,14 +402,7 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
     // The exported directory imports as well.
     let from_dir = work.path().join("dir-cache");
     let dir_cfg = sealed_config(work.path(), "dir.toml", &from_dir, &ca);
-    provender(&[
-        "import",
-        "--config",
-        path_str(&dir_cfg),
-        path_str(&exported),
-    ])
-    .await
-    .ok();
+    import(path_str(&dir_cfg), &exported).await.ok();
     assert_eq!(zips(&from_dir.join("archives")), expected_zips());
 
     // Serve the bundle's cache sealed, with the origin gone, and install from it.
@@ -554,7 +552,7 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
 
     let cache = work.path().join("cache");
     let cfg = sealed_config(work.path(), "sealed.toml", &cache, &ca);
-    let imported = provender(&["import", "--config", path_str(&cfg), path_str(&mirrored)]).await;
+    let imported = import(path_str(&cfg), &mirrored).await;
     imported.ok();
     assert_eq!(zips(&cache.join("archives")), expected_zips());
 
@@ -573,13 +571,7 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
     std::fs::write(&zip, bytes).unwrap();
     let other = work.path().join("other-cache");
     let other_cfg = sealed_config(work.path(), "other.toml", &other, &ca);
-    let refused = provender(&[
-        "import",
-        "--config",
-        path_str(&other_cfg),
-        path_str(&mirrored),
-    ])
-    .await;
+    let refused = import(path_str(&other_cfg), &mirrored).await;
     refused.fails(1);
     assert!(
         refused.out().contains("terraform-provider-bar_2.3.0"),
@@ -685,7 +677,7 @@ async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
     for (what, entry, change, expected) in cases {
         let tampered = work.path().join("tampered.tar");
         tamper(&bundle, &tampered, &entry, change);
-        let refused = provender(&["import", "--config", target_cfg, path_str(&tampered)]).await;
+        let refused = import(target_cfg, &tampered).await;
         refused.fails(1);
         assert!(
             refused.out().contains(expected),
@@ -707,9 +699,7 @@ async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
     }
 
     // The genuine bundle is admitted next to what was there.
-    provender(&["import", "--config", target_cfg, path_str(&bundle)])
-        .await
-        .ok();
+    import(target_cfg, &bundle).await.ok();
     assert_eq!(zips(&target).len(), 3);
 }
 
@@ -820,13 +810,7 @@ async fn verify_and_import_hash_within_the_configured_zip_limits() {
     // Importing the bundle under that limit is refused too; under the defaults it is admitted.
     let target = work.path().join("target");
     let strict_target = config_file(work.path(), "t1.toml", &target, origin.addr(), &ca, limit);
-    let refused = provender(&[
-        "import",
-        "--config",
-        path_str(&strict_target),
-        path_str(&bundle),
-    ])
-    .await;
+    let refused = import(path_str(&strict_target), &bundle).await;
     refused.fails(1);
     assert!(
         refused.stdout.contains("more than the limit of 2"),
@@ -835,13 +819,6 @@ async fn verify_and_import_hash_within_the_configured_zip_limits() {
     );
     assert!(zips(&target).is_empty());
     let target_cfg = config_file(work.path(), "t2.toml", &target, origin.addr(), &ca, "");
-    provender(&[
-        "import",
-        "--config",
-        path_str(&target_cfg),
-        path_str(&bundle),
-    ])
-    .await
-    .ok();
+    import(path_str(&target_cfg), &bundle).await.ok();
     assert_eq!(zips(&target).len(), 1);
 }
