@@ -500,8 +500,24 @@ async fn kill_9_during_downloads_never_leaves_a_wrong_entry() {
                 }
             });
         }
-        // Kill at a different point of the downloads each round (they take ~0.7 s each).
-        tokio::time::sleep(Duration::from_millis(100 + 150 * round)).await;
+        // Kill at a different point of the downloads each round (they take ~1 s in all). The
+        // last round waits until an archive is committed, however loaded the machine is, so
+        // the cache surely holds entries written just before a crash.
+        if round == 7 {
+            let committed = || {
+                files_under(&cache.join("archives"))
+                    .iter()
+                    .any(|p| p.extension().is_some_and(|e| e == "zip"))
+            };
+            crate::support::eventually(
+                "an archive is committed",
+                Duration::from_secs(30),
+                committed,
+            )
+            .await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(100 + 150 * round)).await;
+        }
         server.signal("KILL");
         drop(server);
         if !files_under(&cache.join("tmp")).is_empty() {
