@@ -12,6 +12,8 @@
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
+
+use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use std::time::SystemTime;
@@ -148,7 +150,7 @@ impl Mirror {
     }
 
     /// `:hostname/:namespace/:type/index.json`
-    pub async fn index(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<u8>> {
+    pub async fn index(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Bytes> {
         Ok(self.versions(addr).await?.to_mirror_json())
     }
 
@@ -157,9 +159,20 @@ impl Mirror {
         self: &Arc<Self>,
         addr: &ProviderAddr,
         version: &Version,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Bytes> {
         self.check_host(addr)?;
         let rec = self.version_record(addr, version).await?;
+        if self.settings.auth.enabled() {
+            // Signed URLs differ from one request to the next.
+            return Ok(self.render_version(addr, version, &rec));
+        }
+        // Records are immutable (a new `h1:` makes a new record), so the rendering is kept.
+        Ok(rec
+            .rendered
+            .get_or_init(|| self.render_version(addr, version, &rec)))
+    }
+
+    fn render_version(&self, addr: &ProviderAddr, version: &Version, rec: &VersionRecord) -> Bytes {
         let mut archives = serde_json::Map::new();
         for (platform, pkg) in rec
             .packages
@@ -181,10 +194,8 @@ impl Mirror {
                 serde_json::json!({ "url": url, "hashes": hashes }),
             );
         }
-        Ok(
-            serde_json::to_vec(&serde_json::json!({ "archives": archives }))
-                .expect("JSON of strings"),
-        )
+        let doc = serde_json::to_vec(&serde_json::json!({ "archives": archives }));
+        Bytes::from(doc.expect("JSON of strings"))
     }
 
     /// `:hostname/:namespace/:type/terraform-provider-:type_:version_:os_:arch.zip`
@@ -434,6 +445,7 @@ impl Mirror {
                 versions: found
                     .map(|l| l.versions.into_iter().map(Into::into).collect())
                     .unwrap_or_default(),
+                rendered: Default::default(),
             };
             if rec.found {
                 if let Err(e) = this.meta.write_index(&owned, &rec).await {
@@ -543,6 +555,7 @@ impl Mirror {
             unavailable,
             packages,
             sums,
+            rendered: Default::default(),
         };
         self.fill_in_h1(&addr, &version, &mut rec).await;
         if let Err(e) = self.meta.write_version(&addr, &version, &rec).await {

@@ -23,6 +23,42 @@ pub struct IndexRecord {
     /// `false`: the origin said it has no such provider (kept only in memory, briefly).
     pub found: bool,
     pub versions: Vec<IndexVersion>,
+    /// `index.json` as served.
+    #[serde(skip)]
+    pub rendered: Rendered,
+}
+
+/// A rendering of a record, kept with it. Records are immutable once shared (an update builds a
+/// new record), so the memo never goes stale; a clone, which is about to be changed, starts
+/// without it, and it takes no part in comparisons or persistence.
+#[derive(Default)]
+pub struct Rendered(std::sync::OnceLock<bytes::Bytes>);
+
+impl Rendered {
+    /// The kept rendering, made by `render` the first time.
+    pub fn get_or_init(&self, render: impl FnOnce() -> bytes::Bytes) -> bytes::Bytes {
+        self.0.get_or_init(render).clone()
+    }
+}
+
+impl Clone for Rendered {
+    fn clone(&self) -> Rendered {
+        Rendered::default()
+    }
+}
+
+impl PartialEq for Rendered {
+    fn eq(&self, _: &Rendered) -> bool {
+        true
+    }
+}
+
+impl Eq for Rendered {}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rendered")
+    }
 }
 
 /// One version in an [`IndexRecord`].
@@ -53,8 +89,13 @@ impl IndexRecord {
             .map(|v| v.platforms.as_slice())
     }
 
-    /// The `index.json` document: `{"versions":{"1.0.0":{},...}}`.
-    pub fn to_mirror_json(&self) -> Vec<u8> {
+    /// The `index.json` document: `{"versions":{"1.0.0":{},...}}` (rendered once per record).
+    pub fn to_mirror_json(&self) -> bytes::Bytes {
+        self.rendered
+            .get_or_init(|| bytes::Bytes::from(self.render_mirror_json()))
+    }
+
+    fn render_mirror_json(&self) -> Vec<u8> {
         let versions: serde_json::Map<String, serde_json::Value> = self
             .versions
             .iter()
@@ -113,6 +154,9 @@ pub struct VersionRecord {
     /// (`<version>.SHA256SUMS.<n>` and `<version>.SHA256SUMS.<n>.sig`, byte for byte).
     #[serde(default)]
     pub sums: Vec<SumsRef>,
+    /// `<version>.json` as served (without per-request signed URLs).
+    #[serde(skip)]
+    pub rendered: Rendered,
 }
 
 /// One SHA256SUMS file and its signature, as published by the origin.
@@ -343,9 +387,10 @@ mod tests {
                     platforms: vec![],
                 },
             ],
+            rendered: Default::default(),
         };
         assert_eq!(
-            String::from_utf8(rec.to_mirror_json()).unwrap(),
+            String::from_utf8(rec.to_mirror_json().to_vec()).unwrap(),
             r#"{"versions":{"1.0.0":{},"2.0.0-rc.1":{}}}"#
         );
     }
@@ -373,6 +418,7 @@ mod tests {
             unavailable: vec![],
             packages: [(linux.clone(), pkg)].into(),
             sums: vec![],
+            rendered: Default::default(),
         };
         store.write_version(&addr, &v, &rec).await.unwrap();
         assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);

@@ -846,6 +846,7 @@ async fn admit(
             unavailable: Vec::new(),
             packages: BTreeMap::new(),
             sums: Vec::new(),
+            rendered: Default::default(),
         });
         let ctx =
             |what: &str, e: std::io::Error| format!("{} {}: {what}: {e}", vi.addr, vi.version);
@@ -900,6 +901,7 @@ async fn admit(
             fetched_at: crate::cache::now_secs(),
             found: true,
             versions: Vec::new(),
+            rendered: Default::default(),
         });
         for v in versions {
             match rec.versions.iter_mut().find(|x| x.version == v.version) {

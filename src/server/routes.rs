@@ -355,8 +355,8 @@ fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
         .expect("valid response")
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
-    response(status, "application/json", Bytes::from(body))
+fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    response(status, "application/json", body.into())
 }
 
 fn denied_response(denied: &Denied) -> Response<Body> {
