@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Helpers for bench/run.sh: parse wrk output, and print the table of figures.
 
-  report.py wrk FILE        -> "rps p50_ms p99_ms errors" from one `wrk --latency` output
+  report.py wrk FILE        -> "rps p50_ms p99_ms errors requests" from one `wrk --latency` output
   report.py table RESULTS   -> the figures table (markdown) from "name value" lines
 
 RESULTS holds one "name value" pair per line; a name given several times (repeated runs) is
@@ -29,7 +29,8 @@ def wrk(path):
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     if m:
         errors += sum(int(x) for x in m.groups())
-    print(f"{rps:.1f} {dist['50']:.3f} {dist['99']:.3f} {errors}")
+    requests = int(re.search(r"(\d+) requests in", text).group(1))
+    print(f"{rps:.1f} {dist['50']:.3f} {dist['99']:.3f} {errors} {requests}")
 
 
 def load(path):
@@ -66,8 +67,8 @@ def table(path):
     if docs:
         out.append("### Warm metadata (wrk, HTTP/1.1 keep-alive over TLS 1.3)\n")
         out.append("| document | conns | nginx req/s | provender req/s | ratio | nginx p50 / p99 ms "
-                   "| provender p50 / p99 ms | p99 ratio | errors | target |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
+                   "| provender p50 / p99 ms | p99 ratio | CPU µs/req nginx / provender | errors | target |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for d in docs:
             conns = sorted({int(k.split(".")[2][1:]) for k in r if k.startswith(f"meta.{d}.")})
             for c in conns:
@@ -88,10 +89,13 @@ def table(path):
                     f"| {name} | {c} | {fmt(nr, '.0f')} | {fmt(pr, '.0f')} | "
                     f"{fmt(ratio(pr, nr), '.2f')} | {fmt(n50, '.2f')} / {fmt(n99, '.2f')} | "
                     f"{fmt(p50, '.2f')} / {fmt(p99, '.2f')} | {fmt(ratio(p99, n99), '.2f')} | "
+                    f"{fmt(get(f'{k}.nginx.cpu_us'), '.1f')} / {fmt(get(f'{k}.provender.cpu_us'), '.1f')} | "
                     f"{errs} | {verdict} |"
                 )
         out.append(f"\nMedian of {n_of(f'meta.{docs[0]}.c{conns[0]}.nginx.rps')} rounds; "
-                   "ratio = provender / nginx.")
+                   "ratio = provender / nginx. CPU µs/req: user + system CPU time of the "
+                   "server's processes during the run, divided by the requests served (less "
+                   "sensitive to other load than req/s).")
         sizes = []
         for doc, name in (("small.2.3.0.json", "`2.3.0.json`"), ("small.index.json", "`index.json`")):
             n, p = get(f"doc.{doc}.nginx.bytes"), get(f"doc.{doc}.provender.bytes")
@@ -106,17 +110,19 @@ def table(path):
     if streams:
         size = get("size.big.mib")
         out.append(f"### Warm archive download ({fmt(size, '.0f')} MiB archive, curl)\n")
-        out.append("| streams | nginx MiB/s | provender MiB/s | ratio | target (>= 0.90) |")
-        out.append("|---|---|---|---|---|")
+        out.append("| streams | nginx MiB/s | provender MiB/s | ratio | CPU s/GiB nginx / provender | target (>= 0.90) |")
+        out.append("|---|---|---|---|---|---|")
         for s in streams:
             n, p = get(f"dl.s{s}.nginx.mibps"), get(f"dl.s{s}.provender.mibps")
             q = ratio(p, n)
             met = q is not None and q >= 0.9
             verdicts.append((f"warm archive, {s} stream(s): within 10% of nginx", met))
             out.append(f"| {s} | {fmt(n, '.0f')} | {fmt(p, '.0f')} | {fmt(q, '.2f')} | "
+                       f"{fmt(get(f'dl.s{s}.nginx.cpu_s'), '.2f')} / {fmt(get(f'dl.s{s}.provender.cpu_s'), '.2f')} | "
                        f"{'met' if met else 'missed'} |")
         out.append(f"\nAggregate throughput of all streams; median of "
-                   f"{n_of(f'dl.s{streams[0]}.nginx.mibps')} runs.\n")
+                   f"{n_of(f'dl.s{streams[0]}.nginx.mibps')} runs. CPU s/GiB: CPU time of the "
+                   "server's processes per GiB served.\n")
 
     # Cold miss.
     if get("cold.direct.total") is not None:
@@ -174,8 +180,8 @@ def table(path):
         q = ratio(get("h1.terraform_mirror.s"), get("h1.provender_seed.s"))
         q2 = ratio(get("h1.python.s"), get("h1.provender_fill.s"))
         out.append(f"\nThe large archive: {fmt(size, '.0f')} MiB of content. provender's h1 step is "
-                   f"{fmt(q2, '.2f')}x as fast as the reference; `provender seed` is {fmt(q, '.2f')}x "
-                   f"as fast as `terraform providers mirror` end to end.\n")
+                   f"{fmt(q2, '.2f')}x as fast as the reference; end to end, `provender seed` takes "
+                   f"{fmt(None if q is None else 1 / q, '.2f')}x the time of `terraform providers mirror`.\n")
 
     # Memory.
     if get("rss.idle") is not None:

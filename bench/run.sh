@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
         --skip-criterion) CRITERION=0 ;;
         --keep) KEEP=1 ;;
         --out) OUT=$2; shift ;;
-        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
     esac
     shift
@@ -354,15 +354,16 @@ stop() { # pid
     for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
     PIDS=("${keep[@]}")
 }
-# Waits until the version record lists h1 for every platform, i.e. the fills are committed.
+# Waits until the version document lists h1 for every platform, i.e. the fills are committed.
+# (Polls with curl and grep only, to take little CPU from the fill it waits for.)
 wait_h1() { # base-url type version
-    local i
-    for i in $(seq 600); do
-        if curl -sSf --cacert "$CA" "$1/$HOST/bench/$2/$3.json" \
-            | python3 -c 'import json,sys; a=json.load(sys.stdin)["archives"]; sys.exit(not all(any(h.startswith("h1:") for h in p["hashes"]) for p in a.values()))'; then
+    local i body
+    for i in $(seq 1200); do
+        body=$(curl -sSf --cacert "$CA" "$1/$HOST/bench/$2/$3.json")
+        if [ "$(grep -o '"h1:' <<<"$body" | wc -l)" = "$(grep -o '"url"' <<<"$body" | wc -l)" ]; then
             return 0
         fi
-        sleep 0.1
+        sleep 0.25
     done
     die "$2 $3 was not committed to provender's cache in time"
 }
@@ -404,6 +405,16 @@ cmp <(curl -sSf --cacert "$CA" "$NGINX_URL/$HOST/bench/big/$BIG_ZIP" | sha256sum
 # ---------------------------------------------------------------------------------------------
 # Warm metadata: wrk against both, alternating which goes first.
 # ---------------------------------------------------------------------------------------------
+# CPU time (user + system, in clock ticks) used so far by the processes of one side.
+TICK_HZ=$(getconf CLK_TCK)
+cpu_ticks() { # nginx|provender
+    local pids=("$PROVENDER_PID") pid total=0
+    [ "$1" = nginx ] && pids=("$MIRROR_PID" $(pgrep -P "$MIRROR_PID"))
+    for pid in "${pids[@]}"; do
+        total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
 run_wrk() { # name conns url
     local out=$WORK/wrk-$1-c$2-$(date +%s%N).txt
     timeout $((DURATION + 30)) wrk -t2 -c"$2" -d"${DURATION}s" --latency "$3" >"$out" 2>&1 \
@@ -424,8 +435,12 @@ for round in $(seq "$ROUNDS"); do
             for side in $order; do
                 base=$NGINX_URL
                 [ $side = provender ] && base=$PROVENDER_URL
-                read -r rps p50 p99 errors <<<"$(run_wrk "$side-$doc" "$c" "$base/$HOST/bench/$path")"
-                echo "  round $round $doc.json c$c $side: $rps req/s, p50 ${p50} ms, p99 ${p99} ms, errors $errors" >&2
+                ticks=$(cpu_ticks $side)
+                read -r rps p50 p99 errors requests <<<"$(run_wrk "$side-$doc" "$c" "$base/$HOST/bench/$path")"
+                cpu_us=$(calc "($(cpu_ticks $side) - $ticks) / $TICK_HZ * 1e6 / $requests")
+                printf '  round %s %s.json c%s %s: %s req/s, p50 %s ms, p99 %s ms, %.1f CPU us/req, errors %s\n' \
+                    "$round" $doc "$c" $side "$rps" "$p50" "$p99" "$cpu_us" "$errors" >&2
+                record "meta.$doc.c$c.$side.cpu_us" "$cpu_us"
                 record "meta.$doc.c$c.$side.rps" "$rps"
                 record "meta.$doc.c$c.$side.p50" "$p50"
                 record "meta.$doc.c$c.$side.p99" "$p99"
@@ -458,9 +473,12 @@ for rep in $(seq "$REPS"); do
         for side in $order; do
             base=$NGINX_URL
             [ $side = provender ] && base=$PROVENDER_URL
+            ticks=$(cpu_ticks $side)
             mibps=$(parallel_download "$base/$HOST/bench/big/$BIG_ZIP" "$s" "$BIG_BYTES")
-            printf '  run %s, %s stream(s), %s: %.0f MiB/s\n' "$rep" "$s" "$side" "$mibps" >&2
+            cpu_s=$(calc "($(cpu_ticks $side) - $ticks) / $TICK_HZ / ($s * $BIG_BYTES / 2**30)")
+            printf '  run %s, %s stream(s), %s: %.0f MiB/s, %.2f CPU s/GiB\n' "$rep" "$s" "$side" "$mibps" "$cpu_s" >&2
             record "dl.s$s.$side.mibps" "$mibps"
+            record "dl.s$s.$side.cpu_s" "$cpu_s"
         done
     done
 done
