@@ -708,7 +708,7 @@ impl Mirror {
 }
 
 async fn body_from_fill(fill: Arc<Fill>) -> Result<ArchiveBody> {
-    let size = fill.started().await?;
+    let size = fill.ready().await?;
     Ok(ArchiveBody {
         sha256: fill.sha256.clone(),
         size,

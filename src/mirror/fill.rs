@@ -6,9 +6,11 @@
 //! are read back from the staging file, then the reader waits for more. Memory per reader is one
 //! read buffer.
 //!
-//! The expected SHA-256 is known before the download starts. If the bytes don't match, the fill
-//! ends with an error and every reader's body ends with that error instead of a clean end, so
-//! clients see a failed download; nothing is committed. On a match, readers finish, and the fill
+//! The expected SHA-256 is known before the download starts. A response starts once the first
+//! [`HEAD_START`] bytes are in, or the whole archive is in and checked if it is smaller, so a
+//! mismatch in a small archive is an ordinary 502. If the bytes of a larger archive don't match,
+//! the fill ends with an error and every reader's body ends with that error instead of a clean
+//! end, so clients see a failed download; nothing is committed. On a match, readers finish, and the fill
 //! goes on to fsync, compute `h1:` and commit the archive to the store.
 //!
 //! If writing the staging file fails (a full disk), the fill keeps going with the rest of the
@@ -36,6 +38,8 @@ use super::Mirror;
 const WRITE_CHUNK: usize = 64 * 1024;
 /// Largest piece a reader sends at once.
 const READ_CHUNK: usize = 256 * 1024;
+/// How many bytes must be in before a response head goes out (see [`Fill::ready`]).
+const HEAD_START: u64 = 1024 * 1024;
 
 /// The origin answered: what readers need to start.
 #[derive(Clone)]
@@ -82,16 +86,29 @@ impl Fill {
         }
     }
 
-    /// Waits until the origin has answered; returns the archive size if it is known.
-    pub async fn started(&self) -> Result<Option<u64>> {
+    /// Waits until a response can start: the origin has answered and either the first
+    /// [`HEAD_START`] bytes are in or all bytes are in and checked. Returns the archive size if
+    /// it is known.
+    ///
+    /// An archive smaller than [`HEAD_START`] is therefore checked completely before the
+    /// response head goes out, so a mismatch is a plain error response; only a larger archive
+    /// can fail after its head was sent.
+    pub async fn ready(&self) -> Result<Option<u64>> {
         let mut rx = self.progress.subscribe();
         let progress = rx
-            .wait_for(|p| p.started.is_some() || p.finished.is_some())
+            .wait_for(|p| {
+                p.finished.is_some()
+                    || p.streamed.is_some()
+                    || matches!(p.started, Some(Err(_)))
+                    || p.on_disk + p.in_memory >= HEAD_START
+            })
             .await;
         let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
-        match (&progress.started, &progress.finished) {
-            (Some(Ok(s)), _) => Ok(s.size),
-            (Some(Err(e)), _) | (None, Some(Err(e))) => Err(e.clone()),
+        match (&progress.started, &progress.streamed, &progress.finished) {
+            (Some(Err(e)), _, _) | (_, Some(Err(e)), _) | (None, None, Some(Err(e))) => {
+                Err(e.clone())
+            }
+            (Some(Ok(s)), _, _) => Ok(s.size),
             _ => Err(Error::Internal(
                 "archive download ended before it started".into(),
             )),
