@@ -118,6 +118,11 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         super::print_failures(&failed);
         return Ok(Outcome::Failed);
     }
+    let unserved: BTreeSet<String> = imports
+        .iter()
+        .filter(|v| !mirror.settings().host_allowed(&v.addr.hostname))
+        .map(|v| v.addr.hostname.to_string())
+        .collect();
     let (added, present) = match admit(&mirror, imports).await {
         Ok(r) => r,
         Err(e) => {
@@ -142,6 +147,12 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
                 println!("  {key} ({})", human_bytes(*size));
             }
         }
+    }
+    for host in &unserved {
+        println!(
+            "warning: {host} is not listed in upstream.allowed_hosts; \
+             its providers are in the cache but will not be served until it is"
+        );
     }
     Ok(Outcome::Success)
 }

@@ -555,6 +555,27 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
     let imported = import(path_str(&cfg), &mirrored).await;
     imported.ok();
     assert_eq!(zips(&cache.join("archives")), expected_zips());
+    assert!(!imported.out().contains("warning"), "{}", imported.out());
+
+    // A cache that does not serve the providers' registry takes them, and says so.
+    let elsewhere = work.path().join("elsewhere.toml");
+    std::fs::write(
+        &elsewhere,
+        format!(
+            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"registry.opentofu.org\"]\noffline = true\n",
+            work.path().join("elsewhere-cache").display()
+        ),
+    )
+    .unwrap();
+    let warned = import(path_str(&elsewhere), &mirrored).await;
+    warned.ok();
+    assert!(
+        warned.out().contains(&format!(
+            "warning: {REGISTRY} is not listed in upstream.allowed_hosts"
+        )),
+        "{}",
+        warned.out()
+    );
 
     init_from_sealed_cache(&ca, origin, &cache).await;
 
