@@ -11,6 +11,7 @@
 //! when anything failed. Progress bars go to stderr and only when it is a terminal.
 
 pub mod bundle;
+pub mod configuration;
 pub mod export;
 pub mod import;
 pub mod inputs;

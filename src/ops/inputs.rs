@@ -2,15 +2,12 @@
 //! provider lists and `--provider` arguments, all read into [`Wanted`] entries.
 //!
 //! - A `.terraform.lock.hcl` (any file ending in `.lock.hcl`) pins exact versions.
-//! - A directory is a Terraform configuration: every `required_providers` block in its `*.tf`
-//!   (HCL) and `*.tf.json` files gives a source (default `hashicorp/<name>`) and a version
-//!   constraint; declarations of the same provider combine. Only that directory is read, not
-//!   the modules it calls.
+//! - A directory is a Terraform configuration: the providers its modules declare or use, read
+//!   as Terraform reads them (see [`super::configuration`]).
 //! - A `.toml` or `.json` file lists `providers`, each with `source` and optional `versions`
 //!   (one constraint string, or several to pick one version per string).
 //! - `--provider SOURCE[@CONSTRAINT]`, e.g. `hashicorp/aws@~> 5.0`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -38,7 +35,7 @@ pub fn read_input(path: &Path) -> Result<Vec<Wanted>, String> {
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
     if meta.is_dir() {
-        read_configuration(path)
+        super::configuration::read_configuration(path)
     } else if name.ends_with(".lock.hcl") {
         let text = read_text(path)?;
         let lock = super::lockfile::LockFile::parse(&text)
@@ -93,7 +90,7 @@ pub fn read_all(paths: &[PathBuf], providers: &[String]) -> Result<Vec<Wanted>, 
     Ok(out)
 }
 
-fn read_text(path: &Path) -> Result<String, String> {
+pub(super) fn read_text(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -171,223 +168,12 @@ fn read_list(path: &Path) -> Result<Vec<Wanted>, String> {
     Ok(out)
 }
 
-/// Reads the `required_providers` of every `*.tf` and `*.tf.json` file in `dir`.
-pub fn read_configuration(dir: &Path) -> Result<Vec<Wanted>, String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let n = p.file_name().map(|n| n.to_string_lossy().to_string());
-            n.is_some_and(|n| n.ends_with(".tf") || n.ends_with(".tf.json")) && p.is_file()
-        })
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(format!(
-            "{}: no *.tf or *.tf.json files; is this a Terraform configuration?",
-            dir.display()
-        ));
-    }
-    // Keyed by address so several declarations of one provider combine.
-    let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
-    for file in files {
-        let text = read_text(&file)?;
-        let declared = if file.to_string_lossy().ends_with(".json") {
-            required_providers_json(&text)
-        } else {
-            required_providers_hcl(&text)
-        }
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-        for (name, source, version) in declared {
-            let at = format!("{}: required_providers.{name}", file.display());
-            let source = source.unwrap_or_else(|| format!("hashicorp/{name}"));
-            let addr = ProviderAddr::parse(&source).map_err(|e| format!("{at}.source: {e}"))?;
-            let constraints = Constraints::parse(version.as_deref().unwrap_or(""))
-                .map_err(|e| format!("{at}.version: {e}"))?;
-            match found.get_mut(&addr) {
-                Some(w) => w.constraints.merge(&constraints),
-                None => {
-                    found.insert(
-                        addr.clone(),
-                        Wanted {
-                            addr,
-                            constraints,
-                            locked: None,
-                            from: file.display().to_string(),
-                        },
-                    );
-                }
-            }
-        }
-    }
-    Ok(found.into_values().collect())
-}
-
-/// `(local name, source, version)` of each `required_providers` entry.
-type Declared = Vec<(String, Option<String>, Option<String>)>;
-
-fn required_providers_hcl(text: &str) -> Result<Declared, String> {
-    let body = hcl::parse(text).map_err(|e| format!("not valid HCL: {e}"))?;
-    let mut out = Vec::new();
-    for terraform in body.blocks().filter(|b| b.identifier() == "terraform") {
-        for req in terraform
-            .body()
-            .blocks()
-            .filter(|b| b.identifier() == "required_providers")
-        {
-            for attr in req.body().attributes() {
-                let name = attr.key().to_string();
-                match attr.expr() {
-                    // Terraform 0.12 style: `aws = "~> 3.0"`.
-                    hcl::Expression::String(v) => out.push((name, None, Some(v.clone()))),
-                    hcl::Expression::Object(obj) => {
-                        let mut source = None;
-                        let mut version = None;
-                        for (key, value) in obj {
-                            let key = match key {
-                                hcl::ObjectKey::Identifier(id) => id.as_str().to_string(),
-                                hcl::ObjectKey::Expression(hcl::Expression::String(s)) => s.clone(),
-                                other => other.to_string(),
-                            };
-                            let string = |what: &str| match value {
-                                hcl::Expression::String(s) => Ok(s.clone()),
-                                _ => Err(format!(
-                                    "required_providers.{name}.{what} must be a literal string"
-                                )),
-                            };
-                            match key.as_str() {
-                                "source" => source = Some(string("source")?),
-                                "version" => version = Some(string("version")?),
-                                // configuration_aliases and the like do not choose packages.
-                                _ => {}
-                            }
-                        }
-                        out.push((name, source, version));
-                    }
-                    _ => {
-                        return Err(format!(
-                            "required_providers.{name} must be an object with source and version"
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn required_providers_json(text: &str) -> Result<Declared, String> {
-    let doc: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-    let mut out = Vec::new();
-    // `terraform` may be an object or an array of objects; so may `required_providers`.
-    let as_list = |v: &serde_json::Value| -> Vec<serde_json::Value> {
-        match v {
-            serde_json::Value::Array(a) => a.clone(),
-            serde_json::Value::Null => vec![],
-            other => vec![other.clone()],
-        }
-    };
-    for terraform in as_list(&doc["terraform"]) {
-        for req in as_list(&terraform["required_providers"]) {
-            let Some(map) = req.as_object() else {
-                return Err("terraform.required_providers must be an object".into());
-            };
-            for (name, value) in map {
-                let field = |k: &str| value.get(k).and_then(|v| v.as_str()).map(str::to_string);
-                match value {
-                    serde_json::Value::String(v) => out.push((name.clone(), None, Some(v.clone()))),
-                    serde_json::Value::Object(_) => {
-                        out.push((name.clone(), field("source"), field("version")))
-                    }
-                    _ => {
-                        return Err(format!(
-                            "required_providers.{name} must be an object with source and version"
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap()
-    }
-
-    #[test]
-    fn configuration_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("main.tf"),
-            r#"
-terraform {
-  required_version = ">= 1.0"
-  required_providers {
-    foo  = { source = "acme/foo", version = "~> 1.0" }
-    bar  = { source = "registry.terraform.io/acme/bar" }
-    aws = {
-      source                = "hashicorp/aws"
-      version               = ">= 4.0"
-      configuration_aliases = [aws.east]
-    }
-  }
-}
-resource "foo_thing" "x" { name = "${var.a}" }
-"#,
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join("versions.tf.json"),
-            r#"{"terraform": {"required_providers": {"aws": {"source": "hashicorp/aws", "version": "< 6.0"}, "null": "3.2.1"}}}"#,
-        )
-        .unwrap();
-        std::fs::write(dir.path().join("notes.txt"), "not terraform").unwrap();
-        let got = read_input(dir.path()).unwrap();
-        let show: Vec<String> = got
-            .iter()
-            .map(|w| format!("{} [{}]", w.addr, w.constraints))
-            .collect();
-        assert_eq!(
-            show,
-            [
-                "registry.terraform.io/acme/bar []",
-                "registry.terraform.io/acme/foo [~> 1.0]",
-                "registry.terraform.io/hashicorp/aws [< 6.0.0, >= 4.0.0]",
-                "registry.terraform.io/hashicorp/null [3.2.1]",
-            ]
-        );
-    }
-
-    #[test]
-    fn configuration_errors_name_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("bad.tf"),
-            "terraform { required_providers {",
-        )
-        .unwrap();
-        let e = read_input(dir.path()).unwrap_err();
-        assert!(e.contains("bad.tf") && e.contains("HCL"), "{e}");
-
-        std::fs::write(
-            dir.path().join("bad.tf"),
-            "terraform {\n required_providers {\n x = { source = \"a/b\", version = \"~>\" }\n }\n}\n",
-        )
-        .unwrap();
-        let e = read_input(dir.path()).unwrap_err();
-        assert!(
-            e.contains("bad.tf") && e.contains("required_providers.x.version"),
-            "{e}"
-        );
-
-        let empty = tempfile::tempdir().unwrap();
-        assert!(read_input(empty.path()).unwrap_err().contains("no *.tf"));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! - `terraform providers mirror` through provender (its registry facade, via a `host` block)
 //!   succeeds for several platforms, its archives are the origin's bytes, and the `h1:` hashes
 //!   provender reports equal the ones Terraform computes itself mirroring straight from the origin;
-//! - `terraform providers lock -net-mirror` gets the same `h1:` values.
+//! - `terraform providers lock -net-mirror` gets the same `h1:` values;
+//! - a configuration directory yields the providers and constraints `terraform providers` lists.
 
 use std::path::Path;
 use std::time::Duration;
@@ -261,5 +262,105 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
             };
             assert!(hashes.contains(&h1), "{source} {p}: {hashes:?} lacks {h1}");
         }
+    }
+}
+
+/// A root module using providers every way Terraform allows, and calling local modules.
+const MANY_WAYS: &[(&str, &str)] = &[
+    (
+        "main.tf",
+        r#"terraform {
+  required_providers {
+    foo = { source = "acme/foo", version = ">= 1.0" }
+  }
+}
+module "net" { source = "./modules/net" }
+resource "random_pet" "b" {}
+resource "thing_one" "c" { provider = special.east }
+data "terraform_remote_state" "d" {}
+ephemeral "tls_private_key" "e" {}
+provider "google" { region = "x" }
+check "health" {
+  data "http_get" "f" {}
+  assert {
+    condition     = data.http_get.f.id != ""
+    error_message = "unhealthy"
+  }
+}
+"#,
+    ),
+    (
+        "more.tf.json",
+        r#"{"resource": {"local_file": {"g": {"provider": "archive.x"}}}, "provider": [{"kubernetes": {}}]}"#,
+    ),
+    (
+        "modules/net/main.tf",
+        r#"terraform {
+  required_providers {
+    b   = { source = "acme/bar", version = "2.2.0" }
+    foo = { source = "acme/foo", version = "< 2.0" }
+  }
+}
+resource "b_thing" "x" {}
+module "inner" { source = "../inner" }
+"#,
+    ),
+    (
+        "modules/inner/main.tf",
+        "resource \"null_resource\" \"x\" {}\n",
+    ),
+];
+
+/// `provender seed` and `lock` read a configuration directory: they must find the providers
+/// `terraform providers` finds, with the same constraints, modules included.
+#[tokio::test(flavor = "multi_thread")]
+async fn configurations_are_read_as_terraform_reads_them() {
+    let ca = TestCa::new();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in MANY_WAYS {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let ours = provender::ops::configuration::read_configuration(dir.path()).unwrap();
+
+    // `terraform get` installs local modules without the network, then `terraform providers`
+    // prints the tree: `provider[ADDRESS] CONSTRAINT` per module.
+    let tf = Terraform::new(&ca, "");
+    tf.run(dir.path(), &["get", "-no-color"])
+        .await
+        .assert_success();
+    let tree = tf.run(dir.path(), &["providers", "-no-color"]).await;
+    tree.assert_success();
+    let mut theirs = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for line in tree.stdout.lines() {
+        let Some((_, rest)) = line.split_once("provider[") else {
+            continue;
+        };
+        let (addr, constraint) = rest.split_once(']').unwrap();
+        if addr.starts_with("terraform.io/builtin/") {
+            continue;
+        }
+        let entry = theirs.entry(addr.to_string()).or_default();
+        if !constraint.trim().is_empty() {
+            entry.push(constraint.trim().to_string());
+        }
+    }
+    assert_eq!(theirs.len(), 10, "{}", tree.stdout);
+    let our_addrs: Vec<String> = ours.iter().map(|w| w.addr.to_string()).collect();
+    let their_addrs: Vec<String> = theirs.keys().cloned().collect();
+    assert_eq!(our_addrs, their_addrs, "{}", tree.stdout);
+    for wanted in &ours {
+        let mut mine: Vec<String> = wanted
+            .constraints
+            .to_string()
+            .split(", ")
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
+        let mut theirs = theirs[&wanted.addr.to_string()].clone();
+        mine.sort();
+        theirs.sort();
+        assert_eq!(mine, theirs, "{}", wanted.addr);
     }
 }
