@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use url::Url;
 
 use crate::address::{Hostname, Platform};
 
@@ -102,6 +103,7 @@ pub struct UpstreamConfig {
     pub offline: bool,
     pub require_signature: bool,
     pub allow_private_networks: bool,
+    pub proxy: Option<ProxyUrl>,
     pub max_discovery_size: bytesize::ByteSize,
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
@@ -137,6 +139,7 @@ impl Default for UpstreamConfig {
             offline: false,
             require_signature: true,
             allow_private_networks: false,
+            proxy: None,
             max_discovery_size: bytesize::ByteSize::mib(1),
             idle_timeout: Duration::from_secs(30),
             max_response_headers: 100,
@@ -181,6 +184,56 @@ impl std::fmt::Debug for HostSettings {
             .field("require_signature", &self.require_signature)
             .field("allow_http", &self.allow_http)
             .finish()
+    }
+}
+
+/// `upstream.proxy`: an `http://` or `https://` proxy URL, optionally with credentials, which
+/// never appear in `Debug` or `Display` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProxyUrl(pub Url);
+
+impl<'de> Deserialize<'de> for ProxyUrl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Url::parse(&text)
+            .map(ProxyUrl)
+            .map_err(|e| serde::de::Error::custom(format!("upstream.proxy is not a URL: {e}")))
+    }
+}
+
+impl std::fmt::Display for ProxyUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut shown = self.0.clone();
+        if shown.password().is_some() {
+            let _ = shown.set_password(Some("***"));
+        }
+        write!(f, "{shown}")
+    }
+}
+
+impl std::fmt::Debug for ProxyUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProxyUrl({self})")
+    }
+}
+
+impl ProxyUrl {
+    fn check(&self) -> Result<(), String> {
+        let url = &self.0;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "{self}: the proxy must be an http:// or https:// URL"
+            ));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(format!("{self}: names no host"));
+        }
+        if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            return Err(format!(
+                "{self}: give only scheme, optional credentials, host and port"
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -299,6 +352,9 @@ impl Config {
         }
 
         let u = &self.upstream;
+        if let Some(proxy) = &u.proxy {
+            proxy.check().map_err(|m| invalid("upstream.proxy", m))?;
+        }
         let mut allowed_hosts = Vec::new();
         for (i, h) in u.allowed_hosts.iter().enumerate() {
             let host = Hostname::parse(h)
@@ -437,6 +493,7 @@ impl Config {
             offline: u.offline,
             require_signature: u.require_signature,
             allow_private_networks: u.allow_private_networks,
+            proxy: u.proxy.clone(),
             max_discovery_size: u.max_discovery_size.as_u64(),
             idle_timeout: u.idle_timeout,
             max_response_headers: u.max_response_headers,
@@ -550,6 +607,8 @@ pub struct Settings {
     pub require_signature: bool,
     /// Let origins resolve to loopback, private, link-local and similar addresses.
     pub allow_private_networks: bool,
+    /// The HTTP(S) proxy every origin request goes through, except to `connect_to` hosts.
+    pub proxy: Option<ProxyUrl>,
     pub max_discovery_size: u64,
     /// Longest wait for the next bytes from an origin (including the response head).
     pub idle_timeout: Duration,
@@ -704,6 +763,32 @@ mod tests {
         );
         assert!(err("[auth]\ntokens = ['short']").contains("auth.tokens[0]"));
         assert!(err("[auth]\nsurprise = 1").contains("surprise"));
+    }
+
+    #[test]
+    fn proxies_are_checked_and_their_passwords_stay_hidden() {
+        for bad in [
+            "socks5://proxy.example:1080",
+            "http://:3128",
+            "http://proxy.example:3128/path",
+            "not a url",
+        ] {
+            let e = err(&format!("[upstream]\nproxy = '{bad}'"));
+            assert!(e.contains("upstream.proxy"), "{bad}: {e}");
+        }
+        let s = Config::from_toml("[upstream]\nproxy = 'http://egress:hunter2@proxy.example:3128'")
+            .unwrap()
+            .validate()
+            .unwrap();
+        let proxy = s.proxy.as_ref().unwrap();
+        assert_eq!(proxy.0.password(), Some("hunter2"), "kept for use");
+        for shown in [format!("{s:?}"), proxy.to_string()] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        assert!(
+            proxy.to_string().contains("egress:***@proxy.example:3128"),
+            "{proxy}"
+        );
     }
 
     #[test]

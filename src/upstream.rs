@@ -126,13 +126,19 @@ impl Upstream {
                 attempt.follow()
             }
         });
+        // The operator chose the proxy, like a `connect_to` address: its name is not checked.
+        let proxy_host = settings
+            .proxy
+            .as_ref()
+            .and_then(|p| p.0.host_str())
+            .map(str::to_ascii_lowercase);
+        let resolver = resolve::Resolver::new(overrides.clone(), net_policy.clone())
+            .trusting(proxy_host.into_iter().collect());
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("provender/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(resolve::Resolver::new(overrides, net_policy.clone()))
+            .dns_resolver(resolver)
             .redirect(redirects)
             .https_only(net_policy.http_hosts.is_empty())
-            // A proxy would resolve names itself, past the address policy.
-            .no_proxy()
             .connect_timeout(settings.connect_timeout)
             .read_timeout(settings.idle_timeout)
             .http1_max_headers(settings.max_response_headers)
@@ -140,6 +146,19 @@ impl Upstream {
                 u32::try_from(settings.max_header_list_size).unwrap_or(u32::MAX),
             )
             .pool_idle_timeout(Duration::from_secs(60));
+        builder = match &settings.proxy {
+            // Environment settings (`HTTPS_PROXY`, ...) are ignored: only an explicit choice.
+            None => builder.no_proxy(),
+            Some(proxy) => {
+                // `connect_to` hosts are reached at their address, not through the proxy.
+                let direct: Vec<&str> = overrides.keys().map(String::as_str).collect();
+                let through = reqwest::Proxy::all(proxy.0.clone())
+                    .map_err(|e| anyhow::anyhow!("upstream.proxy {proxy}: {e}"))?
+                    .no_proxy(reqwest::NoProxy::from_string(&direct.join(",")));
+                tracing::info!(%proxy, "origin requests go through a proxy");
+                builder.proxy(through)
+            }
+        };
         if let Some(path) = &settings.ca_file {
             let pem = std::fs::read(path)
                 .map_err(|e| anyhow::anyhow!("upstream.ca_file {}: {e}", path.display()))?;

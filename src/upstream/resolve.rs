@@ -7,9 +7,11 @@
 //! the connection is refused before it is attempted (see [`NetPolicy`]). Checking here, on the
 //! very addresses the connector will use, means a DNS answer cannot slip a private address past
 //! the check, and a name that resolves differently a second time (DNS rebinding) is checked
-//! again. IP-literal URLs never reach a resolver; [`NetPolicy::check_url`] covers those.
+//! again. IP-literal URLs never reach a resolver; [`NetPolicy::check_url`] covers those. The
+//! operator's `upstream.proxy` host is resolved without the check; through that proxy, origin
+//! names are resolved by the proxy itself, so only IP-literal URLs are checked on this side.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -22,6 +24,8 @@ use super::policy::NetPolicy;
 pub struct Resolver {
     overrides: Arc<HashMap<String, SocketAddr>>,
     policy: Arc<NetPolicy>,
+    /// Names the operator chose (the proxy), resolved without the address check.
+    trusted: Arc<HashSet<String>>,
 }
 
 impl Resolver {
@@ -30,7 +34,14 @@ impl Resolver {
         Resolver {
             overrides: Arc::new(overrides),
             policy,
+            trusted: Arc::default(),
         }
+    }
+
+    /// Resolves these lower-case names without the address check.
+    pub fn trusting(mut self, names: HashSet<String>) -> Resolver {
+        self.trusted = Arc::new(names);
+        self
     }
 
     /// Resolves `host` to the addresses a connection may use, or says why it may not.
@@ -40,7 +51,7 @@ impl Resolver {
             return Ok(vec![*addr]);
         }
         let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-        for addr in &found {
+        for addr in found.iter().filter(|_| !self.trusted.contains(&host)) {
             if let Err(refused) = self.policy.check_ip(&host, addr.ip()) {
                 tracing::warn!(%host, address = %addr.ip(), "{refused}");
                 return Err(std::io::Error::new(
@@ -99,5 +110,8 @@ mod tests {
         );
         let found = open.lookup("localhost").await.unwrap();
         assert!(found.iter().all(|a| a.ip().is_loopback()), "{found:?}");
+        let proxy = Resolver::new(HashMap::new(), Arc::new(NetPolicy::default()))
+            .trusting(["localhost".to_string()].into());
+        assert!(proxy.lookup("LocalHost").await.is_ok(), "the proxy's name");
     }
 }

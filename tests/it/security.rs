@@ -8,7 +8,7 @@
 //! - reaching only what is allowed: IP-literal registry hosts, a name resolving to loopback,
 //!   `providers.v1`, `download_url` and `shasums_url` pointing at loopback, redirects to
 //!   loopback / plain http / themselves, tokens never following a redirect to another host,
-//!   client headers never forwarded;
+//!   client headers never forwarded; an egress proxy carrying every origin request;
 //! - limits: endless documents and archives, zip bombs and hostile zip entries;
 //! - path traversal in every path segment, sent byte for byte;
 //! - client authentication: missing, wrong, tampered and expired credentials.
@@ -437,6 +437,96 @@ async fn redirects_are_checked_at_every_hop() {
     assert!(got.message().contains("redirect"), "{}", got.message());
     assert_only_allowed_hosts(&origin);
     assert!(mirror.cached_archives().is_empty());
+}
+
+/// With `upstream.proxy`, every origin request goes through the proxy with its credentials,
+/// names are left to the proxy to resolve, and IP-literal URLs are still refused on this side.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_egress_proxy_carries_every_origin_request() {
+    use crate::support::egress_proxy::EgressProxy;
+    use base64::Engine as _;
+
+    let (ca, origin) = setup().await;
+    let proxy = EgressProxy::start(origin.addr()).await;
+    let credentials = base64::engine::general_purpose::STANDARD.encode("egress:s3cret");
+    proxy.require_authorization(&format!("Basic {credentials}"));
+    let setting = format!("proxy = \"http://egress:s3cret@{}\"", proxy.addr());
+    let opts = MirrorOptions {
+        extra_upstream: &setting,
+        by_name: true,
+        ..MirrorOptions::default()
+    };
+    let mirror = TestMirror::start_with(&ca, &origin, opts).await;
+    let client = https_client(&ca, &[]);
+
+    let got = get(&client, &mirror.url(&zip("foo", "linux_amd64"))).await;
+    assert_eq!(got.status, 200, "{}", got.message());
+    assert_eq!(
+        got.body,
+        origin.archive("acme", "foo", "1.0.0", "linux", "amd64")
+    );
+    let tunnels = proxy.tunnels();
+    assert!(!tunnels.is_empty());
+    for tunnel in &tunnels {
+        assert_eq!(tunnel.target, format!("{REGISTRY}:443"));
+        assert_eq!(
+            tunnel.authorization.as_deref(),
+            Some(format!("Basic {credentials}").as_str())
+        );
+    }
+    assert_eq!(origin.count(RequestKind::Archive), 1);
+
+    // An IP-literal download URL is refused before the proxy is asked.
+    let port = origin.addr().port();
+    origin.set_fault(Fault::DownloadUrl(leak(format!(
+        "https://127.0.0.1:{port}/files/acme/foo/1.0.0/terraform-provider-foo_1.0.0_linux_amd64.zip"
+    ))));
+    let other = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: &setting,
+            by_name: true,
+            ..MirrorOptions::default()
+        },
+    )
+    .await;
+    let asked = proxy.tunnels().len();
+    let refused = get(&client, &other.url(&version_doc())).await;
+    assert_eq!(refused.status, 502, "{}", refused.message());
+    assert!(
+        refused.message().contains("loopback"),
+        "{}",
+        refused.message()
+    );
+    assert!(
+        proxy.tunnels()[asked..]
+            .iter()
+            .all(|t| t.target == format!("{REGISTRY}:443")),
+        "{:?}",
+        proxy.tunnels()
+    );
+    assert_nothing_committed(&other).await;
+
+    // Credentials the proxy refuses make a 502 naming the proxy, and nothing is cached.
+    origin.clear_faults();
+    proxy.require_authorization("Basic bm90OnRoaXM=");
+    let fetched = origin.count(RequestKind::Archive);
+    let third = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: &setting,
+            by_name: true,
+            ..MirrorOptions::default()
+        },
+    )
+    .await;
+    let refused = get(&client, &third.url(&version_doc())).await;
+    assert_eq!(refused.status, 502, "{}", refused.message());
+    assert!(refused.message().contains("proxy"), "{}", refused.message());
+    assert_eq!(origin.count(RequestKind::Archive), fetched);
+    assert_nothing_committed(&third).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,6 +5,9 @@
 //! - [`provender`]: provender itself, in this process or as the real binary;
 //! - [`http`]: requests to it, read whole;
 //! - [`tf_config`]: CLI configurations and root modules for the `terraform` CLI;
+//! - [`throttle`]: a TCP proxy that slows or cuts the origin's traffic;
+//! - [`egress_proxy`]: an HTTP `CONNECT` proxy, as on networks without direct internet access;
+//! - [`static_server`]: nginx serving a directory over TLS;
 //! - here: the crypto provider, a timeout around every await ([`within`]), polling until
 //!   something holds ([`poll`], [`eventually`]), a reqwest client trusting only a test CA, and a
 //!   hermetic runner for the real `terraform` CLI.
@@ -12,6 +15,7 @@
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod egress_proxy;
 pub mod http;
 pub mod origin;
 pub mod pki;

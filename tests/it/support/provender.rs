@@ -45,6 +45,8 @@ pub struct MirrorOptions<'a> {
     pub allowed_hosts: &'a [&'a str],
     /// TOML appended at the end: whole tables such as `[auth]` or more `[upstream.hosts."..."]`.
     pub extra_toml: &'a str,
+    /// Give [`REGISTRY`] no `connect_to`: it is reached by name (through `upstream.proxy`).
+    pub by_name: bool,
 }
 
 impl TestMirror {
@@ -175,11 +177,15 @@ allowed_hosts = [{allowed_hosts}]
 ca_file = "{ca}"
 {extra_upstream}
 
-[upstream.hosts."{REGISTRY}"]
-connect_to = "{origin}"
+{pinned}
 
 {extra_toml}
 "#,
+        pinned = if opts.by_name {
+            String::new()
+        } else {
+            format!("[upstream.hosts.\"{REGISTRY}\"]\nconnect_to = \"{origin}\"")
+        },
         allowed_hosts = std::iter::once(REGISTRY)
             .chain(opts.allowed_hosts.iter().copied())
             .map(|h| format!("{h:?}"))
