@@ -38,8 +38,9 @@ use super::Mirror;
 const WRITE_CHUNK: usize = 64 * 1024;
 /// Largest piece a reader sends at once.
 const READ_CHUNK: usize = 256 * 1024;
-/// How many bytes must be in before a response head goes out (see [`Fill::ready`]).
-const HEAD_START: u64 = 1024 * 1024;
+/// How many bytes must be in before a response head goes out (see [`Fill::ready`]): the first
+/// piece readers get anyway, so waiting for it costs them nothing.
+const HEAD_START: u64 = WRITE_CHUNK as u64;
 
 /// The origin answered: what readers need to start.
 #[derive(Clone)]
