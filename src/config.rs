@@ -36,6 +36,8 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub tls_reload_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +49,7 @@ impl Default for ServerConfig {
             tls_key: None,
             public_url: None,
             shutdown_grace: Duration::from_secs(30),
+            tls_reload_interval: Duration::from_secs(60),
         }
     }
 }
@@ -472,6 +475,7 @@ impl Config {
             tls,
             public_url,
             shutdown_grace: s.shutdown_grace,
+            tls_reload_interval: s.tls_reload_interval,
             cache_dir: c.dir.clone(),
             index_ttl: c.index_ttl,
             not_found_ttl: c.not_found_ttl,
@@ -580,6 +584,8 @@ pub struct Settings {
     pub tls: TlsSource,
     pub public_url: Option<url::Url>,
     pub shutdown_grace: Duration,
+    /// How often the certificate files are checked for changes (zero: only on SIGHUP).
+    pub tls_reload_interval: Duration,
     pub cache_dir: PathBuf,
     pub index_ttl: Duration,
     pub not_found_ttl: Duration,

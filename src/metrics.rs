@@ -25,6 +25,8 @@ pub struct Metrics {
     pub cache_write_errors: IntCounter,
     pub cache_evictions: IntCounter,
     pub hash_duration: Histogram,
+    pub tls_not_after: IntGauge,
+    pub tls_reloads: IntCounterVec,
 }
 
 impl Metrics {
@@ -98,6 +100,19 @@ impl Metrics {
                     .buckets(vec![0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
             )
             .unwrap(),
+            tls_not_after: IntGauge::new(
+                "provender_tls_certificate_expiry_timestamp_seconds",
+                "When the TLS certificate in use expires (its notAfter), as a Unix timestamp.",
+            )
+            .unwrap(),
+            tls_reloads: IntCounterVec::new(
+                Opts::new(
+                    "provender_tls_reloads_total",
+                    "Reloads of the TLS certificate files, by result (ok, error).",
+                ),
+                &["result"],
+            )
+            .unwrap(),
             registry,
         };
         let r = &m.registry;
@@ -118,6 +133,8 @@ impl Metrics {
         r.register(Box::new(m.hash_duration.clone())).unwrap();
         r.register(Box::new(m.cache_write_errors.clone())).unwrap();
         r.register(Box::new(m.cache_evictions.clone())).unwrap();
+        r.register(Box::new(m.tls_not_after.clone())).unwrap();
+        r.register(Box::new(m.tls_reloads.clone())).unwrap();
         m
     }
 

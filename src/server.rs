@@ -1,4 +1,5 @@
-//! The HTTPS listener: accept loop, TLS, HTTP/1.1 and HTTP/2, graceful shutdown.
+//! The HTTPS listener: accept loop, TLS (with certificate reloads), HTTP/1.1 and HTTP/2, graceful
+//! shutdown.
 //!
 //! [`Server::bind`] does everything that can fail (certificates, cache directories, the upstream
 //! client) before it binds the socket, so a bad setup never leaves a half-started server.
@@ -30,7 +31,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: TlsAcceptor,
     app: Arc<routes::App>,
     ca_file: Option<PathBuf>,
     grace: Duration,
@@ -41,8 +42,8 @@ impl Server {
     pub async fn bind(settings: Settings) -> anyhow::Result<Server> {
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
-        let (tls, ca_file) = match &settings.tls {
-            TlsSource::Files { cert, key } => (Some(tls::server_config(cert, key)?), None),
+        let ((cert_file, key_file), ca_file) = match &settings.tls {
+            TlsSource::Files { cert, key } => ((cert.clone(), key.clone()), None),
             TlsSource::SelfSigned => {
                 let files = tls::SelfSigned::in_dir(&settings.cache_dir);
                 let mut names = Vec::new();
@@ -55,12 +56,13 @@ impl Server {
                 if files.ensure(&names)? {
                     tracing::info!(ca = %files.ca_cert.display(), "generated a self-signed CA and server certificate");
                 }
-                (
-                    Some(tls::server_config(&files.cert, &files.key)?),
-                    Some(files.ca_cert),
-                )
+                ((files.cert, files.key), Some(files.ca_cert))
             }
         };
+        let cert = Arc::new(tls::ReloadingCert::load(&cert_file, &key_file)?);
+        metrics.tls_not_after.set(cert.not_after());
+        warn_if_expiring(&cert);
+        let tls = TlsAcceptor::from(tls::server_config(cert.clone()));
         let mirror = Mirror::open(settings.clone(), metrics.clone())?;
         let listener = TcpListener::bind(settings.listen)
             .await
@@ -75,6 +77,7 @@ impl Server {
             }
         };
         crate::reverify::spawn(&mirror, metrics.clone(), settings.reverify_interval);
+        watch_certificate(cert, settings.tls_reload_interval, metrics.clone());
         let usage_mirror = mirror.clone();
         tokio::spawn(async move {
             if let Err(e) = usage_mirror.refresh_usage().await {
@@ -89,7 +92,7 @@ impl Server {
         ));
         Ok(Server {
             listener,
-            tls: tls.map(TlsAcceptor::from),
+            tls,
             app,
             ca_file,
             grace: settings.shutdown_grace,
@@ -138,29 +141,20 @@ impl Server {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| app.clone().handle(req));
                 let builder = auto::Builder::new(TokioExecutor::new());
-                let result = match tls {
-                    Some(acceptor) => {
-                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-                        {
-                            Ok(Ok(tls)) => {
-                                watcher
-                                    .watch(builder.serve_connection(TokioIo::new(tls), service))
-                                    .await
-                            }
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, "TLS handshake failed: {e}");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                return;
-                            }
-                        }
-                    }
-                    None => {
+                let result = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await
+                {
+                    Ok(Ok(tls)) => {
                         watcher
-                            .watch(builder.serve_connection(TokioIo::new(stream), service))
+                            .watch(builder.serve_connection(TokioIo::new(tls), service))
                             .await
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, "TLS handshake failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
                     }
                 };
                 if let Err(e) = result {
@@ -224,5 +218,74 @@ impl Drop for RunningServer {
         if self.stop.is_some() {
             self.task.abort();
         }
+    }
+}
+
+/// Reloads the listener's certificate on SIGHUP and, every `interval` (unless zero), when its
+/// files changed. Runs for the life of the process.
+fn watch_certificate(cert: Arc<tls::ReloadingCert>, interval: Duration, metrics: Arc<Metrics>) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let mut hangups =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot listen for SIGHUP; certificate reloads only on change: {e}"
+                    );
+                    None
+                }
+            };
+        loop {
+            #[cfg(unix)]
+            let hangup = async {
+                match hangups.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hangup = std::future::pending::<Option<()>>();
+            let force = tokio::select! {
+                () = tokio::time::sleep(interval), if !interval.is_zero() => false,
+                Some(()) = hangup => true,
+                else => return,
+            };
+            match cert.reload(force) {
+                Ok(changed) => {
+                    if changed || force {
+                        metrics.tls_reloads.with_label_values(&["ok"]).inc();
+                        metrics.tls_not_after.set(cert.not_after());
+                        tracing::info!(
+                            changed,
+                            not_after = cert.not_after(),
+                            "TLS certificate reloaded"
+                        );
+                        warn_if_expiring(&cert);
+                    }
+                }
+                Err(e) => {
+                    metrics.tls_reloads.with_label_values(&["error"]).inc();
+                    tracing::error!("{e:#}; keeping the current TLS certificate");
+                }
+            }
+        }
+    });
+}
+
+/// Logs a warning when the certificate in use expires within two weeks (or has expired).
+fn warn_if_expiring(cert: &tls::ReloadingCert) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let left = cert.not_after() - now;
+    if left <= 0 {
+        tracing::warn!("the TLS certificate has expired; clients will refuse it");
+    } else if left < 14 * 24 * 3600 {
+        tracing::warn!(
+            days = left / (24 * 3600),
+            "the TLS certificate expires in less than two weeks"
+        );
     }
 }

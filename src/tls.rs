@@ -4,13 +4,19 @@
 //! The generated CA's private key is never written to disk: it signs the server certificate once
 //! and is dropped. Clients trust `ca.pem` (e.g. `SSL_CERT_FILE`); to change the certificate's
 //! names, delete the `tls` directory and restart.
+//!
+//! The certificate in use is a [`ReloadingCert`]: the server reads its files again on `SIGHUP`
+//! and whenever they change (checked every `server.tls_reload_interval`), so renewed
+//! certificates are picked up by new connections without a restart.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use anyhow::Context as _;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 
 /// Makes ring the process-wide rustls provider (idempotent).
 pub fn install_crypto_provider() {
@@ -105,9 +111,109 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the listener's TLS configuration (HTTP/2 and HTTP/1.1 via ALPN) from PEM files.
-pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+/// Builds the listener's TLS configuration (HTTP/2 and HTTP/1.1 via ALPN) around `cert`.
+pub fn server_config(cert: Arc<ReloadingCert>) -> Arc<rustls::ServerConfig> {
     install_crypto_provider();
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_cert_resolver(cert);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// What identifies a version of a file: replacing or rewriting it changes this.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    // Follows symbolic links, so a swapped link (as Kubernetes secret volumes do) counts.
+    let meta = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: meta.modified().ok(),
+        len: meta.len(),
+    })
+}
+
+/// The listener's certificate and key, read from their PEM files and read again when the files
+/// change, so a renewed certificate is served without a restart. A reload that fails (a file
+/// half-written, a key that does not match) keeps the certificate in use.
+#[derive(Debug)]
+pub struct ReloadingCert {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    current: RwLock<Loaded>,
+}
+
+#[derive(Debug, Clone)]
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    stamps: (Option<Stamp>, Option<Stamp>),
+    /// The leaf certificate's notAfter, as a Unix timestamp.
+    not_after: i64,
+}
+
+impl ReloadingCert {
+    /// Reads the files; errors name the configuration key and file at fault.
+    pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<ReloadingCert> {
+        let loaded = read_pair(cert_path, key_path)?;
+        Ok(ReloadingCert {
+            cert_path: cert_path.to_path_buf(),
+            key_path: key_path.to_path_buf(),
+            current: RwLock::new(loaded),
+        })
+    }
+
+    /// Reads the files again if either changed since they were last read (or always, with
+    /// `force`). Returns whether a new certificate is now in use.
+    pub fn reload(&self, force: bool) -> anyhow::Result<bool> {
+        let stamps = (stamp(&self.cert_path), stamp(&self.key_path));
+        if !force && stamps == self.loaded().stamps {
+            return Ok(false);
+        }
+        let result = read_pair(&self.cert_path, &self.key_path);
+        let mut current = self.current.write().expect("certificate lock");
+        match result {
+            Ok(loaded) => {
+                let changed = loaded.key.cert != current.key.cert;
+                *current = loaded;
+                Ok(changed)
+            }
+            Err(e) => {
+                // Not again until the files change once more.
+                current.stamps = stamps;
+                Err(e)
+            }
+        }
+    }
+
+    /// When the certificate in use expires, as a Unix timestamp.
+    pub fn not_after(&self) -> i64 {
+        self.loaded().not_after
+    }
+
+    fn loaded(&self) -> Loaded {
+        self.current.read().expect("certificate lock").clone()
+    }
+}
+
+impl ReloadingCert {
+    /// The certificate and key in use.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.read().expect("certificate lock").key.clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+fn read_pair(cert: &Path, key_path: &Path) -> anyhow::Result<Loaded> {
+    let stamps = (stamp(cert), stamp(key_path));
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| format!("server.tls_cert {}", cert.display()))?
         .collect::<Result<_, _>>()
@@ -117,20 +223,106 @@ pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::Serv
                 cert.display()
             )
         })?;
-    if certs.is_empty() {
+    let Some(leaf) = certs.first() else {
         anyhow::bail!(
             "server.tls_cert {}: contains no certificate",
             cert.display()
         );
+    };
+    let not_after = x509_parser::parse_x509_certificate(leaf)
+        .map(|(_, c)| c.validity().not_after.timestamp())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "server.tls_cert {}: cannot read the first certificate: {e}",
+                cert.display()
+            )
+        })?;
+    let key = PrivateKeyDer::from_pem_file(key_path)
+        .with_context(|| format!("server.tls_key {}: no PEM private key", key_path.display()))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| {
+        anyhow::anyhow!(
+            "server.tls_key {}: unusable private key: {e}",
+            key_path.display()
+        )
+    })?;
+    let key = CertifiedKey::new(certs, signing);
+    key.keys_match().map_err(|e| {
+        anyhow::anyhow!(
+            "server.tls_cert {} and server.tls_key {} do not form a usable certificate and key \
+             pair: {e}",
+            cert.display(),
+            key_path.display()
+        )
+    })?;
+    Ok(Loaded {
+        key: Arc::new(key),
+        stamps,
+        not_after,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed certificate for `localhost` valid until the start of `year`, and its key.
+    fn pair(year: i32) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_after = rcgen::date_time_ymd(year, 1, 1);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .with_context(|| format!("server.tls_key {}: no PEM private key", key.display()))?;
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .context(
-            "server.tls_cert and server.tls_key do not form a usable certificate and key pair",
-        )?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+
+    fn der(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+
+    #[test]
+    fn changed_files_are_loaded_and_bad_ones_keep_the_current_pair() {
+        install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let (cert_a, key_a) = pair(2031);
+        std::fs::write(&cert_path, &cert_a).unwrap();
+        std::fs::write(&key_path, &key_a).unwrap();
+        let cert = ReloadingCert::load(&cert_path, &key_path).unwrap();
+        assert_eq!(cert.current().cert[0].as_ref(), der(&cert_a));
+        assert_eq!(cert.not_after(), 1_924_992_000, "2031-01-01T00:00:00Z");
+        assert!(!cert.reload(false).unwrap(), "nothing changed");
+
+        let (cert_b, key_b) = pair(2032);
+        std::fs::write(&cert_path, &cert_b).unwrap();
+        std::fs::write(&key_path, &key_b).unwrap();
+        assert!(cert.reload(false).unwrap());
+        assert_eq!(cert.current().cert[0].as_ref(), der(&cert_b));
+        assert_eq!(cert.not_after(), 1_956_528_000, "2032-01-01T00:00:00Z");
+
+        // A certificate renewed before its key is written: refused, the pair in use stays.
+        std::fs::write(&cert_path, &cert_a).unwrap();
+        let e = cert.reload(false).unwrap_err().to_string();
+        assert!(
+            e.contains("do not form a usable") && e.contains("key.pem"),
+            "{e}"
+        );
+        assert_eq!(cert.current().cert[0].as_ref(), der(&cert_b));
+        assert!(
+            !cert.reload(false).unwrap(),
+            "not retried until the files change"
+        );
+        std::fs::write(&key_path, &key_a).unwrap();
+        assert!(cert.reload(false).unwrap());
+        assert_eq!(cert.current().cert[0].as_ref(), der(&cert_a));
+
+        std::fs::write(&cert_path, "-----BEGIN CERTIFICATE-----\ngarbage\n").unwrap();
+        let e = cert.reload(true).unwrap_err().to_string();
+        assert!(
+            e.contains("server.tls_cert") && e.contains("cert.pem"),
+            "{e}"
+        );
+        assert_eq!(cert.current().cert[0].as_ref(), der(&cert_a));
+        assert!(ReloadingCert::load(&cert_path, &key_path).is_err());
+    }
 }

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod certificates;
 mod mirror;
 mod ops;
 mod origin_smoke;

@@ -20,7 +20,7 @@ use crate::support::provender::{
     MirrorOptions, REGISTRY, ServerProcess, TestMirror, config_toml, files_under,
 };
 use crate::support::throttle::Throttle;
-use crate::support::{eventually, https_client, init_fresh, tf_config, within};
+use crate::support::{eventually, https_client, init_fresh, sample, tf_config, within};
 
 const MIB: usize = 1 << 20;
 const BIG: &[(&str, &str)] = &[
@@ -69,14 +69,6 @@ async fn start_throttled(rate: u64) -> (TestCa, FakeOrigin, Throttle, TestMirror
 
 fn big_zip(version: &str, platform: &str) -> String {
     format!("{REGISTRY}/acme/big/terraform-provider-big_{version}_{platform}.zip")
-}
-
-/// The value of one sample in Prometheus text, 0 if absent.
-fn sample(metrics: &str, series: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// How long [`eventually`] waits here: commits follow a streamed download.

@@ -84,6 +84,14 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
     }
 }
 
+/// The value of one series (`name{labels}`) in a Prometheus text page; 0 when absent.
+pub fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// A reqwest client that trusts only `ca`, ignores proxy settings and resolves each
 /// `(host, addr)` pair to `addr` (a URL without a port then connects to `addr`'s port).
 pub fn https_client(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::Client {
