@@ -18,8 +18,17 @@ pub(crate) const EXIT_CONFIG: u8 = 78;
     about = "A read-through caching mirror for Terraform and OpenTofu providers"
 )]
 struct Cli {
+    /// Log line format on stderr: human-readable text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, env = "PROVENDER_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -39,26 +48,30 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config } => {
-            init_logging("info");
+            init_logging("info", cli.log_format);
             serve(config)
         }
         Command::Ops(command) => {
             // Operator commands print their own summary; keep routine log lines out of it.
-            init_logging("warn");
+            init_logging("warn", cli.log_format);
             crate::ops::run(command)
         }
     }
 }
 
-fn init_logging(default_level: &str) {
+fn init_logging(default_level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PROVENDER_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 /// Reads and validates the configuration file, or takes the built-in defaults without one:

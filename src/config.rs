@@ -38,6 +38,7 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
+    pub access_log: bool,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +51,7 @@ impl Default for ServerConfig {
             public_url: None,
             shutdown_grace: Duration::from_secs(30),
             tls_reload_interval: Duration::from_secs(60),
+            access_log: false,
         }
     }
 }
@@ -476,6 +478,7 @@ impl Config {
             public_url,
             shutdown_grace: s.shutdown_grace,
             tls_reload_interval: s.tls_reload_interval,
+            access_log: s.access_log,
             cache_dir: c.dir.clone(),
             index_ttl: c.index_ttl,
             not_found_ttl: c.not_found_ttl,
@@ -586,6 +589,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// How often the certificate files are checked for changes (zero: only on SIGHUP).
     pub tls_reload_interval: Duration,
+    /// Log one line per request (target `provender::access`).
+    pub access_log: bool,
     pub cache_dir: PathBuf,
     pub index_ttl: Duration,
     pub not_found_ttl: Duration,

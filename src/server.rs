@@ -139,7 +139,7 @@ impl Server {
             let tls = self.tls.clone();
             let watcher = graceful.watcher();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| app.clone().handle(req));
+                let service = hyper::service::service_fn(move |req| app.clone().handle(req, peer));
                 let builder = auto::Builder::new(TokioExecutor::new());
                 let result = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await
                 {

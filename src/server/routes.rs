@@ -3,9 +3,11 @@
 //! Turns an HTTP request into a call on [`Mirror`] and its result into a response: JSON documents
 //! as `application/json`, archives streamed from the store with `Content-Length`, `ETag` and
 //! `Last-Modified`, and every failure as a JSON error body with the status its [`Error`] carries.
-//! Records `provender_http_*` metrics for every request.
+//! Records `provender_http_*` metrics for every request, and with `server.access_log` one log
+//! line per request.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -97,6 +99,7 @@ impl App {
     pub async fn handle(
         self: Arc<Self>,
         req: Request<Incoming>,
+        peer: SocketAddr,
     ) -> Result<Response<Body>, Infallible> {
         let started = Instant::now();
         let (route, result) = self.route(&req).await;
@@ -120,6 +123,9 @@ impl App {
             .http_duration
             .with_label_values(&[route.as_str()])
             .observe(started.elapsed().as_secs_f64());
+        if self.settings.access_log {
+            access_log(&req, &resp, route, peer, started);
+        }
         Ok(resp)
     }
 
@@ -379,4 +385,30 @@ fn error_response(e: &Error) -> Response<Body> {
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
     resp
+}
+
+/// One line per request on target `provender::access`: who asked for what, the answer, and how
+/// long its head took. Query strings (signed URLs) and credentials are left out.
+fn access_log(
+    req: &Request<Incoming>,
+    resp: &Response<Body>,
+    route: Route,
+    peer: SocketAddr,
+    started: Instant,
+) {
+    let header =
+        |h: &Option<&HeaderValue>| h.and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned();
+    tracing::info!(
+        target: "provender::access",
+        peer = %peer.ip(),
+        method = %req.method(),
+        path = %req.uri().path(),
+        version = ?req.version(),
+        status = resp.status().as_u16(),
+        route = route.as_str(),
+        bytes = %header(&resp.headers().get(header::CONTENT_LENGTH)),
+        head_ms = started.elapsed().as_secs_f64() * 1000.0,
+        user_agent = %header(&req.headers().get(header::USER_AGENT)),
+        "request"
+    );
 }

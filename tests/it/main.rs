@@ -2,8 +2,8 @@
 
 mod support;
 
-mod certificates;
 mod mirror;
+mod operations;
 mod ops;
 mod origin_smoke;
 mod resilience;

@@ -234,11 +234,17 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Runs `provender serve --config <config>` and waits until it listens.
     pub fn spawn(config: &Path) -> ServerProcess {
+        Self::spawn_with_env(config, &[])
+    }
+
+    /// Like [`spawn`](Self::spawn), with more environment variables.
+    pub fn spawn_with_env(config: &Path, env: &[(&str, &str)]) -> ServerProcess {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_provender"))
             .args(["serve", "--config"])
             .arg(config)
             .env("PROVENDER_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -253,8 +259,9 @@ impl ServerProcess {
                 .lines()
                 .map_while(Result::ok)
             {
+                // In text and in JSON logs alike: "... (mirror base URL <url>)...".
                 if let Some(url) = line.split("mirror base URL ").nth(1) {
-                    let _ = tx.send(url.trim_end_matches(')').to_string());
+                    let _ = tx.send(url.split(')').next().unwrap_or_default().to_string());
                 }
                 sink.lock().unwrap().push(line);
             }

@@ -1,6 +1,9 @@
-//! The listener's certificate is renewed without a restart: new connections get the new
-//! certificate once its files change (polled) or on SIGHUP (the real binary), and the expiry of
-//! the certificate in use is exported as a metric.
+//! What operators rely on while the server runs:
+//! - the listener's certificate is renewed without a restart: new connections get the new
+//!   certificate once its files change (polled) or on SIGHUP (the real binary), and the expiry
+//!   of the certificate in use is exported as a metric;
+//! - JSON logs (`--log-format json`) with an access log line per request
+//!   (`server.access_log`), from the real binary.
 
 use std::time::Duration;
 
@@ -162,4 +165,66 @@ async fn sighup_reloads_the_certificate() {
     })
     .await;
     assert!(logged.is_some(), "{}", server.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_carry_an_access_line_per_request() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let opts = MirrorOptions {
+        extra_server: "access_log = true",
+        ..MirrorOptions::default()
+    };
+    let toml = config_toml(
+        &ca,
+        dir.path(),
+        &dir.path().join("cache"),
+        "127.0.0.1:0",
+        origin.addr(),
+        &opts,
+    );
+    let config = dir.path().join("provender.toml");
+    std::fs::write(&config, toml).unwrap();
+    let server = ServerProcess::spawn_with_env(&config, &[("PROVENDER_LOG_FORMAT", "json")]);
+    let client = crate::support::https_client(&ca, &[]);
+    let index = server.url(&format!("{REGISTRY}/acme/foo/index.json"));
+    let got = client
+        .get(format!("{index}?ignored=secret"))
+        .header("user-agent", "Terraform/1.11.4")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let missing = server.url(&format!("{REGISTRY}/acme/nothing/index.json"));
+    assert_eq!(client.get(&missing).send().await.unwrap().status(), 404);
+
+    // Every line is a JSON object; the access lines name the request and its answer.
+    let lines = poll(Duration::from_secs(10), async || {
+        let log = server.log();
+        let lines: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let access: Vec<serde_json::Value> = lines
+            .into_iter()
+            .filter(|l| l["target"] == "provender::access")
+            .collect();
+        (access.len() >= 2).then_some(access)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no access lines:\n{}", server.log()));
+    let fields = &lines[0]["fields"];
+    assert_eq!(fields["method"], "GET");
+    assert_eq!(
+        fields["path"],
+        format!("{}{REGISTRY}/acme/foo/index.json", server.url.path())
+    );
+    assert_eq!(fields["status"], 200);
+    assert_eq!(fields["route"], "index");
+    assert_eq!(fields["peer"], "127.0.0.1");
+    assert_eq!(fields["user_agent"], "Terraform/1.11.4");
+    assert!(fields["head_ms"].as_f64().is_some(), "{fields}");
+    assert!(!server.log().contains("secret"), "query strings stay out");
+    assert_eq!(lines[1]["fields"]["status"], 404);
 }
