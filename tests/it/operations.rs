@@ -3,7 +3,8 @@
 //!   certificate once its files change (polled) or on SIGHUP (the real binary), and the expiry
 //!   of the certificate in use is exported as a metric;
 //! - JSON logs (`--log-format json`) with an access log line per request
-//!   (`server.access_log`), from the real binary.
+//!   (`server.access_log`), from the real binary;
+//! - the systemd unit in `deploy/` passes `systemd-analyze verify`.
 
 use std::time::Duration;
 
@@ -227,4 +228,32 @@ async fn json_logs_carry_an_access_line_per_request() {
     assert!(fields["head_ms"].as_f64().is_some(), "{fields}");
     assert!(!server.log().contains("secret"), "query strings stay out");
     assert_eq!(lines[1]["fields"]["status"], 404);
+}
+
+/// `deploy/provender.service` passes `systemd-analyze verify` with its `ExecStart` pointing at
+/// the built binary, and starts it the way the other tests do (`serve --config FILE`).
+#[test]
+fn the_systemd_unit_verifies() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/provender.service"
+    ))
+    .unwrap();
+    let exec = "ExecStart=/usr/local/bin/provender serve --config /etc/provender/config.toml";
+    assert!(unit.contains(exec), "{unit}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("provender.service");
+    let binary = env!("CARGO_BIN_EXE_provender");
+    std::fs::write(&path, unit.replace("/usr/local/bin/provender", binary)).unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (from systemd) is needed to check the unit");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("provender.service"),
+        "warnings about the unit: {stderr}"
+    );
 }
