@@ -1,20 +1,25 @@
 //! The providers a Terraform configuration needs, read the way Terraform reads them.
 //!
-//! A configuration is a root module directory and every module it calls:
-//! - **Explicit requirements**: each `required_providers` entry gives a local name, a source
-//!   (default `hashicorp/<name>`) and a version constraint. Constraints on one provider from
-//!   several files or modules combine.
+//! A configuration is a root module directory and every module it calls. In each module:
+//! - **Explicit requirements**: the module's one `required_providers` block gives local names,
+//!   sources (default `hashicorp/<name>`) and version constraints; an entry in an override file
+//!   (`override.tf`, `*_override.tf`, and their `.tf.json` forms) replaces the entry of the same
+//!   name. A `version` argument in a `provider` block (deprecated, still honoured) adds to the
+//!   constraint.
 //! - **Implied requirements**: a `resource`, `data` or `ephemeral` block (also inside `check`),
-//!   or a `provider` block, uses a local name (the `provider` meta-argument's, else the type's
-//!   prefix up to the first `_`). A name its module does not declare means `hashicorp/<name>`
-//!   with no constraint, as in Terraform; `terraform` is built in and needs nothing.
-//! - **Modules**: a call with a local source (`./` or `../`) is read from that directory,
-//!   relative to the calling module. Any other source must have been installed by
-//!   `terraform init` / `terraform get`: it is found through `.terraform/modules/modules.json`
-//!   under the root directory, and a module missing from it is an error naming the call.
+//!   an `import` block, or a `provider` block uses a local name (the `provider` meta-argument's,
+//!   else the resource type's prefix up to the first `_`). A name the module does not declare
+//!   means `hashicorp/<name>` with no constraint, as in Terraform; `terraform` is built in.
+//! - **Modules**: a call with a local source (`./`, `../`) is read from that directory, relative
+//!   to the calling module. Any other source must have been installed by `terraform init` or
+//!   `terraform get`: it is found through `modules/modules.json` in the data directory
+//!   (`.terraform`, or `TF_DATA_DIR`). A call missing from it, or (for registry modules) whose
+//!   source or version constraint no longer matches what was installed, is an error naming the
+//!   call, as in Terraform.
 //!
-//! Both `*.tf` (HCL) and `*.tf.json` files are read. Only literal strings are understood where a
-//! choice of package depends on them (`source`, `version`).
+//! Constraints on one provider combine across modules. Files named `*.tf` (HCL) and `*.tf.json`
+//! are read, except hidden ones (`.name`). Only literal strings are understood where a choice of
+//! package depends on them (`source`, `version`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -23,15 +28,25 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::inputs::{Wanted, read_text};
-use crate::address::ProviderAddr;
+use crate::address::{ProviderAddr, Version};
 use crate::constraints::Constraints;
 
 /// Deepest module nesting followed (a module that calls itself would never end).
 const MAX_DEPTH: usize = 64;
 
 /// Reads the providers the configuration rooted at `root` needs, one entry per provider.
+/// Installed modules are looked up in Terraform's data directory: `TF_DATA_DIR`, else
+/// `.terraform`, relative to `root`.
 pub fn read_configuration(root: &Path) -> Result<Vec<Wanted>, String> {
-    let installed = installed_modules(root)?;
+    let data_dir = std::env::var_os("TF_DATA_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(".terraform"), PathBuf::from);
+    read_configuration_with(root, &data_dir)
+}
+
+/// [`read_configuration`] with the data directory given.
+fn read_configuration_with(root: &Path, data_dir: &Path) -> Result<Vec<Wanted>, String> {
+    let installed = installed_modules(&root.join(data_dir))?;
     let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
     // (module key as in modules.json, directory, how it was reached)
     let mut pending = vec![(String::new(), root.to_path_buf(), String::new())];
@@ -42,8 +57,8 @@ pub fn read_configuration(root: &Path) -> Result<Vec<Wanted>, String> {
                 root.display()
             ));
         }
-        let module = read_module(&dir).map_err(|e| format!("{via}{e}"))?;
-        module.add_to(&mut found)?;
+        let module = read_module(&dir, key.is_empty()).map_err(|e| format!("{via}{e}"))?;
+        module.add_to(&mut found).map_err(|e| format!("{via}{e}"))?;
         for call in module.calls {
             let child_key = if key.is_empty() {
                 call.name.clone()
@@ -51,19 +66,21 @@ pub fn read_configuration(root: &Path) -> Result<Vec<Wanted>, String> {
                 format!("{key}.{}", call.name)
             };
             let via = format!("module.{child_key} (called in {}): ", call.file.display());
-            let child_dir = if is_local(&call.source) {
-                dir.join(&call.source)
-            } else {
-                match installed.get(&child_key) {
-                    Some(d) => root.join(d),
-                    None => {
-                        return Err(format!(
+            let child_dir = match local_path(&call.source) {
+                Some(relative) => dir.join(relative),
+                None => {
+                    let record = installed.get(&child_key).ok_or_else(|| {
+                        format!(
                             "{via}source {:?} is not installed; run `terraform init` (or \
                              `terraform get`) in {} first, or name its providers with --provider",
                             call.source,
                             root.display()
-                        ));
-                    }
+                        )
+                    })?;
+                    record
+                        .check(&call)
+                        .map_err(|e| format!("{via}{e}; run `terraform init` again"))?;
+                    root.join(&record.dir)
                 }
             };
             pending.push((child_key, child_dir, via));
@@ -72,25 +89,85 @@ pub fn read_configuration(root: &Path) -> Result<Vec<Wanted>, String> {
     Ok(found.into_values().collect())
 }
 
-fn is_local(source: &str) -> bool {
-    source.starts_with("./") || source.starts_with("../")
+/// The directory a local module source names, relative to the calling module.
+fn local_path(source: &str) -> Option<PathBuf> {
+    ["./", "../", ".\\", "..\\"]
+        .iter()
+        .any(|prefix| source.starts_with(prefix))
+        .then(|| PathBuf::from(source.replace('\\', "/")))
 }
 
-/// `.terraform/modules/modules.json`: module key -> directory (relative to the root).
-fn installed_modules(root: &Path) -> Result<HashMap<String, PathBuf>, String> {
+/// One module installed by `terraform init`, as its manifest records it.
+#[derive(Deserialize)]
+struct Installed {
+    #[serde(rename = "Key")]
+    key: String,
+    #[serde(rename = "Source", default)]
+    source: String,
+    #[serde(rename = "Version", default)]
+    version: Option<String>,
+    #[serde(rename = "Dir")]
+    dir: PathBuf,
+}
+
+impl Installed {
+    /// Whether this installation still answers `call`. Checked for registry modules, whose
+    /// recorded source is the call's in its long form and whose version must meet the call's
+    /// constraint; other sources are recorded in a normalised form this does not reproduce.
+    fn check(&self, call: &Call) -> Result<(), String> {
+        let Some(address) = registry_module(&call.source) else {
+            return Ok(());
+        };
+        if self.source != address {
+            return Err(format!(
+                "source {:?} was {:?} when the module was installed",
+                call.source, self.source
+            ));
+        }
+        if let (Some(wanted), Some(installed)) = (&call.version, &self.version) {
+            let constraints =
+                Constraints::parse(wanted).map_err(|e| format!("version {wanted:?}: {e}"))?;
+            let version = Version::parse(installed)
+                .map_err(|e| format!("installed version {installed:?}: {e}"))?;
+            if !constraints.allows(&version) {
+                return Err(format!(
+                    "version {wanted:?} does not allow the installed version {installed}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `ns/name/system` or `host/ns/name/system` in the long form Terraform records; `None` for
+/// sources that are not registry addresses.
+fn registry_module(source: &str) -> Option<String> {
+    if source.contains("::") || source.contains("://") {
+        return None;
+    }
+    let parts: Vec<&str> = source.split('/').collect();
+    let plain = |p: &&str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    match parts.as_slice() {
+        [_, _, _] if parts.iter().all(plain) => Some(format!("registry.terraform.io/{source}")),
+        [host, rest @ ..] if rest.len() == 3 && host.contains('.') && rest.iter().all(plain) => {
+            Some(source.to_ascii_lowercase())
+        }
+        _ => None,
+    }
+}
+
+/// `modules/modules.json` in the data directory: module key -> installation.
+fn installed_modules(data_dir: &Path) -> Result<HashMap<String, Installed>, String> {
     #[derive(Deserialize)]
     struct Manifest {
         #[serde(rename = "Modules", default)]
-        modules: Vec<Record>,
+        modules: Vec<Installed>,
     }
-    #[derive(Deserialize)]
-    struct Record {
-        #[serde(rename = "Key")]
-        key: String,
-        #[serde(rename = "Dir")]
-        dir: PathBuf,
-    }
-    let path = root.join(".terraform/modules/modules.json");
+    let path = data_dir.join("modules/modules.json");
     if !path.is_file() {
         return Ok(HashMap::new());
     }
@@ -100,45 +177,80 @@ fn installed_modules(root: &Path) -> Result<HashMap<String, PathBuf>, String> {
     Ok(manifest
         .modules
         .into_iter()
-        .map(|m| (m.key, m.dir))
+        .map(|m| (m.key.clone(), m))
         .collect())
 }
+
+/// `(local name, source, version)` of a `required_providers` entry.
+type Requirement = (String, Option<String>, Option<String>);
 
 /// What one file of a module says about providers.
 #[derive(Default)]
 struct FileFacts {
-    /// `(local name, source, version)` of each `required_providers` entry.
-    declared: Vec<(String, Option<String>, Option<String>)>,
-    /// Local names used by resources, data sources and provider blocks.
+    /// `required_providers` blocks: each a list of entries.
+    required: Vec<Vec<Requirement>>,
+    /// Local names used by resources, data sources, imports and provider blocks.
     used: Vec<String>,
-    /// `(call name, source)` of each `module` block.
-    calls: Vec<(String, String)>,
+    /// `(local name, constraint)` from `version` arguments of `provider` blocks.
+    provider_versions: Vec<(String, String)>,
+    /// `module` blocks.
+    calls: Vec<CallFacts>,
+}
+
+/// A `module` block as written.
+struct CallFacts {
+    name: String,
+    source: String,
+    version: Option<String>,
 }
 
 /// A module call, and the file it is in.
 struct Call {
     name: String,
     source: String,
+    version: Option<String>,
     file: PathBuf,
+}
+
+/// One file of a module.
+struct ModuleFile {
+    path: PathBuf,
+    facts: FileFacts,
+    /// An override file (`override.tf`, `*_override.tf`, ...).
+    overrides: bool,
 }
 
 /// What one module directory needs.
 struct Module {
-    files: Vec<(PathBuf, FileFacts)>,
+    files: Vec<ModuleFile>,
     calls: Vec<Call>,
 }
 
-fn read_module(dir: &Path) -> Result<Module, String> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+/// Whether Terraform reads `name` as a configuration file, and whether as an override file.
+fn configuration_file(name: &str) -> Option<bool> {
+    if name.starts_with('.') {
+        return None;
+    }
+    let stem = name
+        .strip_suffix(".tf.json")
+        .or_else(|| name.strip_suffix(".tf"))?;
+    Some(stem == "override" || stem.ends_with("_override"))
+}
+
+/// Reads a module directory; the root module must hold configuration files, a child module may
+/// hold none.
+fn read_module(dir: &Path, root: bool) -> Result<Module, String> {
+    let mut paths: Vec<(PathBuf, bool)> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let n = p.file_name().map(|n| n.to_string_lossy().to_string());
-            n.is_some_and(|n| n.ends_with(".tf") || n.ends_with(".tf.json")) && p.is_file()
+        .filter(|p| p.is_file())
+        .filter_map(|p| {
+            let overrides = configuration_file(&p.file_name()?.to_string_lossy())?;
+            Some((p, overrides))
         })
         .collect();
     paths.sort();
-    if paths.is_empty() {
+    if root && paths.is_empty() {
         return Err(format!(
             "{}: no *.tf or *.tf.json files; is this a Terraform configuration?",
             dir.display()
@@ -146,22 +258,27 @@ fn read_module(dir: &Path) -> Result<Module, String> {
     }
     let mut files = Vec::new();
     let mut calls = Vec::new();
-    for path in paths {
+    for (path, overrides) in paths {
         let text = read_text(&path)?;
-        let facts = if path.to_string_lossy().ends_with(".json") {
+        let mut facts = if path.to_string_lossy().ends_with(".json") {
             facts_json(&text)
         } else {
             facts_hcl(&text)
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
-        for (name, source) in &facts.calls {
+        for call in facts.calls.drain(..) {
             calls.push(Call {
-                name: name.clone(),
-                source: source.clone(),
+                name: call.name,
+                source: call.source,
+                version: call.version,
                 file: path.clone(),
             });
         }
-        files.push((path, facts));
+        files.push(ModuleFile {
+            path,
+            facts,
+            overrides,
+        });
     }
     Ok(Module { files, calls })
 }
@@ -169,29 +286,68 @@ fn read_module(dir: &Path) -> Result<Module, String> {
 impl Module {
     /// Adds this module's requirements to `found`, combining constraints per provider.
     fn add_to(&self, found: &mut BTreeMap<ProviderAddr, Wanted>) -> Result<(), String> {
-        let mut local_names: HashMap<&str, ProviderAddr> = HashMap::new();
-        for (file, facts) in &self.files {
-            for (name, source, version) in &facts.declared {
-                let at = format!("{}: required_providers.{name}", file.display());
-                let source = source
-                    .clone()
-                    .unwrap_or_else(|| format!("hashicorp/{name}"));
-                let addr = ProviderAddr::parse(&source).map_err(|e| format!("{at}.source: {e}"))?;
-                let constraints = Constraints::parse(version.as_deref().unwrap_or(""))
-                    .map_err(|e| format!("{at}.version: {e}"))?;
-                local_names.insert(name, addr.clone());
-                require(found, addr, &constraints, file);
+        // Local name -> (source, version, file), primary files first, then overrides.
+        let mut declared: BTreeMap<&str, (&Option<String>, &Option<String>, &Path)> =
+            BTreeMap::new();
+        let mut block_in: Option<&Path> = None;
+        for file in self.files.iter().filter(|f| !f.overrides) {
+            for block in &file.facts.required {
+                if let Some(first) = block_in {
+                    return Err(format!(
+                        "{}: a second required_providers block (the first is in {}); \
+                         Terraform allows one per module",
+                        file.path.display(),
+                        first.display()
+                    ));
+                }
+                block_in = Some(&file.path);
+                for (name, source, version) in block {
+                    declared.insert(name, (source, version, &file.path));
+                }
             }
         }
-        for (file, facts) in &self.files {
-            for name in &facts.used {
+        for file in self.files.iter().filter(|f| f.overrides) {
+            for (name, source, version) in file.facts.required.iter().flatten() {
+                declared.insert(name, (source, version, &file.path));
+            }
+        }
+        let mut local_names: HashMap<&str, ProviderAddr> = HashMap::new();
+        for (name, (source, version, file)) in declared {
+            let at = format!("{}: required_providers.{name}", file.display());
+            let source = source
+                .clone()
+                .unwrap_or_else(|| format!("hashicorp/{name}"));
+            let addr = ProviderAddr::parse(&source).map_err(|e| format!("{at}.source: {e}"))?;
+            let constraints = Constraints::parse(version.as_deref().unwrap_or(""))
+                .map_err(|e| format!("{at}.version: {e}"))?;
+            local_names.insert(name, addr.clone());
+            require(found, addr, &constraints, file);
+        }
+        let implied = |name: &str, at: &str| match local_names.get(name) {
+            Some(addr) => Ok(addr.clone()),
+            None => {
+                ProviderAddr::parse(&format!("hashicorp/{name}")).map_err(|e| format!("{at}: {e}"))
+            }
+        };
+        for file in &self.files {
+            for (name, version) in &file.facts.provider_versions {
+                let at = format!("{}: provider {name:?}", file.path.display());
+                let addr = implied(name, &at)?;
+                let constraints =
+                    Constraints::parse(version).map_err(|e| format!("{at}.version: {e}"))?;
+                require(found, addr, &constraints, &file.path);
+            }
+            for name in &file.facts.used {
                 if name == "terraform" || local_names.contains_key(name.as_str()) {
                     continue;
                 }
-                let at = format!("{}: provider {name:?}", file.display());
-                let addr = ProviderAddr::parse(&format!("hashicorp/{name}"))
-                    .map_err(|e| format!("{at}: {e}"))?;
-                require(found, addr, &Constraints::default(), file);
+                let at = format!("{}: provider {name:?}", file.path.display());
+                require(
+                    found,
+                    implied(name, &at)?,
+                    &Constraints::default(),
+                    &file.path,
+                );
             }
         }
         Ok(())
@@ -242,6 +398,16 @@ fn facts_hcl(text: &str) -> Result<FileFacts, String> {
 
 fn hcl_blocks(body: &hcl::Body, facts: &mut FileFacts) -> Result<(), String> {
     let label = |b: &hcl::Block| b.labels().first().map(|l| l.as_str().to_string());
+    let attr = |b: &hcl::Block, key: &str| {
+        b.body()
+            .attributes()
+            .find(|a| a.key() == key)
+            .map(|a| a.expr().clone())
+    };
+    let literal = |b: &hcl::Block, key: &str| match attr(b, key) {
+        Some(hcl::Expression::String(s)) => Some(s),
+        _ => None,
+    };
     for block in body.blocks() {
         match block.identifier() {
             "terraform" => {
@@ -250,36 +416,54 @@ fn hcl_blocks(body: &hcl::Body, facts: &mut FileFacts) -> Result<(), String> {
                     .blocks()
                     .filter(|b| b.identifier() == "required_providers")
                 {
-                    for attr in req.body().attributes() {
-                        facts
-                            .declared
-                            .push(hcl_requirement(attr.key(), attr.expr())?);
-                    }
+                    let entries = req
+                        .body()
+                        .attributes()
+                        .map(|a| hcl_requirement(a.key(), a.expr()))
+                        .collect::<Result<_, _>>()?;
+                    facts.required.push(entries);
                 }
             }
             kind if RESOURCE_BLOCKS.contains(&kind) => {
                 let Some(type_name) = label(block) else {
                     continue;
                 };
-                let provider = block
-                    .body()
-                    .attributes()
-                    .find(|a| a.key() == "provider")
-                    .and_then(|a| hcl_root_name(a.expr()));
+                let provider = attr(block, "provider").and_then(|e| hcl_root_name(&e));
                 facts
                     .used
                     .push(local_name_of_type(&type_name, provider.as_deref()));
             }
             // `check` blocks may hold data sources.
             "check" => hcl_blocks(block.body(), facts)?,
-            "provider" => facts.used.extend(label(block)),
+            // `import { to = aws_instance.web ... }`: the resource's provider, even when the
+            // resource is yet to be generated.
+            "import" => {
+                let to = attr(block, "to").and_then(|e| hcl_root_name(&e));
+                let provider = attr(block, "provider").and_then(|e| hcl_root_name(&e));
+                if let Some(type_name) = to.filter(|t| t != "module") {
+                    facts
+                        .used
+                        .push(local_name_of_type(&type_name, provider.as_deref()));
+                }
+            }
+            "provider" => {
+                let Some(name) = label(block) else { continue };
+                if let Some(version) = literal(block, "version") {
+                    facts.provider_versions.push((name.clone(), version));
+                }
+                facts.used.push(name);
+            }
             "module" => {
                 let Some(name) = label(block) else { continue };
-                let source = block.body().attributes().find(|a| a.key() == "source");
-                match source.map(|a| a.expr()) {
-                    Some(hcl::Expression::String(s)) => facts.calls.push((name, s.clone())),
-                    _ => return Err(format!("module.{name}.source must be a literal string")),
-                }
+                let Some(source) = literal(block, "source") else {
+                    return Err(format!("module.{name}.source must be a literal string"));
+                };
+                let version = literal(block, "version");
+                facts.calls.push(CallFacts {
+                    name,
+                    source,
+                    version,
+                });
             }
             _ => {}
         }
@@ -296,10 +480,7 @@ fn hcl_root_name(expr: &hcl::Expression) -> Option<String> {
     }
 }
 
-fn hcl_requirement(
-    name: &str,
-    expr: &hcl::Expression,
-) -> Result<(String, Option<String>, Option<String>), String> {
+fn hcl_requirement(name: &str, expr: &hcl::Expression) -> Result<Requirement, String> {
     let name = name.to_string();
     match expr {
         // Terraform 0.12 style: `aws = "~> 3.0"`.
@@ -369,14 +550,13 @@ fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), String> {
             let Some(map) = req.as_object() else {
                 return Err("terraform.required_providers must be an object".into());
             };
+            let mut entries = Vec::new();
             for (name, value) in map {
                 let field = |k: &str| value.get(k).and_then(Value::as_str).map(str::to_string);
                 match value {
-                    Value::String(v) => facts.declared.push((name.clone(), None, Some(v.clone()))),
+                    Value::String(v) => entries.push((name.clone(), None, Some(v.clone()))),
                     Value::Object(_) => {
-                        facts
-                            .declared
-                            .push((name.clone(), field("source"), field("version")))
+                        entries.push((name.clone(), field("source"), field("version")))
                     }
                     _ => {
                         return Err(format!(
@@ -385,6 +565,7 @@ fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), String> {
                     }
                 }
             }
+            facts.required.push(entries);
         }
     }
     for kind in RESOURCE_BLOCKS {
@@ -399,14 +580,35 @@ fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), String> {
     for (_, check) in labelled(&doc["check"]) {
         json_blocks(check, facts)?;
     }
-    for (name, _) in labelled(&doc["provider"]) {
+    // {"import": [{"to": "aws_instance.web", "provider": "aws.east"}]}
+    for import in as_list(&doc["import"]) {
+        let to = import.get("to").and_then(Value::as_str).unwrap_or_default();
+        let type_name = to.split(['.', '[']).next().unwrap_or_default();
+        if !type_name.is_empty() && type_name != "module" {
+            let provider = import.get("provider").and_then(Value::as_str);
+            facts.used.push(local_name_of_type(type_name, provider));
+        }
+    }
+    for (name, body) in labelled(&doc["provider"]) {
+        if let Some(version) = body.get("version").and_then(Value::as_str) {
+            facts
+                .provider_versions
+                .push((name.to_string(), version.to_string()));
+        }
         facts.used.push(name.to_string());
     }
     for (name, body) in labelled(&doc["module"]) {
-        match body.get("source").and_then(Value::as_str) {
-            Some(s) => facts.calls.push((name.to_string(), s.to_string())),
-            None => return Err(format!("module.{name}.source must be a literal string")),
-        }
+        let Some(source) = body.get("source").and_then(Value::as_str) else {
+            return Err(format!("module.{name}.source must be a literal string"));
+        };
+        facts.calls.push(CallFacts {
+            name: name.to_string(),
+            source: source.to_string(),
+            version: body
+                .get("version")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        });
     }
     Ok(())
 }
@@ -451,18 +653,20 @@ terraform {
 resource "foo_thing" "x" { name = "${var.a}" }
 "#,
         );
+        // An override file replaces entries and may add some; hidden files are not read.
         write(
             dir.path(),
-            "versions.tf.json",
+            "versions_override.tf.json",
             r#"{"terraform": {"required_providers": {"aws": {"source": "hashicorp/aws", "version": "< 6.0"}, "null": "3.2.1"}}}"#,
         );
+        write(dir.path(), ".scratch.tf", "resource \"hidden_x\" \"y\" {}");
         write(dir.path(), "notes.txt", "not terraform");
         assert_eq!(
             shown(dir.path()),
             [
                 "registry.terraform.io/acme/bar []",
                 "registry.terraform.io/acme/foo [~> 1.0]",
-                "registry.terraform.io/hashicorp/aws [< 6.0.0, >= 4.0.0]",
+                "registry.terraform.io/hashicorp/aws [< 6.0.0]",
                 "registry.terraform.io/hashicorp/null [3.2.1]",
             ]
         );
@@ -486,6 +690,15 @@ resource "thing_one" "c" { provider = special.east }
 data "terraform_remote_state" "d" {}
 ephemeral "tls_private_key" "e" {}
 provider "google" { region = "x" }
+provider "widget" { version = ">= 2.0" }
+import {
+  to = dns_a_record_set.www
+  id = "www"
+}
+import {
+  to       = module.elsewhere.aws_instance.x
+  id       = "i-1"
+}
 check "health" {
   data "http_get" "f" {}
 }
@@ -494,19 +707,22 @@ check "health" {
         write(
             dir.path(),
             "more.tf.json",
-            r#"{"resource": {"local_file": {"g": {"provider": "archive.x"}}}, "provider": [{"kubernetes": {}}]}"#,
+            r#"{"resource": {"local_file": {"g": {"provider": "archive.x"}}}, "provider": [{"kubernetes": {"version": "~> 2.0"}}],
+                "import": [{"to": "vault_mount.m[\"a\"]", "id": "a"}]}"#,
         );
         assert_eq!(
             shown(dir.path()),
             [
-                "registry.terraform.io/acme/widget []",
+                "registry.terraform.io/acme/widget [>= 2.0.0]",
                 "registry.terraform.io/hashicorp/archive []",
+                "registry.terraform.io/hashicorp/dns []",
                 "registry.terraform.io/hashicorp/google []",
                 "registry.terraform.io/hashicorp/http []",
-                "registry.terraform.io/hashicorp/kubernetes []",
+                "registry.terraform.io/hashicorp/kubernetes [~> 2.0]",
                 "registry.terraform.io/hashicorp/random []",
                 "registry.terraform.io/hashicorp/special []",
                 "registry.terraform.io/hashicorp/tls []",
+                "registry.terraform.io/hashicorp/vault []",
             ]
         );
     }
@@ -584,6 +800,57 @@ module "inner" { source = "../inner" }
                 "registry.terraform.io/hashicorp/null []",
             ]
         );
+
+        // Edited since `terraform init`: Terraform refuses, and so does this.
+        let main = std::fs::read_to_string(root.join("main.tf")).unwrap();
+        write(root, "main.tf", &main.replace("\"1.2.3\"", "\"~> 2.0\""));
+        let e = read_configuration(root).unwrap_err();
+        assert!(
+            e.contains("module.vpc") && e.contains("does not allow the installed version 1.2.3"),
+            "{e}"
+        );
+        write(
+            root,
+            "main.tf",
+            &main.replace("example/vpc/aws", "other/vpc/aws"),
+        );
+        let e = read_configuration(root).unwrap_err();
+        assert!(
+            e.contains("was \"registry.terraform.io/example/vpc/aws\""),
+            "{e}"
+        );
+        write(root, "main.tf", &main);
+
+        // Another data directory (TF_DATA_DIR) holds another installation.
+        std::fs::rename(root.join(".terraform"), root.join("tfdata")).unwrap();
+        let manifest = root.join("tfdata/modules/modules.json");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        std::fs::write(&manifest, text.replace(".terraform/", "tfdata/")).unwrap();
+        assert!(read_configuration_with(root, Path::new(".terraform")).is_err());
+        let elsewhere = read_configuration_with(root, Path::new("tfdata")).unwrap();
+        assert_eq!(elsewhere.len(), 4);
+    }
+
+    #[test]
+    fn registry_module_sources_in_their_long_form() {
+        let long = |s: &str| registry_module(s);
+        assert_eq!(
+            long("example/vpc/aws").as_deref(),
+            Some("registry.terraform.io/example/vpc/aws")
+        );
+        assert_eq!(
+            long("App.Terraform.io/org/vpc/aws").as_deref(),
+            Some("app.terraform.io/org/vpc/aws")
+        );
+        for other in [
+            "github.com/hashicorp/example",
+            "git::https://example.com/vpc.git",
+            "https://example.com/vpc.zip",
+            "./local",
+            "s3::https://s3.amazonaws.com/bucket/vpc.zip",
+        ] {
+            assert_eq!(long(other), None, "{other}");
+        }
     }
 
     #[test]
@@ -615,6 +882,24 @@ module "inner" { source = "../inner" }
         write(dir.path(), "bad.tf", "module \"me\" { source = \"./\" }\n");
         let e = read_configuration(dir.path()).unwrap_err();
         assert!(e.contains("nested more than"), "{e}");
+
+        // One required_providers block per module, as in Terraform.
+        write(
+            dir.path(),
+            "bad.tf",
+            "terraform {\n required_providers {\n x = { source = \"a/b\" }\n }\n}\n",
+        );
+        write(
+            dir.path(),
+            "versions.tf",
+            "terraform {\n required_providers {\n y = { source = \"a/c\" }\n }\n}\n",
+        );
+        let e = read_configuration(dir.path()).unwrap_err();
+        assert!(
+            e.contains("versions.tf") && e.contains("second required_providers block"),
+            "{e}"
+        );
+        std::fs::remove_file(dir.path().join("versions.tf")).unwrap();
 
         let empty = tempfile::tempdir().unwrap();
         let e = read_configuration(empty.path()).unwrap_err();

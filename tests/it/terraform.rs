@@ -265,7 +265,9 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     }
 }
 
-/// A root module using providers every way Terraform allows, and calling local modules.
+/// A root module using providers every way Terraform allows (explicit, implied, through an
+/// override file, a deprecated provider `version`, an `import` block), calling local modules
+/// (one of them empty), next to a hidden file Terraform ignores.
 const MANY_WAYS: &[(&str, &str)] = &[
     (
         "main.tf",
@@ -275,7 +277,13 @@ const MANY_WAYS: &[(&str, &str)] = &[
   }
 }
 module "net" { source = "./modules/net" }
+module "empty" { source = "./modules/empty" }
 resource "random_pet" "b" {}
+provider "random" { version = "~> 3.1" }
+import {
+  to = dns_a_record_set.g
+  id = "www"
+}
 resource "thing_one" "c" { provider = special.east }
 data "terraform_remote_state" "d" {}
 ephemeral "tls_private_key" "e" {}
@@ -308,6 +316,15 @@ module "inner" { source = "../inner" }
     (
         "modules/inner/main.tf",
         "resource \"null_resource\" \"x\" {}\n",
+    ),
+    (
+        "versions_override.tf.json",
+        r#"{"terraform": {"required_providers": {"foo": {"source": "acme/foo", "version": ">= 1.1"}}}}"#,
+    ),
+    (".hidden.tf", "resource \"hidden_thing\" \"x\" {}\n"),
+    (
+        "modules/empty/README.md",
+        "A module without configuration files.\n",
     ),
 ];
 
@@ -346,7 +363,7 @@ async fn configurations_are_read_as_terraform_reads_them() {
             entry.push(constraint.trim().to_string());
         }
     }
-    assert_eq!(theirs.len(), 10, "{}", tree.stdout);
+    assert_eq!(theirs.len(), 11, "{}", tree.stdout);
     let our_addrs: Vec<String> = ours.iter().map(|w| w.addr.to_string()).collect();
     let their_addrs: Vec<String> = theirs.keys().cloned().collect();
     assert_eq!(our_addrs, their_addrs, "{}", tree.stdout);
