@@ -108,7 +108,7 @@ pub struct UpstreamConfig {
     pub offline: bool,
     pub require_signature: bool,
     pub allow_private_networks: bool,
-    pub proxy: Option<ProxyUrl>,
+    pub proxy: Option<ProxyText>,
     pub max_discovery_size: bytesize::ByteSize,
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
@@ -197,12 +197,27 @@ impl std::fmt::Debug for HostSettings {
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProxyUrl(pub Url);
 
-impl<'de> Deserialize<'de> for ProxyUrl {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Url::parse(&text)
-            .map(ProxyUrl)
-            .map_err(|e| serde::de::Error::custom(format!("upstream.proxy is not a URL: {e}")))
+/// `upstream.proxy` as written, parsed in `validate()` so that no error quotes it: it may hold
+/// a password.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct ProxyText(String);
+
+impl ProxyText {
+    fn parse(&self) -> Result<ProxyUrl, String> {
+        let url = Url::parse(&self.0).map_err(|e| format!("not a URL: {e}"))?;
+        let proxy = ProxyUrl(url);
+        proxy.check()?;
+        Ok(proxy)
+    }
+}
+
+impl std::fmt::Debug for ProxyText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match Url::parse(&self.0) {
+            Ok(url) => write!(f, "ProxyText({})", ProxyUrl(url)),
+            Err(_) => f.write_str("ProxyText(<not a URL>)"),
+        }
     }
 }
 
@@ -297,6 +312,12 @@ impl Config {
             )
         })?;
         let base_path = normalise_base_path(&s.base_path)?;
+        if !s.tls_reload_interval.is_zero() && s.tls_reload_interval < Duration::from_secs(1) {
+            return Err(invalid(
+                "server.tls_reload_interval",
+                "must be at least 1s (or 0s: reload only on SIGHUP)",
+            ));
+        }
         let tls = match (&s.tls_cert, &s.tls_key) {
             (Some(cert), Some(key)) => TlsSource::Files {
                 cert: cert.clone(),
@@ -357,9 +378,12 @@ impl Config {
         }
 
         let u = &self.upstream;
-        if let Some(proxy) = &u.proxy {
-            proxy.check().map_err(|m| invalid("upstream.proxy", m))?;
-        }
+        let proxy = u
+            .proxy
+            .as_ref()
+            .map(ProxyText::parse)
+            .transpose()
+            .map_err(|m| invalid("upstream.proxy", m))?;
         let mut allowed_hosts = Vec::new();
         for (i, h) in u.allowed_hosts.iter().enumerate() {
             let host = Hostname::parse(h)
@@ -500,7 +524,7 @@ impl Config {
             offline: u.offline,
             require_signature: u.require_signature,
             allow_private_networks: u.allow_private_networks,
-            proxy: u.proxy.clone(),
+            proxy,
             max_discovery_size: u.max_discovery_size.as_u64(),
             idle_timeout: u.idle_timeout,
             max_response_headers: u.max_response_headers,
@@ -740,6 +764,9 @@ mod tests {
         assert!(err("[server]\nlisten = 5").contains("listen"));
         assert!(err("[server]\nlisen = '1.2.3.4:1'").contains("lisen"));
         assert!(err("[cache]\nindex_ttl = 'soon'").contains("index_ttl"));
+        assert!(
+            err("[server]\ntls_reload_interval = '10ms'").contains("server.tls_reload_interval")
+        );
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
     }
 
@@ -783,10 +810,15 @@ mod tests {
             "http://:3128",
             "http://proxy.example:3128/path",
             "not a url",
+            "http://egress:hunter2/x@proxy.example:3128",
         ] {
             let e = err(&format!("[upstream]\nproxy = '{bad}'"));
             assert!(e.contains("upstream.proxy"), "{bad}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
         }
+        let raw =
+            Config::from_toml("[upstream]\nproxy = 'http://egress:hunter2@proxy.example'").unwrap();
+        assert!(!format!("{raw:?}").contains("hunter2"));
         let s = Config::from_toml("[upstream]\nproxy = 'http://egress:hunter2@proxy.example:3128'")
             .unwrap()
             .validate()

@@ -222,20 +222,18 @@ impl Drop for RunningServer {
 }
 
 /// Reloads the listener's certificate on SIGHUP and, every `interval` (unless zero), when its
-/// files changed. Runs for the life of the process.
+/// files changed. The SIGHUP handler is installed before this returns, so from then on the
+/// signal reloads instead of ending the process. Runs for the life of the process.
 fn watch_certificate(cert: Arc<tls::ReloadingCert>, interval: Duration, metrics: Arc<Metrics>) {
+    #[cfg(unix)]
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGHUP; the certificate reloads only on change: {e}");
+            None
+        }
+    };
     tokio::spawn(async move {
-        #[cfg(unix)]
-        let mut hangups =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot listen for SIGHUP; certificate reloads only on change: {e}"
-                    );
-                    None
-                }
-            };
         loop {
             #[cfg(unix)]
             let hangup = async {
@@ -251,7 +249,11 @@ fn watch_certificate(cert: Arc<tls::ReloadingCert>, interval: Duration, metrics:
                 Some(()) = hangup => true,
                 else => return,
             };
-            match cert.reload(force) {
+            let reloading = cert.clone();
+            let result = tokio::task::spawn_blocking(move || reloading.reload(force))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("certificate reload task failed: {e}")));
+            match result {
                 Ok(changed) => {
                     if changed || force {
                         metrics.tls_reloads.with_label_values(&["ok"]).inc();

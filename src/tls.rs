@@ -121,20 +121,16 @@ pub fn server_config(cert: Arc<ReloadingCert>) -> Arc<rustls::ServerConfig> {
     Arc::new(config)
 }
 
-/// What identifies a version of a file: replacing or rewriting it changes this.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Stamp {
-    modified: Option<std::time::SystemTime>,
-    len: u64,
-}
+/// What identifies the contents of the certificate and key files: a SHA-256 of each (the files
+/// are small; times and sizes can survive a change, e.g. `cp -p` of a same-sized renewal).
+type Stamp = Option<[u8; 32]>;
 
-fn stamp(path: &Path) -> Option<Stamp> {
+fn stamp(path: &Path) -> Stamp {
+    use sha2::Digest as _;
     // Follows symbolic links, so a swapped link (as Kubernetes secret volumes do) counts.
-    let meta = std::fs::metadata(path).ok()?;
-    Some(Stamp {
-        modified: meta.modified().ok(),
-        len: meta.len(),
-    })
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| sha2::Sha256::digest(bytes).into())
 }
 
 /// The listener's certificate and key, read from their PEM files and read again when the files
@@ -150,7 +146,7 @@ pub struct ReloadingCert {
 #[derive(Debug, Clone)]
 struct Loaded {
     key: Arc<CertifiedKey>,
-    stamps: (Option<Stamp>, Option<Stamp>),
+    stamps: (Stamp, Stamp),
     /// The leaf certificate's notAfter, as a Unix timestamp.
     not_after: i64,
 }
@@ -293,9 +289,14 @@ mod tests {
         assert_eq!(cert.not_after(), 1_924_992_000, "2031-01-01T00:00:00Z");
         assert!(!cert.reload(false).unwrap(), "nothing changed");
 
+        // Renewed in place with the old modification times kept (`cp -p`): still noticed.
         let (cert_b, key_b) = pair(2032);
-        std::fs::write(&cert_path, &cert_b).unwrap();
-        std::fs::write(&key_path, &key_b).unwrap();
+        for (path, text) in [(&cert_path, &cert_b), (&key_path, &key_b)] {
+            let kept = std::fs::metadata(path).unwrap().modified().unwrap();
+            std::fs::write(path, text).unwrap();
+            let file = std::fs::File::options().write(true).open(path).unwrap();
+            file.set_modified(kept).unwrap();
+        }
         assert!(cert.reload(false).unwrap());
         assert_eq!(cert.current().cert[0].as_ref(), der(&cert_b));
         assert_eq!(cert.not_after(), 1_956_528_000, "2032-01-01T00:00:00Z");

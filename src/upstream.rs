@@ -150,11 +150,14 @@ impl Upstream {
             // Environment settings (`HTTPS_PROXY`, ...) are ignored: only an explicit choice.
             None => builder.no_proxy(),
             Some(proxy) => {
-                // `connect_to` hosts are reached at their address, not through the proxy.
-                let direct: Vec<&str> = overrides.keys().map(String::as_str).collect();
-                let through = reqwest::Proxy::all(proxy.0.clone())
-                    .map_err(|e| anyhow::anyhow!("upstream.proxy {proxy}: {e}"))?
-                    .no_proxy(reqwest::NoProxy::from_string(&direct.join(",")));
+                // `connect_to` hosts (exactly those names, not their subdomains) are reached at
+                // their address, not through the proxy.
+                let direct: std::collections::HashSet<String> = overrides.keys().cloned().collect();
+                let target = proxy.0.clone();
+                let through = reqwest::Proxy::custom(move |url| {
+                    let host = url.host_str()?.to_ascii_lowercase();
+                    (!direct.contains(&host)).then(|| target.clone())
+                });
                 tracing::info!(%proxy, "origin requests go through a proxy");
                 builder.proxy(through)
             }

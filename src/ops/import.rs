@@ -118,11 +118,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         super::print_failures(&failed);
         return Ok(Outcome::Failed);
     }
-    let unserved: BTreeSet<String> = imports
-        .iter()
-        .filter(|v| !mirror.settings().host_allowed(&v.addr.hostname))
-        .map(|v| v.addr.hostname.to_string())
-        .collect();
+    let warnings = unserved(mirror.settings(), &imports);
     let (added, present) = match admit(&mirror, imports).await {
         Ok(r) => r,
         Err(e) => {
@@ -148,13 +144,39 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
             }
         }
     }
-    for host in &unserved {
-        println!(
-            "warning: {host} is not listed in upstream.allowed_hosts; \
-             its providers are in the cache but will not be served until it is"
-        );
+    for warning in warnings {
+        eprintln!("warning: {warning}");
     }
     Ok(Outcome::Success)
+}
+
+/// What this cache takes but its server will not serve: providers of registry hosts outside
+/// `upstream.allowed_hosts`, and platforms outside `upstream.platforms`.
+fn unserved(settings: &crate::config::Settings, imports: &[VersionImport]) -> Vec<String> {
+    let hosts: BTreeSet<String> = imports
+        .iter()
+        .filter(|v| !settings.host_allowed(&v.addr.hostname))
+        .map(|v| v.addr.hostname.to_string())
+        .collect();
+    let platforms: BTreeSet<String> = imports
+        .iter()
+        .flat_map(|v| &v.archives)
+        .filter(|a| !settings.platform_allowed(&a.key.platform))
+        .map(|a| a.key.platform.to_string())
+        .collect();
+    let hosts = hosts.into_iter().map(|host| {
+        format!(
+            "{host} is not listed in upstream.allowed_hosts; its providers are in the cache \
+             but will not be served until it is"
+        )
+    });
+    let platforms = platforms.into_iter().map(|platform| {
+        format!(
+            "{platform} is not listed in upstream.platforms; its archives are in the cache \
+             but will not be served until it is"
+        )
+    });
+    hosts.chain(platforms).collect()
 }
 
 /// What the verifying phase works with, on a blocking thread: the runtime that the staging

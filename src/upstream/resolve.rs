@@ -51,7 +51,16 @@ impl Resolver {
             return Ok(vec![*addr]);
         }
         let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-        for addr in found.iter().filter(|_| !self.trusted.contains(&host)) {
+        if found.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{host} resolves to no address"),
+            ));
+        }
+        if self.trusted.contains(&host) {
+            return Ok(found);
+        }
+        for addr in &found {
             if let Err(refused) = self.policy.check_ip(&host, addr.ip()) {
                 tracing::warn!(%host, address = %addr.ip(), "{refused}");
                 return Err(std::io::Error::new(
@@ -59,12 +68,6 @@ impl Resolver {
                     refused,
                 ));
             }
-        }
-        if found.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{host} resolves to no address"),
-            ));
         }
         Ok(found)
     }

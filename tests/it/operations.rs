@@ -73,7 +73,7 @@ async fn renewed_certificate_files_are_served_without_a_restart() {
         &ca,
         &origin,
         MirrorOptions {
-            extra_server: "tls_reload_interval = \"100ms\"",
+            extra_server: "tls_reload_interval = \"1s\"",
             ..MirrorOptions::default()
         },
     )

@@ -557,25 +557,25 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
     assert_eq!(zips(&cache.join("archives")), expected_zips());
     assert!(!imported.out().contains("warning"), "{}", imported.out());
 
-    // A cache that does not serve the providers' registry takes them, and says so.
+    // A cache that does not serve the providers' registry or platforms takes them, and says so.
     let elsewhere = work.path().join("elsewhere.toml");
     std::fs::write(
         &elsewhere,
         format!(
-            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"registry.opentofu.org\"]\noffline = true\n",
+            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"registry.opentofu.org\"]\nplatforms = [\"windows_386\"]\noffline = true\n",
             work.path().join("elsewhere-cache").display()
         ),
     )
     .unwrap();
     let warned = import(path_str(&elsewhere), &mirrored).await;
     warned.ok();
-    assert!(
-        warned.out().contains(&format!(
-            "warning: {REGISTRY} is not listed in upstream.allowed_hosts"
-        )),
-        "{}",
-        warned.out()
-    );
+    let (os, arch) = platforms()[0];
+    for expected in [
+        format!("warning: {REGISTRY} is not listed in upstream.allowed_hosts"),
+        format!("warning: {os}_{arch} is not listed in upstream.platforms"),
+    ] {
+        assert!(warned.stderr.contains(&expected), "{}", warned.out());
+    }
 
     init_from_sealed_cache(&ca, origin, &cache).await;
 

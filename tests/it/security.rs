@@ -508,6 +508,22 @@ async fn an_egress_proxy_carries_every_origin_request() {
     );
     assert_nothing_committed(&other).await;
 
+    // A registry with `connect_to` is reached directly, never through the proxy.
+    let asked = proxy.tunnels().len();
+    let pinned = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: &setting,
+            ..MirrorOptions::default()
+        },
+    )
+    .await;
+    origin.clear_faults();
+    let direct = get(&client, &pinned.url(&version_doc())).await;
+    assert_eq!(direct.status, 200, "{}", direct.message());
+    assert_eq!(proxy.tunnels().len(), asked, "{:?}", proxy.tunnels());
+
     // Credentials the proxy refuses make a 502 naming the proxy, and nothing is cached.
     origin.clear_faults();
     proxy.require_authorization("Basic bm90OnRoaXM=");
