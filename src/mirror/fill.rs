@@ -54,7 +54,8 @@ struct Started {
 /// Where a fill is; readers watch it.
 #[derive(Clone, Default)]
 struct Progress {
-    started: Option<Result<Started>>,
+    /// Set when the origin has answered and the staging file is open.
+    started: Option<Started>,
     /// Bytes written to the staging file.
     on_disk: u64,
     /// Bytes held in memory after the staging file failed.
@@ -100,16 +101,13 @@ impl Fill {
             .wait_for(|p| {
                 p.finished.is_some()
                     || p.streamed.is_some()
-                    || matches!(p.started, Some(Err(_)))
                     || p.on_disk + p.in_memory >= HEAD_START
             })
             .await;
         let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
         match (&progress.started, &progress.streamed, &progress.finished) {
-            (Some(Err(e)), _, _) | (_, Some(Err(e)), _) | (None, None, Some(Err(e))) => {
-                Err(e.clone())
-            }
-            (Some(Ok(s)), _, _) => Ok(s.size),
+            (_, Some(Err(e)), _) | (None, None, Some(Err(e))) => Err(e.clone()),
+            (Some(s), _, _) => Ok(s.size),
             _ => Err(Error::Internal(
                 "archive download ended before it started".into(),
             )),
@@ -169,12 +167,7 @@ impl ReadState {
     async fn next_piece(&mut self) -> Option<io::Result<Bytes>> {
         loop {
             let p = self.rx.borrow_and_update().clone();
-            let file = match &p.started {
-                Some(Ok(s)) => Some(s.file.clone()),
-                Some(Err(e)) => return Some(Err(io::Error::other(e.clone()))),
-                None => None,
-            };
-            if let Some(file) = file {
+            if let Some(file) = p.started.as_ref().map(|s| s.file.clone()) {
                 if self.offset < p.on_disk {
                     let len = (p.on_disk - self.offset).min(READ_CHUNK as u64) as usize;
                     let offset = self.offset;
@@ -296,7 +289,9 @@ impl Mirror {
             tracing::warn!(archive = %fill.key, "archive not cached: {e}");
         }
         // The archive is in the store (or not) before the fill leaves the table, so a request
-        // that finds no fill finds the archive.
+        // that finds no fill finds the archive. A failure is told to readers only after that:
+        // a client that saw it and asks again starts a fresh download instead of joining the
+        // failed one.
         self.fills
             .lock()
             .expect("fill table lock")
@@ -311,28 +306,23 @@ impl Mirror {
 
     async fn fill_archive(&self, fill: &Fill, pkg: &Package) -> Result<()> {
         let key = &fill.key;
-        let fail_start = |e: Error| {
-            fill.update(|p| p.started = Some(Err(e.clone())));
-            e
-        };
         let resp = self
             .upstream
             .archive(&key.addr.hostname, &pkg.download_url)
-            .await
-            .map_err(fail_start)?;
+            .await?;
         let (staged, mut file) = self
             .staging
             .create()
             .await
-            .map_err(|e| fail_start(Error::io("creating a staging file", e)))?;
+            .map_err(|e| Error::io("creating a staging file", e))?;
         let reader = std::fs::File::open(staged.path())
-            .map_err(|e| fail_start(Error::io("opening a staging file", e)))?;
+            .map_err(|e| Error::io("opening a staging file", e))?;
         let size_hint = resp.content_length();
         fill.update(|p| {
-            p.started = Some(Ok(Started {
+            p.started = Some(Started {
                 size: size_hint,
                 file: Arc::new(reader),
-            }))
+            })
         });
 
         let mut hasher = Sha256::new();
@@ -390,13 +380,8 @@ impl Mirror {
             Ok(sha256)
         }
         .await;
-        let sha256 = match streamed {
-            Ok(sha) => sha,
-            Err(e) => {
-                fill.update(|p| p.streamed = Some(Err(e.clone())));
-                return Err(e);
-            }
-        };
+        // A failure reaches readers from `run_fill`, once the fill has left the table.
+        let sha256 = streamed?;
         fill.update(|p| p.streamed = Some(Ok(())));
         if !disk_ok {
             return Err(Error::Internal(format!(
