@@ -77,7 +77,7 @@ impl Server {
             }
         };
         crate::reverify::spawn(&mirror, metrics.clone(), settings.reverify_interval);
-        watch_certificate(cert, settings.tls_reload_interval, metrics.clone());
+        watch_certificate(&cert, settings.tls_reload_interval, metrics.clone());
         let usage_mirror = mirror.clone();
         tokio::spawn(async move {
             if let Err(e) = usage_mirror.refresh_usage().await {
@@ -223,8 +223,10 @@ impl Drop for RunningServer {
 
 /// Reloads the listener's certificate on SIGHUP and, every `interval` (unless zero), when its
 /// files changed. The SIGHUP handler is installed before this returns, so from then on the
-/// signal reloads instead of ending the process. Runs for the life of the process.
-fn watch_certificate(cert: Arc<tls::ReloadingCert>, interval: Duration, metrics: Arc<Metrics>) {
+/// signal reloads instead of ending the process. Ends once the server (and with it the TLS
+/// configuration holding the certificate) is gone.
+fn watch_certificate(cert: &Arc<tls::ReloadingCert>, interval: Duration, metrics: Arc<Metrics>) {
+    let weak = Arc::downgrade(cert);
     #[cfg(unix)]
     let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(s) => Some(s),
@@ -249,6 +251,7 @@ fn watch_certificate(cert: Arc<tls::ReloadingCert>, interval: Duration, metrics:
                 Some(()) = hangup => true,
                 else => return,
             };
+            let Some(cert) = weak.upgrade() else { return };
             let reloading = cert.clone();
             let result = tokio::task::spawn_blocking(move || reloading.reload(force))
                 .await
