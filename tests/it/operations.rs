@@ -13,7 +13,7 @@ use rustls::pki_types::pem::PemObject as _;
 
 use crate::support::origin::{FakeOrigin, ProviderSpec};
 use crate::support::pki::{Issued, TestCa};
-use crate::support::provender::{MirrorOptions, REGISTRY, ServerProcess, TestMirror, config_toml};
+use crate::support::provender::{MirrorOptions, REGISTRY, ServerProcess, TestMirror, write_config};
 use crate::support::{install_crypto_provider, poll, sample};
 
 /// The certificate a fresh connection to `url` is shown (DER).
@@ -124,16 +124,7 @@ async fn sighup_reloads_the_certificate() {
         extra_server: "tls_reload_interval = \"0s\"",
         ..MirrorOptions::default()
     };
-    let toml = config_toml(
-        &ca,
-        dir.path(),
-        &dir.path().join("cache"),
-        "127.0.0.1:0",
-        origin.addr(),
-        &opts,
-    );
-    let config = dir.path().join("provender.toml");
-    std::fs::write(&config, toml).unwrap();
+    let config = write_config(&ca, dir.path(), origin.addr(), &opts);
     let server = ServerProcess::spawn(&config);
     let mut health = server.url.clone();
     health.set_path("/healthz");
@@ -177,16 +168,7 @@ async fn json_logs_carry_an_access_line_per_request() {
         extra_server: "access_log = true",
         ..MirrorOptions::default()
     };
-    let toml = config_toml(
-        &ca,
-        dir.path(),
-        &dir.path().join("cache"),
-        "127.0.0.1:0",
-        origin.addr(),
-        &opts,
-    );
-    let config = dir.path().join("provender.toml");
-    std::fs::write(&config, toml).unwrap();
+    let config = write_config(&ca, dir.path(), origin.addr(), &opts);
     let server = ServerProcess::spawn_with_env(&config, &[("PROVENDER_LOG_FORMAT", "json")]);
     let client = crate::support::https_client(&ca, &[]);
     let index = server.url(&format!("{REGISTRY}/acme/foo/index.json"));

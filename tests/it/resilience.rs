@@ -17,7 +17,7 @@ use crate::support::http::{get, send_lenient};
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{
-    MirrorOptions, REGISTRY, ServerProcess, TestMirror, config_toml, files_under,
+    MirrorOptions, REGISTRY, ServerProcess, TestMirror, files_under, write_config,
 };
 use crate::support::throttle::Throttle;
 use crate::support::{eventually, https_client, init_fresh, sample, tf_config, within};
@@ -405,17 +405,8 @@ fn process_config(
     throttle: &Throttle,
 ) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
+    let config = write_config(ca, dir.path(), throttle.addr(), &MirrorOptions::default());
     let cache = dir.path().join("cache");
-    let toml = config_toml(
-        ca,
-        dir.path(),
-        &cache,
-        "127.0.0.1:0",
-        throttle.addr(),
-        &MirrorOptions::default(),
-    );
-    let config = dir.path().join("provender.toml");
-    std::fs::write(&config, toml).unwrap();
     (dir, cache, config)
 }
 

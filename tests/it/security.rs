@@ -451,12 +451,13 @@ async fn an_egress_proxy_carries_every_origin_request() {
     let credentials = base64::engine::general_purpose::STANDARD.encode("egress:s3cret");
     proxy.require_authorization(&format!("Basic {credentials}"));
     let setting = format!("proxy = \"http://egress:s3cret@{}\"", proxy.addr());
-    let opts = MirrorOptions {
+    // by_name: the registry has no connect_to, so it is reached through the proxy.
+    let behind_proxy = |by_name: bool| MirrorOptions {
         extra_upstream: &setting,
-        by_name: true,
+        by_name,
         ..MirrorOptions::default()
     };
-    let mirror = TestMirror::start_with(&ca, &origin, opts).await;
+    let mirror = TestMirror::start_with(&ca, &origin, behind_proxy(true)).await;
     let client = https_client(&ca, &[]);
 
     let got = get(&client, &mirror.url(&zip("foo", "linux_amd64"))).await;
@@ -481,16 +482,7 @@ async fn an_egress_proxy_carries_every_origin_request() {
     origin.set_fault(Fault::DownloadUrl(leak(format!(
         "https://127.0.0.1:{port}/files/acme/foo/1.0.0/terraform-provider-foo_1.0.0_linux_amd64.zip"
     ))));
-    let other = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_upstream: &setting,
-            by_name: true,
-            ..MirrorOptions::default()
-        },
-    )
-    .await;
+    let other = TestMirror::start_with(&ca, &origin, behind_proxy(true)).await;
     let asked = proxy.tunnels().len();
     let refused = get(&client, &other.url(&version_doc())).await;
     assert_eq!(refused.status, 502, "{}", refused.message());
@@ -510,15 +502,7 @@ async fn an_egress_proxy_carries_every_origin_request() {
 
     // A registry with `connect_to` is reached directly, never through the proxy.
     let asked = proxy.tunnels().len();
-    let pinned = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_upstream: &setting,
-            ..MirrorOptions::default()
-        },
-    )
-    .await;
+    let pinned = TestMirror::start_with(&ca, &origin, behind_proxy(false)).await;
     origin.clear_faults();
     let direct = get(&client, &pinned.url(&version_doc())).await;
     assert_eq!(direct.status, 200, "{}", direct.message());
@@ -528,16 +512,7 @@ async fn an_egress_proxy_carries_every_origin_request() {
     origin.clear_faults();
     proxy.require_authorization("Basic bm90OnRoaXM=");
     let fetched = origin.count(RequestKind::Archive);
-    let third = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_upstream: &setting,
-            by_name: true,
-            ..MirrorOptions::default()
-        },
-    )
-    .await;
+    let third = TestMirror::start_with(&ca, &origin, behind_proxy(true)).await;
     let refused = get(&client, &third.url(&version_doc())).await;
     assert_eq!(refused.status, 502, "{}", refused.message());
     assert!(refused.message().contains("proxy"), "{}", refused.message());

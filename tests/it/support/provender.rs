@@ -202,6 +202,20 @@ ca_file = "{ca}"
     )
 }
 
+/// Writes `<dir>/provender.toml` for the real binary: the [`config_toml`] of a server on a free
+/// port with its cache in `<dir>/cache`, reaching the origin at `origin`. Returns its path.
+pub fn write_config(
+    ca: &TestCa,
+    dir: &Path,
+    origin: std::net::SocketAddr,
+    opts: &MirrorOptions<'_>,
+) -> PathBuf {
+    let toml = config_toml(ca, dir, &dir.join("cache"), "127.0.0.1:0", origin, opts);
+    let config = dir.join("provender.toml");
+    std::fs::write(&config, toml).expect("write the configuration");
+    config
+}
+
 /// Every regular file below `dir`, recursively (empty if it does not exist).
 pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
