@@ -442,6 +442,21 @@ pub enum MirrorPath {
     Archive(ProviderAddr, Version, Platform),
 }
 
+/// The canonical path below the base path: what [`MirrorPath::parse`] reads back to the same
+/// value (hostname lowercased, version re-serialised).
+impl fmt::Display for MirrorPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (MirrorPath::Index(a) | MirrorPath::Version(a, _) | MirrorPath::Archive(a, _, _)) =
+            self;
+        write!(f, "{}/{}/{}/", a.hostname, a.namespace, a.type_)?;
+        match self {
+            MirrorPath::Index(_) => f.write_str("index.json"),
+            MirrorPath::Version(_, v) => write!(f, "{v}.json"),
+            MirrorPath::Archive(a, v, p) => f.write_str(&a.archive_filename(v, p)),
+        }
+    }
+}
+
 impl MirrorPath {
     /// Parses the part of a request path below the mirror's base path, e.g.
     /// `registry.terraform.io/hashicorp/random/index.json`. Segments are percent-decoded first and
@@ -799,24 +814,6 @@ mod proptests {
     use super::*;
     use proptest::prelude::*;
 
-    fn canonical(p: &MirrorPath) -> String {
-        match p {
-            MirrorPath::Index(a) => {
-                format!("{}/{}/{}/index.json", a.hostname, a.namespace, a.type_)
-            }
-            MirrorPath::Version(a, v) => {
-                format!("{}/{}/{}/{v}.json", a.hostname, a.namespace, a.type_)
-            }
-            MirrorPath::Archive(a, v, p) => format!(
-                "{}/{}/{}/{}",
-                a.hostname,
-                a.namespace,
-                a.type_,
-                a.archive_filename(v, p)
-            ),
-        }
-    }
-
     fn parts(p: &MirrorPath) -> Vec<String> {
         let mut out = Vec::new();
         let addr = match p {
@@ -901,7 +898,7 @@ mod proptests {
             let path = segs.join("/");
             if let Ok(p) = MirrorPath::parse(&path) {
                 assert_safe(&p);
-                prop_assert_eq!(MirrorPath::parse(&canonical(&p)).unwrap(), p);
+                prop_assert_eq!(MirrorPath::parse(&p.to_string()).unwrap(), p);
             }
             let _ = RegistryPath::parse(&path);
         }
@@ -943,7 +940,7 @@ mod proptests {
             let a = MirrorPath::parse(&plain).unwrap();
             let b = MirrorPath::parse(&variant).unwrap();
             prop_assert_eq!(&a, &b);
-            prop_assert_eq!(canonical(&a), plain);
+            prop_assert_eq!(a.to_string(), plain);
         }
 
         #[test]
@@ -958,7 +955,7 @@ mod proptests {
             let path = format!("{host}/{ns}/{ty}/terraform-provider-{ty}_{v}_{os}_{arch}.zip");
             let p = MirrorPath::parse(&path).unwrap();
             assert_safe(&p);
-            prop_assert_eq!(canonical(&p), path);
+            prop_assert_eq!(p.to_string(), path);
         }
     }
 }
