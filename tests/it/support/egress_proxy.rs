@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 
 /// One `CONNECT` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +40,10 @@ impl EgressProxy {
             .expect("bind the egress proxy");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
-        let task = tokio::spawn(accept_loop(listener, route, state.clone()));
+        let serving = state.clone();
+        let task = super::serve_connections(listener, move |client| {
+            serve(client, route, serving.clone())
+        });
         EgressProxy { addr, state, task }
     }
 
@@ -63,19 +65,6 @@ impl EgressProxy {
 impl Drop for EgressProxy {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, route: SocketAddr, state: Arc<State>) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((client, _)) = accepted else { continue };
-                conns.spawn(serve(client, route, state.clone()));
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
     }
 }
 

@@ -84,6 +84,33 @@ pub async fn eventually(what: &str, limit: Duration, mut cond: impl FnMut() -> b
     }
 }
 
+/// Accepts connections on `listener` until the returned task is aborted, serving each with
+/// `serve` in its own task; aborting the returned task also ends every open connection.
+pub fn serve_connections<F, Fut>(
+    listener: tokio::net::TcpListener,
+    serve: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => {
+                        conns.spawn(serve(tcp));
+                    }
+                    // E.g. too many open files: back off instead of spinning.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+    })
+}
+
 /// The value of one series (`name{labels}`) in a Prometheus text page; 0 when absent.
 pub fn sample(metrics: &str, series: &str) -> u64 {
     metrics

@@ -42,7 +42,7 @@ use hyper_util::server::conn::auto;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use zip::write::SimpleFileOptions;
 use zip::{DateTime, System, ZipWriter};
@@ -300,7 +300,10 @@ impl FakeOrigin {
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
         });
-        let server = tokio::spawn(accept_loop(listener, tls, Arc::clone(&shared)));
+        let serving = Arc::clone(&shared);
+        let server = super::serve_connections(listener, move |tcp| {
+            serve_connection(tcp, tls.clone(), Arc::clone(&serving))
+        });
         FakeOrigin {
             addr,
             shared,
@@ -724,24 +727,6 @@ fn h1<'a>(entries: impl Iterator<Item = &'a Entry>) -> String {
 // ---------------------------------------------------------------------------------------
 // The server: TLS accept loop, routing, faults.
 // ---------------------------------------------------------------------------------------
-
-/// Accepts connections until aborted; each connection runs in its own task in `conns`, so
-/// aborting this task (dropping the set) also aborts every open connection.
-async fn accept_loop(listener: TcpListener, tls: TlsAcceptor, shared: Arc<Shared>) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    conns.spawn(serve_connection(tcp, tls.clone(), Arc::clone(&shared)));
-                }
-                // E.g. too many open files: back off instead of spinning.
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-}
 
 /// Serves HTTP/1.1 or h2 (whichever the client speaks) on one TLS connection.
 async fn serve_connection(tcp: TcpStream, tls: TlsAcceptor, shared: Arc<Shared>) {

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 
 #[derive(Default)]
 struct Shape {
@@ -36,7 +35,11 @@ impl Throttle {
             .expect("bind the throttle");
         let addr = listener.local_addr().unwrap();
         let shape = Arc::new(Shape::default());
-        let task = tokio::spawn(accept_loop(listener, target, shape.clone()));
+        let counted = shape.clone();
+        let task = super::serve_connections(listener, move |client| {
+            counted.connections.fetch_add(1, Ordering::SeqCst);
+            proxy(client, target, counted.clone())
+        });
         Throttle { addr, shape, task }
     }
 
@@ -64,20 +67,6 @@ impl Throttle {
 impl Drop for Throttle {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-async fn accept_loop(listener: TcpListener, target: SocketAddr, shape: Arc<Shape>) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((client, _)) = accepted else { continue };
-                shape.connections.fetch_add(1, Ordering::SeqCst);
-                conns.spawn(proxy(client, target, shape.clone()));
-            }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
     }
 }
 
