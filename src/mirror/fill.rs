@@ -60,7 +60,8 @@ struct Progress {
     on_disk: u64,
     /// Bytes held in memory after the staging file failed.
     in_memory: u64,
-    /// Set when all bytes are in and checked: `Ok` means they match the expected SHA-256.
+    /// Set when all bytes are in and checked (`Ok`: they match the expected SHA-256), or when
+    /// the fill failed before that; always set by the time `finished` is.
     streamed: Option<Result<()>>,
     /// Set when the fill is over: `Ok` means the archive is in the store.
     finished: Option<Result<()>>,
@@ -98,16 +99,12 @@ impl Fill {
     pub async fn ready(&self) -> Result<Option<u64>> {
         let mut rx = self.progress.subscribe();
         let progress = rx
-            .wait_for(|p| {
-                p.finished.is_some()
-                    || p.streamed.is_some()
-                    || p.on_disk + p.in_memory >= HEAD_START
-            })
+            .wait_for(|p| p.streamed.is_some() || p.on_disk + p.in_memory >= HEAD_START)
             .await;
         let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
-        match (&progress.started, &progress.streamed, &progress.finished) {
-            (_, Some(Err(e)), _) | (None, None, Some(Err(e))) => Err(e.clone()),
-            (Some(s), _, _) => Ok(s.size),
+        match (&progress.started, &progress.streamed) {
+            (_, Some(Err(e))) => Err(e.clone()),
+            (Some(s), _) => Ok(s.size),
             _ => Err(Error::Internal(
                 "archive download ended before it started".into(),
             )),
@@ -191,9 +188,6 @@ impl ReadState {
                 Some(Ok(())) => return None,
                 Some(Err(e)) => return Some(Err(io::Error::other(e.clone()))),
                 None => {}
-            }
-            if let Some(Err(e)) = &p.finished {
-                return Some(Err(io::Error::other(e.clone())));
             }
             if self.rx.changed().await.is_err() {
                 return Some(Err(io::Error::other("archive download vanished")));
