@@ -125,12 +125,28 @@ pub fn server_config(cert: Arc<ReloadingCert>) -> Arc<rustls::ServerConfig> {
 /// are small; times and sizes can survive a change, e.g. `cp -p` of a same-sized renewal).
 type Stamp = Option<[u8; 32]>;
 
-fn stamp(path: &Path) -> Stamp {
-    use sha2::Digest as _;
-    // Follows symbolic links, so a swapped link (as Kubernetes secret volumes do) counts.
-    std::fs::read(path)
-        .ok()
-        .map(|bytes| sha2::Sha256::digest(bytes).into())
+/// The bytes of the certificate and key files, each read once (following symbolic links, so a
+/// swapped link, as Kubernetes secret volumes do, counts).
+struct Files {
+    cert: std::io::Result<Vec<u8>>,
+    key: std::io::Result<Vec<u8>>,
+}
+
+impl Files {
+    fn read(cert: &Path, key: &Path) -> Files {
+        Files {
+            cert: std::fs::read(cert),
+            key: std::fs::read(key),
+        }
+    }
+
+    fn stamps(&self) -> (Stamp, Stamp) {
+        use sha2::Digest as _;
+        let stamp = |bytes: &std::io::Result<Vec<u8>>| {
+            bytes.as_ref().ok().map(|b| sha2::Sha256::digest(b).into())
+        };
+        (stamp(&self.cert), stamp(&self.key))
+    }
 }
 
 /// The listener's certificate and key, read from their PEM files and read again when the files
@@ -154,7 +170,7 @@ struct Loaded {
 impl ReloadingCert {
     /// Reads the files; errors name the configuration key and file at fault.
     pub fn load(cert_path: &Path, key_path: &Path) -> anyhow::Result<ReloadingCert> {
-        let loaded = read_pair(cert_path, key_path)?;
+        let loaded = read_pair(cert_path, key_path, Files::read(cert_path, key_path))?;
         Ok(ReloadingCert {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
@@ -165,11 +181,12 @@ impl ReloadingCert {
     /// Reads the files again if either changed since they were last read (or always, with
     /// `force`). Returns whether a new certificate is now in use.
     pub fn reload(&self, force: bool) -> anyhow::Result<bool> {
-        let stamps = (stamp(&self.cert_path), stamp(&self.key_path));
+        let files = Files::read(&self.cert_path, &self.key_path);
+        let stamps = files.stamps();
         if !force && stamps == self.loaded().stamps {
             return Ok(false);
         }
-        let result = read_pair(&self.cert_path, &self.key_path);
+        let result = read_pair(&self.cert_path, &self.key_path, files);
         let mut current = self.current.write().expect("certificate lock");
         match result {
             Ok(loaded) => {
@@ -208,10 +225,16 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-fn read_pair(cert: &Path, key_path: &Path) -> anyhow::Result<Loaded> {
-    let stamps = (stamp(cert), stamp(key_path));
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .with_context(|| format!("server.tls_cert {}", cert.display()))?
+/// Parses `files` (read from `cert` and `key_path`, named in errors).
+fn read_pair(cert: &Path, key_path: &Path, files: Files) -> anyhow::Result<Loaded> {
+    let stamps = files.stamps();
+    let cert_pem = files
+        .cert
+        .with_context(|| format!("server.tls_cert {}", cert.display()))?;
+    let key_pem = files
+        .key
+        .with_context(|| format!("server.tls_key {}", key_path.display()))?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
         .with_context(|| {
             format!(
@@ -233,7 +256,7 @@ fn read_pair(cert: &Path, key_path: &Path) -> anyhow::Result<Loaded> {
                 cert.display()
             )
         })?;
-    let key = PrivateKeyDer::from_pem_file(key_path)
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
         .with_context(|| format!("server.tls_key {}: no PEM private key", key_path.display()))?;
     let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| {
         anyhow::anyhow!(
