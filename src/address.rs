@@ -187,6 +187,12 @@ impl ProviderAddr {
             self.type_, version, platform
         )
     }
+
+    /// `host/namespace/type/<archive file name>`: where an archive sits below a mirror's base,
+    /// and the path its signed URLs are signed over.
+    pub fn archive_path(&self, version: &Version, platform: &Platform) -> String {
+        format!("{self}/{}", self.archive_filename(version, platform))
+    }
 }
 
 impl fmt::Display for ProviderAddr {
@@ -446,13 +452,10 @@ pub enum MirrorPath {
 /// value (hostname lowercased, version re-serialised).
 impl fmt::Display for MirrorPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (MirrorPath::Index(a) | MirrorPath::Version(a, _) | MirrorPath::Archive(a, _, _)) =
-            self;
-        write!(f, "{}/{}/{}/", a.hostname, a.namespace, a.type_)?;
         match self {
-            MirrorPath::Index(_) => f.write_str("index.json"),
-            MirrorPath::Version(_, v) => write!(f, "{v}.json"),
-            MirrorPath::Archive(a, v, p) => f.write_str(&a.archive_filename(v, p)),
+            MirrorPath::Index(a) => write!(f, "{a}/index.json"),
+            MirrorPath::Version(a, v) => write!(f, "{a}/{v}.json"),
+            MirrorPath::Archive(a, v, p) => f.write_str(&a.archive_path(v, p)),
         }
     }
 }

@@ -375,21 +375,6 @@ impl AuthSettings {
     }
 }
 
-/// The canonical path an archive URL is signed over: `host/namespace/type/<file name>`.
-pub fn archive_path(
-    addr: &crate::address::ProviderAddr,
-    version: &crate::address::Version,
-    platform: &crate::address::Platform,
-) -> String {
-    format!(
-        "{}/{}/{}/{}",
-        addr.hostname,
-        addr.namespace,
-        addr.type_,
-        addr.archive_filename(version, platform)
-    )
-}
-
 /// The canonical path a registry-facade SHA256SUMS URL is signed over.
 pub fn sums_path(
     addr: &crate::address::ProviderAddr,

@@ -186,7 +186,7 @@ impl Mirror {
             if auth.enabled() {
                 // The CLI downloads archives without credentials: hand out an expiring,
                 // signed URL instead.
-                let path = crate::auth::archive_path(addr, version, platform);
+                let path = addr.archive_path(version, platform);
                 url = format!("{url}?{}", auth.sign(&path, std::time::SystemTime::now()));
             }
             archives.insert(

@@ -82,7 +82,7 @@ impl Mirror {
                 "{base}{provider}/{}",
                 addr.archive_filename(version, platform)
             ),
-            crate::auth::archive_path(addr, version, platform),
+            addr.archive_path(version, platform),
         );
         let signature_url = signed(
             format!("{sums}.sig"),

@@ -92,37 +92,20 @@ pub struct BundleSums {
     pub signature_sha256: String,
 }
 
-/// `<host>/<namespace>/<type>`, the directory of a provider in the mirror layout.
-pub fn provider_dir(addr: &ProviderAddr) -> String {
-    format!("{}/{}/{}", addr.hostname, addr.namespace, addr.type_)
-}
-
-/// Path of an archive in the mirror layout.
-pub fn archive_path(addr: &ProviderAddr, version: &Version, platform: &Platform) -> String {
-    format!(
-        "{}/{}",
-        provider_dir(addr),
-        addr.archive_filename(version, platform)
-    )
-}
-
 /// Path of a provider's `index.json`.
 pub fn index_path(addr: &ProviderAddr) -> String {
-    format!("{}/index.json", provider_dir(addr))
+    format!("{addr}/index.json")
 }
 
 /// Path of a version's `<version>.json`.
 pub fn version_path(addr: &ProviderAddr, version: &Version) -> String {
-    format!("{}/{version}.json", provider_dir(addr))
+    format!("{addr}/{version}.json")
 }
 
 /// Path of an origin checksum file (or its signature) inside a bundle.
 pub fn sums_path(addr: &ProviderAddr, version: &Version, n: usize, signature: bool) -> String {
     let suffix = if signature { ".sig" } else { "" };
-    format!(
-        "{ORIGIN_DIR}/{}/{version}.SHA256SUMS.{n}{suffix}",
-        provider_dir(addr)
-    )
+    format!("{ORIGIN_DIR}/{addr}/{version}.SHA256SUMS.{n}{suffix}")
 }
 
 /// `index.json` as `terraform providers mirror` writes it (two-space indent, sorted keys).

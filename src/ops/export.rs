@@ -173,7 +173,7 @@ async fn write_dir(
         let mut entries = Vec::new();
         for c in chosen {
             bar.set_message(c.key.to_string());
-            let target = root.join(bundle::archive_path(addr, version, &c.key.platform));
+            let target = root.join(addr.archive_path(version, &c.key.platform));
             match export_archive(mirror, &c.key, &c.info, &target).await {
                 Ok(()) => entries.push(c),
                 Err(e) => failed.push((c.key.to_string(), e)),
@@ -261,7 +261,7 @@ async fn write_bundle(
                 });
             archives.push(BundleArchive {
                 platform: c.key.platform.clone(),
-                path: bundle::archive_path(addr, version, &c.key.platform),
+                path: addr.archive_path(version, &c.key.platform),
                 size: c.info.size,
                 sha256: c.info.sha256.clone(),
                 h1: c.info.h1.clone(),
@@ -340,7 +340,7 @@ async fn write_bundle(
                 let key = &c.key;
                 bar.set_message(key.to_string());
                 let mut stored = open_chosen(mirror, key).await?;
-                let path = bundle::archive_path(addr, version, &key.platform);
+                let path = addr.archive_path(version, &key.platform);
                 let sha = tar
                     .append(&path, c.info.size, &mut stored.body)
                     .await

@@ -509,7 +509,7 @@ fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), Str
         if !platforms.insert(&a.platform) {
             return Err(format!("platform {} is listed twice", a.platform));
         }
-        if a.path != bundle::archive_path(addr, &v.version, &a.platform) {
+        if a.path != addr.archive_path(&v.version, &a.platform) {
             return Err(format!(
                 "archive path {:?} is not where the layout puts it",
                 a.path

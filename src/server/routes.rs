@@ -266,7 +266,7 @@ impl App {
                 },
                 None => match MirrorPath::parse(rest) {
                     Ok(MirrorPath::Archive(addr, version, platform)) => {
-                        Some(crate::auth::archive_path(&addr, &version, &platform))
+                        Some(addr.archive_path(&version, &platform))
                     }
                     _ => None,
                 },
