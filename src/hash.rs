@@ -248,6 +248,42 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// An `AsyncRead` adapter that computes the SHA-256 (`zh:` for a zip) of what passes through.
+pub struct HashingReader<R> {
+    inner: R,
+    hasher: sha2::Sha256,
+}
+
+impl<R> HashingReader<R> {
+    pub fn new(inner: R) -> Self {
+        HashingReader {
+            inner,
+            hasher: sha2::Digest::new(),
+        }
+    }
+
+    /// The lowercase hex SHA-256 of everything read.
+    pub fn finish(self) -> String {
+        hex::encode(sha2::Digest::finalize(self.hasher))
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HashingReader<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if poll.is_ready() {
+            sha2::Digest::update(&mut this.hasher, &buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

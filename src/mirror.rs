@@ -67,7 +67,8 @@ pub struct Mirror {
     staging: Staging,
     metrics: Arc<Metrics>,
     fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
-    budget: Arc<Budget>,
+    /// The LRU accounting behind `cache.max_size`; `None` for an unbounded cache.
+    budget: Option<Arc<Budget>>,
     index_flights: Flights<ProviderAddr, Arc<IndexRecord>>,
     version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>>,
     hash_limits: HashLimits,
@@ -94,7 +95,7 @@ impl Mirror {
             .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
         let upstream = Upstream::new(settings.clone(), metrics.clone())?;
         let hash_limits = settings.hash_limits();
-        let budget = Budget::new(settings.max_size);
+        let budget = settings.max_size.map(Budget::new);
         Ok(Arc::new(Mirror {
             settings,
             upstream,
@@ -110,7 +111,6 @@ impl Mirror {
         }))
     }
 
-    /// Sets the cache size gauges from a scan of the store.
     /// Scans the store: sets the cache gauges and loads the disk budget, then evicts if the
     /// cache is over `cache.max_size` (e.g. after the limit was lowered).
     pub async fn refresh_usage(self: &Arc<Self>) -> Result<()> {
@@ -122,24 +122,26 @@ impl Mirror {
         let bytes: u64 = entries.iter().map(|e| e.size).sum();
         self.metrics.cache_archives.set(entries.len() as i64);
         self.metrics.cache_disk_bytes.set(bytes as i64);
-        self.budget.load(
-            entries
-                .into_iter()
-                .map(|e| (e.key, e.size, e.last_used.unwrap_or(e.modified)))
-                .collect(),
-        );
-        self.evict().await;
+        if let Some(budget) = &self.budget {
+            budget.load(
+                entries
+                    .into_iter()
+                    .map(|e| (e.key, e.size, e.last_used.unwrap_or(e.modified)))
+                    .collect(),
+            );
+            self.evict().await;
+        }
         Ok(())
     }
 
     /// Removes least recently used archives until the cache fits `cache.max_size`.
     async fn evict(&self) {
-        for (key, size) in self.budget.victims() {
+        let Some(budget) = &self.budget else { return };
+        for (key, size) in budget.victims() {
             match self.store.remove(&key).await {
                 Ok(removed) => {
                     if removed {
-                        self.metrics.cache_archives.dec();
-                        self.metrics.cache_disk_bytes.sub(size as i64);
+                        self.archive_removed(&key, size);
                         self.metrics.cache_evictions.inc();
                         tracing::info!(archive = %key, size, "evicted (cache.max_size)");
                     }
@@ -215,20 +217,21 @@ impl Mirror {
         }
         if let Some(found) = self.open_archive(&key).await? {
             self.metrics.lookup("archive", "hit");
-            // Held by the response body: an archive being read is never evicted.
-            let lease = self.budget.lease(&key, found.info.size);
-            if self.settings.max_size.is_some() {
+            let size = found.info.size;
+            let mut body = ArchiveBody::from(found);
+            if let Some(budget) = &self.budget {
+                // Held by the response body: an archive being read is never evicted.
+                let lease = budget.lease(&key, size);
                 let (store, key) = (self.store.clone(), key.clone());
                 tokio::spawn(async move { store.touch(&key).await });
+                body.stream = body
+                    .stream
+                    .map(move |chunk| {
+                        let _held = &lease;
+                        chunk
+                    })
+                    .boxed();
             }
-            let mut body = ArchiveBody::from(found);
-            body.stream = body
-                .stream
-                .map(move |chunk| {
-                    let _held = &lease;
-                    chunk
-                })
-                .boxed();
             return Ok(body);
         }
         let pkg = self.package_to_fetch(&key).await?;
@@ -319,12 +322,32 @@ impl Mirror {
         })
     }
 
+    /// Bookkeeping after an archive left the store (evicted or quarantined).
+    pub fn archive_removed(&self, key: &ArchiveKey, size: u64) {
+        self.metrics.cache_archives.dec();
+        self.metrics.cache_disk_bytes.sub(size as i64);
+        if let Some(budget) = &self.budget {
+            budget.removed(key);
+        }
+    }
+
+    /// Why an archive whose SHA-256 is `sha256` does not match the `shasum` its origin published
+    /// (as recorded in the version record), or `None` when it does or nothing is recorded.
+    pub async fn origin_disagrees(&self, key: &ArchiveKey, sha256: &str) -> Option<String> {
+        let rec = self.meta.read_version(&key.addr, &key.version).await?;
+        let pkg = rec.packages.get(&key.platform)?;
+        (pkg.shasum != sha256)
+            .then(|| format!("SHA-256 is {sha256}, the origin published {}", pkg.shasum))
+    }
+
     /// Bookkeeping after an archive entered the store.
     async fn archive_committed(&self, key: &ArchiveKey, size: u64) {
         self.metrics.cache_archives.inc();
         self.metrics.cache_disk_bytes.add(size as i64);
-        self.budget.added(key, size);
-        self.evict().await;
+        if let Some(budget) = &self.budget {
+            budget.added(key, size);
+            self.evict().await;
+        }
     }
 
     /// A provider's version list (cache first; offline: cache only).

@@ -169,7 +169,7 @@ pub async fn local_copy(
         .create()
         .await
         .map_err(|e| format!("creating a staging file: {e}"))?;
-    let mut hashing = export::HashingReader::new(&mut stored.body);
+    let mut hashing = crate::hash::HashingReader::new(&mut stored.body);
     let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
     let size = tokio::io::copy(&mut hashing, &mut out)
         .await

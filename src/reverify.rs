@@ -14,10 +14,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
-
-use crate::cache::{ArchiveKey, ArchiveStore};
+use crate::cache::{ArchiveInfo, ArchiveKey, ArchiveStore};
+use crate::hash::HashingReader;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 
@@ -58,7 +56,7 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> std::io::Result<Re
     let mut report = Report::default();
     for entry in store.list().await? {
         report.checked += 1;
-        let problem = match check(mirror, store.as_ref(), &entry.key).await {
+        let problem = match check(mirror, store.as_ref(), &entry.key, entry.info.as_ref()).await {
             Ok(None) => continue,
             Ok(Some(problem)) => problem,
             Err(e) => {
@@ -73,6 +71,7 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> std::io::Result<Re
         match store.quarantine(&entry.key).await {
             Ok(Some(to)) => {
                 report.quarantined += 1;
+                mirror.archive_removed(&entry.key, entry.size);
                 tracing::error!(archive = %entry.key, provider = %entry.key.addr, "cached archive failed re-verification ({problem}); quarantined to {to}");
             }
             Ok(None) => {}
@@ -81,53 +80,31 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> std::io::Result<Re
             }
         }
     }
-    if report.quarantined > 0 {
-        if let Err(e) = mirror.refresh_usage().await {
-            tracing::warn!("cannot re-measure the cache: {e}");
-        }
-    }
     Ok(report)
 }
 
-/// `Ok(Some(why))` when the archive no longer matches; `Ok(None)` when it does (or is gone).
+/// `Ok(Some(why))` when the archive no longer matches `info` (its record, as listed) or the
+/// origin's `shasum`; `Ok(None)` when it does (or is gone).
 async fn check(
     mirror: &Mirror,
     store: &dyn ArchiveStore,
     key: &ArchiveKey,
+    info: Option<&ArchiveInfo>,
 ) -> std::io::Result<Option<String>> {
-    if store.info(key).await?.is_none() {
+    let Some(info) = info else {
         return Ok(Some("no readable record beside it".into()));
-    }
+    };
     let Some(mut archive) = store.open(key).await? else {
         return Ok(None);
     };
-    let mut hasher = Sha256::new();
-    let mut size: u64 = 0;
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = archive.body.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        hasher.update(&buf[..n]);
-    }
-    let sha = hex::encode(hasher.finalize());
-    if sha != archive.info.sha256 || size != archive.info.size {
+    let mut hashing = HashingReader::new(&mut archive.body);
+    let size = tokio::io::copy(&mut hashing, &mut tokio::io::sink()).await?;
+    let sha = hashing.finish();
+    if sha != info.sha256 || size != info.size {
         return Ok(Some(format!(
             "SHA-256 {sha} and {size} bytes, its record says {} and {} bytes",
-            archive.info.sha256, archive.info.size
+            info.sha256, info.size
         )));
     }
-    if let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await {
-        if let Some(pkg) = rec.packages.get(&key.platform) {
-            if pkg.shasum != sha {
-                return Ok(Some(format!(
-                    "SHA-256 {sha}, the origin published {}",
-                    pkg.shasum
-                )));
-            }
-        }
-    }
-    Ok(None)
+    Ok(mirror.origin_disagrees(key, &sha).await)
 }

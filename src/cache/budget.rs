@@ -9,9 +9,9 @@ use std::time::SystemTime;
 
 use super::ArchiveKey;
 
-/// Sizes and recency of every archive in the store.
+/// Sizes and recency of every archive in the store; kept only when `cache.max_size` is set.
 pub struct Budget {
-    max: Option<u64>,
+    max: u64,
     state: Mutex<State>,
 }
 
@@ -44,8 +44,8 @@ impl Drop for Lease {
 }
 
 impl Budget {
-    /// `max`: the byte limit, or `None` for an unbounded cache.
-    pub fn new(max: Option<u64>) -> Arc<Budget> {
+    /// `max`: the byte limit.
+    pub fn new(max: u64) -> Arc<Budget> {
         Arc::new(Budget {
             max,
             state: Mutex::new(State::default()),
@@ -131,9 +131,7 @@ impl Budget {
     /// The archives to evict, least recently used first, so that the total fits the limit.
     /// They are forgotten here; the caller removes them from the store.
     pub fn victims(&self) -> Vec<(ArchiveKey, u64)> {
-        let Some(max) = self.max else {
-            return Vec::new();
-        };
+        let max = self.max;
         let mut state = self.state.lock().expect("budget lock");
         if state.total <= max {
             return Vec::new();
@@ -178,7 +176,7 @@ mod tests {
 
     #[test]
     fn evicts_least_recently_used_first_and_never_leased() {
-        let budget = Budget::new(Some(250));
+        let budget = Budget::new(250);
         budget.load(vec![
             (key(1), 100, SystemTime::UNIX_EPOCH),
             (key(2), 100, SystemTime::now()),
@@ -195,12 +193,5 @@ mod tests {
         drop(held);
         budget.added(&key(5), 100);
         assert_eq!(budget.victims(), vec![(key(1), 100)]);
-    }
-
-    #[test]
-    fn unbounded_never_evicts() {
-        let budget = Budget::new(None);
-        budget.added(&key(1), u64::MAX / 2);
-        assert!(budget.victims().is_empty());
     }
 }

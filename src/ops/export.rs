@@ -152,7 +152,7 @@ async fn copy_archive(
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
 ) -> Result<(), String> {
     let mut stored = open_chosen(mirror, key).await?;
-    let mut hashing = HashingReader::new(&mut stored.body);
+    let mut hashing = crate::hash::HashingReader::new(&mut stored.body);
     tokio::io::copy(&mut hashing, out)
         .await
         .map_err(|e| format!("copying {key}: {e}"))?;
@@ -410,39 +410,4 @@ async fn write_small(path: &Path, bytes: Vec<u8>) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// An `AsyncRead` adapter that hashes what passes through.
-pub(super) struct HashingReader<R> {
-    inner: R,
-    hasher: sha2::Sha256,
-}
-
-impl<R> HashingReader<R> {
-    pub(super) fn new(inner: R) -> Self {
-        HashingReader {
-            inner,
-            hasher: sha2::Digest::new(),
-        }
-    }
-
-    pub(super) fn finish(self) -> String {
-        hex::encode(sha2::Digest::finalize(self.hasher))
-    }
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HashingReader<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
-        if poll.is_ready() {
-            sha2::Digest::update(&mut this.hasher, &buf.filled()[before..]);
-        }
-        poll
-    }
 }

@@ -54,17 +54,10 @@ async fn check(
     if h1 != info.h1 {
         return Err(format!("h1 is {h1}, its record says {}", info.h1));
     }
-    if let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await {
-        if let Some(pkg) = rec.packages.get(&key.platform) {
-            if pkg.shasum != sha {
-                return Err(format!(
-                    "SHA-256 is {sha}, the origin published {}",
-                    pkg.shasum
-                ));
-            }
-        }
+    match mirror.origin_disagrees(key, &sha).await {
+        Some(problem) => Err(problem),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Runs `provender verify`.
