@@ -44,8 +44,9 @@ fn der(issued: &Issued) -> Vec<u8> {
 }
 
 /// Replaces the certificate files a test mirror was configured with (see `config_toml`).
+/// The renewed certificate is valid until 2040-01-01.
 fn renew(dir: &std::path::Path, ca: &TestCa) -> Issued {
-    let issued = ca.issue(&["localhost", "127.0.0.1"]);
+    let issued = ca.issue_until(&["localhost", "127.0.0.1"], 2040);
     std::fs::write(dir.join("mirror-key.pem"), &issued.key_pem).unwrap();
     std::fs::write(dir.join("mirror.pem"), &issued.cert_pem).unwrap();
     issued
@@ -111,7 +112,10 @@ async fn renewed_certificate_files_are_served_without_a_restart() {
         &metrics,
         "provender_tls_certificate_expiry_timestamp_seconds",
     );
-    assert!(expiry > 1_700_000_000, "{metrics}");
+    assert_eq!(
+        expiry, 2_208_988_800,
+        "2040-01-01, the renewed certificate's: {metrics}"
+    );
     assert_eq!(served_certificate(&ca, &health).await, der(&renewed));
 }
 
@@ -132,7 +136,8 @@ async fn sighup_reloads_the_certificate() {
     let first = served_certificate(&ca, &health).await;
 
     let renewed = renew(dir.path(), &ca);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Longer than the shortest polling interval allowed (1s).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         served_certificate(&ca, &health).await,
         first,

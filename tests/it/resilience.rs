@@ -134,6 +134,15 @@ async fn joiners_receive_bytes_before_the_download_completes() {
         mirror.cached_archives().is_empty(),
         "the joiner got bytes while the download was still running"
     );
+    let m = mirror.metrics(&client).await;
+    assert_eq!(
+        sample(
+            &m,
+            r#"provender_cache_lookups_total{kind="archive",result="joined"}"#
+        ),
+        1,
+        "the second request joined the download: {m}"
+    );
     let expected_len = origin
         .archive("acme", "big", "1.0.0", "darwin", "arm64")
         .len();

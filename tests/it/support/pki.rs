@@ -63,8 +63,18 @@ impl TestCa {
     ///
     /// Panics on a name rcgen cannot encode (these are tests).
     pub fn issue(&self, names: &[&str]) -> Issued {
-        assert!(!names.is_empty(), "a certificate needs at least one name");
+        self.issue_with(names, CertificateParams::default())
+    }
+
+    /// Like [`issue`](Self::issue), valid until the start of `year`.
+    pub fn issue_until(&self, names: &[&str], year: i32) -> Issued {
         let mut params = CertificateParams::default();
+        params.not_after = rcgen::date_time_ymd(year, 1, 1);
+        self.issue_with(names, params)
+    }
+
+    fn issue_with(&self, names: &[&str], mut params: CertificateParams) -> Issued {
+        assert!(!names.is_empty(), "a certificate needs at least one name");
         params.subject_alt_names = names
             .iter()
             .map(|name| match name.parse::<IpAddr>() {
