@@ -27,7 +27,7 @@ pub use flight::Flights;
 pub use meta::{IndexRecord, IndexVersion, MetaStore, Package, SumsRef, VersionRecord};
 pub use store::{
     ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, StagedFile, Staging, StoredArchive,
-    StoredEntry, Usage,
+    StoredEntry,
 };
 
 use std::io;

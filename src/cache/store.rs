@@ -70,13 +70,6 @@ pub struct StoredEntry {
     pub last_used: Option<SystemTime>,
 }
 
-/// Totals for the cache gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    pub archives: u64,
-    pub bytes: u64,
-}
-
 /// Storage for verified archives.
 #[async_trait]
 pub trait ArchiveStore: Send + Sync + 'static {
@@ -91,8 +84,6 @@ pub trait ArchiveStore: Send + Sync + 'static {
         staged: StagedFile,
         info: &ArchiveInfo,
     ) -> io::Result<()>;
-    /// Counts archives and bytes (a full scan; for start-up and reports).
-    async fn usage(&self) -> io::Result<Usage>;
     /// Every archive in the store (a full scan).
     async fn list(&self) -> io::Result<Vec<StoredEntry>>;
     /// Deletes an archive (eviction). Returns whether it was there.
@@ -318,20 +309,6 @@ impl ArchiveStore for DiskStore {
         Ok(())
     }
 
-    async fn usage(&self) -> io::Result<Usage> {
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut usage = Usage::default();
-            for zip in this.zip_files() {
-                usage.archives += 1;
-                usage.bytes += std::fs::metadata(&zip).map(|m| m.len()).unwrap_or(0);
-            }
-            usage
-        })
-        .await
-        .map_err(io::Error::other)
-    }
-
     async fn list(&self) -> io::Result<Vec<StoredEntry>> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -446,13 +423,9 @@ mod tests {
         let mut body = Vec::new();
         got.body.read_to_end(&mut body).await.unwrap();
         assert_eq!(body, b"zip bytes");
-        assert_eq!(
-            store.usage().await.unwrap(),
-            Usage {
-                archives: 1,
-                bytes: 9
-            }
-        );
+        let listed = store.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].size, listed[0].info.as_ref()), (9, Some(&info)));
         assert_eq!(
             std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
             0

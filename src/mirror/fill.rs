@@ -388,7 +388,7 @@ impl Mirror {
             .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
         drop(file);
         let path = staged.path().to_path_buf();
-        let limits = self.hash_limits;
+        let limits = self.settings.hash_limits();
         let timer = self.metrics.hash_duration.start_timer();
         let h1 = tokio::task::spawn_blocking(move || {
             let file =
