@@ -59,13 +59,17 @@ fn read_configuration_with(root: &Path, data_dir: &Path) -> Result<Vec<Wanted>, 
         }
         let module = read_module(&dir, key.is_empty()).map_err(|e| format!("{via}{e}"))?;
         module.add_to(&mut found).map_err(|e| format!("{via}{e}"))?;
-        for call in module.calls {
+        let calls = module
+            .files
+            .iter()
+            .flat_map(|f| f.facts.calls.iter().map(move |call| (call, &f.path)));
+        for (call, file) in calls {
             let child_key = if key.is_empty() {
                 call.name.clone()
             } else {
                 format!("{key}.{}", call.name)
             };
-            let via = format!("module.{child_key} (called in {}): ", call.file.display());
+            let via = format!("module.{child_key} (called in {}): ", file.display());
             let child_dir = match local_path(&call.source) {
                 Some(relative) => dir.join(relative),
                 None => {
@@ -78,7 +82,7 @@ fn read_configuration_with(root: &Path, data_dir: &Path) -> Result<Vec<Wanted>, 
                         )
                     })?;
                     record
-                        .check(&call)
+                        .check(call)
                         .map_err(|e| format!("{via}{e}; run `terraform init` again"))?;
                     root.join(&record.dir)
                 }
@@ -114,7 +118,7 @@ impl Installed {
     /// Whether this installation still answers `call`. Checked for registry modules, whose
     /// recorded source is the call's in its long form and whose version must meet the call's
     /// constraint; other sources are recorded in a normalised form this does not reproduce.
-    fn check(&self, call: &Call) -> Result<(), String> {
+    fn check(&self, call: &CallFacts) -> Result<(), String> {
         let Some(address) = registry_module(&call.source) else {
             return Ok(());
         };
@@ -197,19 +201,11 @@ struct FileFacts {
     calls: Vec<CallFacts>,
 }
 
-/// A `module` block as written.
+/// A `module` block as written (a module call).
 struct CallFacts {
     name: String,
     source: String,
     version: Option<String>,
-}
-
-/// A module call, and the file it is in.
-struct Call {
-    name: String,
-    source: String,
-    version: Option<String>,
-    file: PathBuf,
 }
 
 /// One file of a module.
@@ -223,7 +219,6 @@ struct ModuleFile {
 /// What one module directory needs.
 struct Module {
     files: Vec<ModuleFile>,
-    calls: Vec<Call>,
 }
 
 /// Whether Terraform reads `name` as a configuration file, and whether as an override file.
@@ -257,30 +252,21 @@ fn read_module(dir: &Path, root: bool) -> Result<Module, String> {
         ));
     }
     let mut files = Vec::new();
-    let mut calls = Vec::new();
     for (path, overrides) in paths {
         let text = read_text(&path)?;
-        let mut facts = if path.to_string_lossy().ends_with(".json") {
+        let facts = if path.to_string_lossy().ends_with(".json") {
             facts_json(&text)
         } else {
             facts_hcl(&text)
         }
         .map_err(|e| format!("{}: {e}", path.display()))?;
-        for call in facts.calls.drain(..) {
-            calls.push(Call {
-                name: call.name,
-                source: call.source,
-                version: call.version,
-                file: path.clone(),
-            });
-        }
         files.push(ModuleFile {
             path,
             facts,
             overrides,
         });
     }
-    Ok(Module { files, calls })
+    Ok(Module { files })
 }
 
 impl Module {
