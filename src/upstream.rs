@@ -71,16 +71,17 @@ impl Upstream {
     /// Builds the HTTP client from the settings (trust roots, overrides, timeouts, tokens).
     pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Upstream> {
         crate::tls::install_crypto_provider();
+        // `connect_to` hosts: where each bare name connects, and the ports it may be used with.
         let mut overrides = HashMap::new();
+        let mut pinned_ports: HashMap<String, Vec<u16>> = HashMap::new();
         for (host, hs) in &settings.hosts {
             if let Some(addr) = hs.connect_to {
-                let bare = host
-                    .as_str()
-                    .split(':')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                overrides.insert(bare, addr);
+                let (bare, port) = match host.as_str().split_once(':') {
+                    Some((bare, port)) => (bare, port.parse().unwrap_or(443)),
+                    None => (host.as_str(), 443),
+                };
+                overrides.insert(bare.to_string(), addr);
+                pinned_ports.entry(bare.to_string()).or_default().push(port);
             }
         }
         let net_policy = Arc::new(policy::NetPolicy {
@@ -91,19 +92,7 @@ impl Upstream {
                 .filter(|(_, hs)| hs.allow_http)
                 .map(|(h, _)| h.as_str().split(':').next().unwrap_or_default().to_string())
                 .collect(),
-            pinned_ports: {
-                let mut pinned: HashMap<String, Vec<u16>> = HashMap::new();
-                for (host, hs) in &settings.hosts {
-                    if hs.connect_to.is_some() {
-                        let (bare, port) = match host.as_str().split_once(':') {
-                            Some((bare, port)) => (bare, port.parse().unwrap_or(443)),
-                            None => (host.as_str(), 443),
-                        };
-                        pinned.entry(bare.to_string()).or_default().push(port);
-                    }
-                }
-                pinned
-            },
+            pinned_ports,
         });
         // Every hop is checked like the first request: scheme, IP-literal address, no loops.
         // Host names are checked by the resolver; `Authorization` is dropped by reqwest when a
