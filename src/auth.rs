@@ -324,6 +324,16 @@ impl AuthSettings {
         format!("exp={expires}&sig={}", self.mac(path, expires))
     }
 
+    /// `url` with the query [`sign`](Self::sign) makes for `path` when authentication is on;
+    /// `url` itself when it is off.
+    pub fn signed_url(&self, url: String, path: &str, now: SystemTime) -> String {
+        if self.enabled() {
+            format!("{url}?{}", self.sign(path, now))
+        } else {
+            url
+        }
+    }
+
     /// Checks a signed archive URL's query against its canonical `path`.
     /// `Ok(false)`: the query carries no signature at all.
     pub fn verify_signed(
@@ -382,13 +392,8 @@ pub fn sums_path(
     index: usize,
     signature: bool,
 ) -> String {
-    format!(
-        "v1/providers/{}/{}/{}/{version}/SHA256SUMS/{index}{}",
-        addr.hostname,
-        addr.namespace,
-        addr.type_,
-        if signature { ".sig" } else { "" }
-    )
+    let suffix = if signature { ".sig" } else { "" };
+    format!("v1/providers/{addr}/{version}/SHA256SUMS/{index}{suffix}")
 }
 
 fn unix(t: SystemTime) -> u64 {

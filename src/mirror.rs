@@ -27,7 +27,7 @@ use crate::cache::{
 };
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use crate::hash::{self, HashLimits};
+use crate::hash;
 use crate::metrics::Metrics;
 use crate::upstream::{Operation, Upstream};
 
@@ -71,7 +71,6 @@ pub struct Mirror {
     budget: Option<Arc<Budget>>,
     index_flights: Flights<ProviderAddr, Arc<IndexRecord>>,
     version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>>,
-    hash_limits: HashLimits,
 }
 
 impl Mirror {
@@ -94,7 +93,6 @@ impl Mirror {
         let meta = MetaStore::new(dir.join("metadata"), settings.metadata_entries)
             .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
         let upstream = Upstream::new(settings.clone(), metrics.clone())?;
-        let hash_limits = settings.hash_limits();
         let budget = settings.max_size.map(Budget::new);
         Ok(Arc::new(Mirror {
             settings,
@@ -107,7 +105,6 @@ impl Mirror {
             budget,
             index_flights: Flights::default(),
             version_flights: Flights::default(),
-            hash_limits,
         }))
     }
 
@@ -183,14 +180,13 @@ impl Mirror {
         {
             let mut hashes: Vec<String> = pkg.h1.iter().cloned().collect();
             hashes.push(hash::zh(&pkg.shasum));
-            let mut url = addr.archive_filename(version, platform);
-            let auth = &self.settings.auth;
-            if auth.enabled() {
-                // The CLI downloads archives without credentials: hand out an expiring,
-                // signed URL instead.
-                let path = addr.archive_path(version, platform);
-                url = format!("{url}?{}", auth.sign(&path, std::time::SystemTime::now()));
-            }
+            // The CLI downloads archives without credentials: with authentication on, hand
+            // out an expiring, signed URL instead.
+            let url = self.settings.auth.signed_url(
+                addr.archive_filename(version, platform),
+                &addr.archive_path(version, platform),
+                std::time::SystemTime::now(),
+            );
             archives.insert(
                 platform.to_string(),
                 serde_json::json!({ "url": url, "hashes": hashes }),

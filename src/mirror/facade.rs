@@ -59,36 +59,23 @@ impl Mirror {
         // Absolute-path references: the client resolves them against this document's URL, so
         // they never depend on a Host header.
         let base = &self.settings.base_path;
-        let provider = format!("{}/{}/{}", addr.hostname, addr.namespace, addr.type_);
-        let sums = format!("{base}v1/providers/{provider}/{version}/SHA256SUMS/{n}");
         let keys: Vec<serde_json::Value> = pkg
             .signing_keys
             .iter()
             .map(|k| serde_json::json!({ "key_id": k.key_id, "ascii_armor": k.ascii_armor, "trust_signature": k.trust_signature }))
             .collect();
         // The CLI fetches these three without credentials: with authentication on, they carry an
-        // expiring signature (see `auth`).
-        let auth = &self.settings.auth;
+        // expiring signature (see `auth`). Each URL is the base path plus the path it is signed
+        // over.
         let now = std::time::SystemTime::now();
-        let signed = |url: String, path: String| {
-            if auth.enabled() {
-                format!("{url}?{}", auth.sign(&path, now))
-            } else {
-                url
-            }
+        let url = |path: String| {
+            self.settings
+                .auth
+                .signed_url(format!("{base}{path}"), &path, now)
         };
-        let download_url = signed(
-            format!(
-                "{base}{provider}/{}",
-                addr.archive_filename(version, platform)
-            ),
-            addr.archive_path(version, platform),
-        );
-        let signature_url = signed(
-            format!("{sums}.sig"),
-            crate::auth::sums_path(addr, version, n, true),
-        );
-        let sums = signed(sums, crate::auth::sums_path(addr, version, n, false));
+        let download_url = url(addr.archive_path(version, platform));
+        let signature_url = url(crate::auth::sums_path(addr, version, n, true));
+        let sums = url(crate::auth::sums_path(addr, version, n, false));
         let doc = serde_json::json!({
             "protocols": pkg.protocols,
             "os": platform.os,
