@@ -578,6 +578,9 @@ async fn tokens_stay_with_their_host_and_client_headers_stay_home() {
             "{r:?}"
         );
         assert_ne!(r.authorization.as_deref(), Some("Bearer client-secret"));
+        for forwarded in ["cookie", "x-forwarded-host"] {
+            assert!(!r.header_names.iter().any(|h| h == forwarded), "{r:?}");
+        }
         if r.host.as_deref().is_some_and(|h| h.starts_with(REGISTRY)) {
             assert_eq!(
                 r.authorization.as_deref(),

@@ -254,6 +254,8 @@ pub struct RecordedRequest {
     pub user_agent: Option<String>,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The names of every header, lowercase.
+    pub header_names: Vec<String>,
 }
 
 /// A running fake origin registry; dropping it aborts the server and its connections.
@@ -498,6 +500,11 @@ impl Shared {
                 .or_else(|| header(HOST)),
             user_agent: header(USER_AGENT),
             authorization: header(AUTHORIZATION),
+            header_names: req
+                .headers()
+                .keys()
+                .map(|k| k.as_str().to_owned())
+                .collect(),
         };
         let mut log = lock(&self.log);
         self.total.fetch_add(1, Ordering::SeqCst);
