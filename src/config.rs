@@ -71,6 +71,7 @@ pub struct CacheConfig {
     pub max_size: Option<bytesize::ByteSize>,
     #[serde(with = "humantime_serde")]
     pub reverify_interval: Duration,
+    pub max_fill_memory: bytesize::ByteSize,
 }
 
 impl Default for CacheConfig {
@@ -83,6 +84,7 @@ impl Default for CacheConfig {
             metadata_entries: 10_000,
             max_size: None,
             reverify_interval: Duration::from_secs(24 * 3600),
+            max_fill_memory: bytesize::ByteSize::mib(64),
         }
     }
 }
@@ -373,6 +375,9 @@ impl Config {
         if c.max_size.is_some_and(|s| s.as_u64() < 1 << 20) {
             return Err(invalid("cache.max_size", "must be at least 1 MiB"));
         }
+        if c.max_fill_memory.as_u64() < 256 << 10 {
+            return Err(invalid("cache.max_fill_memory", "must be at least 256 KiB"));
+        }
         if c.index_ttl.is_zero() {
             return Err(invalid("cache.index_ttl", "must be longer than zero"));
         }
@@ -510,6 +515,7 @@ impl Config {
             metadata_entries: c.metadata_entries,
             max_size: c.max_size.map(|s| s.as_u64()),
             reverify_interval: c.reverify_interval,
+            max_fill_memory: c.max_fill_memory.as_u64(),
             allowed_hosts,
             platforms,
             ca_file: u.ca_file.clone(),
@@ -624,6 +630,8 @@ pub struct Settings {
     pub max_size: Option<u64>,
     /// How often the server re-hashes every cached archive (zero: never).
     pub reverify_interval: Duration,
+    /// Most bytes one download may hold in memory when the cache cannot be written.
+    pub max_fill_memory: u64,
     pub allowed_hosts: Vec<Hostname>,
     /// Empty means every platform.
     pub platforms: Vec<Platform>,

@@ -31,6 +31,14 @@ pub enum Error {
     /// What the origin sent does not match what it promised (checksums, SHA256SUMS).
     #[error("{0}")]
     Verification(String),
+    /// The operator's policy refuses this (e.g. a provider below `upstream.min_trust`); the
+    /// message names the rule.
+    #[error("{0}")]
+    Policy(String),
+    /// The cache cannot take what it would need to serve this (a full disk, with more than
+    /// `cache.max_fill_memory` left to hold).
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// Our own fault: disk I/O, a bug.
     #[error("{0}")]
     Internal(String),
@@ -45,6 +53,8 @@ impl Error {
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Upstream(_) | Error::Verification(_) => StatusCode::BAD_GATEWAY,
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Error::Policy(_) => StatusCode::FORBIDDEN,
+            Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -58,6 +68,8 @@ impl Error {
             Error::Upstream(_) => "upstream_error",
             Error::UpstreamTimeout(_) => "upstream_timeout",
             Error::Verification(_) => "verification_failed",
+            Error::Policy(_) => "policy_refused",
+            Error::InsufficientStorage(_) => "insufficient_storage",
             Error::Internal(_) => "internal_error",
         }
     }

@@ -6,15 +6,20 @@
 //! are read back from the staging file, then the reader waits for more. Memory per reader is one
 //! read buffer.
 //!
-//! The expected SHA-256 is known before the download starts. A response starts once the first
-//! [`HEAD_START`] bytes are in, or the whole archive is in and checked if it is smaller, so a
-//! mismatch in a small archive is an ordinary 502. If the bytes of a larger archive don't match,
-//! the fill ends with an error and every reader's body ends with that error instead of a clean
-//! end, so clients see a failed download; nothing is committed. On a match, readers finish, and the fill
-//! goes on to fsync, compute `h1:` and commit the archive to the store.
+//! The expected SHA-256 is known before the download starts, but the bytes can only be judged
+//! once the last one is in. So **no reader gets the last [`TAIL`] bytes before the verdict**:
+//! while the download runs, readers trail its end by that much; when the whole-file SHA-256
+//! matches, they get the rest; when it does not, every reader's body ends with an error instead.
+//! A client therefore never holds a complete copy of a bad archive, whatever the protocol: an
+//! HTTP/1.1 response stops short of its `Content-Length` and the connection is closed, an HTTP/2
+//! stream is reset. A response starts once the first [`HEAD_START`] bytes are in, or the whole
+//! archive is in and checked if it is smaller, so a mismatch in a small archive is a plain 502.
+//! On a match the fill goes on to fsync, compute `h1:` and commit the archive to the store.
 //!
 //! If writing the staging file fails (a full disk), the fill keeps going with the rest of the
-//! bytes held in memory, so clients are still served; the archive is then not cached.
+//! bytes held in memory, so clients are still served; the archive is then not cached. At most
+//! `cache.max_fill_memory` bytes are held that way: beyond it the fill fails with a 507 (or a
+//! cut-off body), and nothing is cached.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -38,9 +43,11 @@ use super::Mirror;
 const WRITE_CHUNK: usize = 64 * 1024;
 /// Largest piece a reader sends at once.
 const READ_CHUNK: usize = 256 * 1024;
-/// How many bytes must be in before a response head goes out (see [`Fill::ready`]): the first
-/// piece readers get anyway, so waiting for it costs them nothing.
+/// How many bytes must be in before a response head goes out (see [`Fill::ready`]).
 const HEAD_START: u64 = WRITE_CHUNK as u64;
+/// How far readers trail the download until its SHA-256 is known to match: the end of a bad
+/// archive never leaves the mirror.
+const TAIL: u64 = WRITE_CHUNK as u64;
 
 /// The origin answered: what readers need to start.
 #[derive(Clone)]
@@ -164,12 +171,21 @@ impl ReadState {
     async fn next_piece(&mut self) -> Option<io::Result<Bytes>> {
         loop {
             let p = self.rx.borrow_and_update().clone();
+            let verified = matches!(p.streamed, Some(Ok(())));
+            // Until the whole archive matched its SHA-256, its last `TAIL` bytes are held back.
+            let total = p.on_disk + p.in_memory;
+            let readable = if verified {
+                total
+            } else {
+                total.saturating_sub(TAIL)
+            };
             if let Some(file) = p.started.as_ref().map(|s| s.file.clone()) {
-                if self.offset < p.on_disk {
-                    let len = (p.on_disk - self.offset).min(READ_CHUNK as u64) as usize;
+                if self.offset < p.on_disk.min(readable) {
+                    let len = (p.on_disk.min(readable) - self.offset).min(READ_CHUNK as u64);
                     let offset = self.offset;
                     let read =
-                        tokio::task::spawn_blocking(move || read_at(&file, offset, len)).await;
+                        tokio::task::spawn_blocking(move || read_at(&file, offset, len as usize))
+                            .await;
                     let bytes = match read {
                         Ok(Ok(b)) => b,
                         Ok(Err(e)) => return Some(Err(e)),
@@ -178,8 +194,9 @@ impl ReadState {
                     self.offset += bytes.len() as u64;
                     return Some(Ok(bytes));
                 }
-                if self.offset < p.on_disk + p.in_memory {
-                    let bytes = self.fill.memory_piece(self.offset - p.on_disk);
+                if self.offset < readable {
+                    let mut bytes = self.fill.memory_piece(self.offset - p.on_disk);
+                    bytes.truncate((readable - self.offset) as usize);
                     self.offset += bytes.len() as u64;
                     return Some(Ok(bytes));
                 }
@@ -346,12 +363,12 @@ impl Mirror {
                 pending.extend_from_slice(&chunk);
                 if pending.len() >= WRITE_CHUNK {
                     self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
-                        .await;
+                        .await?;
                 }
             }
             if !pending.is_empty() {
                 self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
-                    .await;
+                    .await?;
             }
             if size_hint.is_some_and(|n| n != size) {
                 return Err(Error::Upstream(format!(
@@ -430,14 +447,14 @@ impl Mirror {
     }
 
     /// Writes a chunk to the staging file and tells readers; after a write error, keeps chunks
-    /// in memory instead so readers are still served.
+    /// in memory instead so readers are still served, up to `cache.max_fill_memory`.
     async fn publish(
         &self,
         fill: &Fill,
         file: &mut tokio::fs::File,
         bytes: Bytes,
         disk_ok: &mut bool,
-    ) {
+    ) -> Result<()> {
         if *disk_ok {
             match async {
                 file.write_all(&bytes).await?;
@@ -447,7 +464,7 @@ impl Mirror {
             {
                 Ok(()) => {
                     fill.update(|p| p.on_disk += bytes.len() as u64);
-                    return;
+                    return Ok(());
                 }
                 Err(e) => {
                     *disk_ok = false;
@@ -456,8 +473,18 @@ impl Mirror {
             }
         }
         let len = bytes.len() as u64;
+        let held = fill.progress.borrow().in_memory;
+        let max = self.settings.max_fill_memory;
+        if held + len > max {
+            return Err(Error::InsufficientStorage(format!(
+                "archive {}: the cache cannot be written (disk full?) and the rest of the archive \
+                 is more than cache.max_fill_memory ({max} bytes) can hold in memory",
+                fill.key
+            )));
+        }
         fill.memory.lock().expect("fill memory lock").push(bytes);
         fill.update(|p| p.in_memory += len);
+        Ok(())
     }
 
     fn write_failed(&self, key: &ArchiveKey, what: &str, e: io::Error) -> Error {

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod integrity;
 mod mirror;
 mod operations;
 mod ops;

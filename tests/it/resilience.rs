@@ -623,3 +623,35 @@ async fn a_full_disk_still_serves_the_client_and_caches_nothing() {
     let m = mirror.metrics(&client).await;
     assert_eq!(sample(&m, "provender_cache_write_errors_total"), 1, "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_holds_no_more_than_max_fill_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let _disk = SmallDisk::mount(&cache, "1m"); // the archive is 2 MiB
+    let (_ca, origin, mirror, client) = start(MirrorOptions {
+        cache_dir: Some(&cache),
+        extra_cache: "max_fill_memory = \"256 KiB\"",
+        ..Default::default()
+    })
+    .await;
+    let url = mirror.url(&big_zip("2.0.0", "linux_amd64"));
+    let got = send_lenient(&url, client.get(&url)).await;
+    let size = origin
+        .archive("acme", "big", "2.0.0", "linux", "amd64")
+        .len();
+    assert!(
+        got.status == 507 || (got.status == 200 && got.body.len() < size),
+        "the download fails once more than cache.max_fill_memory would be held: {} {} bytes",
+        got.status,
+        got.body.len()
+    );
+    if got.status == 507 {
+        assert!(got.message().contains("cache.max_fill_memory"), "{}", got.text());
+    }
+    eventually("the staging file is removed", SETTLE, || {
+        mirror.staging_files().is_empty()
+    })
+    .await;
+    assert!(mirror.cached_archives().is_empty(), "nothing was cached");
+}

@@ -176,6 +176,9 @@ pub enum Fault {
     /// Archives are served with one byte flipped; the metadata `shasum` and SHA256SUMS
     /// still describe the real archive.
     TamperArchive,
+    /// Archives are served with their last 10 bytes altered (the end of the file is the last
+    /// thing a streaming mirror sees); the metadata and SHA256SUMS describe the real archive.
+    TamperTail,
     /// The download metadata's `shasum` differs from the archive's SHA256SUMS line (which,
     /// like the archive, stays genuine).
     WrongShasum,
@@ -224,6 +227,7 @@ impl Fault {
             (Fault::Status { kind: a, .. }, Fault::Status { kind: b, .. })
             | (Fault::Delay { kind: a, .. }, Fault::Delay { kind: b, .. }) => a == b,
             (Fault::TamperArchive, Fault::TamperArchive)
+            | (Fault::TamperTail, Fault::TamperTail)
             | (Fault::WrongShasum, Fault::WrongShasum) => true,
             (Fault::Redirect { kind: a, .. }, Fault::Redirect { kind: b, .. })
             | (Fault::RedirectLoop { kind: a }, Fault::RedirectLoop { kind: b })
@@ -1017,6 +1021,14 @@ fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<
                             let mut tampered = package.archive.to_vec();
                             let middle = tampered.len() / 2;
                             tampered[middle] ^= 0x01;
+                            bytes_response("application/zip", Bytes::from(tampered))
+                        }
+                        Some(package) if faults.contains(&Fault::TamperTail) => {
+                            let mut tampered = package.archive.to_vec();
+                            let end = tampered.len();
+                            for b in &mut tampered[end - 10..] {
+                                *b ^= 0x5a;
+                            }
                             bytes_response("application/zip", Bytes::from(tampered))
                         }
                         Some(package) => bytes_response("application/zip", package.archive.clone()),
