@@ -96,7 +96,7 @@ async fn curl(ca_file: &std::path::Path, url: &str, http2: bool) -> (Option<i32>
             .args(["--silent", "--show-error", "--fail", "--max-time", "60"])
             .arg(if http2 { "--http2" } else { "--http1.1" })
             .arg("--cacert")
-            .arg(&ca_file)
+            .arg(ca_file)
             .arg("--output")
             .arg(&out)
             .arg(url)
