@@ -23,6 +23,53 @@ pub struct Config {
     pub cache: CacheConfig,
     pub upstream: UpstreamConfig,
     pub auth: crate::auth::AuthConfig,
+    pub bundles: BundlesConfig,
+    pub configurations: ConfigurationsConfig,
+}
+
+/// `[bundles]`: the chain of custody of bundles carried across an air gap.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BundlesConfig {
+    /// This site's private key (`provender keygen`); `export --bundle` signs with it.
+    pub signing_key_file: Option<PathBuf>,
+    /// Public keys of the sites whose bundles `import` trusts.
+    pub trusted_keys: Vec<String>,
+}
+
+/// `[configurations]`: how `seed` and `lock` read configuration directories.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigurationsConfig {
+    /// `terraform` or `opentofu`.
+    pub tool: Option<String>,
+}
+
+/// Which CLI a configuration directory is written for: it decides the registry of short
+/// provider sources (`hashicorp/aws`) and whether `*.tofu` files are read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tool {
+    #[default]
+    Terraform,
+    #[value(name = "opentofu")]
+    OpenTofu,
+}
+
+impl Tool {
+    /// The registry host of a provider source written without one.
+    pub fn default_registry(self) -> &'static str {
+        match self {
+            Tool::Terraform => "registry.terraform.io",
+            Tool::OpenTofu => "registry.opentofu.org",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tool::Terraform => "terraform",
+            Tool::OpenTofu => "opentofu",
+        }
+    }
 }
 
 /// `[server]`
@@ -109,6 +156,7 @@ pub struct UpstreamConfig {
     pub concurrency: usize,
     pub offline: bool,
     pub require_signature: bool,
+    pub min_trust: Option<String>,
     pub allow_private_networks: bool,
     pub proxy: Option<ProxyText>,
     pub max_discovery_size: bytesize::ByteSize,
@@ -145,6 +193,7 @@ impl Default for UpstreamConfig {
             concurrency: 8,
             offline: false,
             require_signature: true,
+            min_trust: None,
             allow_private_networks: false,
             proxy: None,
             max_discovery_size: bytesize::ByteSize::mib(1),
@@ -495,6 +544,45 @@ impl Config {
                 "must be at least 1 KiB",
             ));
         }
+        let min_trust = u
+            .min_trust
+            .as_deref()
+            .map(str::parse::<crate::trust::SignatureKind>)
+            .transpose()
+            .map_err(|m| invalid("upstream.min_trust", m))?;
+        let trust = crate::trust::TrustPolicy {
+            require_signature: u.require_signature,
+            require_signature_for: hosts
+                .iter()
+                .filter_map(|(h, hs)| hs.require_signature.map(|r| (h.clone(), r)))
+                .collect(),
+            min_trust,
+        };
+        let mut trusted_site_keys = Vec::new();
+        for (i, k) in self.bundles.trusted_keys.iter().enumerate() {
+            trusted_site_keys.push(
+                crate::trust::site::SitePublicKey::parse(k)
+                    .map_err(|m| invalid(format!("bundles.trusted_keys[{i}]"), m))?,
+            );
+        }
+        if let Some(path) = &self.bundles.signing_key_file {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(invalid(
+                    "bundles.signing_key_file",
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        }
+        let tool = match self.configurations.tool.as_deref() {
+            None | Some("terraform") => Tool::Terraform,
+            Some("opentofu") => Tool::OpenTofu,
+            Some(other) => {
+                return Err(invalid(
+                    "configurations.tool",
+                    format!("{other:?} is not terraform or opentofu"),
+                ));
+            }
+        };
         let auth = self.auth.validate()?;
         if u.concurrency == 0 {
             return Err(invalid("upstream.concurrency", "must be at least 1"));
@@ -528,7 +616,10 @@ impl Config {
             max_redirects: u.max_redirects,
             concurrency: u.concurrency,
             offline: u.offline,
-            require_signature: u.require_signature,
+            trust,
+            signing_key_file: self.bundles.signing_key_file.clone(),
+            trusted_site_keys,
+            tool,
             allow_private_networks: u.allow_private_networks,
             proxy,
             max_discovery_size: u.max_discovery_size.as_u64(),
@@ -646,8 +737,14 @@ pub struct Settings {
     pub concurrency: usize,
     /// Never contact an origin; serve only what the cache holds.
     pub offline: bool,
-    /// Refuse versions whose origin lists no signing keys (per-host override in `hosts`).
-    pub require_signature: bool,
+    /// `upstream.require_signature` (with per-host overrides) and `upstream.min_trust`.
+    pub trust: crate::trust::TrustPolicy,
+    /// `bundles.signing_key_file`: the key `export --bundle` signs with.
+    pub signing_key_file: Option<PathBuf>,
+    /// `bundles.trusted_keys`: the sites whose bundles `import` trusts.
+    pub trusted_site_keys: Vec<crate::trust::site::SitePublicKey>,
+    /// `configurations.tool`: the CLI configuration directories are written for.
+    pub tool: Tool,
     /// Let origins resolve to loopback, private, link-local and similar addresses.
     pub allow_private_networks: bool,
     /// The HTTP(S) proxy every origin request goes through, except to `connect_to` hosts.
@@ -687,14 +784,6 @@ impl Settings {
             max_entries: self.max_zip_entries,
             max_uncompressed_bytes: self.max_unpacked_size,
         }
-    }
-
-    /// Whether versions from this registry host must carry a verifiable signature.
-    pub fn signature_required(&self, h: &Hostname) -> bool {
-        self.hosts
-            .get(h)
-            .and_then(|hs| hs.require_signature)
-            .unwrap_or(self.require_signature)
     }
 
     /// The settings of one registry host (empty when it has no `[upstream.hosts]` table).
@@ -788,12 +877,13 @@ mod tests {
         .validate()
         .unwrap();
         let host = |h: &str| Hostname::parse(h).unwrap();
-        assert!(!s.signature_required(&host("a.example")));
-        assert!(s.signature_required(&host("b.example")));
+        assert!(!s.trust.signature_required(&host("a.example")));
+        assert!(s.trust.signature_required(&host("b.example")));
         assert!(
             Config::default()
                 .validate()
                 .unwrap()
+                .trust
                 .signature_required(&host("registry.terraform.io"))
         );
         let printed = format!("{s:?}");
@@ -809,6 +899,11 @@ mod tests {
         );
         assert!(err("[auth]\ntokens = ['short']").contains("auth.tokens[0]"));
         assert!(err("[auth]\nsurprise = 1").contains("surprise"));
+        assert!(err("[upstream]\nmin_trust = 'trusty'").contains("upstream.min_trust"));
+        assert!(
+            err("[bundles]\ntrusted_keys = ['ed25519:xx']").contains("bundles.trusted_keys[0]")
+        );
+        assert!(err("[configurations]\ntool = 'pulumi'").contains("configurations.tool"));
     }
 
     #[test]

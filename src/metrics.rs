@@ -22,6 +22,8 @@ pub struct Metrics {
     pub cache_archives: IntGauge,
     pub cache_disk_bytes: IntGauge,
     pub verification_failures: IntCounterVec,
+    pub policy_refusals: IntCounterVec,
+    pub archive_responses: IntCounterVec,
     pub cache_write_errors: IntCounter,
     pub cache_evictions: IntCounter,
     pub hash_duration: Histogram,
@@ -85,6 +87,23 @@ impl Metrics {
                 &["reason"],
             )
             .unwrap(),
+            policy_refusals: IntCounterVec::new(
+                Opts::new(
+                    "provender_policy_refusals_total",
+                    "Requests and imports refused by the operator's policy, by rule (min_trust).",
+                ),
+                &["rule"],
+            )
+            .unwrap(),
+            archive_responses: IntCounterVec::new(
+                Opts::new(
+                    "provender_archive_responses_total",
+                    "Archive responses started, by the trust level of the archive's origin signature \
+                     (official, partner, community, unsigned, unverified).",
+                ),
+                &["trust"],
+            )
+            .unwrap(),
             cache_write_errors: IntCounter::new(
                 "provender_cache_write_errors_total",
                 "Archives served but not cached because writing to the cache failed (e.g. a full disk).",
@@ -130,6 +149,8 @@ impl Metrics {
         r.register(Box::new(m.cache_disk_bytes.clone())).unwrap();
         r.register(Box::new(m.verification_failures.clone()))
             .unwrap();
+        r.register(Box::new(m.policy_refusals.clone())).unwrap();
+        r.register(Box::new(m.archive_responses.clone())).unwrap();
         r.register(Box::new(m.hash_duration.clone())).unwrap();
         r.register(Box::new(m.cache_write_errors.clone())).unwrap();
         r.register(Box::new(m.cache_evictions.clone())).unwrap();

@@ -29,6 +29,7 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::metrics::Metrics;
+use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
 mod facade;
@@ -208,11 +209,15 @@ impl Mirror {
     ) -> Result<ArchiveBody> {
         let key = self.archive_key(addr, version, platform)?;
         if let Some(fill) = self.fill_in_progress(&key) {
+            self.admit(&key, fill.trust)?;
             self.metrics.lookup("archive", "joined");
-            return body_from_fill(fill).await;
+            return self.body_from_fill(fill).await;
         }
         if let Some(found) = self.open_archive(&key).await? {
+            let trust = self.archive_trust(&key, &found.info).await;
+            self.admit(&key, trust)?;
             self.metrics.lookup("archive", "hit");
+            self.served(trust);
             let size = found.info.size;
             let mut body = ArchiveBody::from(found);
             if let Some(budget) = &self.budget {
@@ -230,11 +235,50 @@ impl Mirror {
             }
             return Ok(body);
         }
-        let pkg = self.package_to_fetch(&key).await?;
-        let (fill, leader) = self.fill_for(&key, &pkg);
+        let (pkg, trust) = self.package_to_fetch(&key).await?;
+        let (fill, leader) = self.fill_for(&key, &pkg, trust);
         self.metrics
             .lookup("archive", if leader { "miss" } else { "joined" });
-        body_from_fill(fill).await
+        self.body_from_fill(fill).await
+    }
+
+    /// The trust level of a stored archive: from its record, or for records written before
+    /// levels were kept, from its version record.
+    pub async fn archive_trust(&self, key: &ArchiveKey, info: &ArchiveInfo) -> SignatureKind {
+        if let Some(trust) = info.trust {
+            return trust;
+        }
+        match self.meta.read_version(&key.addr, &key.version).await {
+            Some(rec) => rec.trust_of(&key.platform),
+            None => SignatureKind::Unverified,
+        }
+    }
+
+    /// Applies the trust policy to an archive about to be served or stored.
+    fn admit(&self, key: &ArchiveKey, trust: SignatureKind) -> Result<()> {
+        self.settings
+            .trust
+            .admit(&key.addr, trust)
+            .map_err(|r| self.refused(&key.addr, &key.version, r, "archive"))
+    }
+
+    /// Counts an archive response by the trust level of what it serves.
+    fn served(&self, trust: SignatureKind) {
+        self.metrics
+            .archive_responses
+            .with_label_values(&[trust.as_str()])
+            .inc();
+    }
+
+    async fn body_from_fill(&self, fill: Arc<Fill>) -> Result<ArchiveBody> {
+        let size = fill.ready().await?;
+        self.served(fill.trust);
+        Ok(ArchiveBody {
+            sha256: fill.sha256.clone(),
+            size,
+            modified: fill.started_at,
+            stream: fill.stream(),
+        })
     }
 
     /// Makes sure an archive is in the store (fetching and verifying it if needed) without
@@ -247,6 +291,7 @@ impl Mirror {
     ) -> Result<(ArchiveInfo, bool)> {
         let key = self.archive_key(addr, version, platform)?;
         if let Some(found) = self.archive_info(&key).await? {
+            self.admit(&key, self.archive_trust(&key, &found).await)?;
             return Ok((found, false));
         }
         self.fetch_archive(&key).await?;
@@ -286,15 +331,19 @@ impl Mirror {
     /// Fetches a missing archive from its origin and waits until it is stored (one download
     /// per archive, shared with every concurrent request).
     async fn fetch_archive(self: &Arc<Self>, key: &ArchiveKey) -> Result<()> {
-        let pkg = self.package_to_fetch(key).await?;
-        let (fill, leader) = self.fill_for(key, &pkg);
+        let (pkg, trust) = self.package_to_fetch(key).await?;
+        let (fill, leader) = self.fill_for(key, &pkg, trust);
         self.metrics
             .lookup("archive", if leader { "miss" } else { "joined" });
         fill.finished().await
     }
 
-    /// The verified download metadata for an archive that is not in the store.
-    async fn package_to_fetch(self: &Arc<Self>, key: &ArchiveKey) -> Result<Package> {
+    /// The verified download metadata for an archive that is not in the store, and its trust
+    /// level.
+    async fn package_to_fetch(
+        self: &Arc<Self>,
+        key: &ArchiveKey,
+    ) -> Result<(Package, SignatureKind)> {
         if self.settings.offline {
             return Err(Error::NotFound(format!(
                 "offline mode: archive {key} is not in the cache"
@@ -310,12 +359,13 @@ impl Mirror {
                 "archive {key} was imported without an origin URL and is no longer in the cache"
             )));
         }
-        rec.packages.get(&key.platform).cloned().ok_or_else(|| {
+        let pkg = rec.packages.get(&key.platform).cloned().ok_or_else(|| {
             Error::NotFound(format!(
                 "{} {} has no package for {}",
                 key.addr, key.version, key.platform
             ))
-        })
+        })?;
+        Ok((pkg, rec.trust_of(&key.platform)))
     }
 
     /// Bookkeeping after an archive left the store (evicted or quarantined).
@@ -487,20 +537,30 @@ impl Mirror {
         version: &Version,
     ) -> Result<Arc<VersionRecord>> {
         let key = (addr.clone(), version.clone());
-        if let Some(rec) = self.meta.versions.get(&key).await {
-            if self.settings.offline || rec.covers(|p| self.settings.platform_allowed(p)) {
+        let rec = match self.meta.versions.get(&key).await {
+            Some(rec)
+                if self.settings.offline || rec.covers(|p| self.settings.platform_allowed(p)) =>
+            {
                 self.metrics.lookup("version", "hit");
-                return Ok(rec);
+                rec
             }
-        }
-        let this = self.clone();
-        let (a, v) = key.clone();
-        let work = move || async move {
-            let rec = this.clone().load_version(a.clone(), v.clone()).await?;
-            this.meta.versions.insert((a, v), rec.clone()).await;
-            Ok(rec)
+            _ => {
+                let this = self.clone();
+                let (a, v) = key.clone();
+                let work = move || async move {
+                    let rec = this.clone().load_version(a.clone(), v.clone()).await?;
+                    this.meta.versions.insert((a, v), rec.clone()).await;
+                    Ok(rec)
+                };
+                self.version_flights.run(key, work).await.0?
+            }
         };
-        self.version_flights.run(key, work).await.0
+        // The policy may have changed since the record was made.
+        self.settings
+            .trust
+            .admit(addr, rec.weakest_trust())
+            .map_err(|r| self.refused(addr, version, r, "version"))?;
+        Ok(rec)
     }
 
     async fn load_version(
@@ -612,70 +672,30 @@ impl Mirror {
                 .small_file(host, Operation::Signature, &sums_ref.signature_url)
                 .await?;
             // The signature first: no line of an unverified SHA256SUMS is trusted.
-            let mut keys: Vec<crate::upstream::SigningKey> = Vec::new();
-            for pkg in packages.values().filter(|p| p.shasums_url == sums_ref.url) {
-                for key in &pkg.signing_keys {
-                    if !keys.contains(key) {
-                        keys.push(key.clone());
-                    }
-                }
+            let described = packages.values().filter(|p| p.shasums_url == sums_ref.url);
+            let trust = self
+                .settings
+                .trust
+                .verify_sums(
+                    crate::trust::Verifier::hashicorp(),
+                    addr,
+                    &sums,
+                    &signature,
+                    described,
+                )
+                .map_err(|refusal| {
+                    self.refused(
+                        addr,
+                        version,
+                        refusal,
+                        &format!("SHA256SUMS at {}", sums_ref.url),
+                    )
+                })?;
+            if trust.kind == crate::trust::SignatureKind::Unsigned {
+                tracing::warn!(provider = %addr, %version, "the origin lists no signing keys; accepted unsigned because upstream.require_signature is off for {host}");
             }
-            let verified =
-                crate::trust::Verifier::hashicorp().verify(addr, &sums, &signature, &keys);
-            let trust = match verified {
-                Ok(trust) => trust,
-                Err(crate::trust::TrustError::NoKeys)
-                    if !self.settings.signature_required(host) =>
-                {
-                    tracing::warn!(provider = %addr, %version, "the origin lists no signing keys; accepted unsigned because upstream.require_signature is off for {host}");
-                    crate::trust::Trust {
-                        kind: crate::trust::SignatureKind::Unsigned,
-                        key_id: None,
-                    }
-                }
-                Err(e @ crate::trust::TrustError::NoKeys) => {
-                    return Err(self.verification_failed(
-                        e.reason(),
-                        addr,
-                        version,
-                        format!("{e}, so SHA256SUMS at {} cannot be verified (upstream.require_signature)", sums_ref.url),
-                    ));
-                }
-                Err(e) => {
-                    return Err(self.verification_failed(
-                        e.reason(),
-                        addr,
-                        version,
-                        format!("{e} (SHA256SUMS at {})", sums_ref.url),
-                    ));
-                }
-            };
             tracing::debug!(provider = %addr, %version, signature = trust.kind.as_str(), key_id = trust.key_id.as_deref().unwrap_or("-"), "SHA256SUMS signature verified");
             sums_ref.trust = Some(trust);
-            for pkg in packages.values().filter(|p| p.shasums_url == sums_ref.url) {
-                match crate::upstream::sums_lookup(&sums, &pkg.filename) {
-                    Some(listed) if listed == pkg.shasum => {}
-                    Some(listed) => {
-                        return Err(self.verification_failed(
-                            "shasums_mismatch",
-                            addr,
-                            version,
-                            format!("SHA256SUMS lists {listed} for {} but the download metadata says {}", pkg.filename, pkg.shasum),
-                        ));
-                    }
-                    None => {
-                        return Err(self.verification_failed(
-                            "shasums_missing",
-                            addr,
-                            version,
-                            format!(
-                                "SHA256SUMS at {} has no line for {}",
-                                sums_ref.url, pkg.filename
-                            ),
-                        ));
-                    }
-                }
-            }
             let keep = |signature_file: bool, bytes: &bytes::Bytes| {
                 self.meta
                     .write_sums(addr, version, n, signature_file, bytes.to_vec())
@@ -724,14 +744,30 @@ impl Mirror {
         tracing::error!(provider = %addr, %version, reason, "verification failed: {detail}");
         Error::Verification(format!("{addr} {version}: verification failed: {detail}"))
     }
-}
 
-async fn body_from_fill(fill: Arc<Fill>) -> Result<ArchiveBody> {
-    let size = fill.ready().await?;
-    Ok(ArchiveBody {
-        sha256: fill.sha256.clone(),
-        size,
-        modified: fill.started_at,
-        stream: fill.stream(),
-    })
+    /// A [`Refusal`] as the error a client gets: a policy refusal (403) is counted under
+    /// `provender_policy_refusals_total`, a failed check (502) under
+    /// `provender_verification_failures_total`. `what` names the document concerned.
+    fn refused(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        refusal: Refusal,
+        what: &str,
+    ) -> Error {
+        if refusal.is_policy() {
+            self.metrics
+                .policy_refusals
+                .with_label_values(&[refusal.reason()])
+                .inc();
+            tracing::info!(provider = %addr, %version, "refused by policy: {refusal}");
+            return Error::Policy(format!("{addr} {version}: refused by policy: {refusal}"));
+        }
+        self.verification_failed(
+            refusal.reason(),
+            addr,
+            version,
+            format!("{refusal} ({what})"),
+        )
+    }
 }

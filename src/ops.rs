@@ -4,7 +4,8 @@
 //! - `export`: write the cache as a static network mirror directory, or one bundle file;
 //! - `import`: admit a bundle or a mirror directory after checking every hash;
 //! - `lock`: write `.terraform.lock.hcl` with `h1:` for chosen platforms and the `zh:` set;
-//! - `ls` and `verify`: list the cache; re-hash it and quarantine what no longer matches.
+//! - `ls` and `verify`: list the cache; re-hash it and quarantine what no longer matches;
+//! - `keygen`: a site key that signs bundles, so that importers know who made them.
 //!
 //! Every command opens the same [`Mirror`] as `serve` (same `--config`, cache directory,
 //! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
@@ -15,6 +16,7 @@ pub mod configuration;
 pub mod export;
 pub mod import;
 pub mod inputs;
+pub mod keygen;
 pub mod lock;
 pub mod lockfile;
 pub mod ls;
@@ -53,6 +55,8 @@ pub enum OpsCommand {
     Ls(ls::LsArgs),
     /// Re-hash every cached archive; quarantine those that no longer match their record.
     Verify(verify::VerifyArgs),
+    /// Make a site key for signing bundles (`export --bundle`) and print its public key.
+    Keygen(keygen::KeygenArgs),
 }
 
 /// The options every operator command shares.
@@ -77,6 +81,7 @@ pub fn run(command: OpsCommand) -> ExitCode {
             OpsCommand::Lock(a) => lock::run(a).await,
             OpsCommand::Ls(a) => ls::run(a).await,
             OpsCommand::Verify(a) => verify::run(a).await,
+            OpsCommand::Keygen(a) => keygen::run(a),
         }
     });
     match outcome {

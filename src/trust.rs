@@ -18,9 +18,19 @@
 //! signed by the pinned HashiCorp key, so a compromised or impersonated origin cannot pass off
 //! its own key for HashiCorp's providers.
 //!
-//! Origins that list no signing keys (OpenTofu's registry may not) are not handled here: the
-//! caller applies `upstream.require_signature` and records the version as [`SignatureKind::Unsigned`].
+//! Origins that list no signing keys (OpenTofu's registry may not) are refused unless
+//! `upstream.require_signature` is off for their host; such versions are recorded as
+//! [`SignatureKind::Unsigned`]. Archives that come with no origin signature at all (a plain
+//! mirror directory imported on an operator's say-so) are [`SignatureKind::Unverified`].
+//!
+//! [`TrustPolicy::verify_sums`] is the one check every way into the cache goes through: `serve`
+//! (and with it `seed` and `lock`) when it builds a version record, and `import` for every
+//! bundle. [`TrustPolicy::admit`] applies the operator's rules to a classified archive (the
+//! HashiCorp pin, `upstream.min_trust`), wherever an archive is admitted or served.
 
+pub mod site;
+
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey};
@@ -28,7 +38,8 @@ use pgp::packet::SignatureType;
 use pgp::types::PublicKeyTrait;
 use serde::{Deserialize, Serialize};
 
-use crate::address::ProviderAddr;
+use crate::address::{Hostname, ProviderAddr};
+use crate::cache::Package;
 use crate::upstream::SigningKey;
 
 /// HashiCorp's public key, as published at hashicorp.com/security.
@@ -41,10 +52,13 @@ const MAX_ARMOR_LEN: usize = 256 * 1024;
 /// Most signing keys tried for one SHA256SUMS.
 const MAX_KEYS: usize = 16;
 
-/// How a version's SHA256SUMS signature was classified.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// How an archive's origin signature was classified; the trust levels, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SignatureKind {
+    /// No origin signature came with it: imported from a source that carries none, on the
+    /// operator's explicit say-so (`import --allow-unverified`).
+    Unverified,
     /// The origin listed no signing keys and `require_signature` is off for its host.
     Unsigned,
     /// Signed by a key the origin vouches for, without a HashiCorp trust signature.
@@ -56,13 +70,42 @@ pub enum SignatureKind {
 }
 
 impl SignatureKind {
+    /// Every level, weakest first.
+    pub const ALL: [SignatureKind; 5] = [
+        SignatureKind::Unverified,
+        SignatureKind::Unsigned,
+        SignatureKind::Community,
+        SignatureKind::Partner,
+        SignatureKind::Official,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
+            SignatureKind::Unverified => "unverified",
             SignatureKind::Unsigned => "unsigned",
             SignatureKind::Community => "community",
             SignatureKind::Partner => "partner",
             SignatureKind::Official => "official",
         }
+    }
+}
+
+impl std::fmt::Display for SignatureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SignatureKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<SignatureKind, String> {
+        SignatureKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!("{s:?} is not one of unverified, unsigned, community, partner, official")
+            })
     }
 }
 
@@ -308,6 +351,173 @@ impl Verifier {
     }
 }
 
+/// The operator's trust rules, from the configuration: `upstream.require_signature` (with its
+/// per-host overrides) and `upstream.min_trust`.
+#[derive(Debug, Clone)]
+pub struct TrustPolicy {
+    /// Refuse versions whose origin lists no signing keys.
+    pub require_signature: bool,
+    /// Per-host overrides of `require_signature`.
+    pub require_signature_for: BTreeMap<Hostname, bool>,
+    /// The weakest level admitted or served; `None`: every level.
+    pub min_trust: Option<SignatureKind>,
+}
+
+impl Default for TrustPolicy {
+    fn default() -> Self {
+        TrustPolicy {
+            require_signature: true,
+            require_signature_for: BTreeMap::new(),
+            min_trust: None,
+        }
+    }
+}
+
+/// Why a provider version or archive is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0}")]
+    Signature(TrustError),
+    #[error(
+        "the origin lists no signing keys, so SHA256SUMS cannot be verified (upstream.require_signature)"
+    )]
+    NoKeys,
+    #[error("SHA256SUMS lists {listed} for {filename} but the download metadata says {claimed}")]
+    ShasumsMismatch {
+        filename: String,
+        listed: String,
+        claimed: String,
+    },
+    #[error("SHA256SUMS has no line for {filename}")]
+    ShasumsMissing { filename: String },
+    #[error(
+        "{addr} is a HashiCorp provider: only archives signed with HashiCorp's key are admitted, \
+         and this one is {kind}"
+    )]
+    NotHashicorpSigned { addr: String, kind: SignatureKind },
+    #[error("{addr} is {kind}, below the configured upstream.min_trust ({min})")]
+    BelowMinTrust {
+        addr: String,
+        kind: SignatureKind,
+        min: SignatureKind,
+    },
+}
+
+impl Refusal {
+    /// The `reason` label of `provender_verification_failures_total`, or for a policy refusal
+    /// the `rule` label of `provender_policy_refusals_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Signature(e) => e.reason(),
+            Refusal::NoKeys => TrustError::NoKeys.reason(),
+            Refusal::ShasumsMismatch { .. } => "shasums_mismatch",
+            Refusal::ShasumsMissing { .. } => "shasums_missing",
+            Refusal::NotHashicorpSigned { .. } => "signature_not_hashicorp",
+            Refusal::BelowMinTrust { .. } => "min_trust",
+        }
+    }
+
+    /// Whether this is the operator's policy (a refusal, not a failed check of the origin).
+    pub fn is_policy(&self) -> bool {
+        matches!(self, Refusal::BelowMinTrust { .. })
+    }
+}
+
+impl TrustPolicy {
+    /// Whether versions from this registry host must carry a verifiable signature.
+    pub fn signature_required(&self, host: &Hostname) -> bool {
+        self.require_signature_for
+            .get(host)
+            .copied()
+            .unwrap_or(self.require_signature)
+    }
+
+    /// Whether an archive of `addr` whose origin signature is `kind` may be admitted or served:
+    /// a `hashicorp/*` provider of `registry.terraform.io` only with HashiCorp's signature,
+    /// anything only at `upstream.min_trust` or above.
+    pub fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), Refusal> {
+        if is_hashicorp_provider(addr) && kind != SignatureKind::Official {
+            return Err(Refusal::NotHashicorpSigned {
+                addr: addr.to_string(),
+                kind,
+            });
+        }
+        match self.min_trust {
+            Some(min) if kind < min => Err(Refusal::BelowMinTrust {
+                addr: addr.to_string(),
+                kind,
+                min,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Verifies one SHA256SUMS file of a provider version: its detached signature under the
+    /// signing keys of the `packages` that refer to it (or, without keys, the
+    /// `require_signature` rule), then that it lists every package's `shasum` for its file
+    /// name, then [`TrustPolicy::admit`]. Returns how the signature was classified.
+    pub fn verify_sums<'a>(
+        &self,
+        verifier: &Verifier,
+        addr: &ProviderAddr,
+        sums: &[u8],
+        signature: &[u8],
+        packages: impl IntoIterator<Item = &'a Package> + Clone,
+    ) -> Result<Trust, Refusal> {
+        let mut keys: Vec<SigningKey> = Vec::new();
+        for pkg in packages.clone() {
+            for key in &pkg.signing_keys {
+                if !keys.contains(key) {
+                    keys.push(key.clone());
+                }
+            }
+        }
+        let trust = match verifier.verify(addr, sums, signature, &keys) {
+            Ok(trust) => trust,
+            Err(TrustError::NoKeys) if self.signature_required(&addr.hostname) => {
+                return Err(Refusal::NoKeys);
+            }
+            Err(TrustError::NoKeys) => Trust {
+                kind: SignatureKind::Unsigned,
+                key_id: None,
+            },
+            Err(e) => return Err(Refusal::Signature(e)),
+        };
+        for pkg in packages {
+            match sums_lookup(sums, &pkg.filename) {
+                Some(listed) if listed == pkg.shasum => {}
+                Some(listed) => {
+                    return Err(Refusal::ShasumsMismatch {
+                        filename: pkg.filename.clone(),
+                        listed,
+                        claimed: pkg.shasum.clone(),
+                    });
+                }
+                None => {
+                    return Err(Refusal::ShasumsMissing {
+                        filename: pkg.filename.clone(),
+                    });
+                }
+            }
+        }
+        self.admit(addr, trust.kind)?;
+        Ok(trust)
+    }
+}
+
+/// Finds the SHA-256 (lowercase hex) that a SHA256SUMS file lists for `filename`.
+/// Lines are `<hex>  <name>` or `<hex> *<name>`; blank and malformed lines are ignored.
+pub fn sums_lookup(sums: &[u8], filename: &str) -> Option<String> {
+    let text = std::str::from_utf8(sums).ok()?;
+    text.lines().find_map(|line| {
+        let line = line.trim_end_matches('\r');
+        let (hash, rest) = line.split_once(' ')?;
+        let name = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('*'))?;
+        (name == filename && hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| hash.to_ascii_lowercase())
+    })
+}
+
 /// The binary body of the first armored block in `armor`.
 fn dearmor(armor: &str) -> Result<Vec<u8>, String> {
     use std::io::Read;
@@ -515,5 +725,19 @@ mod tests {
             .collect();
         assert!(ids.contains(&"34365D9472D7468F".to_string()), "{ids:?}");
         assert!(!v.partners.keys.is_empty());
+    }
+
+    #[test]
+    fn sums_lookup_finds_the_line() {
+        let h = "0123456789abcdef".repeat(4);
+        let sums = format!(
+            "{h}  a.zip\n\n{}  b.zip\r\nnonsense\n{h} *c.zip\n",
+            "f".repeat(64)
+        );
+        assert_eq!(sums_lookup(sums.as_bytes(), "a.zip"), Some(h.clone()));
+        assert_eq!(sums_lookup(sums.as_bytes(), "b.zip"), Some("f".repeat(64)));
+        assert_eq!(sums_lookup(sums.as_bytes(), "c.zip"), Some(h));
+        assert_eq!(sums_lookup(sums.as_bytes(), "d.zip"), None);
+        assert_eq!(sums_lookup(b"\xff\xfe", "a.zip"), None);
     }
 }

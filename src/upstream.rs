@@ -21,7 +21,7 @@ use url::Url;
 
 pub use documents::{
     DocumentError, DownloadInfo, ListedVersion, SigningKey, VersionList, parse_discovery,
-    parse_download, parse_versions, sums_lookup,
+    parse_download, parse_versions,
 };
 
 use crate::address::{Hostname, Platform, ProviderAddr, Version};

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::address::{Platform, ProviderAddr, Version};
+use crate::trust::SignatureKind;
 use crate::upstream::{DownloadInfo, ListedVersion, SigningKey};
 
 /// A provider's version list as last fetched from its origin.
@@ -176,17 +177,24 @@ impl VersionRecord {
         self.sums.iter().position(|s| s.url == url)
     }
 
-    /// The weakest signature classification over the version's SHA256SUMS files; `None` if
-    /// any of them was never checked.
-    pub fn signature(&self) -> Option<crate::trust::Trust> {
-        let mut weakest: Option<crate::trust::Trust> = None;
-        for s in &self.sums {
-            let t = s.trust.clone()?;
-            if weakest.as_ref().is_none_or(|w| t.kind < w.kind) {
-                weakest = Some(t);
-            }
-        }
-        weakest
+    /// The trust level of one platform's package: how the SHA256SUMS it is listed in verified.
+    /// A package without origin checksums (imported from a mirror directory), or whose
+    /// checksums were recorded before levels were kept, is [`SignatureKind::Unverified`].
+    pub fn trust_of(&self, platform: &Platform) -> SignatureKind {
+        self.packages
+            .get(platform)
+            .and_then(|pkg| self.sums.iter().find(|s| s.url == pkg.shasums_url))
+            .and_then(|s| s.trust.as_ref())
+            .map_or(SignatureKind::Unverified, |t| t.kind)
+    }
+
+    /// The weakest trust level among the version's packages.
+    pub fn weakest_trust(&self) -> SignatureKind {
+        self.packages
+            .keys()
+            .map(|p| self.trust_of(p))
+            .min()
+            .unwrap_or(SignatureKind::Unverified)
     }
 
     /// Whether every offered platform that passes `allowed` has been looked up.

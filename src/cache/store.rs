@@ -49,6 +49,10 @@ pub struct ArchiveInfo {
     /// Terraform's `h1:` hash of the zip's contents.
     pub h1: String,
     pub size: u64,
+    /// How the origin's signature over the archive's SHA256SUMS was classified when the archive
+    /// was admitted (absent in records written before levels were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<crate::trust::SignatureKind>,
 }
 
 /// An open, committed archive.
@@ -415,6 +419,7 @@ mod tests {
             sha256: "00".repeat(32),
             h1: "h1:x".into(),
             size: 9,
+            trust: None,
         };
         store.commit(&key(), staged, &info).await.unwrap();
 

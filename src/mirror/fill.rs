@@ -36,6 +36,7 @@ use crate::cache::Package;
 use crate::cache::{ArchiveInfo, ArchiveKey};
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::trust::SignatureKind;
 
 use super::Mirror;
 
@@ -79,6 +80,8 @@ pub struct Fill {
     pub key: ArchiveKey,
     /// The SHA-256 the origin published, which the bytes must match.
     pub sha256: String,
+    /// How the origin's signature over that SHA-256 was classified.
+    pub trust: SignatureKind,
     pub started_at: SystemTime,
     progress: watch::Sender<Progress>,
     /// Chunks that could not be written to disk, in order, starting at `on_disk`.
@@ -86,10 +89,11 @@ pub struct Fill {
 }
 
 impl Fill {
-    fn new(key: ArchiveKey, sha256: String) -> Fill {
+    fn new(key: ArchiveKey, sha256: String, trust: SignatureKind) -> Fill {
         Fill {
             key,
             sha256,
+            trust,
             started_at: SystemTime::now(),
             progress: watch::channel(Progress::default()).0,
             memory: Mutex::new(Vec::new()),
@@ -254,12 +258,17 @@ fn read_at(file: &std::fs::File, offset: u64, len: usize) -> io::Result<Bytes> {
 impl Mirror {
     /// Joins the fill in progress for `key`, or starts one. Returns it and whether this call
     /// started it.
-    pub(super) fn fill_for(self: &Arc<Self>, key: &ArchiveKey, pkg: &Package) -> (Arc<Fill>, bool) {
+    pub(super) fn fill_for(
+        self: &Arc<Self>,
+        key: &ArchiveKey,
+        pkg: &Package,
+        trust: SignatureKind,
+    ) -> (Arc<Fill>, bool) {
         let mut fills = self.fills.lock().expect("fill table lock");
         if let Some(fill) = fills.get(key) {
             return (fill.clone(), false);
         }
-        let fill = Arc::new(Fill::new(key.clone(), pkg.shasum.clone()));
+        let fill = Arc::new(Fill::new(key.clone(), pkg.shasum.clone(), trust));
         fills.insert(key.clone(), fill.clone());
         tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone()));
         (fill, true)
@@ -429,6 +438,7 @@ impl Mirror {
             sha256,
             h1: h1.clone(),
             size,
+            trust: Some(fill.trust),
         };
         self.store
             .commit(key, staged, &info)

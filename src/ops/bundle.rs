@@ -10,12 +10,18 @@
 //!
 //! A bundle is one uncompressed tar file: first `provender-bundle.json` (the [`Manifest`]: every
 //! archive with its size, SHA-256 and `h1:`, plus the origin's download metadata and checksum
-//! files where the cache has them), then the mirror layout above, then the origin's SHA256SUMS
-//! files and signatures under `provender-origin/`. Extracted, a bundle is itself a usable
-//! mirror directory. Import trusts nothing in it that the manifest does not pin by hash, and
-//! accepts no entry the manifest does not name.
+//! files where the cache has them), then, when the exporting site has a key,
+//! `provender-bundle.json.sig` (its signature over the manifest's bytes, see
+//! [`crate::trust::site`]), then the mirror layout above, then the origin's SHA256SUMS files and
+//! signatures under `provender-origin/`. Extracted, a bundle is itself a usable mirror
+//! directory. Import trusts nothing in it that the manifest does not pin by hash, and accepts no
+//! entry the manifest does not name.
+//!
+//! A bundle comes from outside, so [`walk`] reads it as hostile input: every size is bounded,
+//! every path must be one the manifest puts in the layout, every entry must be a regular file,
+//! named once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::path::Path;
 
@@ -34,6 +40,10 @@ pub const FORMAT: &str = "provender-bundle";
 pub const FORMAT_VERSION: u32 = 1;
 /// Where the origin's checksum files live inside a bundle.
 pub const ORIGIN_DIR: &str = "provender-origin";
+/// The manifest's signature inside a bundle (its second entry, when the bundle is signed).
+pub const SIGNATURE_NAME: &str = "provender-bundle.json.sig";
+/// Largest manifest, signature, mirror JSON document or checksum file accepted.
+pub const MAX_DOCUMENT: u64 = 64 << 20;
 
 /// What a bundle holds, with every hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +184,293 @@ impl Manifest {
     }
 }
 
+/// What a bundle entry must be, by the manifest: an archive (version `v`, archive `a`), a mirror
+/// document with exactly these bytes, or an origin checksum file (version `v`, file `s`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    Archive { v: usize, a: usize },
+    Document(Vec<u8>),
+    Sums { v: usize, s: usize, signature: bool },
+}
+
+impl Manifest {
+    /// Parses a manifest and checks that it is one this build reads and that every entry it
+    /// names is where the layout puts it.
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
+        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        if manifest.format != FORMAT || manifest.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "format {:?} version {} is not {FORMAT} version {FORMAT_VERSION}",
+                manifest.format, manifest.format_version
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for v in &manifest.versions {
+            let at = format!("{} {}", v.source, v.version);
+            let addr = parse_source(&v.source)?;
+            if !seen.insert((addr.clone(), v.version.clone())) {
+                return Err(format!("{at} is listed twice"));
+            }
+            check_version_entry(&addr, v).map_err(|e| format!("{at}: {e}"))?;
+        }
+        Ok(manifest)
+    }
+
+    /// Every entry the bundle must hold after the manifest and its signature, by path.
+    pub fn expected(&self) -> Result<HashMap<String, Expect>, String> {
+        let mut expected = HashMap::new();
+        for (vi, v) in self.versions.iter().enumerate() {
+            for (ai, a) in v.archives.iter().enumerate() {
+                expected.insert(a.path.clone(), Expect::Archive { v: vi, a: ai });
+            }
+            for (si, s) in v.sums.iter().enumerate() {
+                for (path, signature) in [(&s.path, false), (&s.signature_path, true)] {
+                    let sums = Expect::Sums {
+                        v: vi,
+                        s: si,
+                        signature,
+                    };
+                    expected.insert(path.clone(), sums);
+                }
+            }
+        }
+        for (path, doc) in self.mirror_documents()? {
+            expected.insert(path, Expect::Document(doc));
+        }
+        Ok(expected)
+    }
+}
+
+/// Checks that a manifest entry names things where the layout puts them.
+fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), String> {
+    let mut platforms = BTreeSet::new();
+    for a in &v.archives {
+        if !platforms.insert(&a.platform) {
+            return Err(format!("platform {} is listed twice", a.platform));
+        }
+        if a.path != addr.archive_path(&v.version, &a.platform) {
+            return Err(format!(
+                "archive path {:?} is not where the layout puts it",
+                a.path
+            ));
+        }
+        if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "{}: sha256 {:?} is not 64 hex digits",
+                a.path, a.sha256
+            ));
+        }
+        if !a.h1.starts_with("h1:") {
+            return Err(format!("{}: h1 {:?} is not an h1: hash", a.path, a.h1));
+        }
+        if let Some(pkg) = &a.origin {
+            if pkg.shasum != a.sha256 {
+                return Err(format!(
+                    "{}: the origin's shasum {} differs from the manifest's sha256 {}",
+                    a.path, pkg.shasum, a.sha256
+                ));
+            }
+            if v.sums.iter().all(|s| s.reference.url != pkg.shasums_url) {
+                return Err(format!(
+                    "{}: the origin's SHA256SUMS it refers to is not in the bundle",
+                    a.path
+                ));
+            }
+        }
+    }
+    for (k, s) in v.sums.iter().enumerate() {
+        if s.path != sums_path(addr, &v.version, k, false)
+            || s.signature_path != sums_path(addr, &v.version, k, true)
+        {
+            return Err(format!("checksum file {k} is not where the layout puts it"));
+        }
+    }
+    Ok(())
+}
+
+/// Reads at most `limit` bytes; more is an error.
+pub fn read_limited(reader: &mut impl Read, limit: u64) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    reader
+        .take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
+    if out.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(out)
+}
+
+/// The start of a bundle: its manifest, the manifest's exact bytes, and its signature.
+#[derive(Debug)]
+pub struct Head {
+    pub manifest: Manifest,
+    pub manifest_bytes: Vec<u8>,
+    pub signature: Option<crate::trust::site::ManifestSignature>,
+}
+
+/// What a walk through a bundle found besides its archives: the origin's checksum files
+/// (version, file, signature?) -> bytes, each matching the manifest's SHA-256.
+pub type SumsFiles = HashMap<(usize, usize, bool), Vec<u8>>;
+
+/// Reads a bundle from `reader`, checking every entry against its manifest: documents byte for
+/// byte, checksum files by SHA-256, and each archive through `archive(entry, v, a, body)` (the
+/// manifest's entry for it, version `v`, archive `a`), which must check it against the entry. `head` sees the manifest and its signature before any
+/// other entry is read; an error from it stops the walk. Problems are pushed to `failed` as
+/// (what, why); the walk goes on where it can, so one run reports them all. Returns the head
+/// and the checksum files when the head could be read.
+pub fn walk(
+    reader: impl Read,
+    failed: &mut Vec<(String, String)>,
+    head: impl FnOnce(&Head) -> Result<(), String>,
+    mut archive: impl FnMut(&BundleArchive, usize, usize, &mut dyn Read) -> Result<(), String>,
+) -> Option<(Head, SumsFiles)> {
+    let mut tar = tar::Archive::new(reader);
+    let mut entries = match tar.entries() {
+        Ok(e) => e,
+        Err(e) => {
+            failed.push(("not a tar bundle".into(), e.to_string()));
+            return None;
+        }
+    };
+    let entry_name = |entry: &tar::Entry<'_, _>| -> String {
+        entry
+            .path()
+            .map(|p| p.to_string_lossy().to_string())
+            .unwrap_or_default()
+    };
+    let (manifest, manifest_bytes) = match entries.next() {
+        Some(Ok(mut entry)) => {
+            let name = entry_name(&entry);
+            if name != MANIFEST_NAME {
+                failed.push((
+                    "manifest".into(),
+                    format!("the first entry is {name:?}, not {MANIFEST_NAME}"),
+                ));
+                return None;
+            }
+            let parsed = read_limited(&mut entry, MAX_DOCUMENT)
+                .and_then(|b| Manifest::parse(&b).map(|m| (m, b)));
+            match parsed {
+                Ok(m) => m,
+                Err(e) => {
+                    failed.push((MANIFEST_NAME.into(), e));
+                    return None;
+                }
+            }
+        }
+        Some(Err(e)) => {
+            failed.push(("not a tar bundle".into(), e.to_string()));
+            return None;
+        }
+        None => {
+            failed.push(("manifest".into(), "the bundle is empty".into()));
+            return None;
+        }
+    };
+    let mut expected = match manifest.expected() {
+        Ok(e) => e,
+        Err(e) => {
+            failed.push((MANIFEST_NAME.into(), e));
+            return None;
+        }
+    };
+    // The signature, if any, is the second entry; otherwise that entry is an ordinary one.
+    let mut second = entries.next();
+    let mut signature = None;
+    if let Some(Ok(entry)) = &mut second {
+        if entry_name(entry) == SIGNATURE_NAME {
+            match read_limited(entry, MAX_DOCUMENT)
+                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            {
+                Ok(sig) => signature = Some(sig),
+                Err(e) => {
+                    failed.push((SIGNATURE_NAME.into(), e));
+                    return None;
+                }
+            }
+            second = None;
+        }
+    }
+    let head_read = Head {
+        manifest,
+        manifest_bytes,
+        signature,
+    };
+    if let Err(e) = head(&head_read) {
+        failed.push((MANIFEST_NAME.into(), e));
+        return None;
+    }
+
+    let mut sums = SumsFiles::new();
+    for entry in second.into_iter().chain(entries) {
+        let mut entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                failed.push(("reading".into(), e.to_string()));
+                break;
+            }
+        };
+        let name = match entry.path() {
+            Ok(p) => p.to_string_lossy().to_string(),
+            Err(e) => {
+                failed.push(("entry name".into(), e.to_string()));
+                continue;
+            }
+        };
+        let Some(expect) = expected.remove(&name) else {
+            failed.push((name, "not named by the manifest (or present twice)".into()));
+            continue;
+        };
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            failed.push((name, "not a regular file".into()));
+            continue;
+        }
+        let checked = match expect {
+            Expect::Document(want) => match read_limited(&mut entry, MAX_DOCUMENT) {
+                Ok(got) if got == want => Ok(()),
+                Ok(_) => Err("does not match the manifest's hashes".to_string()),
+                Err(e) => Err(e),
+            },
+            Expect::Sums { v, s, signature } => {
+                let meta = &head_read.manifest.versions[v].sums[s];
+                let want = if signature {
+                    &meta.signature_sha256
+                } else {
+                    &meta.sha256
+                };
+                read_limited(&mut entry, MAX_DOCUMENT).and_then(|got| {
+                    let sha = crate::hash::sha256_hex(&got);
+                    if &sha == want {
+                        sums.insert((v, s, signature), got);
+                        Ok(())
+                    } else {
+                        Err(format!("SHA-256 is {sha}, the manifest says {want}"))
+                    }
+                })
+            }
+            Expect::Archive { v, a } => archive(
+                &head_read.manifest.versions[v].archives[a],
+                v,
+                a,
+                &mut entry,
+            ),
+        };
+        if let Err(e) = checked {
+            failed.push((name, e));
+        }
+    }
+    let mut missing: Vec<String> = expected.into_keys().collect();
+    missing.sort();
+    for m in missing {
+        failed.push((
+            m,
+            "named by the manifest but missing from the bundle".into(),
+        ));
+    }
+    Some((head_read, sums))
+}
+
 /// Parses a manifest `source`, which must be the full `host/namespace/type` form.
 pub fn parse_source(source: &str) -> Result<ProviderAddr, String> {
     let addr = ProviderAddr::parse(source).map_err(|e| e.to_string())?;
@@ -188,7 +485,7 @@ pub fn parse_source(source: &str) -> Result<ProviderAddr, String> {
 /// SHA-256 (hex) and length of everything `reader` yields, copying it to `out`, reading at most
 /// `limit` bytes (one more means "too large").
 pub fn copy_hashing(
-    reader: &mut impl Read,
+    reader: &mut (impl Read + ?Sized),
     out: &mut impl io::Write,
     limit: u64,
 ) -> io::Result<(String, u64)> {

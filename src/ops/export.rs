@@ -15,6 +15,7 @@ use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{ArchiveInfo, ArchiveKey, StoredArchive};
 use crate::constraints::Constraints;
 use crate::mirror::Mirror;
+use crate::trust::site::SiteKey;
 
 /// `provender export`
 #[derive(clap::Args, Debug)]
@@ -35,6 +36,10 @@ pub struct ExportArgs {
     /// Write one bundle file (tar with a manifest of every hash) instead of a directory.
     #[arg(long, value_name = "FILE", conflicts_with = "dir")]
     pub bundle: Option<PathBuf>,
+    /// Sign the bundle's manifest with this site key (default: bundles.signing_key_file; make
+    /// one with `provender keygen`).
+    #[arg(long, value_name = "KEY_FILE", requires = "bundle")]
+    pub signing_key: Option<PathBuf>,
     /// The mirror directory to write (created if needed; existing files are replaced).
     #[arg(value_name = "DIR", required_unless_present = "bundle")]
     pub dir: Option<PathBuf>,
@@ -98,6 +103,19 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         let w = super::inputs::parse_provider_arg(p).map_err(usage)?;
         filters.push((w.addr, w.constraints));
     }
+    let key_file = args
+        .signing_key
+        .clone()
+        .or_else(|| settings.signing_key_file.clone());
+    let site_key = match (&args.bundle, &key_file) {
+        (Some(_), Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|pem| SiteKey::from_pem(&pem))
+                .map_err(|e| usage(format!("site key {}: {e}", path.display())))?,
+        ),
+        _ => None,
+    };
     let (mirror, _) = super::open_mirror(settings)?;
     let mut failed = Vec::new();
     let selection = select(&mirror, &filters, &args.platforms, &mut failed).await?;
@@ -111,7 +129,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         .flatten()
         .fold((0, 0), |(n, b), c| (n + 1, b + c.info.size));
     let written = match (&args.bundle, &args.dir) {
-        (Some(file), _) => write_bundle(&mirror, &selection, file, bytes).await,
+        (Some(file), _) => write_bundle(&mirror, &selection, file, bytes, site_key.as_ref()).await,
         (None, Some(dir)) => write_dir(&mirror, &selection, dir, bytes, &mut failed).await,
         (None, None) => return Err(usage("give a directory or --bundle FILE")),
     };
@@ -122,6 +140,16 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                 human_bytes(bytes),
                 selection.len()
             );
+            if args.bundle.is_some() {
+                match &site_key {
+                    Some(key) => println!("signed with site key {}", key.public().id()),
+                    None => eprintln!(
+                        "warning: the bundle is unsigned (no bundles.signing_key_file or \
+                         --signing-key): importers must pass --allow-unverified. Make a site \
+                         key with `provender keygen`."
+                    ),
+                }
+            }
             for ((addr, version), chosen) in &selection {
                 let platforms: Vec<String> =
                     chosen.iter().map(|c| c.key.platform.to_string()).collect();
@@ -228,6 +256,7 @@ async fn write_bundle(
     selection: &Selection,
     file: &Path,
     bytes: u64,
+    site_key: Option<&SiteKey>,
 ) -> Result<String, String> {
     // The manifest comes first, so gather everything it says before writing any archive.
     let mut manifest = Manifest {
@@ -331,6 +360,13 @@ async fn write_bundle(
         tar.append_bytes(bundle::MANIFEST_NAME, &manifest_bytes)
             .await
             .map_err(io)?;
+        if let Some(key) = site_key {
+            let signature = serde_json::to_vec_pretty(&key.sign(&manifest_bytes))
+                .expect("signature serialises");
+            tar.append_bytes(bundle::SIGNATURE_NAME, &signature)
+                .await
+                .map_err(io)?;
+        }
         for (path, doc) in &documents {
             tar.append_bytes(path, doc).await.map_err(io)?;
         }

@@ -3,13 +3,20 @@
 //!
 //! Two phases, so that a failure leaves the cache exactly as it was:
 //!
-//! 1. **Verify everything.** Each archive is copied into the cache's staging area while its
-//!    SHA-256 is computed, then its `h1:` is computed, and both are compared with what the
-//!    source promises: the bundle manifest's hashes (and the origin's SHA256SUMS lines when the
-//!    bundle carries them), or a mirror directory's `<version>.json` hashes (every `h1:` and
-//!    `zh:` listed must match, and at least one must be listed). A bundle entry the manifest
-//!    does not name, or a named entry that is missing, is an error. An archive the cache already
-//!    holds with different bytes is an error too.
+//! 1. **Verify everything.** A bundle must be signed by a site in `bundles.trusted_keys` (its
+//!    manifest's signature; see [`crate::trust::site`]); a directory carries no signature at
+//!    all. Either is refused unless the operator passes `--allow-unverified`. Then each archive
+//!    is copied into the cache's staging area while its SHA-256 is computed, then its `h1:` is
+//!    computed, and both are compared with what the source promises: the bundle manifest's
+//!    hashes, or a mirror directory's `<version>.json` hashes (every `h1:` and `zh:` listed must
+//!    match, and at least one must be listed). The origin's SHA256SUMS in a bundle go through
+//!    the same [`TrustPolicy::verify_sums`] as when `serve` fetches them (signature, the
+//!    `require_signature` rule, the HashiCorp pin, every `shasum` listed), and every archive
+//!    through [`TrustPolicy::admit`] (the HashiCorp pin, `upstream.min_trust`). An archive with no
+//!    origin signature is recorded as `unverified`, as is an unsigned origin's archive in a bundle
+//!    no trusted site vouches for. A bundle entry the manifest does not name, or a named entry
+//!    that is missing, is an error. An archive the cache already holds with different bytes is
+//!    an error too.
 //! 2. **Admit.** Only when nothing failed: archives are committed (each atomically), then the
 //!    origin's checksum files, then version records, then version lists, so metadata never
 //!    describes an archive that is not there. Archives already present are left alone, so
@@ -24,7 +31,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::bundle::{self, BundleVersion, Manifest};
+use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{
@@ -33,20 +40,25 @@ use crate::cache::{
 };
 use crate::hash::HashLimits;
 use crate::mirror::Mirror;
-
-/// Largest manifest, mirror JSON document or checksum file accepted.
-const MAX_DOCUMENT: u64 = 64 << 20;
+use crate::trust::site::{Custody, SitePublicKey};
+use crate::trust::{SignatureKind, Trust, TrustPolicy, Verifier};
 
 /// `provender import`
 #[derive(clap::Args, Debug)]
 #[command(
     after_help = "SOURCE is a bundle made by `provender export --bundle`, a directory made \
 by `provender export`, or a directory made by `terraform providers mirror`.\nNothing is admitted \
-unless every archive checks out; importing the same source again changes nothing."
+unless every archive checks out; importing the same source again changes nothing.\nA bundle must \
+be signed by a site in bundles.trusted_keys; anything else needs --allow-unverified."
 )]
 pub struct ImportArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Admit a source no trusted site vouches for (an unsigned bundle, a mirror directory);
+    /// what no origin signature covers is recorded as `unverified`. HashiCorp's providers are
+    /// never admitted without HashiCorp's signature.
+    #[arg(long)]
+    pub allow_unverified: bool,
     /// The bundle file or mirror directory to import.
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
@@ -78,6 +90,11 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let meta = std::fs::metadata(&args.source)
         .map_err(|e| usage(format!("{}: {e}", args.source.display())))?;
     let limits = settings.hash_limits();
+    let rules = Rules {
+        trust: settings.trust.clone(),
+        trusted_sites: settings.trusted_site_keys.clone(),
+        allow_unverified: args.allow_unverified,
+    };
     let (mirror, staging) = super::open_mirror(settings)?;
     let source = args.source.clone();
     let total = if meta.is_dir() {
@@ -88,20 +105,21 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let bar = progress(total, "verifying", true);
     let bar2 = bar.clone();
     let handle = tokio::runtime::Handle::current();
-    let (imports, mut failed) = tokio::task::spawn_blocking(move || {
+    let (imports, custody, mut failed) = tokio::task::spawn_blocking(move || {
         let checker = Checker {
             handle: &handle,
             staging: &staging,
             bar: &bar2,
             limits,
+            rules: &rules,
         };
         let mut failed = Failures::new();
-        let imports = if meta.is_dir() {
-            from_dir(&checker, &source, &mut failed)
+        let (imports, custody) = if meta.is_dir() {
+            (from_dir(&checker, &source, &mut failed), None)
         } else {
             from_bundle(&checker, &source, &mut failed)
         };
-        (imports, failed)
+        (imports, custody, failed)
     })
     .await
     .map_err(|e| OpsError::Failed(anyhow::anyhow!("verification task failed: {e}")))?;
@@ -119,6 +137,12 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         return Ok(Outcome::Failed);
     }
     let warnings = unserved(mirror.settings(), &imports);
+    let mut levels: BTreeMap<SignatureKind, usize> = BTreeMap::new();
+    for a in imports.iter().flat_map(|v| &v.archives) {
+        *levels
+            .entry(a.info.trust.unwrap_or(SignatureKind::Unverified))
+            .or_default() += 1;
+    }
     let (added, present) = match admit(&mirror, imports).await {
         Ok(r) => r,
         Err(e) => {
@@ -136,6 +160,17 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         human_bytes(bytes),
         present.len()
     );
+    match custody {
+        Some(Custody::Trusted(id)) => println!("signed by trusted site key {id}"),
+        Some(Custody::Untrusted(why)) => {
+            println!("not vouched for by a trusted site ({why}); admitted with --allow-unverified")
+        }
+        None => {
+            println!("a mirror directory carries no signature; admitted with --allow-unverified")
+        }
+    }
+    let levels: Vec<String> = levels.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    println!("trust levels: {}", levels.join(", "));
     for (title, list) in [("added", &added), ("already present", &present)] {
         if !list.is_empty() {
             println!("{title} ({}):", list.len());
@@ -179,20 +214,44 @@ fn unserved(settings: &crate::config::Settings, imports: &[VersionImport]) -> Ve
     hosts.chain(platforms).collect()
 }
 
+/// The rules an import is checked against: the same trust policy as `serve`, the sites whose
+/// bundles are trusted, and whether the operator accepts what no one vouches for.
+struct Rules {
+    trust: TrustPolicy,
+    trusted_sites: Vec<SitePublicKey>,
+    allow_unverified: bool,
+}
+
+impl Rules {
+    /// Whether an archive of `addr` at level `kind` may be admitted.
+    fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), String> {
+        self.trust.admit(addr, kind).map_err(|r| r.to_string())?;
+        if kind == SignatureKind::Unverified && !self.allow_unverified {
+            return Err(
+                "no origin signature covers it and no trusted site vouches for it; \
+                        pass --allow-unverified to admit it as unverified"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// What the verifying phase works with, on a blocking thread: the runtime that the staging
-/// area's calls are run on, the staging area, the progress bar, and the configured bounds on
-/// hashing one archive (the same as when `serve` fetches it).
+/// area's calls are run on, the staging area, the progress bar, the configured bounds on
+/// hashing one archive (the same as when `serve` fetches it), and the rules.
 struct Checker<'a> {
     handle: &'a tokio::runtime::Handle,
     staging: &'a Staging,
     bar: &'a indicatif::ProgressBar,
     limits: HashLimits,
+    rules: &'a Rules,
 }
 
 /// Copies `reader` into a new staging file, hashing it; returns the file, its SHA-256 and size.
 fn stage(
     checker: &Checker,
-    reader: &mut impl Read,
+    reader: &mut dyn Read,
     limit: u64,
 ) -> Result<(StagedFile, String, u64), String> {
     let (staged, file) = checker
@@ -211,272 +270,170 @@ fn stage(
     Ok((staged, sha, size))
 }
 
-fn read_limited(reader: &mut impl Read, limit: u64) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    reader
-        .take(limit + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
-    if out.len() as u64 > limit {
-        return Err(format!("larger than {limit} bytes"));
+/// Who vouches for a bundle, from its head: refused outright when a trusted site's signature
+/// does not verify, and when no trusted site signed it unless `--allow-unverified` is given.
+fn custody(rules: &Rules, head: &Head) -> Result<Custody, String> {
+    let custody = match &head.signature {
+        Some(sig) => sig
+            .custody(&head.manifest_bytes, &rules.trusted_sites)
+            .map_err(|e| e.to_string())?,
+        None => Custody::Untrusted("the bundle is not signed".into()),
+    };
+    match &custody {
+        Custody::Untrusted(why) if !rules.allow_unverified => Err(format!(
+            "{why}: only bundles signed by a site in bundles.trusted_keys are imported \
+             (pass --allow-unverified to import it anyway)"
+        )),
+        _ => Ok(custody),
     }
-    Ok(out)
 }
 
-/// What a bundle entry is expected to be.
-enum Expect {
-    Archive { v: usize, a: usize },
-    Document(Vec<u8>),
-    Sums { v: usize, s: usize, signature: bool },
-}
-
-fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> Vec<VersionImport> {
+fn from_bundle(
+    checker: &Checker,
+    path: &Path,
+    failed: &mut Failures,
+) -> (Vec<VersionImport>, Option<Custody>) {
     let shown = path.display().to_string();
-    let mut fail = |what: &str, why: String| failed.push((format!("{shown}: {what}"), why));
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) => {
-            fail("open", e.to_string());
-            return Vec::new();
+            failed.push((format!("{shown}: open"), e.to_string()));
+            return (Vec::new(), None);
         }
     };
-    let mut tar = tar::Archive::new(BufReader::with_capacity(
-        256 * 1024,
-        checker.bar.wrap_read(file),
-    ));
-    let mut entries = match tar.entries() {
-        Ok(e) => e,
-        Err(e) => {
-            fail("not a tar bundle", e.to_string());
-            return Vec::new();
-        }
-    };
-    // The manifest first.
-    let manifest: Manifest = match entries.next() {
-        Some(Ok(mut entry)) => {
-            let name = entry
-                .path()
-                .map(|p| p.to_string_lossy().to_string())
-                .unwrap_or_default();
-            if name != bundle::MANIFEST_NAME {
-                fail(
-                    "manifest",
-                    format!("the first entry is {name:?}, not {}", bundle::MANIFEST_NAME),
-                );
-                return Vec::new();
-            }
-            match read_limited(&mut entry, MAX_DOCUMENT)
-                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            {
-                Ok(m) => m,
-                Err(e) => {
-                    fail(bundle::MANIFEST_NAME, e);
-                    return Vec::new();
-                }
-            }
-        }
-        Some(Err(e)) => {
-            fail("not a tar bundle", e.to_string());
-            return Vec::new();
-        }
-        None => {
-            fail("manifest", "the bundle is empty".into());
-            return Vec::new();
-        }
-    };
-    if manifest.format != bundle::FORMAT || manifest.format_version != bundle::FORMAT_VERSION {
-        fail(
-            bundle::MANIFEST_NAME,
-            format!(
-                "format {:?} version {} is not {} version {}",
-                manifest.format,
-                manifest.format_version,
-                bundle::FORMAT,
-                bundle::FORMAT_VERSION
-            ),
-        );
-        return Vec::new();
-    }
-    let mut expected: HashMap<String, Expect> = HashMap::new();
-    let mut addrs = Vec::new();
-    let mut seen_versions = BTreeSet::new();
-    for (vi, v) in manifest.versions.iter().enumerate() {
-        let at = format!("{} {}", v.source, v.version);
-        let addr = match bundle::parse_source(&v.source) {
-            Ok(a) => a,
-            Err(e) => {
-                fail(bundle::MANIFEST_NAME, e);
-                return Vec::new();
-            }
-        };
-        if !seen_versions.insert((addr.clone(), v.version.clone())) {
-            fail(bundle::MANIFEST_NAME, format!("{at} is listed twice"));
-            return Vec::new();
-        }
-        if let Err(e) = check_version_entry(&addr, v) {
-            fail(bundle::MANIFEST_NAME, format!("{at}: {e}"));
-            return Vec::new();
-        }
-        for (ai, a) in v.archives.iter().enumerate() {
-            expected.insert(a.path.clone(), Expect::Archive { v: vi, a: ai });
-        }
-        for (si, s) in v.sums.iter().enumerate() {
-            expected.insert(
-                s.path.clone(),
-                Expect::Sums {
-                    v: vi,
-                    s: si,
-                    signature: false,
-                },
-            );
-            expected.insert(
-                s.signature_path.clone(),
-                Expect::Sums {
-                    v: vi,
-                    s: si,
-                    signature: true,
-                },
-            );
-        }
-        addrs.push(addr);
-    }
-    match manifest.mirror_documents() {
-        Ok(docs) => {
-            for (p, d) in docs {
-                expected.insert(p, Expect::Document(d));
-            }
-        }
-        Err(e) => {
-            fail(bundle::MANIFEST_NAME, e);
-            return Vec::new();
-        }
-    }
-
+    let reader = BufReader::with_capacity(256 * 1024, checker.bar.wrap_read(file));
+    let mut vouched = None;
     let mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)> = HashMap::new();
-    let mut sums: HashMap<(usize, usize, bool), Vec<u8>> = HashMap::new();
-    for entry in entries {
-        let mut entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                fail("reading", e.to_string());
-                break;
-            }
-        };
-        let name = match entry.path() {
-            Ok(p) => p.to_string_lossy().to_string(),
-            Err(e) => {
-                fail("entry name", e.to_string());
-                continue;
-            }
-        };
-        let Some(expect) = expected.remove(&name) else {
-            fail(&name, "not named by the manifest (or present twice)".into());
-            continue;
-        };
-        if entry.header().entry_type() != tar::EntryType::Regular {
-            fail(&name, "not a regular file".into());
-            continue;
-        }
-        match expect {
-            Expect::Document(want) => match read_limited(&mut entry, MAX_DOCUMENT) {
-                Ok(got) if got == want => {}
-                Ok(_) => fail(&name, "does not match the manifest's hashes".into()),
-                Err(e) => fail(&name, e),
-            },
-            Expect::Sums { v, s, signature } => {
-                let meta = &manifest.versions[v].sums[s];
-                let want = if signature {
-                    &meta.signature_sha256
-                } else {
-                    &meta.sha256
-                };
-                match read_limited(&mut entry, MAX_DOCUMENT) {
-                    Ok(got) if &crate::hash::sha256_hex(&got) == want => {
-                        sums.insert((v, s, signature), got);
-                    }
-                    Ok(got) => fail(
-                        &name,
-                        format!(
-                            "SHA-256 is {}, the manifest says {want}",
-                            crate::hash::sha256_hex(&got)
-                        ),
-                    ),
-                    Err(e) => fail(&name, e),
-                }
-            }
-            Expect::Archive { v, a } => {
-                let meta = &manifest.versions[v].archives[a];
-                checker.bar.set_message(name.clone());
-                match check_archive(checker, &mut entry, meta) {
-                    Ok((file, info)) => {
-                        staged.insert((v, a), (file, info));
-                    }
-                    Err(e) => fail(&name, e),
-                }
-            }
-        }
-    }
-    let mut missing: Vec<String> = expected.into_keys().collect();
-    missing.sort();
-    for m in missing {
-        fail(
-            &m,
-            "named by the manifest but missing from the bundle".into(),
-        );
-    }
+    let mut problems = Failures::new();
+    let walked = bundle::walk(
+        reader,
+        &mut problems,
+        |head| {
+            vouched = Some(custody(checker.rules, head)?);
+            Ok(())
+        },
+        |entry, v, a, body| {
+            checker.bar.set_message(entry.path.clone());
+            let checked = check_archive(checker, body, entry)?;
+            staged.insert((v, a), checked);
+            Ok(())
+        },
+    );
+    let at = |what: String| format!("{shown}: {what}");
+    failed.extend(problems.into_iter().map(|(what, why)| (at(what), why)));
+    let (Some((head, sums)), Some(custody)) = (walked, vouched) else {
+        return (Vec::new(), None);
+    };
     if !failed.is_empty() {
-        return Vec::new();
+        return (Vec::new(), Some(custody));
     }
+    let out = bundle_versions(checker, &head, sums, staged, &custody, &shown, failed);
+    if !failed.is_empty() {
+        return (Vec::new(), Some(custody));
+    }
+    (out, Some(custody))
+}
 
+/// Stages one archive and checks size, SHA-256 and `h1:` against its manifest entry.
+fn check_archive(
+    checker: &Checker,
+    reader: &mut dyn Read,
+    meta: &bundle::BundleArchive,
+) -> Result<(StagedFile, ArchiveInfo), String> {
+    let (file, sha, size) = stage(checker, reader, meta.size)?;
+    if size != meta.size {
+        return Err(format!("{size} bytes, the manifest says {}", meta.size));
+    }
+    if sha != meta.sha256 {
+        return Err(format!(
+            "SHA-256 is {sha}, the manifest says {}",
+            meta.sha256
+        ));
+    }
+    let h1 = bundle::h1_of_file(file.path(), checker.limits)
+        .map_err(|e| format!("unusable zip: {e}"))?;
+    if h1 != meta.h1 {
+        return Err(format!("h1 is {h1}, the manifest says {}", meta.h1));
+    }
+    let info = ArchiveInfo {
+        sha256: sha,
+        h1,
+        size,
+        trust: None,
+    };
+    Ok((file, info))
+}
+
+/// Checks every version's origin checksums against the trust policy, and classifies each
+/// staged archive (already checked against the manifest).
+fn bundle_versions(
+    checker: &Checker,
+    head: &Head,
+    mut sums: SumsFiles,
+    mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)>,
+    custody: &Custody,
+    shown: &str,
+    failed: &mut Failures,
+) -> Vec<VersionImport> {
+    let rules = checker.rules;
     let mut out = Vec::new();
-    for ((vi, v), addr) in manifest.versions.iter().enumerate().zip(addrs) {
+    for (vi, v) in head.manifest.versions.iter().enumerate() {
+        let addr = bundle::parse_source(&v.source).expect("checked by Manifest::parse");
         let mut refs = Vec::new();
         for (si, s) in v.sums.iter().enumerate() {
             let doc = sums.remove(&(vi, si, false)).unwrap_or_default();
             let sig = sums.remove(&(vi, si, true)).unwrap_or_default();
-            // The signature is checked again here, with the keys the origin listed, rather
-            // than taken on the bundle's word.
-            let mut reference = s.reference.clone();
-            let mut keys: Vec<crate::upstream::SigningKey> = Vec::new();
-            for pkg in v.archives.iter().filter_map(|a| a.origin.as_ref()) {
-                if pkg.shasums_url == reference.url {
-                    for k in &pkg.signing_keys {
-                        if !keys.contains(k) {
-                            keys.push(k.clone());
-                        }
-                    }
-                }
-            }
-            match crate::trust::Verifier::hashicorp().verify(&addr, &doc, &sig, &keys) {
-                Ok(trust) => reference.trust = Some(trust),
-                Err(crate::trust::TrustError::NoKeys) => reference.trust = None,
+            // The same check as when `serve` fetches them: the bundle's word is not taken.
+            let described = v
+                .archives
+                .iter()
+                .filter_map(|a| a.origin.as_ref())
+                .filter(|p| p.shasums_url == s.reference.url);
+            let verified =
+                rules
+                    .trust
+                    .verify_sums(Verifier::hashicorp(), &addr, &doc, &sig, described);
+            let mut trust = match verified {
+                Ok(trust) => trust,
                 Err(e) => {
                     failed.push((format!("{shown}: {}", s.path), e.to_string()));
                     continue;
                 }
+            };
+            // An origin that signs nothing is vouched for only by a trusted site.
+            if trust.kind == SignatureKind::Unsigned && !matches!(custody, Custody::Trusted(_)) {
+                trust = Trust {
+                    kind: SignatureKind::Unverified,
+                    key_id: None,
+                };
             }
+            let mut reference = s.reference.clone();
+            reference.trust = Some(trust);
             refs.push((reference, doc, sig));
         }
         let mut archives = Vec::new();
         for (ai, a) in v.archives.iter().enumerate() {
-            let Some((file, info)) = staged.remove(&(vi, ai)) else {
+            let Some((file, mut info)) = staged.remove(&(vi, ai)) else {
                 continue;
             };
-            if let Some(pkg) = &a.origin {
-                let sums_doc = refs.iter().find(|(r, _, _)| r.url == pkg.shasums_url);
-                let listed = sums_doc
-                    .and_then(|(_, doc, _)| crate::upstream::sums_lookup(doc, &pkg.filename));
-                if listed.as_deref() != Some(info.sha256.as_str()) {
-                    failed.push((
-                        format!("{shown}: {}", a.path),
-                        format!(
-                            "the origin's SHA256SUMS in the bundle does not list {} with SHA-256 {}",
-                            pkg.filename, info.sha256
-                        ),
-                    ));
-                    continue;
-                }
+            let fail = |why: String| (format!("{shown}: {}", a.path), why);
+            let kind = match &a.origin {
+                // `verify_sums` checked that the SHA256SUMS lists this shasum, which is the
+                // manifest's sha256 (Manifest::parse), which the bytes have.
+                Some(pkg) => match refs.iter().find(|(r, _, _)| r.url == pkg.shasums_url) {
+                    Some((r, _, _)) => r
+                        .trust
+                        .as_ref()
+                        .map_or(SignatureKind::Unverified, |t| t.kind),
+                    None => continue, // its SHA256SUMS failed; reported above
+                },
+                None => SignatureKind::Unverified,
+            };
+            if let Err(why) = rules.admit(&addr, kind) {
+                failed.push(fail(why));
+                continue;
             }
+            info.trust = Some(kind);
             archives.push(Verified {
                 key: ArchiveKey {
                     addr: addr.clone(),
@@ -496,82 +453,7 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> Vec<Ver
             sums: refs,
         });
     }
-    if !failed.is_empty() {
-        return Vec::new();
-    }
     out
-}
-
-/// Checks that a manifest entry names things where the layout puts them.
-fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), String> {
-    let mut platforms = BTreeSet::new();
-    for a in &v.archives {
-        if !platforms.insert(&a.platform) {
-            return Err(format!("platform {} is listed twice", a.platform));
-        }
-        if a.path != addr.archive_path(&v.version, &a.platform) {
-            return Err(format!(
-                "archive path {:?} is not where the layout puts it",
-                a.path
-            ));
-        }
-        if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
-                "{}: sha256 {:?} is not 64 hex digits",
-                a.path, a.sha256
-            ));
-        }
-        if !a.h1.starts_with("h1:") {
-            return Err(format!("{}: h1 {:?} is not an h1: hash", a.path, a.h1));
-        }
-        if let Some(pkg) = &a.origin {
-            if pkg.shasum != a.sha256 {
-                return Err(format!(
-                    "{}: the origin's shasum {} differs from the manifest's sha256 {}",
-                    a.path, pkg.shasum, a.sha256
-                ));
-            }
-        }
-    }
-    for (k, s) in v.sums.iter().enumerate() {
-        if s.path != bundle::sums_path(addr, &v.version, k, false)
-            || s.signature_path != bundle::sums_path(addr, &v.version, k, true)
-        {
-            return Err(format!("checksum file {k} is not where the layout puts it"));
-        }
-    }
-    Ok(())
-}
-
-/// Stages one archive and checks size, SHA-256 and `h1:` against the manifest.
-fn check_archive(
-    checker: &Checker,
-    reader: &mut impl Read,
-    meta: &bundle::BundleArchive,
-) -> Result<(StagedFile, ArchiveInfo), String> {
-    let (file, sha, size) = stage(checker, reader, meta.size)?;
-    if size != meta.size {
-        return Err(format!("{size} bytes, the manifest says {}", meta.size));
-    }
-    if sha != meta.sha256 {
-        return Err(format!(
-            "SHA-256 is {sha}, the manifest says {}",
-            meta.sha256
-        ));
-    }
-    let h1 = bundle::h1_of_file(file.path(), checker.limits)
-        .map_err(|e| format!("unusable zip: {e}"))?;
-    if h1 != meta.h1 {
-        return Err(format!("h1 is {h1}, the manifest says {}", meta.h1));
-    }
-    Ok((
-        file,
-        ArchiveInfo {
-            sha256: sha,
-            h1,
-            size,
-        },
-    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -620,6 +502,15 @@ fn subdirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
 
 fn from_dir(checker: &Checker, root: &Path, failed: &mut Failures) -> Vec<VersionImport> {
     let mut out = Vec::new();
+    if !checker.rules.allow_unverified {
+        failed.push((
+            root.display().to_string(),
+            "a mirror directory carries no signature, so nothing in it can be verified; pass \
+             --allow-unverified to admit it as unverified"
+                .into(),
+        ));
+        return out;
+    }
     let hosts = match subdirs(root) {
         Ok(h) => h,
         Err(e) => {
@@ -640,6 +531,10 @@ fn from_dir(checker: &Checker, root: &Path, failed: &mut Failures) -> Vec<Versio
                         continue;
                     }
                 };
+                if let Err(why) = checker.rules.admit(&addr, SignatureKind::Unverified) {
+                    failed.push((dir.display().to_string(), why));
+                    continue;
+                }
                 out.extend(provider_from_dir(checker, &addr, &dir, failed));
             }
         }
@@ -791,6 +686,7 @@ fn check_listed(
             sha256: sha,
             h1,
             size,
+            trust: Some(SignatureKind::Unverified),
         },
     ))
 }

@@ -1,5 +1,7 @@
 //! `provender ls`: what the cache holds, one line per archive, grouped by provider and version,
-//! with sizes and the last time each archive was read (where the file system records it).
+//! with sizes, the trust level of each archive's origin signature (official, partner,
+//! community, unsigned, unverified), and the last time each archive was read (where the file
+//! system records it).
 
 use std::time::SystemTime;
 
@@ -38,10 +40,18 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             &b.key.platform,
         ))
     });
+    let mut trust = Vec::with_capacity(entries.len());
+    for e in &entries {
+        trust.push(match &e.info {
+            Some(info) => mirror.archive_trust(&e.key, info).await.as_str(),
+            None => "-",
+        });
+    }
     if args.json {
         let rows: Vec<serde_json::Value> = entries
             .iter()
-            .map(|e| {
+            .zip(&trust)
+            .map(|(e, trust)| {
                 serde_json::json!({
                     "provider": e.key.addr.to_string(),
                     "version": e.key.version.to_string(),
@@ -49,6 +59,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                     "size": e.size,
                     "sha256": e.info.as_ref().map(|i| i.sha256.clone()),
                     "h1": e.info.as_ref().map(|i| i.h1.clone()),
+                    "trust": (*trust != "-").then_some(trust),
                     "modified": when(Some(e.modified)),
                     "last_used": e.last_used.map(|t| when(Some(t))),
                 })
@@ -60,9 +71,10 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         );
         return Ok(Outcome::Success);
     }
-    let rows: Vec<[String; 5]> = entries
+    let rows: Vec<[String; 6]> = entries
         .iter()
-        .map(|e| {
+        .zip(&trust)
+        .map(|(e, trust)| {
             let mut size = human_bytes(e.size);
             if e.info.is_none() {
                 size.push_str(" (no record: not served)");
@@ -72,11 +84,20 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 e.key.version.to_string(),
                 e.key.platform.to_string(),
                 size,
+                trust.to_string(),
                 when(e.last_used.or(Some(e.modified))),
             ]
         })
         .collect();
-    let header = ["PROVIDER", "VERSION", "PLATFORM", "SIZE", "LAST USED"].map(String::from);
+    let header = [
+        "PROVIDER",
+        "VERSION",
+        "PLATFORM",
+        "SIZE",
+        "TRUST",
+        "LAST USED",
+    ]
+    .map(String::from);
     let mut widths = header.clone().map(|h| h.len());
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {

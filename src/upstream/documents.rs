@@ -239,19 +239,6 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<DownloadInfo, 
     })
 }
 
-/// Finds the SHA-256 (lowercase hex) that a SHA256SUMS file lists for `filename`.
-/// Lines are `<hex>  <name>` or `<hex> *<name>`; blank and malformed lines are ignored.
-pub fn sums_lookup(sums: &[u8], filename: &str) -> Option<String> {
-    let text = std::str::from_utf8(sums).ok()?;
-    text.lines().find_map(|line| {
-        let line = line.trim_end_matches('\r');
-        let (hash, rest) = line.split_once(' ')?;
-        let name = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('*'))?;
-        (name == filename && hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| hash.to_ascii_lowercase())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,19 +440,5 @@ mod tests {
         }
         let err = parse_versions(br#"{"versions":7}"#).unwrap_err();
         assert!(err.to_string().contains("version list"), "{err}");
-    }
-
-    #[test]
-    fn sums_lookup_finds_the_line() {
-        let h = "0123456789abcdef".repeat(4);
-        let sums = format!(
-            "{h}  a.zip\n\n{}  b.zip\r\nnonsense\n{h} *c.zip\n",
-            "f".repeat(64)
-        );
-        assert_eq!(sums_lookup(sums.as_bytes(), "a.zip"), Some(h.clone()));
-        assert_eq!(sums_lookup(sums.as_bytes(), "b.zip"), Some("f".repeat(64)));
-        assert_eq!(sums_lookup(sums.as_bytes(), "c.zip"), Some(h));
-        assert_eq!(sums_lookup(sums.as_bytes(), "d.zip"), None);
-        assert_eq!(sums_lookup(b"\xff\xfe", "a.zip"), None);
     }
 }

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod custody;
 mod integrity;
 mod mirror;
 mod operations;

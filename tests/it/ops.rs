@@ -45,7 +45,9 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
 }
 
 /// A provender configuration file for a cache directory, reaching the origin at `origin`.
-fn config_file(
+/// Every configuration in one `dir` shares one site key ([`site_key`]): exports sign bundles
+/// with it and imports trust it, as two sites that exchanged public keys would.
+pub fn config_file(
     dir: &Path,
     name: &str,
     cache: &Path,
@@ -54,21 +56,46 @@ fn config_file(
     extra: &str,
 ) -> PathBuf {
     let ca_file = ca.write_ca(dir);
+    let (key_file, public) = site_key(dir);
     let path = dir.join(name);
     std::fs::write(
         &path,
         format!(
-            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"{REGISTRY}\"]\nca_file = \"{}\"\n{extra}\n\n[upstream.hosts.\"{REGISTRY}\"]\nconnect_to = \"{origin}\"\n",
+            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"{REGISTRY}\"]\nca_file = \"{}\"\n{extra}\n\n[upstream.hosts.\"{REGISTRY}\"]\nconnect_to = \"{origin}\"\n\n[bundles]\nsigning_key_file = \"{}\"\ntrusted_keys = [\"{public}\"]\n",
             cache.display(),
-            ca_file.display()
+            ca_file.display(),
+            key_file.display(),
         ),
     )
     .unwrap();
     path
 }
 
+/// The site key of `dir` (`dir/site.key`, made with `provender keygen` on first use) and its
+/// public key.
+pub fn site_key(dir: &Path) -> (PathBuf, String) {
+    let key = dir.join("site.key");
+    if !key.exists() {
+        let made = Command::new(env!("CARGO_BIN_EXE_provender"))
+            .args(["keygen", "--output"])
+            .arg(&key)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run provender keygen");
+        assert!(made.status.success(), "keygen: {made:?}");
+        let printed = String::from_utf8(made.stdout).unwrap();
+        let public = std::fs::read_to_string(dir.join("site.key.pub")).unwrap();
+        assert!(
+            printed.contains(public.trim()),
+            "keygen prints the public key: {printed}"
+        );
+    }
+    let public = std::fs::read_to_string(dir.join("site.key.pub")).unwrap();
+    (key, public.trim().to_string())
+}
+
 /// A configuration for an offline cache: the origin it names (a closed port) is never dialled.
-fn sealed_config(dir: &Path, name: &str, cache: &Path, ca: &TestCa) -> PathBuf {
+pub fn sealed_config(dir: &Path, name: &str, cache: &Path, ca: &TestCa) -> PathBuf {
     let nowhere = "127.0.0.1:9".parse().unwrap();
     config_file(dir, name, cache, nowhere, ca, "offline = true")
 }
@@ -106,15 +133,15 @@ async fn connected() -> Connected {
 }
 
 /// What one `provender` command did.
-struct Run {
-    args: Vec<String>,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub struct Run {
+    pub args: Vec<String>,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Run {
-    fn ok(&self) -> &Run {
+    pub fn ok(&self) -> &Run {
         assert_eq!(
             self.code,
             Some(0),
@@ -126,7 +153,7 @@ impl Run {
         self
     }
 
-    fn fails(&self, code: i32) -> &Run {
+    pub fn fails(&self, code: i32) -> &Run {
         assert_eq!(
             self.code,
             Some(code),
@@ -138,13 +165,13 @@ impl Run {
         self
     }
 
-    fn out(&self) -> String {
+    pub fn out(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
 }
 
 /// Runs the real `provender` binary without blocking the runtime (the origin keeps serving).
-async fn provender(args: &[&str]) -> Run {
+pub async fn provender(args: &[&str]) -> Run {
     let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let argv = owned.clone();
     let output = tokio::time::timeout(
@@ -172,7 +199,7 @@ async fn provender(args: &[&str]) -> Run {
 
 /// `provender seed --config <cfg>` for each of `platforms` and of `providers`
 /// (`SOURCE[@CONSTRAINT]`).
-async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
+pub async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
     let mut args = vec!["seed", "--config", cfg];
     for p in platforms {
         args.extend(["--platform", p]);
@@ -184,18 +211,30 @@ async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
 }
 
 /// `provender import --config <cfg> <source>`.
-async fn import(cfg: &str, source: &Path) -> Run {
+pub async fn import(cfg: &str, source: &Path) -> Run {
     provender(&["import", "--config", cfg, path_str(source)]).await
 }
 
+/// `provender import --config <cfg> --allow-unverified <source>`.
+pub async fn import_unverified(cfg: &str, source: &Path) -> Run {
+    provender(&[
+        "import",
+        "--config",
+        cfg,
+        "--allow-unverified",
+        path_str(source),
+    ])
+    .await
+}
+
 /// `provender export --config <cfg> --bundle <bundle>`, which must succeed.
-async fn export_bundle(cfg: &str, bundle: &Path) {
+pub async fn export_bundle(cfg: &str, bundle: &Path) {
     provender(&["export", "--config", cfg, "--bundle", path_str(bundle)])
         .await
         .ok();
 }
 
-fn path_str(p: &Path) -> &str {
+pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("temporary paths are UTF-8")
 }
 
@@ -209,7 +248,7 @@ fn platform_args(flag: &str) -> Vec<String> {
 }
 
 /// Every file under `dir` with its bytes: a snapshot to compare a cache before and after.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files_under(dir)
         .into_iter()
         .map(|p| {
@@ -244,7 +283,7 @@ async fn init_from_sealed_cache(ca: &TestCa, origin: FakeOrigin, cache: &Path) -
     fresh
 }
 
-fn zips(dir: &Path) -> Vec<String> {
+pub fn zips(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = files_under(dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "zip"))
@@ -383,6 +422,14 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
         "{}",
         first.stdout
     );
+    assert!(
+        first.stdout.contains("signed by trusted site key")
+            && first
+                .stdout
+                .contains(&format!("trust levels: {n} community")),
+        "{}",
+        first.stdout
+    );
     let before = snapshot(&sealed);
     let second = import(sealed_cfg, &bundle).await;
     second.ok();
@@ -402,7 +449,14 @@ async fn air_gap_seed_export_import_and_serve_sealed() {
     // The exported directory imports as well.
     let from_dir = work.path().join("dir-cache");
     let dir_cfg = sealed_config(work.path(), "dir.toml", &from_dir, &ca);
-    import(path_str(&dir_cfg), &exported).await.ok();
+    let refused = import(path_str(&dir_cfg), &exported).await;
+    refused.fails(1);
+    assert!(
+        refused.out().contains("--allow-unverified"),
+        "{}",
+        refused.out()
+    );
+    import_unverified(path_str(&dir_cfg), &exported).await.ok();
     assert_eq!(zips(&from_dir.join("archives")), expected_zips());
 
     // Serve the bundle's cache sealed, with the origin gone, and install from it.
@@ -552,8 +606,16 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
 
     let cache = work.path().join("cache");
     let cfg = sealed_config(work.path(), "sealed.toml", &cache, &ca);
-    let imported = import(path_str(&cfg), &mirrored).await;
+    let imported = import_unverified(path_str(&cfg), &mirrored).await;
     imported.ok();
+    assert!(
+        imported.stdout.contains(&format!(
+            "trust levels: {} unverified",
+            expected_zips().len()
+        )),
+        "{}",
+        imported.stdout
+    );
     assert_eq!(zips(&cache.join("archives")), expected_zips());
     assert!(!imported.out().contains("warning"), "{}", imported.out());
 
@@ -567,7 +629,7 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
         ),
     )
     .unwrap();
-    let warned = import(path_str(&elsewhere), &mirrored).await;
+    let warned = import_unverified(path_str(&elsewhere), &mirrored).await;
     warned.ok();
     let (os, arch) = platforms()[0];
     for expected in [
@@ -592,7 +654,7 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
     std::fs::write(&zip, bytes).unwrap();
     let other = work.path().join("other-cache");
     let other_cfg = sealed_config(work.path(), "other.toml", &other, &ca);
-    let refused = import(path_str(&other_cfg), &mirrored).await;
+    let refused = import_unverified(path_str(&other_cfg), &mirrored).await;
     refused.fails(1);
     assert!(
         refused.out().contains("terraform-provider-bar_2.3.0"),
@@ -611,7 +673,7 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
 type Change = Box<dyn Fn(&mut Vec<u8>)>;
 
 /// Rewrites the bundle's tar, changing the entry named `target` with `change`.
-fn tamper(bundle: &Path, out: &Path, target: &str, change: impl Fn(&mut Vec<u8>)) {
+pub fn tamper(bundle: &Path, out: &Path, target: &str, change: impl Fn(&mut Vec<u8>)) {
     let mut archive = tar::Archive::new(std::fs::File::open(bundle).unwrap());
     let mut builder = tar::Builder::new(std::fs::File::create(out).unwrap());
     let mut found = false;

@@ -647,7 +647,11 @@ async fn a_full_disk_holds_no_more_than_max_fill_memory() {
         got.body.len()
     );
     if got.status == 507 {
-        assert!(got.message().contains("cache.max_fill_memory"), "{}", got.text());
+        assert!(
+            got.message().contains("cache.max_fill_memory"),
+            "{}",
+            got.text()
+        );
     }
     eventually("the staging file is removed", SETTLE, || {
         mirror.staging_files().is_empty()
