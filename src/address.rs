@@ -168,9 +168,15 @@ impl ProviderAddr {
 
     /// Parses `hostname/namespace/type` or the short `namespace/type` (registry.terraform.io).
     pub fn parse(source: &str) -> Result<ProviderAddr, AddressError> {
+        ProviderAddr::parse_in(source, "registry.terraform.io")
+    }
+
+    /// Parses `hostname/namespace/type`, or the short `namespace/type` on `default_host`
+    /// (registry.opentofu.org for OpenTofu's configurations).
+    pub fn parse_in(source: &str, default_host: &str) -> Result<ProviderAddr, AddressError> {
         let parts: Vec<&str> = source.split('/').collect();
         match parts.as_slice() {
-            [ns, ty] => ProviderAddr::new("registry.terraform.io", ns, ty),
+            [ns, ty] => ProviderAddr::new(default_host, ns, ty),
             [host, ns, ty] => ProviderAddr::new(host, ns, ty),
             _ => Err(AddressError::new(
                 "provider source",

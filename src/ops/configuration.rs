@@ -20,6 +20,11 @@
 //! Constraints on one provider combine across modules. Files named `*.tf` (HCL) and `*.tf.json`
 //! are read, except hidden ones (`.name`). Only literal strings are understood where a choice of
 //! package depends on them (`source`, `version`).
+//!
+//! For OpenTofu ([`Tool::OpenTofu`]) the same rules hold with OpenTofu's two differences: short
+//! sources (`hashicorp/aws`, and registry module addresses) mean `registry.opentofu.org`, and
+//! `*.tofu` / `*.tofu.json` files are read too, a `.tofu` file taking the place of the `.tf`
+//! file of the same name (`main.tofu` hides `main.tf`, `main.tofu.json` hides `main.tf.json`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -29,6 +34,7 @@ use serde_json::Value;
 
 use super::inputs::{Wanted, read_text};
 use crate::address::{ProviderAddr, Version};
+use crate::config::Tool;
 use crate::constraints::Constraints;
 
 /// Deepest module nesting followed (a module that calls itself would never end).
@@ -37,15 +43,19 @@ const MAX_DEPTH: usize = 64;
 /// Reads the providers the configuration rooted at `root` needs, one entry per provider.
 /// Installed modules are looked up in Terraform's data directory: `TF_DATA_DIR`, else
 /// `.terraform`, relative to `root`.
-pub fn read_configuration(root: &Path) -> Result<Vec<Wanted>, String> {
+pub fn read_configuration(root: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
     let data_dir = std::env::var_os("TF_DATA_DIR")
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from(".terraform"), PathBuf::from);
-    read_configuration_with(root, &data_dir)
+    read_configuration_with(root, &data_dir, tool)
 }
 
 /// [`read_configuration`] with the data directory given.
-fn read_configuration_with(root: &Path, data_dir: &Path) -> Result<Vec<Wanted>, String> {
+fn read_configuration_with(
+    root: &Path,
+    data_dir: &Path,
+    tool: Tool,
+) -> Result<Vec<Wanted>, String> {
     let installed = installed_modules(&root.join(data_dir))?;
     let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
     // (module key as in modules.json, directory, how it was reached)
@@ -57,8 +67,10 @@ fn read_configuration_with(root: &Path, data_dir: &Path) -> Result<Vec<Wanted>, 
                 root.display()
             ));
         }
-        let module = read_module(&dir, key.is_empty()).map_err(|e| format!("{via}{e}"))?;
-        module.add_to(&mut found).map_err(|e| format!("{via}{e}"))?;
+        let module = read_module(&dir, key.is_empty(), tool).map_err(|e| format!("{via}{e}"))?;
+        module
+            .add_to(&mut found, tool)
+            .map_err(|e| format!("{via}{e}"))?;
         let calls = module
             .files
             .iter()
@@ -82,7 +94,7 @@ fn read_configuration_with(root: &Path, data_dir: &Path) -> Result<Vec<Wanted>, 
                         )
                     })?;
                     record
-                        .check(call)
+                        .check(call, tool)
                         .map_err(|e| format!("{via}{e}; run `terraform init` again"))?;
                     root.join(&record.dir)
                 }
@@ -118,8 +130,8 @@ impl Installed {
     /// Whether this installation still answers `call`. Checked for registry modules, whose
     /// recorded source is the call's in its long form and whose version must meet the call's
     /// constraint; other sources are recorded in a normalised form this does not reproduce.
-    fn check(&self, call: &CallFacts) -> Result<(), String> {
-        let Some(address) = registry_module(&call.source) else {
+    fn check(&self, call: &CallFacts, tool: Tool) -> Result<(), String> {
+        let Some(address) = registry_module(&call.source, tool) else {
             return Ok(());
         };
         if self.source != address {
@@ -145,7 +157,7 @@ impl Installed {
 
 /// `ns/name/system` or `host/ns/name/system` in the long form Terraform records; `None` for
 /// sources that are not registry addresses.
-fn registry_module(source: &str) -> Option<String> {
+fn registry_module(source: &str, tool: Tool) -> Option<String> {
     if source.contains("::") || source.contains("://") {
         return None;
     }
@@ -156,7 +168,9 @@ fn registry_module(source: &str) -> Option<String> {
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     };
     match parts.as_slice() {
-        [_, _, _] if parts.iter().all(plain) => Some(format!("registry.terraform.io/{source}")),
+        [_, _, _] if parts.iter().all(plain) => {
+            Some(format!("{}/{source}", tool.default_registry()))
+        }
         [host, rest @ ..] if rest.len() == 3 && host.contains('.') && rest.iter().all(plain) => {
             Some(source.to_ascii_lowercase())
         }
@@ -221,35 +235,53 @@ struct Module {
     files: Vec<ModuleFile>,
 }
 
-/// Whether Terraform reads `name` as a configuration file, and whether as an override file.
-fn configuration_file(name: &str) -> Option<bool> {
+/// Whether the tool reads `name` as a configuration file: its stem and extension, and whether
+/// it is an override file.
+fn configuration_file(name: &str, tool: Tool) -> Option<(&str, &'static str, bool)> {
     if name.starts_with('.') {
         return None;
     }
-    let stem = name
-        .strip_suffix(".tf.json")
-        .or_else(|| name.strip_suffix(".tf"))?;
-    Some(stem == "override" || stem.ends_with("_override"))
+    let extensions: &[&'static str] = match tool {
+        Tool::Terraform => &[".tf.json", ".tf"],
+        Tool::OpenTofu => &[".tofu.json", ".tofu", ".tf.json", ".tf"],
+    };
+    let (stem, ext) = extensions
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext).map(|stem| (stem, *ext)))?;
+    Some((stem, ext, stem == "override" || stem.ends_with("_override")))
 }
 
 /// Reads a module directory; the root module must hold configuration files, a child module may
 /// hold none.
-fn read_module(dir: &Path, root: bool) -> Result<Module, String> {
-    let mut paths: Vec<(PathBuf, bool)> = std::fs::read_dir(dir)
+fn read_module(dir: &Path, root: bool, tool: Tool) -> Result<Module, String> {
+    let names: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .filter_map(|p| {
-            let overrides = configuration_file(&p.file_name()?.to_string_lossy())?;
-            Some((p, overrides))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let mut paths: Vec<(PathBuf, bool)> = names
+        .iter()
+        .filter_map(|name| {
+            let (stem, ext, overrides) = configuration_file(name, tool)?;
+            // OpenTofu: `x.tofu` takes the place of `x.tf`, `x.tofu.json` of `x.tf.json`.
+            let replaced = ext
+                .strip_prefix(".tf")
+                .is_some_and(|rest| names.contains(&format!("{stem}.tofu{rest}")))
+                && tool == Tool::OpenTofu;
+            (!replaced).then(|| (dir.join(name), overrides))
         })
         .collect();
     paths.sort();
     if root && paths.is_empty() {
-        return Err(format!(
-            "{}: no *.tf or *.tf.json files; is this a Terraform configuration?",
-            dir.display()
-        ));
+        let expected = match tool {
+            Tool::Terraform => "*.tf or *.tf.json files; is this a Terraform configuration?",
+            Tool::OpenTofu => {
+                "*.tf, *.tofu, *.tf.json or *.tofu.json files; is this an OpenTofu \
+                               configuration?"
+            }
+        };
+        return Err(format!("{}: no {expected}", dir.display()));
     }
     let mut files = Vec::new();
     for (path, overrides) in paths {
@@ -271,7 +303,8 @@ fn read_module(dir: &Path, root: bool) -> Result<Module, String> {
 
 impl Module {
     /// Adds this module's requirements to `found`, combining constraints per provider.
-    fn add_to(&self, found: &mut BTreeMap<ProviderAddr, Wanted>) -> Result<(), String> {
+    fn add_to(&self, found: &mut BTreeMap<ProviderAddr, Wanted>, tool: Tool) -> Result<(), String> {
+        let registry = tool.default_registry();
         // Local name -> (source, version, file), primary files first, then overrides.
         let mut declared: BTreeMap<&str, (&Option<String>, &Option<String>, &Path)> =
             BTreeMap::new();
@@ -303,7 +336,8 @@ impl Module {
             let source = source
                 .clone()
                 .unwrap_or_else(|| format!("hashicorp/{name}"));
-            let addr = ProviderAddr::parse(&source).map_err(|e| format!("{at}.source: {e}"))?;
+            let addr = ProviderAddr::parse_in(&source, registry)
+                .map_err(|e| format!("{at}.source: {e}"))?;
             let constraints = Constraints::parse(version.as_deref().unwrap_or(""))
                 .map_err(|e| format!("{at}.version: {e}"))?;
             local_names.insert(name, addr.clone());
@@ -311,9 +345,8 @@ impl Module {
         }
         let implied = |name: &str, at: &str| match local_names.get(name) {
             Some(addr) => Ok(addr.clone()),
-            None => {
-                ProviderAddr::parse(&format!("hashicorp/{name}")).map_err(|e| format!("{at}: {e}"))
-            }
+            None => ProviderAddr::parse_in(&format!("hashicorp/{name}"), registry)
+                .map_err(|e| format!("{at}: {e}")),
         };
         for file in &self.files {
             for (name, version) in &file.facts.provider_versions {
@@ -610,7 +643,11 @@ mod tests {
     }
 
     fn shown(root: &Path) -> Vec<String> {
-        read_configuration(root)
+        shown_for(root, Tool::Terraform)
+    }
+
+    fn shown_for(root: &Path, tool: Tool) -> Vec<String> {
+        read_configuration(root, tool)
             .unwrap()
             .iter()
             .map(|w| format!("{} [{}]", w.addr, w.constraints))
@@ -656,6 +693,82 @@ resource "foo_thing" "x" { name = "${var.a}" }
                 "registry.terraform.io/hashicorp/null [3.2.1]",
             ]
         );
+    }
+
+    #[test]
+    fn opentofu_reads_tofu_files_in_place_of_their_tf_twins() {
+        let dir = tempfile::tempdir().unwrap();
+        let required = |name: &str, source: &str, version: &str| {
+            format!(
+                "terraform {{\n  required_providers {{\n    {name} = {{ source = \"{source}\", version = \"{version}\" }}\n  }}\n}}\n"
+            )
+        };
+        // main.tofu hides main.tf; versions.tofu.json hides versions.tf.json; extra.tf has no
+        // twin and is read by both; only.tofu is read by OpenTofu alone.
+        write(
+            dir.path(),
+            "main.tf",
+            &required("aws", "hashicorp/aws", "~> 4.0"),
+        );
+        write(
+            dir.path(),
+            "main.tofu",
+            &required("aws", "hashicorp/aws", "~> 5.0"),
+        );
+        write(
+            dir.path(),
+            "versions.tf.json",
+            r#"{"resource": {"random_id": {"a": {}}}}"#,
+        );
+        write(
+            dir.path(),
+            "versions.tofu.json",
+            r#"{"resource": {"null_resource": {"a": {}}}}"#,
+        );
+        write(dir.path(), "extra.tf", "resource \"tls_key\" \"k\" {}\n");
+        write(dir.path(), "only.tofu", "data \"http\" \"h\" {}\n");
+        assert_eq!(
+            shown_for(dir.path(), Tool::Terraform),
+            [
+                "registry.terraform.io/hashicorp/aws [~> 4.0]",
+                "registry.terraform.io/hashicorp/random []",
+                "registry.terraform.io/hashicorp/tls []",
+            ]
+        );
+        assert_eq!(
+            shown_for(dir.path(), Tool::OpenTofu),
+            [
+                "registry.opentofu.org/hashicorp/aws [~> 5.0]",
+                "registry.opentofu.org/hashicorp/http []",
+                "registry.opentofu.org/hashicorp/null []",
+                "registry.opentofu.org/hashicorp/tls []",
+            ]
+        );
+        // An override file has its own twin rule, and a directory of .tofu files alone is an
+        // OpenTofu configuration, not a Terraform one.
+        write(
+            dir.path(),
+            "x_override.tf",
+            &required("aws", "hashicorp/aws", "4.1.0"),
+        );
+        write(
+            dir.path(),
+            "x_override.tofu",
+            &required("aws", "hashicorp/aws", "5.1.0"),
+        );
+        assert_eq!(
+            shown_for(dir.path(), Tool::OpenTofu)[0],
+            "registry.opentofu.org/hashicorp/aws [5.1.0]"
+        );
+        let tofu_only = tempfile::tempdir().unwrap();
+        write(
+            tofu_only.path(),
+            "main.tofu",
+            &required("aws", "hashicorp/aws", "~> 5.0"),
+        );
+        let e = read_configuration(tofu_only.path(), Tool::Terraform).unwrap_err();
+        assert!(e.contains("Terraform configuration"), "{e}");
+        assert_eq!(shown_for(tofu_only.path(), Tool::OpenTofu).len(), 1);
     }
 
     #[test]
@@ -753,7 +866,7 @@ module "inner" { source = "../inner" }
             r#"resource "null_resource" "x" {}"#,
         );
 
-        let missing = read_configuration(root).unwrap_err();
+        let missing = read_configuration(root, Tool::Terraform).unwrap_err();
         assert!(
             missing.contains("module.vpc") && missing.contains("terraform init"),
             "{missing}"
@@ -790,7 +903,7 @@ module "inner" { source = "../inner" }
         // Edited since `terraform init`: Terraform refuses, and so does this.
         let main = std::fs::read_to_string(root.join("main.tf")).unwrap();
         write(root, "main.tf", &main.replace("\"1.2.3\"", "\"~> 2.0\""));
-        let e = read_configuration(root).unwrap_err();
+        let e = read_configuration(root, Tool::Terraform).unwrap_err();
         assert!(
             e.contains("module.vpc") && e.contains("does not allow the installed version 1.2.3"),
             "{e}"
@@ -800,7 +913,7 @@ module "inner" { source = "../inner" }
             "main.tf",
             &main.replace("example/vpc/aws", "other/vpc/aws"),
         );
-        let e = read_configuration(root).unwrap_err();
+        let e = read_configuration(root, Tool::Terraform).unwrap_err();
         assert!(
             e.contains("was \"registry.terraform.io/example/vpc/aws\""),
             "{e}"
@@ -812,14 +925,15 @@ module "inner" { source = "../inner" }
         let manifest = root.join("tfdata/modules/modules.json");
         let text = std::fs::read_to_string(&manifest).unwrap();
         std::fs::write(&manifest, text.replace(".terraform/", "tfdata/")).unwrap();
-        assert!(read_configuration_with(root, Path::new(".terraform")).is_err());
-        let elsewhere = read_configuration_with(root, Path::new("tfdata")).unwrap();
+        assert!(read_configuration_with(root, Path::new(".terraform"), Tool::Terraform).is_err());
+        let elsewhere =
+            read_configuration_with(root, Path::new("tfdata"), Tool::Terraform).unwrap();
         assert_eq!(elsewhere.len(), 4);
     }
 
     #[test]
     fn registry_module_sources_in_their_long_form() {
-        let long = |s: &str| registry_module(s);
+        let long = |s: &str| registry_module(s, Tool::Terraform);
         assert_eq!(
             long("example/vpc/aws").as_deref(),
             Some("registry.terraform.io/example/vpc/aws")
@@ -843,7 +957,7 @@ module "inner" { source = "../inner" }
     fn errors_name_the_file_or_the_module() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "bad.tf", "terraform { required_providers {");
-        let e = read_configuration(dir.path()).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
         assert!(e.contains("bad.tf") && e.contains("HCL"), "{e}");
 
         write(
@@ -851,7 +965,7 @@ module "inner" { source = "../inner" }
             "bad.tf",
             "terraform {\n required_providers {\n x = { source = \"a/b\", version = \"~>\" }\n }\n}\n",
         );
-        let e = read_configuration(dir.path()).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
         assert!(
             e.contains("bad.tf") && e.contains("required_providers.x.version"),
             "{e}"
@@ -862,11 +976,11 @@ module "inner" { source = "../inner" }
             "bad.tf",
             "module \"gone\" { source = \"./nowhere\" }\n",
         );
-        let e = read_configuration(dir.path()).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
         assert!(e.contains("module.gone") && e.contains("nowhere"), "{e}");
 
         write(dir.path(), "bad.tf", "module \"me\" { source = \"./\" }\n");
-        let e = read_configuration(dir.path()).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
         assert!(e.contains("nested more than"), "{e}");
 
         // One required_providers block per module, as in Terraform.
@@ -880,7 +994,7 @@ module "inner" { source = "../inner" }
             "versions.tf",
             "terraform {\n required_providers {\n y = { source = \"a/c\" }\n }\n}\n",
         );
-        let e = read_configuration(dir.path()).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
         assert!(
             e.contains("versions.tf") && e.contains("second required_providers block"),
             "{e}"
@@ -888,7 +1002,7 @@ module "inner" { source = "../inner" }
         std::fs::remove_file(dir.path().join("versions.tf")).unwrap();
 
         let empty = tempfile::tempdir().unwrap();
-        let e = read_configuration(empty.path()).unwrap_err();
+        let e = read_configuration(empty.path(), Tool::Terraform).unwrap_err();
         assert!(e.contains("no *.tf"), "{e}");
     }
 }

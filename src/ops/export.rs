@@ -100,7 +100,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let mut filters = Vec::new();
     for p in &args.providers {
-        let w = super::inputs::parse_provider_arg(p).map_err(usage)?;
+        let w = super::inputs::parse_provider_arg(p, settings.tool).map_err(usage)?;
         filters.push((w.addr, w.constraints));
     }
     let key_file = args

@@ -7,12 +7,16 @@
 //! - A `.toml` or `.json` file lists `providers`, each with `source` and optional `versions`
 //!   (one constraint string, or several to pick one version per string).
 //! - `--provider SOURCE[@CONSTRAINT]`, e.g. `hashicorp/aws@~> 5.0`.
+//!
+//! A short source (`hashicorp/aws`) means the default registry of the [`Tool`] the inputs are
+//! for: `registry.terraform.io` for Terraform, `registry.opentofu.org` for OpenTofu.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use crate::address::{ProviderAddr, Version};
+use crate::config::Tool;
 use crate::constraints::Constraints;
 
 /// One provider to work on, and which version(s) of it.
@@ -28,14 +32,14 @@ pub struct Wanted {
 }
 
 /// Reads one positional input (file or directory).
-pub fn read_input(path: &Path) -> Result<Vec<Wanted>, String> {
+pub fn read_input(path: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
     if meta.is_dir() {
-        super::configuration::read_configuration(path)
+        super::configuration::read_configuration(path, tool)
     } else if name.ends_with(".lock.hcl") {
         let text = read_text(path)?;
         let lock = super::lockfile::LockFile::parse(&text)
@@ -51,7 +55,7 @@ pub fn read_input(path: &Path) -> Result<Vec<Wanted>, String> {
             })
             .collect())
     } else if name.ends_with(".toml") || name.ends_with(".json") {
-        read_list(path)
+        read_list(path, tool)
     } else {
         Err(format!(
             "{}: cannot tell what this is; expected a configuration directory, a *.lock.hcl file, \
@@ -62,12 +66,13 @@ pub fn read_input(path: &Path) -> Result<Vec<Wanted>, String> {
 }
 
 /// Parses a `--provider SOURCE[@CONSTRAINT]` value.
-pub fn parse_provider_arg(arg: &str) -> Result<Wanted, String> {
+pub fn parse_provider_arg(arg: &str, tool: Tool) -> Result<Wanted, String> {
     let (source, constraint) = match arg.split_once('@') {
         Some((s, c)) => (s.trim(), c),
         None => (arg.trim(), ""),
     };
-    let addr = ProviderAddr::parse(source).map_err(|e| format!("--provider {arg:?}: {e}"))?;
+    let addr = ProviderAddr::parse_in(source, tool.default_registry())
+        .map_err(|e| format!("--provider {arg:?}: {e}"))?;
     let constraints =
         Constraints::parse(constraint).map_err(|e| format!("--provider {arg:?}: {e}"))?;
     Ok(Wanted {
@@ -79,13 +84,17 @@ pub fn parse_provider_arg(arg: &str) -> Result<Wanted, String> {
 }
 
 /// Reads every input, in order.
-pub fn read_all(paths: &[PathBuf], providers: &[String]) -> Result<Vec<Wanted>, String> {
+pub fn read_all(
+    paths: &[PathBuf],
+    providers: &[String],
+    tool: Tool,
+) -> Result<Vec<Wanted>, String> {
     let mut out = Vec::new();
     for p in paths {
-        out.extend(read_input(p)?);
+        out.extend(read_input(p, tool)?);
     }
     for p in providers {
-        out.push(parse_provider_arg(p)?);
+        out.push(parse_provider_arg(p, tool)?);
     }
     Ok(out)
 }
@@ -116,7 +125,7 @@ enum OneOrMany {
     Many(Vec<String>),
 }
 
-fn read_list(path: &Path) -> Result<Vec<Wanted>, String> {
+fn read_list(path: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
     let text = read_text(path)?;
     let shown = path.display();
     let list: ListFile = if path.extension().is_some_and(|e| e == "toml") {
@@ -147,7 +156,8 @@ fn read_list(path: &Path) -> Result<Vec<Wanted>, String> {
     let mut out = Vec::new();
     for (i, entry) in entries.into_iter().enumerate() {
         let at = format!("{shown}: providers[{i}]");
-        let addr = ProviderAddr::parse(&entry.source).map_err(|e| format!("{at}.source: {e}"))?;
+        let addr = ProviderAddr::parse_in(&entry.source, tool.default_registry())
+            .map_err(|e| format!("{at}.source: {e}"))?;
         let constraints = match entry.versions {
             None => vec![String::new()],
             Some(OneOrMany::One(s)) => vec![s],
@@ -185,7 +195,7 @@ mod tests {
             "[[providers]]\nsource = \"acme/foo\"\nversions = [\"~> 1.0\", \"0.9.0\"]\n\n[[providers]]\nsource = \"example.com/x/y\"\n",
         )
         .unwrap();
-        let got = read_input(&toml_path).unwrap();
+        let got = read_input(&toml_path, Tool::Terraform).unwrap();
         assert_eq!(got.len(), 3);
         assert_eq!(got[1].constraints.to_string(), "0.9.0");
         assert_eq!(got[2].addr.to_string(), "example.com/x/y");
@@ -197,18 +207,18 @@ mod tests {
             r#"[{"source": "acme/foo", "versions": ">= 1"}]"#,
         )
         .unwrap();
-        assert_eq!(read_input(&json_path).unwrap().len(), 1);
+        assert_eq!(read_input(&json_path, Tool::Terraform).unwrap().len(), 1);
 
         std::fs::write(
             &json_path,
             r#"{"providers": [{"source": "acme/foo", "version": "1"}]}"#,
         )
         .unwrap();
-        let e = read_input(&json_path).unwrap_err();
+        let e = read_input(&json_path, Tool::Terraform).unwrap_err();
         assert!(e.contains("providers.json"), "{e}");
 
         std::fs::write(&toml_path, "[[providers]]\nsource = \"acme//foo\"\n").unwrap();
-        let e = read_input(&toml_path).unwrap_err();
+        let e = read_input(&toml_path, Tool::Terraform).unwrap_err();
         assert!(e.contains("providers[0].source"), "{e}");
     }
 
@@ -221,7 +231,7 @@ mod tests {
             "provider \"registry.terraform.io/acme/foo\" {\n  version     = \"1.1.0\"\n  constraints = \"~> 1.0\"\n  hashes = [\n    \"zh:00\",\n  ]\n}\n",
         )
         .unwrap();
-        let got = read_input(&path).unwrap();
+        let got = read_input(&path, Tool::Terraform).unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].locked, Some(v("1.1.0")));
         assert_eq!(got[0].constraints.to_string(), "~> 1.0");
@@ -229,17 +239,17 @@ mod tests {
 
     #[test]
     fn provider_arguments() {
-        let w = parse_provider_arg("acme/foo@~> 1.2").unwrap();
+        let w = parse_provider_arg("acme/foo@~> 1.2", Tool::Terraform).unwrap();
         assert_eq!(w.addr.to_string(), "registry.terraform.io/acme/foo");
         assert!(w.constraints.allows(&v("1.9.0")));
         assert!(
-            parse_provider_arg("acme/foo")
+            parse_provider_arg("acme/foo", Tool::Terraform)
                 .unwrap()
                 .constraints
                 .is_empty()
         );
-        assert!(parse_provider_arg("acme@1").is_err());
-        assert!(parse_provider_arg("acme/foo@>>1").is_err());
-        assert!(read_input(Path::new("/nonexistent/x.lock.hcl")).is_err());
+        assert!(parse_provider_arg("acme@1", Tool::Terraform).is_err());
+        assert!(parse_provider_arg("acme/foo@>>1", Tool::Terraform).is_err());
+        assert!(read_input(Path::new("/nonexistent/x.lock.hcl"), Tool::Terraform).is_err());
     }
 }

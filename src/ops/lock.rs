@@ -41,6 +41,10 @@ pub struct LockArgs {
     /// upstream.platforms.
     #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
     pub platforms: Vec<Platform>,
+    /// Which CLI the configurations are for: it decides the registry of short sources
+    /// (`hashicorp/aws`) and whether `*.tofu` files are read. Default: configurations.tool.
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub tool: Option<crate::config::Tool>,
     /// A provider to lock, as SOURCE[@CONSTRAINT] (repeatable).
     #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
     pub providers: Vec<String>,
@@ -90,7 +94,12 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => LockFile::default(),
         Err(e) => return Err(usage(format!("{}: {e}", output.display()))),
     };
-    let mut wanted = inputs::read_all(&args.inputs, &args.providers).map_err(usage)?;
+    let mut wanted = inputs::read_all(
+        &args.inputs,
+        &args.providers,
+        args.tool.unwrap_or(settings.tool),
+    )
+    .map_err(usage)?;
     if wanted.is_empty() {
         // Re-lock what the file already has, for the requested platforms.
         wanted = existing

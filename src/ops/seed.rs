@@ -32,6 +32,10 @@ pub struct SeedArgs {
     /// upstream.platforms, or every platform the origin offers.
     #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
     pub platforms: Vec<Platform>,
+    /// Which CLI the configurations are for: it decides the registry of short sources
+    /// (`hashicorp/aws`) and whether `*.tofu` files are read. Default: configurations.tool.
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub tool: Option<crate::config::Tool>,
     /// A provider to seed, as SOURCE[@CONSTRAINT], e.g. "hashicorp/aws@~> 5.0" (repeatable).
     #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
     pub providers: Vec<String>,
@@ -202,7 +206,12 @@ pub async fn ensure_all(
 pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let platforms = super::select_platforms(&settings, &args.platforms)?;
-    let wanted = inputs::read_all(&args.inputs, &args.providers).map_err(usage)?;
+    let wanted = inputs::read_all(
+        &args.inputs,
+        &args.providers,
+        args.tool.unwrap_or(settings.tool),
+    )
+    .map_err(usage)?;
     if wanted.is_empty() {
         return Err(usage(
             "nothing to seed: give configuration directories, lock files, provider lists or --provider",

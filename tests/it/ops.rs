@@ -905,3 +905,95 @@ async fn verify_and_import_hash_within_the_configured_zip_limits() {
     import(path_str(&target_cfg), &bundle).await.ok();
     assert_eq!(zips(&target).len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_and_lock_read_opentofu_configurations_as_opentofu_does() {
+    const TOFU: &str = "registry.opentofu.org";
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[TOFU],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "2.0.0"], &[("linux", "amd64")]),
+            ProviderSpec::new("hashicorp", "null", &["3.2.1"], &[("linux", "amd64")]),
+        ],
+    )
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    let ca_file = ca.write_ca(work.path());
+    let cache = work.path().join("cache");
+    let body = |tool: &str| {
+        format!(
+            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"{TOFU}\"]\nca_file = \"{}\"\n\n[upstream.hosts.\"{TOFU}\"]\nconnect_to = \"{}\"\n{tool}",
+            cache.display(),
+            ca_file.display(),
+            origin.addr()
+        )
+    };
+    let by_flag = work.path().join("flag.toml");
+    std::fs::write(&by_flag, body("")).unwrap();
+    let by_key = work.path().join("key.toml");
+    std::fs::write(&by_key, body("\n[configurations]\ntool = \"opentofu\"\n")).unwrap();
+
+    // main.tofu replaces main.tf; short sources mean registry.opentofu.org.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("main.tf"),
+        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\", version = \"1.0.0\" }\n  }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("main.tofu"),
+        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\", version = \"2.0.0\" }\n  }\n}\nresource \"null_resource\" \"x\" {}\n",
+    )
+    .unwrap();
+    let seeded = provender(&[
+        "seed",
+        "--config",
+        path_str(&by_flag),
+        "--tool",
+        "opentofu",
+        path_str(dir.path()),
+    ])
+    .await;
+    seeded.ok();
+    assert!(
+        seeded
+            .stdout
+            .contains("registry.opentofu.org/acme/foo 2.0.0")
+            && seeded
+                .stdout
+                .contains("registry.opentofu.org/hashicorp/null 3.2.1"),
+        "{}",
+        seeded.stdout
+    );
+    // Read as Terraform (the default), the same directory names registry.terraform.io, which
+    // this configuration does not serve.
+    let as_terraform =
+        provender(&["seed", "--config", path_str(&by_flag), path_str(dir.path())]).await;
+    as_terraform.fails(1);
+    assert!(
+        as_terraform
+            .out()
+            .contains("registry.terraform.io/acme/foo"),
+        "{}",
+        as_terraform.out()
+    );
+    // configurations.tool does the same as --tool, for lock too.
+    let locked = provender(&[
+        "lock",
+        "--config",
+        path_str(&by_key),
+        "--platform",
+        "linux_amd64",
+        path_str(dir.path()),
+    ])
+    .await;
+    locked.ok();
+    let lock = std::fs::read_to_string(dir.path().join(".terraform.lock.hcl")).unwrap();
+    assert!(
+        lock.contains("provider \"registry.opentofu.org/acme/foo\"")
+            && lock.contains("version     = \"2.0.0\""),
+        "{lock}"
+    );
+}

@@ -339,7 +339,11 @@ async fn configurations_are_read_as_terraform_reads_them() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
     }
-    let ours = provender::ops::configuration::read_configuration(dir.path()).unwrap();
+    let ours = provender::ops::configuration::read_configuration(
+        dir.path(),
+        provender::config::Tool::Terraform,
+    )
+    .unwrap();
 
     // `terraform get` installs local modules without the network, then `terraform providers`
     // prints the tree: `provider[ADDRESS] CONSTRAINT` per module.
