@@ -6,10 +6,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Config, ConfigError, Settings};
-use crate::server::Server;
+use crate::server::{Server, StartError};
 
 /// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
 pub(crate) const EXIT_CONFIG: u8 = 78;
+/// Exit code when the listening socket cannot be bound (sysexits' EX_UNAVAILABLE): worth a
+/// restart, unlike a configuration error.
+pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
 #[derive(Parser)]
 #[command(
@@ -111,8 +114,12 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
     runtime.block_on(async move {
         let server = match Server::bind(settings).await {
             Ok(s) => s,
-            Err(e) => {
-                eprintln!("provender: {e:#}");
+            Err(e @ StartError::Bind { .. }) => {
+                eprintln!("provender: {e}");
+                return ExitCode::from(EXIT_UNAVAILABLE);
+            }
+            Err(e @ StartError::Setup(_)) => {
+                eprintln!("provender: {e}");
                 return ExitCode::from(EXIT_CONFIG);
             }
         };

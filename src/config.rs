@@ -84,6 +84,8 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     #[serde(with = "humantime_serde")]
+    pub drain_delay: Duration,
+    #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
     pub access_log: bool,
 }
@@ -97,6 +99,7 @@ impl Default for ServerConfig {
             tls_key: None,
             public_url: None,
             shutdown_grace: Duration::from_secs(30),
+            drain_delay: Duration::ZERO,
             tls_reload_interval: Duration::from_secs(60),
             access_log: false,
         }
@@ -594,6 +597,7 @@ impl Config {
             tls,
             public_url,
             shutdown_grace: s.shutdown_grace,
+            drain_delay: s.drain_delay,
             tls_reload_interval: s.tls_reload_interval,
             access_log: s.access_log,
             cache_dir: c.dir.clone(),
@@ -708,6 +712,8 @@ pub struct Settings {
     pub tls: TlsSource,
     pub public_url: Option<url::Url>,
     pub shutdown_grace: Duration,
+    /// After SIGTERM, how long to keep accepting connections while `/readyz` says draining.
+    pub drain_delay: Duration,
     /// How often the certificate files are checked for changes (zero: only on SIGHUP).
     pub tls_reload_interval: Duration,
     /// Log one line per request (target `provender::access`).

@@ -59,6 +59,13 @@ impl From<StoredArchive> for ArchiveBody {
     }
 }
 
+/// The head of an archive response, without its bytes.
+pub struct ArchiveHead {
+    pub sha256: String,
+    pub size: Option<u64>,
+    pub modified: SystemTime,
+}
+
 /// The mirror: caches in front of origin registries.
 pub struct Mirror {
     settings: Arc<Settings>,
@@ -281,6 +288,42 @@ impl Mirror {
         })
     }
 
+    /// What a `HEAD` of an archive answers, without downloading it: a stored archive's size, a
+    /// download in progress's announced size, or else just the SHA-256 the origin published
+    /// (no download starts; the size is not known yet).
+    pub async fn archive_head(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<ArchiveHead> {
+        let key = self.archive_key(addr, version, platform)?;
+        if let Some(fill) = self.fill_in_progress(&key) {
+            self.admit(&key, fill.trust)?;
+            return Ok(ArchiveHead {
+                sha256: fill.sha256.clone(),
+                size: fill.announced_size(),
+                modified: fill.started_at,
+            });
+        }
+        if let Some(found) = self.open_archive(&key).await? {
+            self.admit(&key, self.archive_trust(&key, &found.info).await)?;
+            return Ok(ArchiveHead {
+                sha256: found.info.sha256,
+                size: Some(found.info.size),
+                modified: found.modified,
+            });
+        }
+        let (pkg, trust) = self.package_to_fetch(&key).await?;
+        self.admit(&key, trust)?;
+        let rec = self.version_record(addr, version).await?;
+        Ok(ArchiveHead {
+            sha256: pkg.shasum,
+            size: None,
+            modified: std::time::UNIX_EPOCH + Duration::from_secs(rec.fetched_at),
+        })
+    }
+
     /// Makes sure an archive is in the store (fetching and verifying it if needed) without
     /// opening it. Returns its description and whether it was fetched just now.
     pub async fn ensure_archive(
@@ -417,6 +460,29 @@ impl Mirror {
     ) -> Result<Arc<VersionRecord>> {
         self.check_host(addr)?;
         self.version_record(addr, version).await
+    }
+
+    /// Whether the cache can serve now: archives and metadata can be read, and downloads can be
+    /// staged. The error names what failed.
+    pub async fn check_storage(&self) -> std::result::Result<(), String> {
+        let checks = async {
+            self.store
+                .probe()
+                .await
+                .map_err(|e| format!("the archive store cannot be read: {e}"))?;
+            self.meta
+                .probe()
+                .await
+                .map_err(|e| format!("the metadata cannot be read: {e}"))?;
+            self.staging
+                .probe()
+                .await
+                .map_err(|e| format!("downloads cannot be staged: {e}"))
+        };
+        match tokio::time::timeout(Duration::from_secs(5), checks).await {
+            Ok(result) => result,
+            Err(_) => Err("the cache did not answer within 5s".into()),
+        }
     }
 
     /// The validated settings this mirror runs with.

@@ -35,11 +35,27 @@ pub struct Server {
     app: Arc<routes::App>,
     ca_file: Option<PathBuf>,
     grace: Duration,
+    drain_delay: Duration,
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The listening socket could not be bound (the port is in use, or may not be used): a
+    /// condition of the machine, worth retrying, not of the configuration.
+    #[error("server.listen: cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// Certificates, the cache directories or the upstream client could not be set up.
+    #[error("{0:#}")]
+    Setup(#[from] anyhow::Error),
 }
 
 impl Server {
     /// Prepares TLS and the cache, then binds `server.listen`.
-    pub async fn bind(settings: Settings) -> anyhow::Result<Server> {
+    pub async fn bind(settings: Settings) -> Result<Server, StartError> {
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
         let ((cert_file, key_file), ca_file) = match &settings.tls {
@@ -64,10 +80,17 @@ impl Server {
         warn_if_expiring(&cert);
         let tls = TlsAcceptor::from(tls::server_config(cert.clone()));
         let mirror = Mirror::open(settings.clone(), metrics.clone())?;
-        let listener = TcpListener::bind(settings.listen)
-            .await
-            .with_context(|| format!("server.listen: cannot bind {}", settings.listen))?;
-        let local = listener.local_addr()?;
+        let listener =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: settings.listen,
+                    source,
+                })?;
+        let local = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: settings.listen,
+            source,
+        })?;
         let base_url = match &settings.public_url {
             Some(u) => u.clone(),
             None => {
@@ -96,6 +119,7 @@ impl Server {
             app,
             ca_file,
             grace: settings.shutdown_grace,
+            drain_delay: settings.drain_delay,
         })
     }
 
@@ -116,11 +140,15 @@ impl Server {
         self.ca_file.as_ref()
     }
 
-    /// Serves until `shutdown` completes, then stops accepting and lets in-flight responses finish
+    /// Serves until `shutdown` completes; then `/readyz` says draining, connections are still
+    /// accepted for `server.drain_delay`, and then no more are, while in-flight responses finish
     /// for up to `server.shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         tokio::pin!(shutdown);
+        let drained = tokio::time::sleep(Duration::MAX);
+        tokio::pin!(drained);
+        let mut draining = false;
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -132,7 +160,17 @@ impl Server {
                         continue;
                     }
                 },
-                () = &mut shutdown => break,
+                () = &mut shutdown, if !draining => {
+                    draining = true;
+                    self.app.start_draining();
+                    if self.drain_delay.is_zero() {
+                        break;
+                    }
+                    tracing::info!(delay = ?self.drain_delay, "draining: /readyz answers 503; still accepting connections for server.drain_delay");
+                    drained.as_mut().reset(tokio::time::Instant::now() + self.drain_delay);
+                    continue;
+                }
+                () = &mut drained, if draining => break,
             };
             let _ = stream.set_nodelay(true);
             let app = self.app.clone();

@@ -234,6 +234,14 @@ impl MetaStore {
         })
     }
 
+    /// Checks that the metadata directory can be read now (for readiness).
+    pub async fn probe(&self) -> io::Result<()> {
+        let mut entries = tokio::fs::read_dir(&self.root)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.root.display())))?;
+        entries.next_entry().await.map(|_| ())
+    }
+
     fn dir_of(&self, addr: &ProviderAddr) -> PathBuf {
         self.root
             .join(addr.hostname.as_str())

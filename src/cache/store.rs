@@ -98,6 +98,8 @@ pub trait ArchiveStore: Send + Sync + 'static {
     /// Takes an archive out of service (e.g. it failed re-verification), keeping its bytes for
     /// inspection. Returns where it went, or `None` if the store did not have it.
     async fn quarantine(&self, key: &ArchiveKey) -> io::Result<Option<String>>;
+    /// Checks that the store can be read now (for readiness); the error says what failed.
+    async fn probe(&self) -> io::Result<()>;
 }
 
 /// Local scratch space for downloads in progress (`<cache.dir>/tmp`).
@@ -127,6 +129,20 @@ impl Staging {
             }
         }
         Ok((Staging { dir }, removed))
+    }
+
+    /// Checks that a staging file can be created, written and removed now (for readiness).
+    pub async fn probe(&self) -> io::Result<()> {
+        let path = self.dir.join(format!(
+            "{}-probe-{}",
+            std::process::id(),
+            STAGE_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = tokio::fs::write(&path, b"probe").await;
+        let removed = tokio::fs::remove_file(&path).await;
+        written
+            .and(removed)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.dir.display())))
     }
 
     /// A new, empty staging file.
@@ -361,6 +377,13 @@ impl ArchiveStore for DiskStore {
             file.set_times(std::fs::FileTimes::new().set_accessed(SystemTime::now()))
         })
         .await;
+    }
+
+    async fn probe(&self) -> io::Result<()> {
+        let mut entries = tokio::fs::read_dir(&self.root)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.root.display())))?;
+        entries.next_entry().await.map(|_| ())
     }
 
     async fn quarantine(&self, key: &ArchiveKey) -> io::Result<Option<String>> {

@@ -122,6 +122,11 @@ impl Fill {
         }
     }
 
+    /// The size the origin announced, once it has answered.
+    pub fn announced_size(&self) -> Option<u64> {
+        self.progress.borrow().started.as_ref().and_then(|s| s.size)
+    }
+
     /// Waits until the fill is over: `Ok` when the archive is in the store.
     pub async fn finished(&self) -> Result<()> {
         let mut rx = self.progress.subscribe();

@@ -23,8 +23,8 @@ use crate::auth::Denied;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::mirror::ArchiveBody;
 use crate::mirror::Mirror;
+use crate::mirror::{ArchiveBody, ArchiveHead};
 
 /// Response body: a buffer or a stream from the archive store.
 pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -36,6 +36,8 @@ pub struct App {
     metrics: Arc<Metrics>,
     pub base_url: url::Url,
     page: Bytes,
+    /// Set once shutdown has begun: `/readyz` answers 503 so load balancers move away.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// Which endpoint a request hit; the `route` label of HTTP metrics.
@@ -87,7 +89,35 @@ impl App {
             metrics,
             base_url,
             page,
+            draining: Default::default(),
         }
+    }
+
+    /// Marks the server as shutting down (see `/readyz`).
+    pub fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `/readyz`: 200 while the server can serve; 503 with the reason while it shuts down or
+    /// its cache cannot be read or written.
+    async fn readiness(&self) -> Response<Body> {
+        let (status, reason) = if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
+            (
+                "draining",
+                "shutting down: finishing responses in progress".to_string(),
+            )
+        } else {
+            match self.mirror.check_storage().await {
+                Ok(()) => {
+                    return json_response(StatusCode::OK, br#"{"status":"ready"}"#.to_vec());
+                }
+                Err(reason) => ("unavailable", reason),
+            }
+        };
+        tracing::warn!(status, "not ready: {reason}");
+        let body = serde_json::json!({ "status": status, "reason": reason }).to_string();
+        json_response(StatusCode::SERVICE_UNAVAILABLE, body.into_bytes())
     }
 
     /// The mirror behind this HTTP layer.
@@ -153,15 +183,7 @@ impl App {
                     )),
                 );
             }
-            Route::Ready => {
-                return (
-                    route,
-                    Ok(json_response(
-                        StatusCode::OK,
-                        br#"{"status":"ready"}"#.to_vec(),
-                    )),
-                );
-            }
+            Route::Ready => return (route, Ok(self.readiness().await)),
             Route::Metrics => {
                 let body = self.metrics.render();
                 return (
@@ -216,6 +238,14 @@ impl App {
                     .await
                     .map(|body| json_response(StatusCode::OK, body)),
             ),
+            MirrorPath::Archive(addr, version, platform) if req.method() == Method::HEAD => {
+                // A HEAD never downloads the archive.
+                let result = self.mirror.archive_head(&addr, &version, &platform).await;
+                (
+                    Route::Archive,
+                    result.map(|head| archive_head_response(req, &head)),
+                )
+            }
             MirrorPath::Archive(addr, version, platform) => {
                 let result = self.mirror.archive(&addr, &version, &platform).await;
                 (
@@ -311,36 +341,50 @@ impl App {
     }
 
     fn archive_response(&self, req: &Request<Incoming>, archive: ArchiveBody) -> Response<Body> {
-        let etag = format!("\"{}\"", archive.sha256);
-        let not_modified = req
-            .headers()
-            .get(header::IF_NONE_MATCH)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
-        let mut builder = Response::builder().header(header::ETAG, &etag).header(
-            header::LAST_MODIFIED,
-            httpdate::fmt_http_date(archive.modified),
-        );
-        if not_modified {
-            return builder
-                .status(StatusCode::NOT_MODIFIED)
-                .body(empty())
-                .expect("valid response");
+        let head = ArchiveHead {
+            sha256: archive.sha256,
+            size: archive.size,
+            modified: archive.modified,
+        };
+        let mut resp = archive_head_response(req, &head);
+        if resp.status() == StatusCode::OK {
+            let served = self.metrics.archive_bytes_served.clone();
+            let stream = archive
+                .stream
+                .inspect_ok(move |chunk| served.inc_by(chunk.len() as u64))
+                .map_ok(Frame::data);
+            *resp.body_mut() = BodyExt::boxed_unsync(StreamBody::new(stream));
         }
-        if let Some(size) = archive.size {
-            builder = builder.header(header::CONTENT_LENGTH, size);
-        }
-        let served = self.metrics.archive_bytes_served.clone();
-        let stream = archive
-            .stream
-            .inspect_ok(move |chunk| served.inc_by(chunk.len() as u64))
-            .map_ok(Frame::data);
-        builder
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/zip")
-            .body(BodyExt::boxed_unsync(StreamBody::new(stream)))
-            .expect("valid response")
+        resp
     }
+}
+
+/// The head of an archive response, with an empty body: `ETag` (the SHA-256), `Last-Modified`,
+/// and either 304 for a matching `If-None-Match` or 200 with `Content-Type` and, when known,
+/// `Content-Length`.
+fn archive_head_response(req: &Request<Incoming>, head: &ArchiveHead) -> Response<Body> {
+    let etag = format!("\"{}\"", head.sha256);
+    let not_modified = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    let builder = Response::builder().header(header::ETAG, &etag).header(
+        header::LAST_MODIFIED,
+        httpdate::fmt_http_date(head.modified),
+    );
+    let builder = if not_modified {
+        builder.status(StatusCode::NOT_MODIFIED)
+    } else {
+        let builder = builder
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/zip");
+        match head.size {
+            Some(size) => builder.header(header::CONTENT_LENGTH, size),
+            None => builder,
+        }
+    };
+    builder.body(empty()).expect("valid response")
 }
 
 fn empty() -> Body {

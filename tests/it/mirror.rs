@@ -311,12 +311,38 @@ async fn head_and_conditional_requests() {
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
     let url = mirror.url(&zip_path("foo", "1.1.0", "darwin_arm64"));
+    let sha = origin.sha256_hex("acme", "foo", "1.1.0", "darwin", "arm64");
+    // A HEAD of an archive that is not cached answers from the verified metadata and
+    // downloads nothing.
     let head = request(&client, reqwest::Method::HEAD, &url).await;
     assert_eq!(head.status, 200);
     assert!(head.body.is_empty());
+    assert_eq!(head.headers["etag"], format!("\"{sha}\"").as_str());
+    assert_ne!(
+        head.headers
+            .get("content-length")
+            .map(|v| v.to_str().unwrap()),
+        Some("0"),
+        "no size is claimed before it is known"
+    );
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        0,
+        "HEAD downloads nothing"
+    );
+    assert!(mirror.cached_archives().is_empty());
+
+    let got = get(&client, &url).await;
     let size = origin
         .archive("acme", "foo", "1.1.0", "darwin", "arm64")
         .len();
+    assert_eq!(got.body.len(), size);
+    eventually("the archive is committed", SETTLE, || {
+        mirror.cached_archives().len() == 1
+    })
+    .await;
+    let head = request(&client, reqwest::Method::HEAD, &url).await;
+    assert_eq!(head.status, 200);
     assert_eq!(head.headers["content-length"], size.to_string().as_str());
     let etag = head.headers["etag"].clone();
     let cond = send(&url, client.get(&url).header("if-none-match", etag)).await;

@@ -4,7 +4,10 @@
 //!   of the certificate in use is exported as a metric;
 //! - JSON logs (`--log-format json`) with an access log line per request
 //!   (`server.access_log`), from the real binary;
-//! - the systemd unit in `deploy/` passes `systemd-analyze verify`.
+//! - the systemd unit in `deploy/` passes `systemd-analyze verify`;
+//! - `/readyz` answers 503 with its reason when the cache cannot be read or written and while
+//!   the server drains after SIGTERM (`server.drain_delay`), while `/healthz` stays 200;
+//! - a port in use ends the process with 69, not the configuration error's 78.
 
 use std::time::Duration;
 
@@ -243,4 +246,124 @@ fn the_systemd_unit_verifies() {
         !stderr.contains("provender.service"),
         "warnings about the unit: {stderr}"
     );
+}
+
+/// `/readyz` as a client sees it: the status and the JSON body.
+async fn readyz(client: &reqwest::Client, url: &str) -> (u16, serde_json::Value) {
+    let got = crate::support::http::get(client, url).await;
+    (got.status.as_u16(), got.json())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_says_when_the_cache_cannot_be_read_or_written() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = crate::support::https_client(&ca, &[]);
+    let url = mirror.root_url("/readyz");
+    assert_eq!(readyz(&client, &url).await.0, 200);
+
+    // Downloads cannot be staged: tmp/ is not a directory any more.
+    let tmp = mirror.cache_dir.join("tmp");
+    std::fs::rename(&tmp, mirror.cache_dir.join("tmp.away")).unwrap();
+    std::fs::write(&tmp, b"not a directory").unwrap();
+    let (status, body) = readyz(&client, &url).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["status"], "unavailable");
+    assert!(body["reason"].as_str().unwrap().contains("tmp"), "{body}");
+    let healthz = crate::support::http::get(&client, &mirror.root_url("/healthz")).await;
+    assert_eq!(healthz.status, 200, "liveness is not readiness");
+    std::fs::remove_file(&tmp).unwrap();
+    std::fs::rename(mirror.cache_dir.join("tmp.away"), &tmp).unwrap();
+    assert_eq!(readyz(&client, &url).await.0, 200);
+
+    // Archives cannot be read.
+    let archives = mirror.cache_dir.join("archives");
+    std::fs::rename(&archives, mirror.cache_dir.join("archives.away")).unwrap();
+    std::fs::write(&archives, b"not a directory").unwrap();
+    let (status, body) = readyz(&client, &url).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["reason"].as_str().unwrap().contains("archive"),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_says_draining_after_sigterm_while_connections_are_still_taken() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        &ca,
+        dir.path(),
+        origin.addr(),
+        &MirrorOptions {
+            extra_server: "drain_delay = \"3s\"",
+            ..Default::default()
+        },
+    );
+    let mut server = ServerProcess::spawn(&config);
+    let client = crate::support::https_client(&ca, &[]);
+    let mut root = server.url.clone();
+    root.set_path("/readyz");
+    assert_eq!(readyz(&client, root.as_str()).await.0, 200);
+    server.signal("TERM");
+    let draining = poll(Duration::from_secs(5), async || {
+        // A fresh client: new connections are still accepted during the delay.
+        let fresh = crate::support::https_client(&ca, &[]);
+        let (status, body) = readyz(&fresh, root.as_str()).await;
+        (status == 503).then_some(body)
+    })
+    .await
+    .expect("/readyz turns 503 after SIGTERM");
+    assert_eq!(draining["status"], "draining", "{draining}");
+    let mut health = server.url.clone();
+    health.set_path("/healthz");
+    let fresh = crate::support::https_client(&ca, &[]);
+    assert_eq!(
+        crate::support::http::get(&fresh, health.as_str())
+            .await
+            .status,
+        200
+    );
+    let status = tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap();
+    assert!(status.success(), "clean exit after the delay: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_port_in_use_is_not_a_configuration_error() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = write_config(&ca, dir.path(), origin.addr(), &MirrorOptions::default());
+    let text = std::fs::read_to_string(&config).unwrap();
+    let port = taken.local_addr().unwrap().port();
+    std::fs::write(
+        &config,
+        text.replace(
+            "listen = \"127.0.0.1:0\"",
+            &format!("listen = \"127.0.0.1:{port}\""),
+        ),
+    )
+    .unwrap();
+    let run = |config: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_provender"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&config);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("server.listen: cannot bind"), "{stderr}");
+    // A configuration error keeps 78, which the systemd unit does not restart on.
+    std::fs::write(&config, "[server]\nlisten = \"nowhere\"\n").unwrap();
+    assert_eq!(run(&config).status.code(), Some(78));
+    drop(taken);
 }
