@@ -4,7 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use provender::address::Platform;
-use provender::upstream::{parse_discovery, parse_download, parse_versions, sums_lookup};
+use provender::trust::sums_lookup;
+use provender::upstream::{parse_discovery, parse_download, parse_versions};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {
