@@ -1,34 +1,36 @@
-//! What provender keeps: archives behind the [`ArchiveStore`] trait, provider metadata in
-//! [`MetaStore`] (a bounded in-memory LRU in front of JSON files), and the single-flight table
-//! that makes concurrent misses share one upstream fetch.
+//! What provender keeps, on top of a [`Storage`](crate::storage::Storage): verified archives
+//! with their records ([`Archives`]), provider metadata ([`MetaStore`]: a bounded in-memory LRU
+//! in front of the store), the local staging area for downloads in progress ([`Staging`]), the
+//! single-flight table that makes concurrent misses share one upstream fetch, and the LRU
+//! budget behind `cache.max_size`.
 //!
 //! Nothing here speaks HTTP or knows about origin registries.
 //!
-//! Disk layout under `cache.dir`:
+//! Layout in the store (a directory for the disk backend, a bucket prefix for object stores):
 //!
 //! ```text
 //! archives/<host>/<namespace>/<type>/<version>/<archive>.zip        committed, verified archive
-//! archives/<host>/<namespace>/<type>/<version>/<archive>.zip.json   its sha256, h1 and size
+//! archives/<host>/<namespace>/<type>/<version>/<archive>.zip.json   its record (the commit point)
 //! metadata/<host>/<namespace>/<type>/index.json                     version list + fetch time
 //! metadata/<host>/<namespace>/<type>/<version>.json                 download metadata per platform
 //! metadata/<host>/<namespace>/<type>/<version>.SHA256SUMS.<n>[.sig]  the origin's checksum files
 //! quarantine/<host>/.../<archive>.zip.<unix time>                   archives that failed re-verification
-//! tmp/                                                              downloads in progress
-//! tls/                                                              generated CA and certificate
 //! ```
+//!
+//! and always on local disk, under `cache.dir`: `tmp/` (downloads in progress) and `tls/`
+//! (the generated CA and certificate).
 
+mod archives;
 mod budget;
 mod flight;
 mod meta;
-mod store;
+mod staging;
 
+pub use archives::{Archives, StoredArchive, StoredEntry, zip_key};
 pub use budget::{Budget, Lease};
 pub use flight::Flights;
-pub use meta::{IndexRecord, IndexVersion, MetaStore, Package, SumsRef, VersionRecord};
-pub use store::{
-    ArchiveInfo, ArchiveKey, ArchiveStore, DiskStore, StagedFile, Staging, StoredArchive,
-    StoredEntry,
-};
+pub use meta::MetaStore;
+pub use staging::{StagedFile, Staging};
 
 use std::io;
 use std::path::Path;
@@ -41,7 +43,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .parent()
         .ok_or_else(|| io::Error::other("path has no parent directory"))?;
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile_in(dir)?;
+    let mut tmp = temp_file_in(dir)?;
     tmp.1.write_all(bytes)?;
     tmp.1.sync_all()?;
     std::fs::rename(&tmp.0, path)?;
@@ -49,7 +51,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn tempfile_in(dir: &Path) -> io::Result<(std::path::PathBuf, std::fs::File)> {
+/// A new temporary file in `dir`, named so that start-up clean-up knows its writer.
+pub(crate) fn temp_file_in(dir: &Path) -> io::Result<(std::path::PathBuf, std::fs::File)> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()

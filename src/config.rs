@@ -14,6 +14,7 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::address::{Hostname, Platform};
+use crate::storage::StorageSettings;
 
 /// The configuration file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -111,6 +112,9 @@ impl Default for ServerConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     pub dir: PathBuf,
+    pub backend: String,
+    pub redirect_downloads: bool,
+    pub object_store: Option<ObjectStoreConfig>,
     #[serde(with = "humantime_serde")]
     pub index_ttl: Duration,
     #[serde(with = "humantime_serde")]
@@ -128,6 +132,9 @@ impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
             dir: PathBuf::from("./provender-data"),
+            backend: "disk".into(),
+            redirect_downloads: false,
+            object_store: None,
             index_ttl: Duration::from_secs(10 * 60),
             not_found_ttl: Duration::from_secs(60),
             stale_if_error: Duration::from_secs(7 * 24 * 3600),
@@ -137,6 +144,29 @@ impl Default for CacheConfig {
             max_fill_memory: bytesize::ByteSize::mib(64),
         }
     }
+}
+
+/// `[cache.object_store]`: the bucket of an object-store backend.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectStoreConfig {
+    pub bucket: String,
+    #[serde(default)]
+    pub prefix: String,
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    #[serde(default = "yes")]
+    pub path_style: bool,
+    #[serde(default)]
+    pub allow_http: bool,
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[upstream]`
@@ -356,9 +386,25 @@ impl Config {
         })
     }
 
-    /// Checks every key and produces the typed settings.
+    /// Checks every key, section by section, and produces the typed settings.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let s = &self.server;
+        let (upstream, trust) = self.upstream.validate()?;
+        Ok(Settings {
+            server: self.server.validate()?,
+            cache: self.cache.validate()?,
+            upstream,
+            trust,
+            auth: self.auth.validate()?,
+            bundles: self.bundles.validate()?,
+            tool: self.configurations.validate()?,
+        })
+    }
+}
+
+impl ServerConfig {
+    /// `[server]`
+    fn validate(&self) -> Result<ServerSettings, ConfigError> {
+        let s = self;
         let listen: SocketAddr = s.listen.parse().map_err(|_| {
             invalid(
                 "server.listen",
@@ -394,7 +440,6 @@ impl Config {
         for (key, path) in [
             ("server.tls_cert", &s.tls_cert),
             ("server.tls_key", &s.tls_key),
-            ("upstream.ca_file", &self.upstream.ca_file),
         ] {
             if let Some(path) = path {
                 if let Err(e) = std::fs::metadata(path) {
@@ -417,7 +462,23 @@ impl Config {
             None => None,
         };
 
-        let c = &self.cache;
+        Ok(ServerSettings {
+            listen,
+            base_path,
+            tls,
+            public_url,
+            shutdown_grace: s.shutdown_grace,
+            drain_delay: s.drain_delay,
+            tls_reload_interval: s.tls_reload_interval,
+            access_log: s.access_log,
+        })
+    }
+}
+
+impl CacheConfig {
+    /// `[cache]` and `[cache.object_store]`
+    fn validate(&self) -> Result<CacheSettings, ConfigError> {
+        let c = self;
         if c.dir.as_os_str().is_empty() {
             return Err(invalid("cache.dir", "must not be empty"));
         }
@@ -434,7 +495,144 @@ impl Config {
             return Err(invalid("cache.index_ttl", "must be longer than zero"));
         }
 
-        let u = &self.upstream;
+        let storage = match self.backend.as_str() {
+            "disk" => {
+                if self.object_store.is_some() {
+                    return Err(invalid(
+                        "cache.object_store",
+                        "is only used with cache.backend = \"s3\", \"gcs\" or \"azure\"",
+                    ));
+                }
+                StorageSettings::Disk(c.dir.clone())
+            }
+            name @ ("s3" | "gcs" | "azure") => {
+                let provider = match name {
+                    "s3" => crate::storage::Provider::S3,
+                    "gcs" => crate::storage::Provider::Gcs,
+                    _ => crate::storage::Provider::Azure,
+                };
+                let os = self.object_store.as_ref().ok_or_else(|| {
+                    invalid(
+                        "cache.object_store",
+                        format!("cache.backend = {name:?} needs a [cache.object_store] table with a bucket"),
+                    )
+                })?;
+                StorageSettings::Object(os.validate(provider)?)
+            }
+            other => {
+                return Err(invalid(
+                    "cache.backend",
+                    format!("{other:?} is not one of disk, s3, gcs, azure"),
+                ));
+            }
+        };
+        if c.redirect_downloads && matches!(storage, StorageSettings::Disk(_)) {
+            return Err(invalid(
+                "cache.redirect_downloads",
+                "needs an object-store backend (cache.backend = \"s3\", \"gcs\" or \"azure\")",
+            ));
+        }
+        Ok(CacheSettings {
+            dir: c.dir.clone(),
+            storage,
+            index_ttl: c.index_ttl,
+            not_found_ttl: c.not_found_ttl,
+            stale_if_error: c.stale_if_error,
+            metadata_entries: c.metadata_entries,
+            max_size: c.max_size.map(|s| s.as_u64()),
+            reverify_interval: c.reverify_interval,
+            max_fill_memory: c.max_fill_memory.as_u64(),
+            redirect_downloads: c.redirect_downloads,
+        })
+    }
+}
+
+impl ObjectStoreConfig {
+    /// `[cache.object_store]`
+    fn validate(
+        &self,
+        provider: crate::storage::Provider,
+    ) -> Result<crate::storage::ObjectStoreSettings, ConfigError> {
+        let key = |k: &str| format!("cache.object_store.{k}");
+        if self.bucket.is_empty()
+            || !self
+                .bucket
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        {
+            return Err(invalid(
+                key("bucket"),
+                format!("{:?} is not a bucket name", self.bucket),
+            ));
+        }
+        let prefix = self.prefix.trim_matches('/').to_string();
+        if prefix
+            .split('/')
+            .any(|s| (s.is_empty() && !prefix.is_empty()) || s == "." || s == "..")
+        {
+            return Err(invalid(
+                key("prefix"),
+                format!("{:?} must be /-separated names", self.prefix),
+            ));
+        }
+        if let Some(endpoint) = &self.endpoint {
+            let url = url::Url::parse(endpoint)
+                .map_err(|e| invalid(key("endpoint"), format!("{endpoint:?}: {e}")))?;
+            match url.scheme() {
+                "https" => {}
+                "http" if self.allow_http => {}
+                "http" => {
+                    return Err(invalid(
+                        key("endpoint"),
+                        format!(
+                            "{endpoint:?} is plain http: set cache.object_store.allow_http = true to allow it (testing only)"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err(invalid(
+                        key("endpoint"),
+                        format!("{endpoint:?} must be an https URL"),
+                    ));
+                }
+            }
+        }
+        if let Some(path) = &self.ca_file {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(invalid(
+                    key("ca_file"),
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        }
+        Ok(crate::storage::ObjectStoreSettings {
+            provider,
+            bucket: self.bucket.clone(),
+            prefix,
+            region: self.region.clone(),
+            endpoint: self.endpoint.clone(),
+            path_style: self.path_style,
+            allow_http: self.allow_http,
+            ca_file: self.ca_file.clone(),
+        })
+    }
+}
+
+impl UpstreamConfig {
+    /// `[upstream]`: the origin client's settings and the trust policy.
+    fn validate(&self) -> Result<(UpstreamSettings, crate::trust::TrustPolicy), ConfigError> {
+        let u = self;
+        if let Some(path) = &u.ca_file {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(invalid(
+                    "upstream.ca_file",
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        }
+        if u.concurrency == 0 {
+            return Err(invalid("upstream.concurrency", "must be at least 1"));
+        }
         let proxy = u
             .proxy
             .as_ref()
@@ -561,53 +759,7 @@ impl Config {
                 .collect(),
             min_trust,
         };
-        let mut trusted_site_keys = Vec::new();
-        for (i, k) in self.bundles.trusted_keys.iter().enumerate() {
-            trusted_site_keys.push(
-                crate::trust::site::SitePublicKey::parse(k)
-                    .map_err(|m| invalid(format!("bundles.trusted_keys[{i}]"), m))?,
-            );
-        }
-        if let Some(path) = &self.bundles.signing_key_file {
-            if let Err(e) = std::fs::metadata(path) {
-                return Err(invalid(
-                    "bundles.signing_key_file",
-                    format!("cannot read {}: {e}", path.display()),
-                ));
-            }
-        }
-        let tool = match self.configurations.tool.as_deref() {
-            None | Some("terraform") => Tool::Terraform,
-            Some("opentofu") => Tool::OpenTofu,
-            Some(other) => {
-                return Err(invalid(
-                    "configurations.tool",
-                    format!("{other:?} is not terraform or opentofu"),
-                ));
-            }
-        };
-        let auth = self.auth.validate()?;
-        if u.concurrency == 0 {
-            return Err(invalid("upstream.concurrency", "must be at least 1"));
-        }
-
-        Ok(Settings {
-            listen,
-            base_path,
-            tls,
-            public_url,
-            shutdown_grace: s.shutdown_grace,
-            drain_delay: s.drain_delay,
-            tls_reload_interval: s.tls_reload_interval,
-            access_log: s.access_log,
-            cache_dir: c.dir.clone(),
-            index_ttl: c.index_ttl,
-            not_found_ttl: c.not_found_ttl,
-            stale_if_error: c.stale_if_error,
-            metadata_entries: c.metadata_entries,
-            max_size: c.max_size.map(|s| s.as_u64()),
-            reverify_interval: c.reverify_interval,
-            max_fill_memory: c.max_fill_memory.as_u64(),
+        let settings = UpstreamSettings {
             allowed_hosts,
             platforms,
             ca_file: u.ca_file.clone(),
@@ -620,10 +772,6 @@ impl Config {
             max_redirects: u.max_redirects,
             concurrency: u.concurrency,
             offline: u.offline,
-            trust,
-            signing_key_file: self.bundles.signing_key_file.clone(),
-            trusted_site_keys,
-            tool,
             allow_private_networks: u.allow_private_networks,
             proxy,
             max_discovery_size: u.max_discovery_size.as_u64(),
@@ -632,12 +780,54 @@ impl Config {
             max_header_list_size: u.max_header_list_size.as_u64(),
             max_zip_entries: u.max_zip_entries,
             max_unpacked_size: u.max_unpacked_size.as_u64(),
-            auth,
             retries: u.retries,
             retry_base_delay: u.retry_base_delay,
             breaker_failures: u.breaker_failures,
             breaker_cooldown: u.breaker_cooldown,
+        };
+        Ok((settings, trust))
+    }
+}
+
+impl BundlesConfig {
+    /// `[bundles]`
+    fn validate(&self) -> Result<BundleSettings, ConfigError> {
+        let mut trusted_site_keys = Vec::new();
+        for (i, k) in self.trusted_keys.iter().enumerate() {
+            trusted_site_keys.push(
+                crate::trust::site::SitePublicKey::parse(k)
+                    .map_err(|m| invalid(format!("bundles.trusted_keys[{i}]"), m))?,
+            );
+        }
+        if let Some(path) = &self.signing_key_file {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(invalid(
+                    "bundles.signing_key_file",
+                    format!("cannot read {}: {e}", path.display()),
+                ));
+            }
+        }
+        Ok(BundleSettings {
+            signing_key_file: self.signing_key_file.clone(),
+            trusted_site_keys,
         })
+    }
+}
+
+impl ConfigurationsConfig {
+    /// `[configurations]`
+    fn validate(&self) -> Result<Tool, ConfigError> {
+        let tool = match self.tool.as_deref() {
+            None | Some("terraform") => Tool::Terraform,
+            Some("opentofu") => Tool::OpenTofu,
+            Some(other) => {
+                return Err(invalid(
+                    "configurations.tool",
+                    format!("{other:?} is not terraform or opentofu"),
+                ));
+            }
+        };
+        Ok(tool)
     }
 }
 
@@ -703,9 +893,24 @@ pub struct HostSettings {
     pub allow_http: bool,
 }
 
-/// The validated configuration.
+/// The validated configuration, one section per part of the program that uses it.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    pub server: ServerSettings,
+    pub cache: CacheSettings,
+    pub upstream: UpstreamSettings,
+    /// `upstream.require_signature` (with per-host overrides) and `upstream.min_trust`.
+    pub trust: crate::trust::TrustPolicy,
+    /// Client authentication (`[auth]`).
+    pub auth: crate::auth::AuthSettings,
+    pub bundles: BundleSettings,
+    /// `configurations.tool`: the CLI configuration directories are written for.
+    pub tool: Tool,
+}
+
+/// `[server]`, validated: what the listener needs.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
     pub listen: SocketAddr,
     /// Always starts and ends with `/`.
     pub base_path: String,
@@ -718,7 +923,15 @@ pub struct Settings {
     pub tls_reload_interval: Duration,
     /// Log one line per request (target `provender::access`).
     pub access_log: bool,
-    pub cache_dir: PathBuf,
+}
+
+/// `[cache]`, validated.
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Local directory: staging (`tmp/`), generated TLS files, and with the disk backend the
+    /// store itself.
+    pub dir: PathBuf,
+    pub storage: StorageSettings,
     pub index_ttl: Duration,
     pub not_found_ttl: Duration,
     pub stale_if_error: Duration,
@@ -729,6 +942,13 @@ pub struct Settings {
     pub reverify_interval: Duration,
     /// Most bytes one download may hold in memory when the cache cannot be written.
     pub max_fill_memory: u64,
+    /// Answer cached archives with a redirect to a pre-signed URL of the object store.
+    pub redirect_downloads: bool,
+}
+
+/// `[upstream]`, validated: what the origin client and the read-through flow need.
+#[derive(Debug, Clone)]
+pub struct UpstreamSettings {
     pub allowed_hosts: Vec<Hostname>,
     /// Empty means every platform.
     pub platforms: Vec<Platform>,
@@ -743,14 +963,6 @@ pub struct Settings {
     pub concurrency: usize,
     /// Never contact an origin; serve only what the cache holds.
     pub offline: bool,
-    /// `upstream.require_signature` (with per-host overrides) and `upstream.min_trust`.
-    pub trust: crate::trust::TrustPolicy,
-    /// `bundles.signing_key_file`: the key `export --bundle` signs with.
-    pub signing_key_file: Option<PathBuf>,
-    /// `bundles.trusted_keys`: the sites whose bundles `import` trusts.
-    pub trusted_site_keys: Vec<crate::trust::site::SitePublicKey>,
-    /// `configurations.tool`: the CLI configuration directories are written for.
-    pub tool: Tool,
     /// Let origins resolve to loopback, private, link-local and similar addresses.
     pub allow_private_networks: bool,
     /// The HTTP(S) proxy every origin request goes through, except to `connect_to` hosts.
@@ -763,8 +975,6 @@ pub struct Settings {
     /// Most entries, and most bytes they may expand to, in an archive being hashed.
     pub max_zip_entries: usize,
     pub max_unpacked_size: u64,
-    /// Client authentication (`[auth]`).
-    pub auth: crate::auth::AuthSettings,
     /// Extra attempts after a connection error, timeout, 429 or 5xx (not 501).
     pub retries: u32,
     pub retry_base_delay: Duration,
@@ -773,7 +983,16 @@ pub struct Settings {
     pub breaker_cooldown: Duration,
 }
 
-impl Settings {
+/// `[bundles]`, validated.
+#[derive(Debug, Clone, Default)]
+pub struct BundleSettings {
+    /// The key `export --bundle` signs with.
+    pub signing_key_file: Option<PathBuf>,
+    /// The sites whose bundles `import` trusts.
+    pub trusted_site_keys: Vec<crate::trust::site::SitePublicKey>,
+}
+
+impl UpstreamSettings {
     /// Whether the platform filter lets this platform through.
     pub fn platform_allowed(&self, p: &Platform) -> bool {
         self.platforms.is_empty() || self.platforms.contains(p)
@@ -796,7 +1015,9 @@ impl Settings {
     pub fn host(&self, h: &Hostname) -> HostSettings {
         self.hosts.get(h).cloned().unwrap_or_default()
     }
+}
 
+impl ServerSettings {
     /// The URL clients use to reach the mirror, for logs and the help page.
     pub fn public_url(&self) -> url::Url {
         if let Some(u) = &self.public_url {
@@ -831,11 +1052,11 @@ mod tests {
     #[test]
     fn defaults_validate() {
         let s = Config::default().validate().unwrap();
-        assert_eq!(s.listen.to_string(), "127.0.0.1:8443");
-        assert_eq!(s.base_path, "/");
-        assert_eq!(s.tls, TlsSource::SelfSigned);
-        assert_eq!(s.allowed_hosts.len(), 2);
-        assert_eq!(s.public_url().as_str(), "https://localhost:8443/");
+        assert_eq!(s.server.listen.to_string(), "127.0.0.1:8443");
+        assert_eq!(s.server.base_path, "/");
+        assert_eq!(s.server.tls, TlsSource::SelfSigned);
+        assert_eq!(s.upstream.allowed_hosts.len(), 2);
+        assert_eq!(s.server.public_url().as_str(), "https://localhost:8443/");
     }
 
     #[test]
@@ -932,7 +1153,7 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
-        let proxy = s.proxy.as_ref().unwrap();
+        let proxy = s.upstream.proxy.as_ref().unwrap();
         assert_eq!(proxy.0.password(), Some("hunter2"), "kept for use");
         for shown in [format!("{s:?}"), proxy.to_string()] {
             assert!(!shown.contains("hunter2"), "{shown}");
@@ -949,6 +1170,6 @@ mod tests {
             .unwrap()
             .validate()
             .unwrap();
-        assert_eq!(s.base_path, "/providers/");
+        assert_eq!(s.server.base_path, "/providers/");
     }
 }

@@ -39,6 +39,9 @@ pub enum Error {
     /// `cache.max_fill_memory` left to hold).
     #[error("{0}")]
     InsufficientStorage(String),
+    /// The cache's store failed (a full disk, an unreachable bucket).
+    #[error("{0}")]
+    Storage(#[from] crate::storage::StorageError),
     /// Our own fault: disk I/O, a bug.
     #[error("{0}")]
     Internal(String),
@@ -55,6 +58,7 @@ impl Error {
             Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::Policy(_) => StatusCode::FORBIDDEN,
             Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            Error::Storage(e) => e.status(),
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -70,6 +74,10 @@ impl Error {
             Error::Verification(_) => "verification_failed",
             Error::Policy(_) => "policy_refused",
             Error::InsufficientStorage(_) => "insufficient_storage",
+            Error::Storage(crate::storage::StorageError::Unavailable { .. }) => {
+                "storage_unavailable"
+            }
+            Error::Storage(_) => "storage_error",
             Error::Internal(_) => "internal_error",
         }
     }

@@ -21,14 +21,12 @@ use std::time::SystemTime;
 use futures_util::StreamExt;
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{
-    self, ArchiveInfo, ArchiveKey, ArchiveStore, Budget, DiskStore, Flights, IndexRecord,
-    MetaStore, Package, Staging, StoredArchive, SumsRef, VersionRecord,
-};
+use crate::cache::{self, Archives, Budget, Flights, MetaStore, Staging, StoredArchive};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::metrics::Metrics;
+use crate::records::{ArchiveInfo, ArchiveKey, IndexRecord, Package, SumsRef, VersionRecord};
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
@@ -54,7 +52,7 @@ impl From<StoredArchive> for ArchiveBody {
             sha256: a.info.sha256,
             size: Some(a.info.size),
             modified: a.modified,
-            stream: tokio_util::io::ReaderStream::with_capacity(a.body, 256 * 1024).boxed(),
+            stream: a.body,
         }
     }
 }
@@ -71,7 +69,7 @@ pub struct Mirror {
     settings: Arc<Settings>,
     upstream: Upstream,
     meta: MetaStore,
-    store: Arc<dyn ArchiveStore>,
+    store: Arc<Archives>,
     staging: Staging,
     metrics: Arc<Metrics>,
     fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
@@ -85,10 +83,10 @@ impl Mirror {
     /// Opens the cache directories (cleaning up leftovers of an interrupted run) and builds the
     /// upstream client. Touches no network.
     pub fn open(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Mirror>> {
-        let dir = &settings.cache_dir;
+        let dir = &settings.cache.dir;
         let ctx = |what: &str| format!("cache.dir {}: cannot create {what}", dir.display());
-        let store = DiskStore::new(dir.join("archives"), dir.join("quarantine"))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("archives/")))?;
+        let storage = crate::storage::open(&settings.cache.storage)
+            .map_err(|e| anyhow::anyhow!("cache: cannot open the store: {e}"))?;
         let (staging, leftovers) =
             Staging::open(dir.join("tmp")).map_err(|e| anyhow::anyhow!("{}: {e}", ctx("tmp/")))?;
         if leftovers > 0 {
@@ -98,15 +96,16 @@ impl Mirror {
         if stray > 0 {
             tracing::info!("removed {stray} unfinished metadata write(s) left by an earlier run");
         }
-        let meta = MetaStore::new(dir.join("metadata"), settings.metadata_entries)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("metadata/")))?;
-        let upstream = Upstream::new(settings.clone(), metrics.clone())?;
-        let budget = settings.max_size.map(Budget::new);
+        let entries = settings.cache.metadata_entries;
+        let meta = MetaStore::new(storage.clone(), entries);
+        let archives = Archives::new(storage, entries);
+        let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?;
+        let budget = settings.cache.max_size.map(Budget::new);
         Ok(Arc::new(Mirror {
             settings,
             upstream,
             meta,
-            store: Arc::new(store),
+            store: Arc::new(archives),
             staging,
             metrics,
             fills: Mutex::new(HashMap::new()),
@@ -119,11 +118,7 @@ impl Mirror {
     /// Scans the store: sets the cache gauges and loads the disk budget, then evicts if the
     /// cache is over `cache.max_size` (e.g. after the limit was lowered).
     pub async fn refresh_usage(self: &Arc<Self>) -> Result<()> {
-        let entries = self
-            .store
-            .list()
-            .await
-            .map_err(|e| Error::io("scanning the archive store", e))?;
+        let entries = self.store.scan().await?;
         let bytes: u64 = entries.iter().map(|e| e.size).sum();
         self.metrics.cache_archives.set(entries.len() as i64);
         self.metrics.cache_disk_bytes.set(bytes as i64);
@@ -184,7 +179,7 @@ impl Mirror {
         for (platform, pkg) in rec
             .packages
             .iter()
-            .filter(|(p, _)| self.settings.platform_allowed(p))
+            .filter(|(p, _)| self.settings.upstream.platform_allowed(p))
         {
             let mut hashes: Vec<String> = pkg.h1.iter().cloned().collect();
             hashes.push(hash::zh(&pkg.shasum));
@@ -345,10 +340,7 @@ impl Mirror {
     }
 
     async fn archive_info(&self, key: &ArchiveKey) -> Result<Option<ArchiveInfo>> {
-        self.store
-            .info(key)
-            .await
-            .map_err(|e| Error::io(format!("reading cached archive {key}"), e))
+        self.store.info(key).await.map_err(Error::from)
     }
 
     /// The validated key of an archive this mirror may serve.
@@ -359,7 +351,7 @@ impl Mirror {
         platform: &Platform,
     ) -> Result<ArchiveKey> {
         self.check_host(addr)?;
-        if !self.settings.platform_allowed(platform) {
+        if !self.settings.upstream.platform_allowed(platform) {
             return Err(Error::NotFound(format!(
                 "platform {platform} is not served by this mirror (upstream.platforms)"
             )));
@@ -387,7 +379,7 @@ impl Mirror {
         self: &Arc<Self>,
         key: &ArchiveKey,
     ) -> Result<(Package, SignatureKind)> {
-        if self.settings.offline {
+        if self.settings.upstream.offline {
             return Err(Error::NotFound(format!(
                 "offline mode: archive {key} is not in the cache"
             )));
@@ -467,13 +459,10 @@ impl Mirror {
     pub async fn check_storage(&self) -> std::result::Result<(), String> {
         let checks = async {
             self.store
+                .storage()
                 .probe()
                 .await
-                .map_err(|e| format!("the archive store cannot be read: {e}"))?;
-            self.meta
-                .probe()
-                .await
-                .map_err(|e| format!("the metadata cannot be read: {e}"))?;
+                .map_err(|e| format!("the cache's store cannot be read and written: {e}"))?;
             self.staging
                 .probe()
                 .await
@@ -491,7 +480,7 @@ impl Mirror {
     }
 
     /// The archive store.
-    pub fn store(&self) -> &Arc<dyn ArchiveStore> {
+    pub fn store(&self) -> &Arc<Archives> {
         &self.store
     }
 
@@ -501,14 +490,11 @@ impl Mirror {
     }
 
     async fn open_archive(&self, key: &ArchiveKey) -> Result<Option<StoredArchive>> {
-        self.store
-            .open(key)
-            .await
-            .map_err(|e| Error::io(format!("opening cached archive {key}"), e))
+        self.store.open(key).await.map_err(Error::from)
     }
 
     fn check_host(&self, addr: &ProviderAddr) -> Result<()> {
-        if self.settings.host_allowed(&addr.hostname) {
+        if self.settings.upstream.host_allowed(&addr.hostname) {
             Ok(())
         } else {
             Err(Error::NotFound(format!(
@@ -537,14 +523,14 @@ impl Mirror {
         if let Some(rec) = cached {
             let age = Duration::from_secs(cache::now_secs().saturating_sub(rec.fetched_at));
             if !rec.found {
-                if age < self.settings.not_found_ttl {
+                if age < self.settings.cache.not_found_ttl {
                     self.metrics.lookup("index", "negative_hit");
                     return Ok(rec);
                 }
-            } else if age < self.settings.index_ttl || self.settings.offline {
+            } else if age < self.settings.cache.index_ttl || self.settings.upstream.offline {
                 self.metrics.lookup("index", "hit");
                 return Ok(rec);
-            } else if age < self.settings.stale_if_error {
+            } else if age < self.settings.cache.stale_if_error {
                 self.metrics.lookup("index", "stale");
                 if !self.index_flights.contains(addr) {
                     let this = self.clone();
@@ -558,7 +544,7 @@ impl Mirror {
                 return Ok(rec);
             }
         }
-        if self.settings.offline {
+        if self.settings.upstream.offline {
             return Err(Error::NotFound(format!(
                 "offline mode: {addr} is not in the cache"
             )));
@@ -578,7 +564,7 @@ impl Mirror {
                 fetched_at: cache::now_secs(),
                 found: found.is_some(),
                 versions: found
-                    .map(|l| l.versions.into_iter().map(Into::into).collect())
+                    .map(|l| l.versions)
                     .unwrap_or_default(),
                 rendered: Default::default(),
             };
@@ -605,7 +591,8 @@ impl Mirror {
         let key = (addr.clone(), version.clone());
         let rec = match self.meta.versions.get(&key).await {
             Some(rec)
-                if self.settings.offline || rec.covers(|p| self.settings.platform_allowed(p)) =>
+                if self.settings.upstream.offline
+                    || rec.covers(|p| self.settings.upstream.platform_allowed(p)) =>
             {
                 self.metrics.lookup("version", "hit");
                 rec
@@ -635,13 +622,13 @@ impl Mirror {
         version: Version,
     ) -> Result<Arc<VersionRecord>> {
         if let Some(mut rec) = self.meta.read_version(&addr, &version).await {
-            if rec.covers(|p| self.settings.platform_allowed(p)) {
+            if rec.covers(|p| self.settings.upstream.platform_allowed(p)) {
                 self.metrics.lookup("version", "hit");
                 self.fill_in_h1(&addr, &version, &mut rec).await;
                 return Ok(Arc::new(rec));
             }
         }
-        if self.settings.offline {
+        if self.settings.upstream.offline {
             return match self.meta.read_version(&addr, &version).await {
                 Some(mut rec) => {
                     self.metrics.lookup("version", "hit");
@@ -668,7 +655,7 @@ impl Mirror {
         let offered = offered.to_vec();
         let wanted: Vec<Platform> = offered
             .iter()
-            .filter(|p| self.settings.platform_allowed(p))
+            .filter(|p| self.settings.upstream.platform_allowed(p))
             .cloned()
             .collect();
         let lookups = futures_util::stream::iter(wanted)
@@ -679,7 +666,7 @@ impl Mirror {
                     (p, info)
                 }
             })
-            .buffer_unordered(self.settings.concurrency)
+            .buffer_unordered(self.settings.upstream.concurrency)
             .collect::<Vec<_>>()
             .await;
         let mut packages = BTreeMap::new();
@@ -687,7 +674,7 @@ impl Mirror {
         for (platform, info) in lookups {
             match info? {
                 Some(info) => {
-                    packages.insert(platform, Package::from(info));
+                    packages.insert(platform, info);
                 }
                 None => unavailable.push(platform),
             }
@@ -762,19 +749,10 @@ impl Mirror {
             }
             tracing::debug!(provider = %addr, %version, signature = trust.kind.as_str(), key_id = trust.key_id.as_deref().unwrap_or("-"), "SHA256SUMS signature verified");
             sums_ref.trust = Some(trust);
-            let keep = |signature_file: bool, bytes: &bytes::Bytes| {
-                self.meta
-                    .write_sums(addr, version, n, signature_file, bytes.to_vec())
-            };
-            keep(false, &sums)
-                .await
-                .map_err(|e| Error::io(format!("storing SHA256SUMS of {addr} {version}"), e))?;
-            keep(true, &signature).await.map_err(|e| {
-                Error::io(
-                    format!("storing the SHA256SUMS signature of {addr} {version}"),
-                    e,
-                )
-            })?;
+            self.meta.write_sums(addr, version, n, false, sums).await?;
+            self.meta
+                .write_sums(addr, version, n, true, signature)
+                .await?;
         }
         Ok(refs)
     }

@@ -31,11 +31,12 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::address::Platform;
-use crate::cache::{ArchiveInfo, ArchiveKey, StagedFile, Staging};
+use crate::cache::{StagedFile, Staging};
 use crate::cli::EXIT_CONFIG;
 use crate::config::Settings;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
+use crate::records::{ArchiveInfo, ArchiveKey};
 
 /// The operator subcommands (flattened into the top-level command line).
 #[derive(clap::Subcommand)]
@@ -148,7 +149,7 @@ pub fn load_settings(common: &CommonArgs) -> Result<Settings, OpsError> {
 /// Opens the cache with `settings` (no network is touched until something is missing), and
 /// a handle on its staging directory for this command's own temporary copies.
 pub fn open_mirror(settings: Settings) -> Result<(Arc<Mirror>, Staging), OpsError> {
-    let tmp = settings.cache_dir.join("tmp");
+    let tmp = settings.cache.dir.join("tmp");
     let mirror =
         Mirror::open(Arc::new(settings), Arc::new(Metrics::new())).map_err(OpsError::Failed)?;
     // Opened before any download starts, so its clean-up cannot remove one in progress.
@@ -164,7 +165,7 @@ pub async fn local_copy(
     staging: &Staging,
     key: &ArchiveKey,
 ) -> Result<(StagedFile, String, u64), String> {
-    let mut stored = mirror
+    let stored = mirror
         .store()
         .open(key)
         .await
@@ -174,7 +175,7 @@ pub async fn local_copy(
         .create()
         .await
         .map_err(|e| format!("creating a staging file: {e}"))?;
-    let mut hashing = crate::hash::HashingReader::new(&mut stored.body);
+    let mut hashing = crate::hash::HashingReader::new(stored.into_reader());
     let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
     let size = tokio::io::copy(&mut hashing, &mut out)
         .await
@@ -207,11 +208,11 @@ pub fn select_platforms(
     given: &[Platform],
 ) -> Result<Vec<Platform>, OpsError> {
     if given.is_empty() {
-        return Ok(settings.platforms.clone());
+        return Ok(settings.upstream.platforms.clone());
     }
     let mut out: Vec<Platform> = Vec::new();
     for p in given {
-        if !settings.platform_allowed(p) {
+        if !settings.upstream.platform_allowed(p) {
             return Err(usage(format!(
                 "--platform {p} is excluded by upstream.platforms in the configuration"
             )));

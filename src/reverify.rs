@@ -4,7 +4,7 @@
 //! guaranteed to be the same bytes a month later. Every `cache.reverify_interval` the server
 //! re-hashes each archive in the store and compares its SHA-256 with the record written when it
 //! was admitted and with the origin's `shasum` in the version record. A mismatch (or an archive
-//! without a readable record) is taken out of service with [`ArchiveStore::quarantine`]: its
+//! without a readable record) is taken out of service with [`Archives::quarantine`]: its
 //! bytes are kept for inspection, it is never served again, and the next request fetches and
 //! verifies a fresh copy. Each one is logged as an error and counted in
 //! `provender_verification_failures_total{reason="cached_archive_mismatch"}`.
@@ -14,10 +14,12 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::cache::{ArchiveInfo, ArchiveKey, ArchiveStore};
+use crate::cache::Archives;
 use crate::hash::HashingReader;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
+use crate::records::{ArchiveInfo, ArchiveKey};
+use crate::storage::StorageError;
 
 /// What one pass found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -51,12 +53,12 @@ pub fn spawn(mirror: &Arc<Mirror>, metrics: Arc<Metrics>, every: Duration) {
 }
 
 /// Re-hashes every archive in the store once, quarantining those that no longer match.
-pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> std::io::Result<Report> {
+pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, StorageError> {
     let store = mirror.store();
     let mut report = Report::default();
     for entry in store.list().await? {
         report.checked += 1;
-        let problem = match check(mirror, store.as_ref(), &entry.key, entry.info.as_ref()).await {
+        let problem = match check(mirror, store, &entry.key, entry.info.as_ref()).await {
             Ok(None) => continue,
             Ok(Some(problem)) => problem,
             Err(e) => {
@@ -87,18 +89,20 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> std::io::Result<Re
 /// origin's `shasum`; `Ok(None)` when it does (or is gone).
 async fn check(
     mirror: &Mirror,
-    store: &dyn ArchiveStore,
+    store: &Archives,
     key: &ArchiveKey,
     info: Option<&ArchiveInfo>,
-) -> std::io::Result<Option<String>> {
+) -> Result<Option<String>, StorageError> {
     let Some(info) = info else {
         return Ok(Some("no readable record beside it".into()));
     };
-    let Some(mut archive) = store.open(key).await? else {
+    let Some(archive) = store.open(key).await? else {
         return Ok(None);
     };
-    let mut hashing = HashingReader::new(&mut archive.body);
-    let size = tokio::io::copy(&mut hashing, &mut tokio::io::sink()).await?;
+    let mut hashing = HashingReader::new(archive.into_reader());
+    let size = tokio::io::copy(&mut hashing, &mut tokio::io::sink())
+        .await
+        .map_err(|e| StorageError::io(&store.storage().describe(), key, &e))?;
     let sha = hashing.finish();
     if sha != info.sha256 || size != info.size {
         return Ok(Some(format!(

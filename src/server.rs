@@ -58,16 +58,21 @@ impl Server {
     pub async fn bind(settings: Settings) -> Result<Server, StartError> {
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
-        let ((cert_file, key_file), ca_file) = match &settings.tls {
+        let ((cert_file, key_file), ca_file) = match &settings.server.tls {
             TlsSource::Files { cert, key } => ((cert.clone(), key.clone()), None),
             TlsSource::SelfSigned => {
-                let files = tls::SelfSigned::in_dir(&settings.cache_dir);
+                let files = tls::SelfSigned::in_dir(&settings.cache.dir);
                 let mut names = Vec::new();
-                if let Some(host) = settings.public_url.as_ref().and_then(|u| u.host_str()) {
+                if let Some(host) = settings
+                    .server
+                    .public_url
+                    .as_ref()
+                    .and_then(|u| u.host_str())
+                {
                     names.push(host.trim_matches(['[', ']']).to_string());
                 }
-                if !settings.listen.ip().is_unspecified() {
-                    names.push(settings.listen.ip().to_string());
+                if !settings.server.listen.ip().is_unspecified() {
+                    names.push(settings.server.listen.ip().to_string());
                 }
                 if files.ensure(&names)? {
                     tracing::info!(ca = %files.ca_cert.display(), "generated a self-signed CA and server certificate");
@@ -80,27 +85,26 @@ impl Server {
         warn_if_expiring(&cert);
         let tls = TlsAcceptor::from(tls::server_config(cert.clone()));
         let mirror = Mirror::open(settings.clone(), metrics.clone())?;
-        let listener =
-            TcpListener::bind(settings.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: settings.listen,
-                    source,
-                })?;
+        let listener = TcpListener::bind(settings.server.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: settings.server.listen,
+                source,
+            })?;
         let local = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: settings.listen,
+            addr: settings.server.listen,
             source,
         })?;
-        let base_url = match &settings.public_url {
+        let base_url = match &settings.server.public_url {
             Some(u) => u.clone(),
             None => {
-                let mut u = settings.public_url();
+                let mut u = settings.server.public_url();
                 let _ = u.set_port(Some(local.port()));
                 u
             }
         };
-        crate::reverify::spawn(&mirror, metrics.clone(), settings.reverify_interval);
-        watch_certificate(&cert, settings.tls_reload_interval, metrics.clone());
+        crate::reverify::spawn(&mirror, metrics.clone(), settings.cache.reverify_interval);
+        watch_certificate(&cert, settings.server.tls_reload_interval, metrics.clone());
         let usage_mirror = mirror.clone();
         tokio::spawn(async move {
             if let Err(e) = usage_mirror.refresh_usage().await {
@@ -118,8 +122,8 @@ impl Server {
             tls,
             app,
             ca_file,
-            grace: settings.shutdown_grace,
-            drain_delay: settings.drain_delay,
+            grace: settings.server.shutdown_grace,
+            drain_delay: settings.server.drain_delay,
         })
     }
 

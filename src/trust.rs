@@ -39,8 +39,7 @@ use pgp::types::PublicKeyTrait;
 use serde::{Deserialize, Serialize};
 
 use crate::address::{Hostname, ProviderAddr};
-use crate::cache::Package;
-use crate::upstream::SigningKey;
+use crate::records::{Package, SigningKey};
 
 /// HashiCorp's public key, as published at hashicorp.com/security.
 const HASHICORP_KEY: &str = include_str!("trust/hashicorp.asc");

@@ -19,15 +19,13 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use url::Url;
 
-pub use documents::{
-    DocumentError, DownloadInfo, ListedVersion, SigningKey, VersionList, parse_discovery,
-    parse_download, parse_versions,
-};
+pub use documents::{DocumentError, VersionList, parse_discovery, parse_download, parse_versions};
 
 use crate::address::{Hostname, Platform, ProviderAddr, Version};
-use crate::config::Settings;
+use crate::config::UpstreamSettings;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::records::Package;
 
 /// What an upstream request was for; the `operation` label of upstream metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +56,7 @@ const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
 
 /// Client for origin registries.
 pub struct Upstream {
-    settings: Arc<Settings>,
+    settings: Arc<UpstreamSettings>,
     http: reqwest::Client,
     discovery: moka::future::Cache<Hostname, Url>,
     tokens: HashMap<Hostname, String>,
@@ -69,7 +67,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// Builds the HTTP client from the settings (trust roots, overrides, timeouts, tokens).
-    pub fn new(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Upstream> {
+    pub fn new(settings: Arc<UpstreamSettings>, metrics: Arc<Metrics>) -> anyhow::Result<Upstream> {
         crate::tls::install_crypto_provider();
         // `connect_to` hosts: where each bare name connects, and the ports it may be used with.
         let mut overrides = HashMap::new();
@@ -256,7 +254,7 @@ impl Upstream {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
-    ) -> Result<Option<DownloadInfo>> {
+    ) -> Result<Option<Package>> {
         let base = self.providers_base(&addr.hostname).await?;
         let path = format!(
             "{}/{}/{}/download/{}/{}",
@@ -553,7 +551,7 @@ impl Upstream {
 
 /// Tokens from `[upstream.hosts]` (which win) and `TF_TOKEN_*` environment variables, encoded as
 /// Terraform encodes them: `.` -> `_`, `-` -> `__`.
-fn tokens_for(settings: &Settings) -> HashMap<Hostname, String> {
+fn tokens_for(settings: &UpstreamSettings) -> HashMap<Hostname, String> {
     let mut tokens = HashMap::new();
     for (name, value) in std::env::vars() {
         let Some(encoded) = name.strip_prefix("TF_TOKEN_") else {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::ArchiveKey;
+use crate::records::ArchiveKey;
 
 /// Sizes and recency of every archive in the store; kept only when `cache.max_size` is set.
 pub struct Budget {

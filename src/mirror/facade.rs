@@ -26,7 +26,7 @@ impl Mirror {
                 let platforms: Vec<serde_json::Value> = v
                     .platforms
                     .iter()
-                    .filter(|p| self.settings.platform_allowed(p))
+                    .filter(|p| self.settings.upstream.platform_allowed(p))
                     .map(|p| serde_json::json!({ "os": p.os, "arch": p.arch }))
                     .collect();
                 serde_json::json!({ "version": v.version.as_str(), "protocols": v.protocols, "platforms": platforms })
@@ -48,7 +48,7 @@ impl Mirror {
         self.check_host(addr)?;
         let not_found =
             || Error::NotFound(format!("{addr} {version} has no package for {platform}"));
-        if !self.settings.platform_allowed(platform) {
+        if !self.settings.upstream.platform_allowed(platform) {
             return Err(not_found());
         }
         let rec = self.version_record(addr, version).await?;
@@ -58,7 +58,7 @@ impl Mirror {
             .ok_or_else(|| Error::Internal(format!("{addr} {version}: SHA256SUMS not recorded")))?;
         // Absolute-path references: the client resolves them against this document's URL, so
         // they never depend on a Host header.
-        let base = &self.settings.base_path;
+        let base = &self.settings.server.base_path;
         let keys: Vec<serde_json::Value> = pkg
             .signing_keys
             .iter()
@@ -97,7 +97,7 @@ impl Mirror {
         version: &Version,
         index: usize,
         signature: bool,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<bytes::Bytes> {
         self.check_host(addr)?;
         let rec = self.version_record(addr, version).await?;
         let what = if signature {
@@ -112,8 +112,7 @@ impl Mirror {
         }
         self.meta
             .read_sums(addr, version, index, signature)
-            .await
-            .map_err(|e| Error::io(format!("reading the stored {what} of {addr} {version}"), e))?
+            .await?
             .ok_or_else(|| {
                 Error::Internal(format!("the stored {what} of {addr} {version} is missing"))
             })

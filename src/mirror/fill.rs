@@ -32,10 +32,9 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use crate::cache::Package;
-use crate::cache::{ArchiveInfo, ArchiveKey};
 use crate::error::{Error, Result};
 use crate::hash;
+use crate::records::{ArchiveInfo, ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
 use super::Mirror;
@@ -366,10 +365,10 @@ impl Mirror {
                     }
                 })?;
                 size += chunk.len() as u64;
-                if size > self.settings.max_archive_size {
+                if size > self.settings.upstream.max_archive_size {
                     return Err(Error::Upstream(format!(
                         "archive {key} is larger than upstream.max_archive_size ({} bytes)",
-                        self.settings.max_archive_size
+                        self.settings.upstream.max_archive_size
                     )));
                 }
                 self.upstream.add_bytes(chunk.len() as u64);
@@ -419,7 +418,7 @@ impl Mirror {
             .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
         drop(file);
         let path = staged.path().to_path_buf();
-        let limits = self.settings.hash_limits();
+        let limits = self.settings.upstream.hash_limits();
         let timer = self.metrics.hash_duration.start_timer();
         let h1 = tokio::task::spawn_blocking(move || {
             let file =
@@ -448,7 +447,11 @@ impl Mirror {
         self.store
             .commit(key, staged, &info)
             .await
-            .map_err(|e| self.write_failed(key, "storing the archive", e))?;
+            .map_err(|e| {
+                self.metrics.cache_write_errors.inc();
+                tracing::error!(archive = %key, "storing the archive failed: {e}; it was served but is not cached");
+                Error::from(e)
+            })?;
         self.archive_committed(key, size).await;
         if let Err(e) = self
             .meta
@@ -489,7 +492,7 @@ impl Mirror {
         }
         let len = bytes.len() as u64;
         let held = fill.progress.borrow().in_memory;
-        let max = self.settings.max_fill_memory;
+        let max = self.settings.cache.max_fill_memory;
         if held + len > max {
             return Err(Error::InsufficientStorage(format!(
                 "archive {}: the cache cannot be written (disk full?) and the rest of the archive \

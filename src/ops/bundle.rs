@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{Package, SumsRef};
+use crate::records::{Package, SumsRef};
 
 /// The manifest's name inside a bundle (always its first entry).
 pub const MANIFEST_NAME: &str = "provender-bundle.json";

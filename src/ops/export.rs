@@ -12,9 +12,10 @@ use std::sync::Arc;
 use super::bundle::{self, BundleArchive, BundleSums, BundleVersion, Manifest, MirrorEntry};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{ArchiveInfo, ArchiveKey, StoredArchive};
+use crate::cache::StoredArchive;
 use crate::constraints::Constraints;
 use crate::mirror::Mirror;
+use crate::records::{ArchiveInfo, ArchiveKey};
 use crate::trust::site::SiteKey;
 
 /// `provender export`
@@ -106,7 +107,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let key_file = args
         .signing_key
         .clone()
-        .or_else(|| settings.signing_key_file.clone());
+        .or_else(|| settings.bundles.signing_key_file.clone());
     let site_key = match (&args.bundle, &key_file) {
         (Some(_), Some(path)) => Some(
             std::fs::read_to_string(path)
@@ -179,8 +180,8 @@ async fn copy_archive(
     info: &ArchiveInfo,
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
 ) -> Result<(), String> {
-    let mut stored = open_chosen(mirror, key).await?;
-    let mut hashing = crate::hash::HashingReader::new(&mut stored.body);
+    let stored = open_chosen(mirror, key).await?;
+    let mut hashing = crate::hash::HashingReader::new(stored.into_reader());
     tokio::io::copy(&mut hashing, out)
         .await
         .map_err(|e| format!("copying {key}: {e}"))?;
@@ -325,8 +326,8 @@ async fn write_bundle(
                     signature_path: bundle::sums_path(addr, version, k, true),
                     signature_sha256: crate::hash::sha256_hex(&sig),
                 };
-                sums_files.push((entry.path.clone(), doc));
-                sums_files.push((entry.signature_path.clone(), sig));
+                sums_files.push((entry.path.clone(), doc.to_vec()));
+                sums_files.push((entry.signature_path.clone(), sig.to_vec()));
                 sums.push(entry);
             }
         }
@@ -375,10 +376,10 @@ async fn write_bundle(
             for c in chosen {
                 let key = &c.key;
                 bar.set_message(key.to_string());
-                let mut stored = open_chosen(mirror, key).await?;
+                let stored = open_chosen(mirror, key).await?;
                 let path = addr.archive_path(version, &key.platform);
                 let sha = tar
-                    .append(&path, c.info.size, &mut stored.body)
+                    .append(&path, c.info.size, &mut stored.into_reader())
                     .await
                     .map_err(|e| format!("{key}: {e}"))?;
                 super::check_recorded_sha256(key, &sha, &c.info)?;

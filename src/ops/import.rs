@@ -34,12 +34,12 @@ use std::sync::Arc;
 use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, StagedFile, Staging, SumsRef,
-    VersionRecord,
-};
+use crate::cache::{StagedFile, Staging};
 use crate::hash::HashLimits;
 use crate::mirror::Mirror;
+use crate::records::{
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, SumsRef, VersionRecord,
+};
 use crate::trust::site::{Custody, SitePublicKey};
 use crate::trust::{SignatureKind, Trust, TrustPolicy, Verifier};
 
@@ -89,10 +89,10 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let meta = std::fs::metadata(&args.source)
         .map_err(|e| usage(format!("{}: {e}", args.source.display())))?;
-    let limits = settings.hash_limits();
+    let limits = settings.upstream.hash_limits();
     let rules = Rules {
         trust: settings.trust.clone(),
-        trusted_sites: settings.trusted_site_keys.clone(),
+        trusted_sites: settings.bundles.trusted_site_keys.clone(),
         allow_unverified: args.allow_unverified,
     };
     let (mirror, staging) = super::open_mirror(settings)?;
@@ -190,13 +190,13 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
 fn unserved(settings: &crate::config::Settings, imports: &[VersionImport]) -> Vec<String> {
     let hosts: BTreeSet<String> = imports
         .iter()
-        .filter(|v| !settings.host_allowed(&v.addr.hostname))
+        .filter(|v| !settings.upstream.host_allowed(&v.addr.hostname))
         .map(|v| v.addr.hostname.to_string())
         .collect();
     let platforms: BTreeSet<String> = imports
         .iter()
         .flat_map(|v| &v.archives)
-        .filter(|a| !settings.platform_allowed(&a.key.platform))
+        .filter(|a| !settings.upstream.platform_allowed(&a.key.platform))
         .map(|a| a.key.platform.to_string())
         .collect();
     let hosts = hosts.into_iter().map(|host| {
@@ -777,17 +777,18 @@ async fn admit(
             sums: Vec::new(),
             rendered: Default::default(),
         });
-        let ctx =
-            |what: &str, e: std::io::Error| format!("{} {}: {what}: {e}", vi.addr, vi.version);
+        let ctx = |what: &str, e: crate::storage::StorageError| {
+            format!("{} {}: {what}: {e}", vi.addr, vi.version)
+        };
         for (r, doc, sig) in vi.sums {
             if rec.sums_index(&r.url).is_some() {
                 continue;
             }
             let n = rec.sums.len();
-            meta.write_sums(&vi.addr, &vi.version, n, false, doc)
+            meta.write_sums(&vi.addr, &vi.version, n, false, doc.into())
                 .await
                 .map_err(|e| ctx("writing SHA256SUMS", e))?;
-            meta.write_sums(&vi.addr, &vi.version, n, true, sig)
+            meta.write_sums(&vi.addr, &vi.version, n, true, sig.into())
                 .await
                 .map_err(|e| ctx("writing the SHA256SUMS signature", e))?;
             rec.sums.push(r);

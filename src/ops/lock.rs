@@ -25,8 +25,9 @@ use super::lockfile::{LockFile, LockedProvider};
 use super::seed::{self, Job};
 use super::{CommonArgs, OpsError, Outcome, usage};
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{ArchiveKey, Staging};
+use crate::cache::Staging;
 use crate::mirror::Mirror;
+use crate::records::ArchiveKey;
 
 /// `provender lock`
 #[derive(clap::Args, Debug)]

@@ -217,7 +217,7 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
             "nothing to seed: give configuration directories, lock files, provider lists or --provider",
         ));
     }
-    let offline = settings.offline;
+    let offline = settings.upstream.offline;
     let (mirror, _) = super::open_mirror(settings)?;
     if offline {
         eprintln!("provender: upstream.offline is set; only checking what the cache already holds");

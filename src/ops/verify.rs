@@ -11,8 +11,9 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress};
-use crate::cache::{ArchiveInfo, ArchiveKey, Staging};
+use crate::cache::Staging;
 use crate::mirror::Mirror;
+use crate::records::{ArchiveInfo, ArchiveKey};
 
 /// `provender verify`
 #[derive(clap::Args, Debug)]
@@ -45,7 +46,7 @@ async fn check(
         return Err(format!("SHA-256 is {sha}, its record says {}", info.sha256));
     }
     let path = copy.path().to_path_buf();
-    let limits = mirror.settings().hash_limits();
+    let limits = mirror.settings().upstream.hash_limits();
     let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path, limits))
         .await
         .map_err(|e| format!("hashing task failed: {e}"))?

@@ -78,6 +78,7 @@ impl App {
         base_url: url::Url,
     ) -> App {
         let hosts: Vec<String> = settings
+            .upstream
             .allowed_hosts
             .iter()
             .map(|h| h.to_string())
@@ -153,7 +154,7 @@ impl App {
             .http_duration
             .with_label_values(&[route.as_str()])
             .observe(started.elapsed().as_secs_f64());
-        if self.settings.access_log {
+        if self.settings.server.access_log {
             access_log(&req, &resp, route, peer, started);
         }
         Ok(resp)
@@ -197,7 +198,7 @@ impl App {
             }
             _ => {}
         }
-        let base = self.settings.base_path.as_str();
+        let base = self.settings.server.base_path.as_str();
         if path == base || path == base.trim_end_matches('/') {
             return (
                 Route::Page,
@@ -281,7 +282,7 @@ impl App {
         let rest = req
             .uri()
             .path()
-            .strip_prefix(self.settings.base_path.as_str());
+            .strip_prefix(self.settings.server.base_path.as_str());
         // Archives, and the registry facade's SHA256SUMS files, may carry a signed URL instead.
         let signed_path = match rest {
             Some(rest) => match rest.strip_prefix("v1/providers/") {
@@ -335,7 +336,7 @@ impl App {
                 } else {
                     "text/plain; charset=utf-8"
                 };
-                response(StatusCode::OK, content_type, Bytes::from(body))
+                response(StatusCode::OK, content_type, body)
             }
         })
     }

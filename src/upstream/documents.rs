@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::address::{Platform, Version};
+use crate::records::{IndexVersion, Package, SigningKey};
 
 /// An origin document that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,19 +37,10 @@ pub fn parse_discovery(body: &[u8]) -> Result<Option<String>, DocumentError> {
     }
 }
 
-/// One published version and the platforms the origin says it has packages for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListedVersion {
-    pub version: Version,
-    /// Plugin protocol versions such as `5.0`; malformed entries dropped.
-    pub protocols: Vec<String>,
-    pub platforms: Vec<Platform>,
-}
-
 /// The parsed version list plus human-readable notes about entries that were skipped.
 #[derive(Debug, Clone, Default)]
 pub struct VersionList {
-    pub versions: Vec<ListedVersion>,
+    pub versions: Vec<IndexVersion>,
     pub skipped: Vec<String>,
 }
 
@@ -103,7 +95,7 @@ pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
         }
         platforms.sort();
         let protocols = protocols_of(entry.get("protocols"));
-        out.versions.push(ListedVersion {
+        out.versions.push(IndexVersion {
             version,
             protocols,
             platforms,
@@ -128,29 +120,6 @@ fn protocols_of(value: Option<&Value>) -> Vec<String> {
         })
         .map(str::to_string)
         .collect()
-}
-
-/// A signing key offered in download metadata.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SigningKey {
-    #[serde(default)]
-    pub key_id: String,
-    pub ascii_armor: String,
-    #[serde(default)]
-    pub trust_signature: String,
-}
-
-/// Validated download metadata for one package (`:ns/:type/:version/download/:os/:arch`).
-/// URLs are kept as given; the caller resolves them against the URL the document came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DownloadInfo {
-    pub protocols: Vec<String>,
-    pub filename: String,
-    pub download_url: String,
-    pub shasum: String,
-    pub shasums_url: String,
-    pub shasums_signature_url: String,
-    pub signing_keys: Vec<SigningKey>,
 }
 
 #[derive(Deserialize)]
@@ -178,8 +147,10 @@ struct RawKey {
     trust_signature: Option<String>,
 }
 
-/// Parses and validates download metadata for `platform`.
-pub fn parse_download(body: &[u8], platform: &Platform) -> Result<DownloadInfo, DocumentError> {
+/// Parses and validates download metadata (`:ns/:type/:version/download/:os/:arch`) for
+/// `platform`: a package not yet processed (no `h1:`). URLs are kept as given; the caller
+/// resolves them against the URL the document came from.
+pub fn parse_download(body: &[u8], platform: &Platform) -> Result<Package, DocumentError> {
     let raw: RawDownload = serde_json::from_slice(body).map_err(|e| {
         doc_err(format!(
             "download metadata for {platform} is malformed: {e}"
@@ -228,7 +199,8 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<DownloadInfo, 
             })
         })
         .collect();
-    Ok(DownloadInfo {
+    Ok(Package {
+        h1: None,
         protocols: protocols_of(raw.protocols.as_ref()),
         filename,
         download_url: field("download_url", raw.download_url)?,

@@ -277,16 +277,16 @@ async fn readyz_says_when_the_cache_cannot_be_read_or_written() {
     std::fs::rename(mirror.cache_dir.join("tmp.away"), &tmp).unwrap();
     assert_eq!(readyz(&client, &url).await.0, 200);
 
-    // Archives cannot be read.
-    let archives = mirror.cache_dir.join("archives");
-    std::fs::rename(&archives, mirror.cache_dir.join("archives.away")).unwrap();
-    std::fs::write(&archives, b"not a directory").unwrap();
+    // The store cannot be read or written: the cache directory is not a directory any more.
+    let away = mirror.cache_dir.with_extension("away");
+    std::fs::rename(&mirror.cache_dir, &away).unwrap();
+    std::fs::write(&mirror.cache_dir, b"not a directory").unwrap();
     let (status, body) = readyz(&client, &url).await;
     assert_eq!(status, 503, "{body}");
-    assert!(
-        body["reason"].as_str().unwrap().contains("archive"),
-        "{body}"
-    );
+    assert!(body["reason"].as_str().unwrap().contains("store"), "{body}");
+    std::fs::remove_file(&mirror.cache_dir).unwrap();
+    std::fs::rename(&away, &mirror.cache_dir).unwrap();
+    assert_eq!(readyz(&client, &url).await.0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]

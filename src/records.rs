@@ -1,0 +1,354 @@
+//! The typed records provender keeps and the protocol documents it renders, in one place.
+//!
+//! **Records** are what the cache persists and every layer passes around: a provider's version
+//! list ([`IndexRecord`]), everything known about one version ([`VersionRecord`], with a
+//! [`Package`] per platform and the [`SumsRef`]s of its checksum files), and the description of
+//! a stored archive ([`ArchiveInfo`], keyed by [`ArchiveKey`]). `upstream` produces them from
+//! what origins send, `cache` stores them, `mirror` and `ops` read them.
+//!
+//! **Documents** are the JSON a client is served, rendered from records by the types in
+//! [`docs`]: the network mirror protocol's `index.json` and `<version>.json` (also written by
+//! `export`, read by `import`) and the registry facade's version list and download metadata.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::trust::{SignatureKind, Trust};
+
+/// A provider's version list as last fetched from its origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexRecord {
+    /// Unix seconds when the origin answered.
+    pub fetched_at: u64,
+    /// `false`: the origin said it has no such provider (kept only in memory, briefly).
+    pub found: bool,
+    pub versions: Vec<IndexVersion>,
+    /// `index.json` as served.
+    #[serde(skip)]
+    pub rendered: Rendered,
+}
+
+/// A rendering of a record, kept with it. Records are immutable once shared (an update builds a
+/// new record), so the memo never goes stale; a clone, which is about to be changed, starts
+/// without it, and it takes no part in comparisons or persistence.
+#[derive(Default)]
+pub struct Rendered(std::sync::OnceLock<bytes::Bytes>);
+
+impl Rendered {
+    /// The kept rendering, made by `render` the first time.
+    pub fn get_or_init(&self, render: impl FnOnce() -> bytes::Bytes) -> bytes::Bytes {
+        self.0.get_or_init(render).clone()
+    }
+}
+
+impl Clone for Rendered {
+    fn clone(&self) -> Rendered {
+        Rendered::default()
+    }
+}
+
+impl PartialEq for Rendered {
+    fn eq(&self, _: &Rendered) -> bool {
+        true
+    }
+}
+
+impl Eq for Rendered {}
+
+impl std::fmt::Debug for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rendered")
+    }
+}
+
+/// One version in an [`IndexRecord`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexVersion {
+    pub version: Version,
+    #[serde(default)]
+    pub protocols: Vec<String>,
+    pub platforms: Vec<Platform>,
+}
+
+impl IndexRecord {
+    /// The platforms the origin lists for `version`, or `None` if it doesn't list the version.
+    pub fn platforms_of(&self, version: &Version) -> Option<&[Platform]> {
+        self.versions
+            .iter()
+            .find(|v| &v.version == version)
+            .map(|v| v.platforms.as_slice())
+    }
+
+    /// The `index.json` document: `{"versions":{"1.0.0":{},...}}` (rendered once per record).
+    pub fn to_mirror_json(&self) -> bytes::Bytes {
+        self.rendered
+            .get_or_init(|| bytes::Bytes::from(self.render_mirror_json()))
+    }
+
+    fn render_mirror_json(&self) -> Vec<u8> {
+        docs::to_bytes(&docs::MirrorIndex::of(
+            self.versions.iter().map(|v| &v.version),
+        ))
+        .to_vec()
+    }
+}
+
+/// Verified download metadata for one platform's package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Package {
+    #[serde(default)]
+    pub protocols: Vec<String>,
+    /// The origin's file name (the one its SHA256SUMS lists).
+    pub filename: String,
+    pub download_url: String,
+    /// Lowercase hex SHA-256, equal to the origin's `shasum` and its SHA256SUMS line.
+    pub shasum: String,
+    pub shasums_url: String,
+    pub shasums_signature_url: String,
+    #[serde(default)]
+    pub signing_keys: Vec<SigningKey>,
+    /// `h1:` hash, once provender has processed the archive.
+    #[serde(default)]
+    pub h1: Option<String>,
+}
+
+/// Everything the mirror knows about one provider version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRecord {
+    pub fetched_at: u64,
+    /// Platforms the origin lists for this version.
+    pub offered: Vec<Platform>,
+    /// Listed platforms whose download metadata the origin answered with 404.
+    #[serde(default)]
+    pub unavailable: Vec<Platform>,
+    pub packages: BTreeMap<Platform, Package>,
+    /// The distinct SHA256SUMS files the packages refer to, in the order their copies are stored
+    /// (`<version>.SHA256SUMS.<n>` and `<version>.SHA256SUMS.<n>.sig`, byte for byte).
+    #[serde(default)]
+    pub sums: Vec<SumsRef>,
+    /// `<version>.json` as served (without per-request signed URLs).
+    #[serde(skip)]
+    pub rendered: Rendered,
+}
+
+/// One SHA256SUMS file and its signature, as published by the origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SumsRef {
+    pub url: String,
+    pub signature_url: String,
+    /// How the signature over this SHA256SUMS verified (absent in records written before
+    /// signatures were checked).
+    #[serde(default)]
+    pub trust: Option<Trust>,
+}
+
+impl VersionRecord {
+    /// The position of `url` in [`VersionRecord::sums`].
+    pub fn sums_index(&self, url: &str) -> Option<usize> {
+        self.sums.iter().position(|s| s.url == url)
+    }
+
+    /// The trust level of one platform's package: how the SHA256SUMS it is listed in verified.
+    /// A package without origin checksums (imported from a mirror directory), or whose
+    /// checksums were recorded before levels were kept, is [`SignatureKind::Unverified`].
+    pub fn trust_of(&self, platform: &Platform) -> SignatureKind {
+        self.packages
+            .get(platform)
+            .and_then(|pkg| self.sums.iter().find(|s| s.url == pkg.shasums_url))
+            .and_then(|s| s.trust.as_ref())
+            .map_or(SignatureKind::Unverified, |t| t.kind)
+    }
+
+    /// The weakest trust level among the version's packages.
+    pub fn weakest_trust(&self) -> SignatureKind {
+        self.packages
+            .keys()
+            .map(|p| self.trust_of(p))
+            .min()
+            .unwrap_or(SignatureKind::Unverified)
+    }
+
+    /// Whether every offered platform that passes `allowed` has been looked up.
+    pub fn covers(&self, allowed: impl Fn(&Platform) -> bool) -> bool {
+        self.offered
+            .iter()
+            .filter(|p| allowed(p))
+            .all(|p| self.packages.contains_key(p) || self.unavailable.contains(p))
+    }
+}
+
+/// Identifies one archive: a provider version for one platform.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ArchiveKey {
+    pub addr: ProviderAddr,
+    pub version: Version,
+    pub platform: Platform,
+}
+
+impl ArchiveKey {
+    /// The canonical file name, `terraform-provider-<type>_<version>_<os>_<arch>.zip`.
+    pub fn filename(&self) -> String {
+        self.addr.archive_filename(&self.version, &self.platform)
+    }
+}
+
+impl std::fmt::Display for ArchiveKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {}", self.addr, self.version, self.platform)
+    }
+}
+
+/// What the store knows about a committed archive.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ArchiveInfo {
+    /// Lowercase hex SHA-256 of the zip (the `zh:` hash).
+    pub sha256: String,
+    /// Terraform's `h1:` hash of the zip's contents.
+    pub h1: String,
+    pub size: u64,
+    /// How the origin's signature over the archive's SHA256SUMS was classified when the archive
+    /// was admitted (absent in records written before levels were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust: Option<SignatureKind>,
+}
+
+/// A signing key offered in download metadata.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SigningKey {
+    #[serde(default)]
+    pub key_id: String,
+    pub ascii_armor: String,
+    #[serde(default)]
+    pub trust_signature: String,
+}
+
+/// The JSON documents provender serves and writes.
+pub mod docs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::SigningKey;
+
+    impl MirrorIndex {
+        /// The index of these versions.
+        pub fn of<'a>(versions: impl IntoIterator<Item = &'a crate::address::Version>) -> Self {
+            MirrorIndex {
+                versions: versions
+                    .into_iter()
+                    .map(|v| (v.to_string(), Empty {}))
+                    .collect(),
+            }
+        }
+    }
+
+    /// An empty JSON object (`{}`), as the mirror protocol's version entries are.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Empty {}
+
+    /// The network mirror protocol's `index.json`: `{"versions":{"1.2.0":{}}}`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct MirrorIndex {
+        pub versions: BTreeMap<String, Empty>,
+    }
+
+    /// The network mirror protocol's `<version>.json`: per platform, the archive's URL and its
+    /// hashes.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct MirrorVersion {
+        pub archives: BTreeMap<String, MirrorArchive>,
+    }
+
+    /// One platform's entry in [`MirrorVersion`] (keys in the order Terraform writes them).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct MirrorArchive {
+        #[serde(default)]
+        pub hashes: Vec<String>,
+        pub url: String,
+    }
+
+    /// The registry protocol's version list (`:namespace/:type/versions`).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RegistryVersions {
+        pub versions: Vec<RegistryVersion>,
+    }
+
+    /// One version in [`RegistryVersions`].
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RegistryVersion {
+        pub version: String,
+        pub protocols: Vec<String>,
+        pub platforms: Vec<RegistryPlatform>,
+    }
+
+    /// An `{"os": ..., "arch": ...}` pair.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RegistryPlatform {
+        pub os: String,
+        pub arch: String,
+    }
+
+    /// The registry protocol's download metadata (`:namespace/:type/:version/download/:os/:arch`).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RegistryDownload {
+        pub protocols: Vec<String>,
+        pub os: String,
+        pub arch: String,
+        pub filename: String,
+        pub download_url: String,
+        pub shasums_url: String,
+        pub shasums_signature_url: String,
+        pub shasum: String,
+        pub signing_keys: RegistrySigningKeys,
+    }
+
+    /// `signing_keys` of [`RegistryDownload`].
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RegistrySigningKeys {
+        pub gpg_public_keys: Vec<SigningKey>,
+    }
+
+    /// Compact JSON, as served.
+    pub fn to_bytes(doc: &impl Serialize) -> bytes::Bytes {
+        bytes::Bytes::from(serde_json::to_vec(doc).expect("documents serialise"))
+    }
+
+    /// JSON as `terraform providers mirror` writes it: two-space indent, a final newline.
+    pub fn to_pretty(doc: &impl Serialize) -> Vec<u8> {
+        let mut out = serde_json::to_vec_pretty(doc).expect("documents serialise");
+        out.push(b'\n');
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_json_shape() {
+        let rec = IndexRecord {
+            fetched_at: 0,
+            found: true,
+            versions: vec![
+                IndexVersion {
+                    version: Version::parse("1.0.0").unwrap(),
+                    protocols: vec![],
+                    platforms: vec![],
+                },
+                IndexVersion {
+                    version: Version::parse("2.0.0-rc.1").unwrap(),
+                    protocols: vec![],
+                    platforms: vec![],
+                },
+            ],
+            rendered: Default::default(),
+        };
+        assert_eq!(
+            String::from_utf8(rec.to_mirror_json().to_vec()).unwrap(),
+            r#"{"versions":{"1.0.0":{},"2.0.0-rc.1":{}}}"#
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Where provender keeps what it has verified: one object store interface with two backends.
+//!
+//! Everything the cache persists goes through [`Storage`]: provider archives and their records,
+//! version lists, version records, the origins' SHA256SUMS copies, and module archives. A
+//! [`Key`] is a `/`-separated path built only from validated address types, never from raw
+//! request input. Two backends implement it:
+//!
+//! - [`DiskStorage`]: files under a directory; every write goes to a temporary file in the same
+//!   directory, is fsynced and renamed into place, so a reader sees the old object or the new one.
+//! - [`ObjectStorage`]: an S3, GCS or Azure bucket through the `object_store` crate; an object
+//!   appears only when its upload completes (one PUT, or a multipart upload's completion).
+//!
+//! Neither offers a lock. Writers of one key always write the same verified bytes (an archive is
+//! named by what its origin signed; a record is derived from it), so concurrent writers, on one
+//! machine or on several replicas, are harmless: the last one wins with the same content.
+
+mod disk;
+mod object;
+
+use std::io;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
+
+pub use disk::DiskStorage;
+pub use object::{ObjectStorage, ObjectStoreSettings, Provider};
+
+/// Where the cache keeps what it stores (`cache.backend`).
+#[derive(Debug, Clone)]
+pub enum StorageSettings {
+    /// Files under this directory (`cache.dir`).
+    Disk(std::path::PathBuf),
+    /// A bucket (`cache.backend` = s3, gcs or azure, `[cache.object_store]`).
+    Object(ObjectStoreSettings),
+}
+
+/// Opens the store `settings` describe. Makes no request to an object store.
+pub fn open(
+    settings: &StorageSettings,
+) -> std::result::Result<std::sync::Arc<dyn Storage>, String> {
+    Ok(match settings {
+        StorageSettings::Disk(dir) => std::sync::Arc::new(
+            DiskStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?,
+        ),
+        StorageSettings::Object(os) => std::sync::Arc::new(ObjectStorage::new(os)?),
+    })
+}
+
+/// A path in the store, e.g. `archives/registry.terraform.io/hashicorp/aws/5.0.0/x.zip`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(String);
+
+impl Key {
+    /// Joins segments with `/`. Every segment must come from a validated type: no empty
+    /// segment, no `.` or `..`, no `/` or `\` inside one.
+    pub fn new<S: AsRef<str>>(segments: impl IntoIterator<Item = S>) -> Key {
+        let mut out = String::new();
+        for s in segments {
+            let s = s.as_ref();
+            debug_assert!(
+                !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0']),
+                "unsafe key segment {s:?}"
+            );
+            if !out.is_empty() {
+                out.push('/');
+            }
+            out.push_str(s);
+        }
+        Key(out)
+    }
+
+    /// A key from its `/`-joined form, as a listing returns it; `None` if any segment is unsafe.
+    pub fn parse(path: &str) -> Option<Key> {
+        let safe = path
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains(['\\', '\0']));
+        safe.then(|| Key(path.to_string()))
+    }
+
+    /// This key with `suffix` appended to its last segment (`x.zip` -> `x.zip.json`).
+    pub fn with_suffix(&self, suffix: &str) -> Key {
+        Key(format!("{}{suffix}", self.0))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its segments.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a listing or a `head` says about an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub key: Key,
+    pub size: u64,
+    pub modified: SystemTime,
+    /// When it was last read, where the backend records that (disk: the access time).
+    pub last_used: Option<SystemTime>,
+}
+
+/// An object opened for reading.
+pub struct Object {
+    pub meta: ObjectMeta,
+    /// Its bytes; ends with an error if they cannot all be read.
+    pub body: BoxStream<'static, io::Result<Bytes>>,
+}
+
+impl Object {
+    /// The body as an `AsyncRead`, for code that copies or hashes it.
+    pub fn into_reader(self) -> impl tokio::io::AsyncRead + Send + Unpin {
+        tokio_util::io::StreamReader::new(self.body)
+    }
+}
+
+/// A storage operation that failed. It names the store and the key; no credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The store could not be reached or refused the operation for now (a network error, a
+    /// timeout, a throttling answer): retrying later may help.
+    #[error("{store}: {key}: {message}")]
+    Unavailable {
+        store: String,
+        key: String,
+        message: String,
+    },
+    /// Anything else: a full disk, permissions, a malformed answer.
+    #[error("{store}: {key}: {message}")]
+    Failed {
+        store: String,
+        key: String,
+        message: String,
+    },
+}
+
+impl StorageError {
+    /// The HTTP status a client sees when this stops a request.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            StorageError::Unavailable { .. } => http::StatusCode::SERVICE_UNAVAILABLE,
+            StorageError::Failed { .. } => http::StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A local I/O error on `key` of `store`.
+    pub fn io(store: &str, key: impl std::fmt::Display, e: &io::Error) -> StorageError {
+        let (store, key, message) = (store.to_string(), key.to_string(), e.to_string());
+        match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => {
+                StorageError::Unavailable {
+                    store,
+                    key,
+                    message,
+                }
+            }
+            _ => StorageError::Failed {
+                store,
+                key,
+                message,
+            },
+        }
+    }
+}
+
+/// Shorthand for storage results.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// An object store: small objects read and written whole, large ones streamed.
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// Where this store is, for logs and messages (`/var/lib/provender`, `s3://bucket/prefix/`).
+    fn describe(&self) -> String;
+
+    /// Reads a whole (small) object; `None` if there is none.
+    async fn read(&self, key: &Key) -> Result<Option<Bytes>>;
+
+    /// Opens an object for streaming; `None` if there is none.
+    async fn open(&self, key: &Key) -> Result<Option<Object>>;
+
+    /// Describes an object without reading it; `None` if there is none.
+    async fn head(&self, key: &Key) -> Result<Option<ObjectMeta>>;
+
+    /// Writes a whole object. Readers see the old content or the new, never a part.
+    async fn write(&self, key: &Key, bytes: Bytes) -> Result<()>;
+
+    /// Makes the local file at `file` the object `key`, atomically as [`Storage::write`]. The
+    /// file may be moved away: the caller must not use it afterwards.
+    async fn put_file(&self, key: &Key, file: &Path) -> Result<()>;
+
+    /// Deletes an object; `Ok(false)` if there was none.
+    async fn delete(&self, key: &Key) -> Result<bool>;
+
+    /// Moves an object to another key; `Ok(false)` if there was none.
+    async fn rename(&self, from: &Key, to: &Key) -> Result<bool>;
+
+    /// Every object whose key starts with `prefix/`, recursively.
+    async fn list(&self, prefix: &Key) -> Result<Vec<ObjectMeta>>;
+
+    /// Checks that the store can be read and written now (for readiness).
+    async fn probe(&self) -> Result<()>;
+
+    /// Records that an object was just read, where the backend keeps such a thing.
+    async fn touch(&self, _key: &Key) {}
+
+    /// A URL a client may fetch the object from directly for `ttl`, where the backend can sign
+    /// one (object stores); `None` otherwise.
+    async fn signed_url(&self, _key: &Key, _ttl: Duration) -> Result<Option<url::Url>> {
+        Ok(None)
+    }
+}

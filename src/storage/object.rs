@@ -1,0 +1,365 @@
+//! [`ObjectStorage`]: objects in an S3, GCS or Azure Blob bucket, through the `object_store`
+//! crate.
+//!
+//! Keys are prefixed with `cache.object_store.prefix`. An object becomes visible only when its
+//! upload completes: small objects in one PUT, archives in a multipart upload whose completion
+//! is the commit point (a failed upload is aborted; an interrupted one leaves only invisible
+//! parts, which a bucket lifecycle rule for incomplete multipart uploads removes). Conditional
+//! writes are not relied on (some S3-compatible stores ignore them): every writer of a key
+//! writes the same verified bytes.
+//!
+//! Credentials come from the usual places of each cloud: for S3 the `AWS_*` environment
+//! variables, web identity (IRSA), the ECS container endpoint, then instance metadata; for GCS
+//! `GOOGLE_SERVICE_ACCOUNT` / application default credentials; for Azure the `AZURE_*`
+//! variables or managed identity.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::path::Path as StorePath;
+use object_store::signer::Signer;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use tokio::io::AsyncReadExt;
+
+use super::{Key, Object, ObjectMeta, Result, Storage, StorageError};
+
+/// Objects up to this size go up in one PUT; larger ones in a multipart upload of such parts.
+const PART_SIZE: usize = 8 << 20;
+
+/// Which cloud's API the bucket speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    S3,
+    Gcs,
+    Azure,
+}
+
+impl Provider {
+    fn scheme(self) -> &'static str {
+        match self {
+            Provider::S3 => "s3",
+            Provider::Gcs => "gs",
+            Provider::Azure => "az",
+        }
+    }
+}
+
+/// `[cache.object_store]`, validated.
+#[derive(Debug, Clone)]
+pub struct ObjectStoreSettings {
+    pub provider: Provider,
+    /// The bucket (Azure: the container).
+    pub bucket: String,
+    /// Prepended to every key, without leading or trailing `/` (may be empty).
+    pub prefix: String,
+    pub region: Option<String>,
+    /// The endpoint of an S3-compatible store (or an emulator), e.g. `https://s3.example.com`.
+    pub endpoint: Option<String>,
+    /// Path-style requests (`https://endpoint/bucket/key`), as most S3-compatible stores want.
+    pub path_style: bool,
+    /// Allow a plain-http endpoint (testing only).
+    pub allow_http: bool,
+    /// Extra trusted roots (PEM) for the endpoint's TLS.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// A bucket through `object_store`.
+pub struct ObjectStorage {
+    store: Arc<dyn ObjectStore>,
+    signer: Option<Arc<dyn Signer>>,
+    prefix: String,
+    name: String,
+}
+
+impl std::fmt::Debug for ObjectStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjectStorage({})", self.name)
+    }
+}
+
+impl ObjectStorage {
+    /// Connects to the bucket described by `settings` (credentials from the environment). Makes
+    /// no request; [`Storage::probe`] does.
+    pub fn new(settings: &ObjectStoreSettings) -> std::result::Result<ObjectStorage, String> {
+        crate::tls::install_crypto_provider();
+        let mut options = ClientOptions::new()
+            .with_allow_http(settings.allow_http)
+            .with_timeout_disabled()
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_read_timeout(Duration::from_secs(60));
+        if let Some(path) = &settings.ca_file {
+            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let certs = object_store::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| format!("{}: not a PEM bundle: {e}", path.display()))?;
+            for cert in certs {
+                options = options.with_root_certificate(cert);
+            }
+        }
+        let (store, signer): (Arc<dyn ObjectStore>, Option<Arc<dyn Signer>>) =
+            match settings.provider {
+                Provider::S3 => {
+                    let mut b = object_store::aws::AmazonS3Builder::from_env()
+                        .with_bucket_name(&settings.bucket)
+                        .with_virtual_hosted_style_request(!settings.path_style)
+                        .with_client_options(options)
+                        .with_allow_http(settings.allow_http);
+                    if let Some(region) = &settings.region {
+                        b = b.with_region(region);
+                    }
+                    if let Some(endpoint) = &settings.endpoint {
+                        b = b.with_endpoint(endpoint);
+                    }
+                    let s3 = Arc::new(b.build().map_err(|e| e.to_string())?);
+                    (s3.clone(), Some(s3))
+                }
+                Provider::Gcs => {
+                    let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                        .with_bucket_name(&settings.bucket)
+                        .with_client_options(options);
+                    if let Some(endpoint) = &settings.endpoint {
+                        b = b.with_url(endpoint);
+                    }
+                    let gcs = Arc::new(b.build().map_err(|e| e.to_string())?);
+                    (gcs.clone(), Some(gcs))
+                }
+                Provider::Azure => {
+                    let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                        .with_container_name(&settings.bucket)
+                        .with_client_options(options);
+                    if let Some(endpoint) = &settings.endpoint {
+                        b = b.with_url(endpoint);
+                    }
+                    let azure = Arc::new(b.build().map_err(|e| e.to_string())?);
+                    (azure.clone(), Some(azure))
+                }
+            };
+        let name = match settings.prefix.as_str() {
+            "" => format!("{}://{}/", settings.provider.scheme(), settings.bucket),
+            p => format!("{}://{}/{p}/", settings.provider.scheme(), settings.bucket),
+        };
+        Ok(ObjectStorage {
+            store,
+            signer,
+            prefix: settings.prefix.clone(),
+            name,
+        })
+    }
+
+    fn path(&self, key: &Key) -> StorePath {
+        if self.prefix.is_empty() {
+            StorePath::from(key.as_str())
+        } else {
+            StorePath::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    fn key_of(&self, path: &StorePath) -> Option<Key> {
+        let s = path.as_ref();
+        let rel = if self.prefix.is_empty() {
+            s
+        } else {
+            s.strip_prefix(&self.prefix)?.strip_prefix('/')?
+        };
+        Key::parse(rel)
+    }
+
+    fn err(&self, key: impl std::fmt::Display, e: &object_store::Error) -> StorageError {
+        let message = e.to_string();
+        let (store, key) = (self.name.clone(), key.to_string());
+        match e {
+            object_store::Error::Generic { .. } | object_store::Error::NotImplemented { .. } => {
+                StorageError::Unavailable {
+                    store,
+                    key,
+                    message,
+                }
+            }
+            _ => StorageError::Failed {
+                store,
+                key,
+                message,
+            },
+        }
+    }
+
+    fn meta_of(&self, key: Key, meta: &object_store::ObjectMeta) -> ObjectMeta {
+        ObjectMeta {
+            key,
+            size: meta.size,
+            modified: SystemTime::from(meta.last_modified),
+            last_used: None,
+        }
+    }
+
+    async fn upload(&self, key: &Key, mut file: tokio::fs::File) -> Result<()> {
+        let path = self.path(key);
+        let io_err = |e: io::Error| StorageError::io(&self.name, key, &e);
+        let size = file.metadata().await.map_err(io_err)?.len();
+        if size <= PART_SIZE as u64 {
+            let mut buf = Vec::with_capacity(size as usize);
+            file.read_to_end(&mut buf).await.map_err(io_err)?;
+            self.store
+                .put(&path, PutPayload::from(buf))
+                .await
+                .map_err(|e| self.err(key, &e))?;
+            return Ok(());
+        }
+        let upload = self
+            .store
+            .put_multipart(&path)
+            .await
+            .map_err(|e| self.err(key, &e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut buf = vec![0u8; 1 << 20];
+        let sent: std::result::Result<(), StorageError> = async {
+            loop {
+                let n = file.read(&mut buf).await.map_err(io_err)?;
+                if n == 0 {
+                    return Ok(());
+                }
+                writer
+                    .wait_for_capacity(4)
+                    .await
+                    .map_err(|e| self.err(key, &e))?;
+                writer.write(&buf[..n]);
+            }
+        }
+        .await;
+        match sent {
+            // The commit point: the object appears whole, or not at all.
+            Ok(()) => writer
+                .finish()
+                .await
+                .map(|_| ())
+                .map_err(|e| self.err(key, &e)),
+            Err(e) => {
+                // Dropping the writer would leave the parts behind.
+                let _ = writer.abort().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn not_found(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::NotFound { .. })
+}
+
+#[async_trait]
+impl Storage for ObjectStorage {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn read(&self, key: &Key) -> Result<Option<Bytes>> {
+        match self.store.get(&self.path(key)).await {
+            Ok(got) => got.bytes().await.map(Some).map_err(|e| self.err(key, &e)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(self.err(key, &e)),
+        }
+    }
+
+    async fn open(&self, key: &Key) -> Result<Option<Object>> {
+        let got = match self.store.get(&self.path(key)).await {
+            Ok(got) => got,
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(self.err(key, &e)),
+        };
+        let meta = self.meta_of(key.clone(), &got.meta);
+        let body = got.into_stream().map_err(io::Error::other).boxed();
+        Ok(Some(Object { meta, body }))
+    }
+
+    async fn head(&self, key: &Key) -> Result<Option<ObjectMeta>> {
+        match self.store.head(&self.path(key)).await {
+            Ok(meta) => Ok(Some(self.meta_of(key.clone(), &meta))),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(self.err(key, &e)),
+        }
+    }
+
+    async fn write(&self, key: &Key, bytes: Bytes) -> Result<()> {
+        self.store
+            .put(&self.path(key), PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err(key, &e))
+    }
+
+    async fn put_file(&self, key: &Key, file: &Path) -> Result<()> {
+        let opened = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| StorageError::io(&self.name, key, &e))?;
+        self.upload(key, opened).await
+    }
+
+    async fn delete(&self, key: &Key) -> Result<bool> {
+        // S3 answers a delete of a missing key like any other: ask first.
+        if self.head(key).await?.is_none() {
+            return Ok(false);
+        }
+        match self.store.delete(&self.path(key)).await {
+            Ok(()) => Ok(true),
+            Err(e) if not_found(&e) => Ok(false),
+            Err(e) => Err(self.err(key, &e)),
+        }
+    }
+
+    async fn rename(&self, from: &Key, to: &Key) -> Result<bool> {
+        match self.store.rename(&self.path(from), &self.path(to)).await {
+            Ok(()) => Ok(true),
+            Err(e) if not_found(&e) => Ok(false),
+            Err(e) => Err(self.err(from, &e)),
+        }
+    }
+
+    async fn list(&self, prefix: &Key) -> Result<Vec<ObjectMeta>> {
+        let path = self.path(prefix);
+        let listed: Vec<object_store::ObjectMeta> = self
+            .store
+            .list(Some(&path))
+            .try_collect()
+            .await
+            .map_err(|e| self.err(prefix, &e))?;
+        let mut out: Vec<ObjectMeta> = listed
+            .iter()
+            .filter_map(|m| Some(self.meta_of(self.key_of(&m.location)?, m)))
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn probe(&self) -> Result<()> {
+        let key = Key::new([
+            ".probe".to_string(),
+            format!("{}-{}", crate::cache::now_secs(), std::process::id()),
+        ]);
+        self.write(&key, Bytes::from_static(b"probe")).await?;
+        let back = self.read(&key).await;
+        let _ = self.store.delete(&self.path(&key)).await;
+        match back? {
+            Some(b) if &b[..] == b"probe" => Ok(()),
+            _ => Err(StorageError::Failed {
+                store: self.name.clone(),
+                key: key.to_string(),
+                message: "an object just written cannot be read back".into(),
+            }),
+        }
+    }
+
+    async fn signed_url(&self, key: &Key, ttl: Duration) -> Result<Option<url::Url>> {
+        let Some(signer) = &self.signer else {
+            return Ok(None);
+        };
+        signer
+            .signed_url(http::Method::GET, &self.path(key), ttl)
+            .await
+            .map(Some)
+            .map_err(|e| self.err(key, &e))
+    }
+}
