@@ -26,7 +26,7 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::metrics::Metrics;
-use crate::records::{ArchiveInfo, ArchiveKey, IndexRecord, Package, SumsRef, VersionRecord};
+use crate::records::{ArchiveInfo, ArchiveKey, IndexRecord, Package, SumsRef, VersionRecord, docs};
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
@@ -175,7 +175,7 @@ impl Mirror {
     }
 
     fn render_version(&self, addr: &ProviderAddr, version: &Version, rec: &VersionRecord) -> Bytes {
-        let mut archives = serde_json::Map::new();
+        let mut doc = docs::MirrorVersion::default();
         for (platform, pkg) in rec
             .packages
             .iter()
@@ -190,13 +190,10 @@ impl Mirror {
                 &addr.archive_path(version, platform),
                 std::time::SystemTime::now(),
             );
-            archives.insert(
-                platform.to_string(),
-                serde_json::json!({ "url": url, "hashes": hashes }),
-            );
+            doc.archives
+                .insert(platform.to_string(), docs::MirrorArchive { hashes, url });
         }
-        let doc = serde_json::to_vec(&serde_json::json!({ "archives": archives }));
-        Bytes::from(doc.expect("JSON of strings"))
+        docs::to_bytes(&doc)
     }
 
     /// `:hostname/:namespace/:type/terraform-provider-:type_:version_:os_:arch.zip`
@@ -563,9 +560,7 @@ impl Mirror {
             let rec = IndexRecord {
                 fetched_at: cache::now_secs(),
                 found: found.is_some(),
-                versions: found
-                    .map(|l| l.versions)
-                    .unwrap_or_default(),
+                versions: found.map(|l| l.versions).unwrap_or_default(),
                 rendered: Default::default(),
             };
             if rec.found {

@@ -10,32 +10,36 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::error::{Error, Result};
+use crate::records::docs;
 
 use super::Mirror;
 
 impl Mirror {
     /// `v1/providers/:hostname/:namespace/:type/versions`
-    pub async fn registry_versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<u8>> {
+    pub async fn registry_versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Bytes> {
         let rec = self.versions(addr).await?;
-        let versions: Vec<serde_json::Value> = rec
+        let versions = rec
             .versions
             .iter()
-            .map(|v| {
-                let platforms: Vec<serde_json::Value> = v
+            .map(|v| docs::RegistryVersion {
+                version: v.version.to_string(),
+                protocols: v.protocols.clone(),
+                platforms: v
                     .platforms
                     .iter()
                     .filter(|p| self.settings.upstream.platform_allowed(p))
-                    .map(|p| serde_json::json!({ "os": p.os, "arch": p.arch }))
-                    .collect();
-                serde_json::json!({ "version": v.version.as_str(), "protocols": v.protocols, "platforms": platforms })
+                    .map(|p| docs::RegistryPlatform {
+                        os: p.os.clone(),
+                        arch: p.arch.clone(),
+                    })
+                    .collect(),
             })
             .collect();
-        Ok(
-            serde_json::to_vec(&serde_json::json!({ "versions": versions }))
-                .expect("JSON of strings"),
-        )
+        Ok(docs::to_bytes(&docs::RegistryVersions { versions }))
     }
 
     /// `v1/providers/:hostname/:namespace/:type/:version/download/:os/:arch`
@@ -44,7 +48,7 @@ impl Mirror {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Bytes> {
         self.check_host(addr)?;
         let not_found =
             || Error::NotFound(format!("{addr} {version} has no package for {platform}"));
@@ -59,11 +63,6 @@ impl Mirror {
         // Absolute-path references: the client resolves them against this document's URL, so
         // they never depend on a Host header.
         let base = &self.settings.server.base_path;
-        let keys: Vec<serde_json::Value> = pkg
-            .signing_keys
-            .iter()
-            .map(|k| serde_json::json!({ "key_id": k.key_id, "ascii_armor": k.ascii_armor, "trust_signature": k.trust_signature }))
-            .collect();
         // The CLI fetches these three without credentials: with authentication on, they carry an
         // expiring signature (see `auth`). Each URL is the base path plus the path it is signed
         // over.
@@ -73,21 +72,19 @@ impl Mirror {
                 .auth
                 .signed_url(format!("{base}{path}"), &path, now)
         };
-        let download_url = url(addr.archive_path(version, platform));
-        let signature_url = url(crate::auth::sums_path(addr, version, n, true));
-        let sums = url(crate::auth::sums_path(addr, version, n, false));
-        let doc = serde_json::json!({
-            "protocols": pkg.protocols,
-            "os": platform.os,
-            "arch": platform.arch,
-            "filename": pkg.filename,
-            "download_url": download_url,
-            "shasums_url": sums,
-            "shasums_signature_url": signature_url,
-            "shasum": pkg.shasum,
-            "signing_keys": { "gpg_public_keys": keys },
-        });
-        Ok(serde_json::to_vec(&doc).expect("JSON of strings"))
+        Ok(docs::to_bytes(&docs::RegistryDownload {
+            protocols: pkg.protocols.clone(),
+            os: platform.os.clone(),
+            arch: platform.arch.clone(),
+            filename: pkg.filename.clone(),
+            download_url: url(addr.archive_path(version, platform)),
+            shasums_url: url(crate::auth::sums_path(addr, version, n, false)),
+            shasums_signature_url: url(crate::auth::sums_path(addr, version, n, true)),
+            shasum: pkg.shasum.clone(),
+            signing_keys: docs::RegistrySigningKeys {
+                gpg_public_keys: pkg.signing_keys.clone(),
+            },
+        }))
     }
 
     /// `v1/providers/:hostname/:namespace/:type/:version/SHA256SUMS/:n[.sig]`: the origin's bytes.

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::records::{Package, SumsRef};
+use crate::records::{Package, SumsRef, docs};
 
 /// The manifest's name inside a bundle (always its first entry).
 pub const MANIFEST_NAME: &str = "provender-bundle.json";
@@ -120,11 +120,7 @@ pub fn sums_path(addr: &ProviderAddr, version: &Version, n: usize, signature: bo
 
 /// `index.json` as `terraform providers mirror` writes it (two-space indent, sorted keys).
 pub fn index_json<'a>(versions: impl IntoIterator<Item = &'a Version>) -> Vec<u8> {
-    let versions: serde_json::Map<String, serde_json::Value> = versions
-        .into_iter()
-        .map(|v| (v.to_string(), serde_json::json!({})))
-        .collect();
-    pretty(&serde_json::json!({ "versions": versions }))
+    docs::to_pretty(&docs::MirrorIndex::of(versions))
 }
 
 /// One archive's entry in `<version>.json`.
@@ -137,23 +133,15 @@ pub struct MirrorEntry<'a> {
 
 /// `<version>.json` with both `h1:` and `zh:` for each archive.
 pub fn version_json<'a>(entries: impl IntoIterator<Item = MirrorEntry<'a>>) -> Vec<u8> {
-    let archives: serde_json::Map<String, serde_json::Value> = entries
+    let archives = entries
         .into_iter()
         .map(|e| {
             let hashes = vec![e.h1.to_string(), crate::hash::zh(e.sha256)];
-            (
-                e.platform.to_string(),
-                serde_json::json!({ "hashes": hashes, "url": e.filename }),
-            )
+            let url = e.filename;
+            (e.platform.to_string(), docs::MirrorArchive { hashes, url })
         })
         .collect();
-    pretty(&serde_json::json!({ "archives": archives }))
-}
-
-fn pretty(value: &serde_json::Value) -> Vec<u8> {
-    let mut out = serde_json::to_vec_pretty(value).expect("JSON of strings");
-    out.push(b'\n');
-    out
+    docs::to_pretty(&docs::MirrorVersion { archives })
 }
 
 impl Manifest {

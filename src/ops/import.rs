@@ -38,7 +38,7 @@ use crate::cache::{StagedFile, Staging};
 use crate::hash::HashLimits;
 use crate::mirror::Mirror;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, SumsRef, VersionRecord,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, SumsRef, VersionRecord, docs,
 };
 use crate::trust::site::{Custody, SitePublicKey};
 use crate::trust::{SignatureKind, Trust, TrustPolicy, Verifier};
@@ -456,18 +456,6 @@ fn bundle_versions(
     out
 }
 
-#[derive(serde::Deserialize)]
-struct MirrorVersionDoc {
-    archives: BTreeMap<String, MirrorArchiveDoc>,
-}
-
-#[derive(serde::Deserialize)]
-struct MirrorArchiveDoc {
-    url: String,
-    #[serde(default)]
-    hashes: Vec<String>,
-}
-
 /// Total size of the zips under a mirror directory (for the progress bar).
 fn zip_bytes(dir: &Path) -> u64 {
     let mut total = 0;
@@ -578,7 +566,7 @@ fn provider_from_dir(
                 continue;
             }
         };
-        let doc: MirrorVersionDoc = match std::fs::read(&doc_path)
+        let doc: docs::MirrorVersion = match std::fs::read(&doc_path)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         {
