@@ -22,12 +22,10 @@ pub enum Error {
     /// The HTTP method is not GET or HEAD.
     #[error("method not allowed")]
     MethodNotAllowed,
-    /// The origin registry failed or answered with something unusable.
+    /// The origin registry failed, did not answer in time, or answered with something
+    /// unusable.
     #[error("{0}")]
-    Upstream(String),
-    /// The origin registry did not answer in time.
-    #[error("{0}")]
-    UpstreamTimeout(String),
+    Upstream(#[from] crate::upstream::UpstreamError),
     /// What the origin sent does not match what it promised (checksums, SHA256SUMS).
     #[error("{0}")]
     Verification(String),
@@ -54,8 +52,8 @@ impl Error {
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Error::Upstream(_) | Error::Verification(_) => StatusCode::BAD_GATEWAY,
-            Error::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Error::Upstream(e) => e.status(),
+            Error::Verification(_) => StatusCode::BAD_GATEWAY,
             Error::Policy(_) => StatusCode::FORBIDDEN,
             Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Storage(e) => e.status(),
@@ -69,8 +67,9 @@ impl Error {
             Error::BadRequest(_) => "bad_request",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
+            Error::Upstream(crate::upstream::UpstreamError::Timeout(_)) => "upstream_timeout",
+            Error::Upstream(crate::upstream::UpstreamError::NotARegistry(_)) => "not_found",
             Error::Upstream(_) => "upstream_error",
-            Error::UpstreamTimeout(_) => "upstream_timeout",
             Error::Verification(_) => "verification_failed",
             Error::Policy(_) => "policy_refused",
             Error::InsufficientStorage(_) => "insufficient_storage",

@@ -1,14 +1,17 @@
 //! The only part of provender that talks to origin registries.
 //!
-//! [`Upstream`] performs remote service discovery (`/.well-known/terraform.json` ->
-//! `providers.v1`), the provider registry protocol (version lists and download metadata), and
-//! fetches of SHA256SUMS files and archives. It applies per-host settings (connection overrides,
-//! bearer tokens), size caps and timeouts, and records `provender_upstream_*` metrics. It knows
-//! nothing about caching or the mirror protocol.
+//! [`Upstream`] performs remote service discovery (`/.well-known/terraform.json`), the
+//! provider registry protocol (version lists and download metadata, [`providers`]) and
+//! fetches of SHA256SUMS files and archives. It applies per-host settings (connection
+//! overrides, bearer tokens), size caps and timeouts, retries and a circuit breaker per host, and
+//! records `provender_upstream_*` metrics. Every failure is an [`UpstreamError`] that knows its
+//! metric outcome and the HTTP status a client sees. It knows nothing about caching or the mirror
+//! protocol.
 
 mod breaker;
 mod documents;
 pub mod policy;
+mod providers;
 mod resolve;
 
 use std::collections::HashMap;
@@ -19,13 +22,14 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use url::Url;
 
-pub use documents::{DocumentError, VersionList, parse_discovery, parse_download, parse_versions};
+pub use documents::{
+    DocumentError, Services, VersionList, parse_discovery, parse_download, parse_versions,
+};
+pub use providers::ArchiveDownload;
 
-use crate::address::{Hostname, Platform, ProviderAddr, Version};
+use crate::address::Hostname;
 use crate::config::UpstreamSettings;
-use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::records::Package;
 
 /// What an upstream request was for; the `operation` label of upstream metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +55,135 @@ impl Operation {
     }
 }
 
+/// How an origin request ended; the `outcome` label of `provender_upstream_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    NotFound,
+    ClientError,
+    ServerError,
+    Timeout,
+    ConnectError,
+    /// Refused by the address or redirect policy (never retried, not the origin's health).
+    Refused,
+    TooLarge,
+    BadDocument,
+    CircuitOpen,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::NotFound => "not_found",
+            Outcome::ClientError => "client_error",
+            Outcome::ServerError => "server_error",
+            Outcome::Timeout => "timeout",
+            Outcome::ConnectError => "connect_error",
+            Outcome::Refused => "refused",
+            Outcome::TooLarge => "too_large",
+            Outcome::BadDocument => "bad_document",
+            Outcome::CircuitOpen => "circuit_open",
+        }
+    }
+
+    fn of_status(status: reqwest::StatusCode) -> Outcome {
+        if status.is_server_error() {
+            Outcome::ServerError
+        } else {
+            Outcome::ClientError
+        }
+    }
+}
+
+/// Why an origin request failed. Messages name the operation and URL (never credentials).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    /// The address or redirect policy refused the URL or a hop.
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Timeout(String),
+    /// The connection failed or broke.
+    #[error("{0}")]
+    Connect(String),
+    /// The origin answered with an error status.
+    #[error("{what}: origin answered {status}")]
+    Status { what: String, status: u16 },
+    /// More than a configured cap.
+    #[error("{0}")]
+    TooLarge(String),
+    /// An answer that cannot be used (malformed JSON, a missing field, a bad URL in it).
+    #[error("{0}")]
+    BadDocument(String),
+    /// The host's circuit breaker is open.
+    #[error("{0}")]
+    CircuitOpen(String),
+    /// The host does not offer the wanted protocol (no discovery document, no such service).
+    #[error("{0}")]
+    NotARegistry(String),
+}
+
+impl UpstreamError {
+    /// The metrics outcome of a request that failed this way.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            UpstreamError::Refused(_) => Outcome::Refused,
+            UpstreamError::Timeout(_) => Outcome::Timeout,
+            UpstreamError::Connect(_) => Outcome::ConnectError,
+            UpstreamError::Status { status, .. } => Outcome::of_status(
+                reqwest::StatusCode::from_u16(*status).unwrap_or(reqwest::StatusCode::BAD_GATEWAY),
+            ),
+            UpstreamError::TooLarge(_) => Outcome::TooLarge,
+            UpstreamError::BadDocument(_) => Outcome::BadDocument,
+            UpstreamError::CircuitOpen(_) => Outcome::CircuitOpen,
+            UpstreamError::NotARegistry(_) => Outcome::NotFound,
+        }
+    }
+
+    /// The HTTP status a client of the mirror sees: 504 for a timeout, 404 when the host is not
+    /// a registry of the wanted kind, 502 otherwise.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            UpstreamError::Timeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
+            UpstreamError::NotARegistry(_) => http::StatusCode::NOT_FOUND,
+            _ => http::StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    fn status_of(op: Operation, url: &Url, status: reqwest::StatusCode) -> UpstreamError {
+        UpstreamError::Status {
+            what: format!("{} {url}", op.as_str()),
+            status: status.as_u16(),
+        }
+    }
+
+    /// A failure while sending a request (connecting, TLS, the policy, a timeout).
+    fn from_send(op: Operation, url: &Url, err: &reqwest::Error) -> UpstreamError {
+        let msg = describe(op, url, err);
+        if err.is_timeout() {
+            UpstreamError::Timeout(msg)
+        } else if policy::is_refusal(err) {
+            UpstreamError::Refused(msg)
+        } else {
+            UpstreamError::Connect(msg)
+        }
+    }
+
+    /// A failure while reading a body.
+    fn from_body(op: Operation, url: &Url, err: &reqwest::Error) -> UpstreamError {
+        let msg = describe(op, url, err);
+        if err.is_timeout() {
+            UpstreamError::Timeout(msg)
+        } else {
+            UpstreamError::Connect(msg)
+        }
+    }
+}
+
+/// Shorthand for upstream results.
+pub type Result<T, E = UpstreamError> = std::result::Result<T, E>;
+
 /// How long a successful discovery result is reused.
 const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
 
@@ -58,7 +191,7 @@ const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
 pub struct Upstream {
     settings: Arc<UpstreamSettings>,
     http: reqwest::Client,
-    discovery: moka::future::Cache<Hostname, Url>,
+    discovery: moka::future::Cache<Hostname, Arc<(Url, Services)>>,
     tokens: HashMap<Hostname, String>,
     breaker: breaker::Breaker,
     metrics: Arc<Metrics>,
@@ -183,36 +316,48 @@ impl Upstream {
         })
     }
 
-    /// The `providers.v1` base URL of a registry host, from (cached) service discovery.
-    pub async fn providers_base(&self, host: &Hostname) -> Result<Url> {
+    /// A host's discovery document (cached): the URL it came from and the services it lists.
+    async fn services(&self, host: &Hostname) -> Result<Arc<(Url, Services)>> {
         self.discovery
-            .try_get_with(host.clone(), self.discover(host))
+            .try_get_with(host.clone(), async {
+                self.discover(host).await.map(Arc::new)
+            })
             .await
-            .map_err(|e: Arc<Error>| (*e).clone())
+            .map_err(|e: Arc<UpstreamError>| (*e).clone())
     }
 
-    async fn discover(&self, host: &Hostname) -> Result<Url> {
+    async fn discover(&self, host: &Hostname) -> Result<(Url, Services)> {
         let url = Url::parse(&format!("https://{host}/.well-known/terraform.json"))
-            .map_err(|e| Error::BadRequest(format!("hostname {host}: {e}")))?;
+            .expect("a validated hostname makes a URL");
         self.check_url(host, &url)?;
         let max = self.settings.max_discovery_size;
-        let (final_url, body) = self
+        let Some((final_url, body)) = self
             .document(host, Operation::Discovery, &url, max, true)
-            .await?;
-        let Some((final_url, body)) = final_url.zip(body) else {
-            return Err(Error::NotFound(format!(
-                "{host} has no service discovery document, so it is not a provider registry"
+            .await?
+        else {
+            return Err(UpstreamError::NotARegistry(format!(
+                "{host} has no service discovery document, so it is not a registry"
             )));
         };
-        let base = parse_discovery(&body).map_err(|e| Error::Upstream(format!("{host}: {e}")))?;
-        let Some(base) = base else {
-            return Err(Error::NotFound(format!(
-                "{host} does not offer the provider registry protocol (no providers.v1)"
+        let services = parse_discovery(&body)
+            .map_err(|e| UpstreamError::BadDocument(format!("{host}: {e}")))?;
+        Ok((final_url, services))
+    }
+
+    /// The base URL of a service (`providers.v1`, `modules.v1`) of a registry host, from
+    /// (cached) service discovery, resolved against the discovery document's URL, checked
+    /// against the address policy, and ending in `/`.
+    pub async fn service_base(&self, host: &Hostname, service: &str) -> Result<Url> {
+        let found = self.services(host).await?;
+        let (final_url, services) = &*found;
+        let Some(base) = services.get(service) else {
+            return Err(UpstreamError::NotARegistry(format!(
+                "{host} does not offer {service} in its service discovery document"
             )));
         };
-        let mut resolved = final_url.join(&base).map_err(|e| {
-            Error::Upstream(format!(
-                "{host}: providers.v1 {base:?} is not a valid URL: {e}"
+        let mut resolved = final_url.join(base).map_err(|e| {
+            UpstreamError::BadDocument(format!(
+                "{host}: {service} {base:?} is not a valid URL: {e}"
             ))
         })?;
         self.check_url(host, &resolved)?;
@@ -223,135 +368,13 @@ impl Upstream {
         Ok(resolved)
     }
 
-    /// Lists a provider's versions. `Ok(None)`: the origin has no such provider.
-    pub async fn versions(&self, addr: &ProviderAddr) -> Result<Option<VersionList>> {
-        let base = self.providers_base(&addr.hostname).await?;
-        let url = join(
-            &base,
-            &format!("{}/{}/versions", addr.namespace, addr.type_),
-        )?;
-        let (_, body) = self
-            .document(
-                &addr.hostname,
-                Operation::Versions,
-                &url,
-                self.settings.max_document_size,
-                false,
-            )
-            .await?;
-        let Some(body) = body else { return Ok(None) };
-        let list = parse_versions(&body).map_err(|e| Error::Upstream(format!("{addr}: {e}")))?;
-        for note in &list.skipped {
-            tracing::warn!(provider = %addr, "origin version list: skipped {note}");
-        }
-        Ok(Some(list))
-    }
-
-    /// Fetches download metadata for one package, with every URL in it made absolute.
-    /// `Ok(None)`: the origin has no package for this platform.
-    pub async fn download_info(
-        &self,
-        addr: &ProviderAddr,
-        version: &Version,
-        platform: &Platform,
-    ) -> Result<Option<Package>> {
-        let base = self.providers_base(&addr.hostname).await?;
-        let path = format!(
-            "{}/{}/{}/download/{}/{}",
-            addr.namespace, addr.type_, version, platform.os, platform.arch
-        );
-        let url = join(&base, &path)?;
-        let (final_url, body) = self
-            .document(
-                &addr.hostname,
-                Operation::Download,
-                &url,
-                self.settings.max_document_size,
-                false,
-            )
-            .await?;
-        let (Some(final_url), Some(body)) = (final_url, body) else {
-            return Ok(None);
-        };
-        let mut info = parse_download(&body, platform)
-            .map_err(|e| Error::Upstream(format!("{addr} {version}: {e}")))?;
-        for u in [
-            &mut info.download_url,
-            &mut info.shasums_url,
-            &mut info.shasums_signature_url,
-        ] {
-            let abs = final_url.join(u).map_err(|e| {
-                Error::Upstream(format!(
-                    "{addr} {version} {platform}: URL {u:?} is invalid: {e}"
-                ))
-            })?;
-            self.check_url(&addr.hostname, &abs)?;
-            *u = abs.to_string();
-        }
-        Ok(Some(info))
-    }
-
-    /// Fetches a small file such as SHA256SUMS, failing on 404 as on any other error status.
-    pub async fn small_file(&self, host: &Hostname, op: Operation, url: &str) -> Result<Bytes> {
-        let url =
-            Url::parse(url).map_err(|e| Error::Upstream(format!("invalid URL {url:?}: {e}")))?;
-        self.check_url(host, &url)?;
-        let (_, body) = self
-            .document(host, op, &url, self.settings.max_document_size, false)
-            .await?;
-        body.ok_or_else(|| {
-            Error::Upstream(format!(
-                "{} {url}: origin answered 404 Not Found",
-                op.as_str()
-            ))
-        })
-    }
-
-    /// Starts an archive download and returns the response once its status is 200.
-    pub async fn archive(&self, host: &Hostname, url: &str) -> Result<reqwest::Response> {
-        let url = Url::parse(url)
-            .map_err(|e| Error::Upstream(format!("invalid archive URL {url:?}: {e}")))?;
-        self.check_url(host, &url)?;
-        let started = Instant::now();
-        let result = self
-            .send(
-                host,
-                Operation::Archive,
-                &url,
-                self.settings.archive_timeout,
-            )
-            .await;
-        self.observe(host, Operation::Archive, started);
-        let resp = match result {
-            Ok(resp) => resp,
-            Err((e, outcome)) => {
-                self.count(host, Operation::Archive, outcome);
-                return Err(e);
-            }
-        };
-        if resp.status() != reqwest::StatusCode::OK {
-            self.count(host, Operation::Archive, outcome_for_status(resp.status()));
-            return Err(status_error(Operation::Archive, &url, resp.status()));
-        }
-        if let Some(len) = resp.content_length() {
-            if len > self.settings.max_archive_size {
-                self.count(host, Operation::Archive, "too_large");
-                return Err(Error::Upstream(format!(
-                    "archive {url} is {len} bytes, more than upstream.max_archive_size ({})",
-                    self.settings.max_archive_size
-                )));
-            }
-        }
-        self.count(host, Operation::Archive, "ok");
-        Ok(resp)
-    }
-
     /// Records bytes received from an origin (archives report as they stream).
     pub fn add_bytes(&self, n: u64) {
         self.metrics.upstream_bytes.inc_by(n);
     }
 
-    /// GETs a document with a size cap. Returns `(final URL, body)`, both `None` on 404.
+    /// GETs a document with a size cap. Returns its final URL (after redirects) and body, or
+    /// `None` on 404.
     async fn document(
         &self,
         host: &Hostname,
@@ -359,7 +382,7 @@ impl Upstream {
         url: &Url,
         max: u64,
         require_json: bool,
-    ) -> Result<(Option<Url>, Option<Bytes>)> {
+    ) -> Result<Option<(Url, Bytes)>> {
         let started = Instant::now();
         let result = async {
             let resp = self
@@ -367,44 +390,31 @@ impl Upstream {
                 .await?;
             let status = resp.status();
             if status == reqwest::StatusCode::NOT_FOUND {
-                return Ok((None, None, "not_found"));
+                return Ok(None);
             }
             if !status.is_success() {
-                return Err((status_error(op, url, status), outcome_for_status(status)));
+                return Err(UpstreamError::status_of(op, url, status));
             }
             if require_json && !is_json(&resp) {
-                return Err((
-                    Error::Upstream(format!(
-                        "{} {url}: answer is not application/json",
-                        op.as_str()
-                    )),
-                    "bad_document",
-                ));
+                return Err(UpstreamError::BadDocument(format!(
+                    "{} {url}: answer is not application/json",
+                    op.as_str()
+                )));
             }
             let final_url = resp.url().clone();
-            let body = read_capped(resp, max).await.map_err(|e| {
-                let outcome = if matches!(e, Error::UpstreamTimeout(_)) {
-                    "timeout"
-                } else {
-                    "error"
-                };
-                (e, outcome)
-            })?;
+            let body = read_capped(op, resp, max).await?;
             self.add_bytes(body.len() as u64);
-            Ok((Some(final_url), Some(body), "ok"))
+            Ok(Some((final_url, body)))
         }
         .await;
         self.observe(host, op, started);
-        match result {
-            Ok((u, b, outcome)) => {
-                self.count(host, op, outcome);
-                Ok((u, b))
-            }
-            Err((e, outcome)) => {
-                self.count(host, op, outcome);
-                Err(e)
-            }
-        }
+        let outcome = match &result {
+            Ok(Some(_)) => Outcome::Ok,
+            Ok(None) => Outcome::NotFound,
+            Err(e) => e.outcome(),
+        };
+        self.count(host, op, outcome);
+        result
     }
 
     /// Sends a GET with retries: connection errors, timeouts, 429 and 5xx (except 501) are
@@ -418,29 +428,28 @@ impl Upstream {
         op: Operation,
         url: &Url,
         timeout: Duration,
-    ) -> Result<reqwest::Response, (Error, &'static str)> {
+    ) -> Result<reqwest::Response> {
         let deadline = Instant::now() + timeout;
         let mut attempt: u32 = 0;
         loop {
             if let Err(rejected) = self.breaker.allow(host.as_str()) {
-                let msg = format!(
+                return Err(UpstreamError::CircuitOpen(format!(
                     "{} {url}: origin {host} is failing; next attempt in {}s (circuit breaker)",
                     op.as_str(),
                     rejected.retry_in.as_secs().max(1)
-                );
-                return Err((Error::Upstream(msg), "circuit_open"));
+                )));
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err((
-                    Error::UpstreamTimeout(format!("{} {url}: out of time", op.as_str())),
-                    "timeout",
-                ));
+                return Err(UpstreamError::Timeout(format!(
+                    "{} {url}: out of time",
+                    op.as_str()
+                )));
             }
             let result = self.send_once(host, op, url, remaining).await;
-            if matches!(result, Err((_, "refused"))) {
+            if let Err(e @ UpstreamError::Refused(_)) = &result {
                 // Refused by the address or redirect policy: final, and not the origin's health.
-                return result;
+                return Err(e.clone());
             }
             let (healthy, hint) = match &result {
                 Ok(resp) if retryable_status(resp.status()) => (
@@ -482,11 +491,11 @@ impl Upstream {
                 return result;
             }
             let outcome = match &result {
-                Ok(resp) => outcome_for_status(resp.status()),
-                Err((_, outcome)) => outcome,
+                Ok(resp) => Outcome::of_status(resp.status()),
+                Err(e) => e.outcome(),
             };
             self.count(host, op, outcome);
-            tracing::debug!(%host, op = op.as_str(), attempt, ?backoff, "retrying after {outcome}");
+            tracing::debug!(%host, op = op.as_str(), attempt, ?backoff, "retrying after {}", outcome.as_str());
             drop(result);
             tokio::time::sleep(backoff).await;
             attempt += 1;
@@ -500,7 +509,7 @@ impl Upstream {
         op: Operation,
         url: &Url,
         timeout: Duration,
-    ) -> Result<reqwest::Response, (Error, &'static str)> {
+    ) -> Result<reqwest::Response> {
         let mut req = self.http.get(url.clone()).timeout(timeout);
         if matches!(op, Operation::Discovery) {
             req = req.header(reqwest::header::ACCEPT, "application/json");
@@ -512,17 +521,9 @@ impl Upstream {
                 req = req.bearer_auth(token);
             }
         }
-        req.send().await.map_err(|e| {
-            let outcome = if e.is_timeout() {
-                "timeout"
-            } else if policy::is_refusal(&e) {
-                "refused"
-            } else {
-                "connect_error"
-            };
-            let err = transport_error(op, url, &e);
-            (err, outcome)
-        })
+        req.send()
+            .await
+            .map_err(|e| UpstreamError::from_send(op, url, &e))
     }
 
     /// Only absolute https URLs (http where `allow_http` says so) without credentials, and
@@ -530,14 +531,23 @@ impl Upstream {
     fn check_url(&self, host: &Hostname, url: &Url) -> Result<()> {
         self.net_policy.check_url(url).map_err(|refused| {
             tracing::warn!(%host, "{refused}");
-            Error::Upstream(format!("{host}: {refused}"))
+            UpstreamError::Refused(format!("{host}: {refused}"))
         })
     }
 
-    fn count(&self, host: &Hostname, op: Operation, outcome: &str) {
+    /// A URL an origin document names, made absolute against the document's URL and checked.
+    fn resolve(&self, host: &Hostname, base: &Url, reference: &str, what: &str) -> Result<Url> {
+        let abs = base.join(reference).map_err(|e| {
+            UpstreamError::BadDocument(format!("{what}: URL {reference:?} is invalid: {e}"))
+        })?;
+        self.check_url(host, &abs)?;
+        Ok(abs)
+    }
+
+    fn count(&self, host: &Hostname, op: Operation, outcome: Outcome) {
         self.metrics
             .upstream_requests
-            .with_label_values(&[host.as_str(), op.as_str(), outcome])
+            .with_label_values(&[host.as_str(), op.as_str(), outcome.as_str()])
             .inc();
     }
 
@@ -583,9 +593,10 @@ fn url_host(url: &Url) -> Option<String> {
     })
 }
 
-fn join(base: &Url, path: &str) -> Result<Url> {
+/// `base` joined with a relative `path` built from validated address parts.
+fn join(base: &Url, path: &str) -> Url {
     base.join(path)
-        .map_err(|e| Error::Internal(format!("joining {path:?} onto {base}: {e}")))
+        .expect("validated address parts join onto a base URL")
 }
 
 fn is_json(resp: &reqwest::Response) -> bool {
@@ -602,21 +613,22 @@ fn is_json(resp: &reqwest::Response) -> bool {
         .unwrap_or(false)
 }
 
-async fn read_capped(resp: reqwest::Response, max: u64) -> Result<Bytes> {
+async fn read_capped(op: Operation, resp: reqwest::Response, max: u64) -> Result<Bytes> {
+    let url = resp.url().clone();
     if resp.content_length().is_some_and(|n| n > max) {
-        return Err(Error::Upstream(format!(
-            "{}: document larger than the {max}-byte limit",
-            resp.url()
+        return Err(UpstreamError::TooLarge(format!(
+            "{} {url}: document larger than the {max}-byte limit",
+            op.as_str()
         )));
     }
-    let url = resp.url().clone();
     let mut body = BytesMut::new();
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| transport_error(Operation::Download, &url, &e))?;
+        let chunk = chunk.map_err(|e| UpstreamError::from_body(op, &url, &e))?;
         if body.len() as u64 + chunk.len() as u64 > max {
-            return Err(Error::Upstream(format!(
-                "{url}: document larger than the {max}-byte limit"
+            return Err(UpstreamError::TooLarge(format!(
+                "{} {url}: document larger than the {max}-byte limit",
+                op.as_str()
             )));
         }
         body.extend_from_slice(&chunk);
@@ -648,19 +660,8 @@ fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
     Some(wait.min(Duration::from_secs(300)))
 }
 
-fn outcome_for_status(status: reqwest::StatusCode) -> &'static str {
-    if status.is_server_error() {
-        "server_error"
-    } else {
-        "client_error"
-    }
-}
-
-fn status_error(op: Operation, url: &Url, status: reqwest::StatusCode) -> Error {
-    Error::Upstream(format!("{} {url}: origin answered {status}", op.as_str()))
-}
-
-fn transport_error(op: Operation, url: &Url, err: &reqwest::Error) -> Error {
+/// A transport error's message: the whole chain of causes, without reqwest's URL suffix.
+fn describe(op: Operation, url: &Url, err: &reqwest::Error) -> String {
     let mut msg = format!("{} {}: ", op.as_str(), url);
     let mut source: Option<&dyn std::error::Error> = Some(err);
     let mut first = true;
@@ -672,9 +673,5 @@ fn transport_error(op: Operation, url: &Url, err: &reqwest::Error) -> Error {
         first = false;
         source = e.source();
     }
-    if err.is_timeout() {
-        Error::UpstreamTimeout(msg)
-    } else {
-        Error::Upstream(msg)
-    }
+    msg
 }

@@ -13,8 +13,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match selector % 4 {
         0 => {
-            if let Ok(Some(base)) = parse_discovery(body) {
-                assert!(!base.is_empty());
+            if let Ok(services) = parse_discovery(body) {
+                for service in ["providers.v1", "modules.v1"] {
+                    assert!(services.get(service).is_none_or(|base| !base.is_empty()));
+                }
             }
         }
         1 => {

@@ -120,7 +120,7 @@ mod tests {
                     .run("k", move || async move {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        Err::<u32, _>(Error::Upstream("boom".into()))
+                        Err::<u32, _>(Error::Internal("boom".into()))
                     })
                     .await
                     .0

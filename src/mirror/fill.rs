@@ -330,7 +330,7 @@ impl Mirror {
 
     async fn fill_archive(&self, fill: &Fill, pkg: &Package) -> Result<()> {
         let key = &fill.key;
-        let resp = self
+        let download = self
             .upstream
             .archive(&key.addr.hostname, &pkg.download_url)
             .await?;
@@ -341,7 +341,7 @@ impl Mirror {
             .map_err(|e| Error::io("creating a staging file", e))?;
         let reader = std::fs::File::open(staged.path())
             .map_err(|e| Error::io("opening a staging file", e))?;
-        let size_hint = resp.content_length();
+        let size_hint = download.size;
         fill.update(|p| {
             p.started = Some(Started {
                 size: size_hint,
@@ -353,25 +353,11 @@ impl Mirror {
         let mut size: u64 = 0;
         let mut pending = BytesMut::with_capacity(WRITE_CHUNK);
         let mut disk_ok = true;
-        let mut body = resp.bytes_stream();
+        let mut body = download.body;
         let streamed: Result<String> = async {
             while let Some(chunk) = body.next().await {
-                let chunk = chunk.map_err(|e| {
-                    let msg = format!("downloading {key} from {}: {e}", pkg.download_url);
-                    if e.is_timeout() {
-                        Error::UpstreamTimeout(msg)
-                    } else {
-                        Error::Upstream(msg)
-                    }
-                })?;
+                let chunk = chunk?;
                 size += chunk.len() as u64;
-                if size > self.settings.upstream.max_archive_size {
-                    return Err(Error::Upstream(format!(
-                        "archive {key} is larger than upstream.max_archive_size ({} bytes)",
-                        self.settings.upstream.max_archive_size
-                    )));
-                }
-                self.upstream.add_bytes(chunk.len() as u64);
                 hasher.update(&chunk);
                 pending.extend_from_slice(&chunk);
                 if pending.len() >= WRITE_CHUNK {
@@ -382,12 +368,6 @@ impl Mirror {
             if !pending.is_empty() {
                 self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
                     .await?;
-            }
-            if size_hint.is_some_and(|n| n != size) {
-                return Err(Error::Upstream(format!(
-                    "archive {key}: the origin announced {} bytes but sent {size}",
-                    size_hint.unwrap_or(0)
-                )));
             }
             let sha256 = hex::encode(hasher.finalize());
             if sha256 != fill.sha256 {

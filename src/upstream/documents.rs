@@ -20,21 +20,44 @@ fn doc_err(msg: impl Into<String>) -> DocumentError {
     DocumentError(msg.into())
 }
 
-/// Reads the `providers.v1` entry of a discovery document (`/.well-known/terraform.json`).
-/// `Ok(None)` means the host does not offer the provider registry protocol.
-pub fn parse_discovery(body: &[u8]) -> Result<Option<String>, DocumentError> {
+/// The services a registry host's discovery document lists that provender uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Services {
+    providers: Option<String>,
+    modules: Option<String>,
+}
+
+impl Services {
+    /// The base URL (as written, possibly relative) of `providers.v1` or `modules.v1`.
+    pub fn get(&self, service: &str) -> Option<&str> {
+        match service {
+            "providers.v1" => self.providers.as_deref(),
+            "modules.v1" => self.modules.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a discovery document (`/.well-known/terraform.json`): its `providers.v1` and
+/// `modules.v1` entries. Other services are ignored; a listed service that is not a non-empty
+/// string is an error.
+pub fn parse_discovery(body: &[u8]) -> Result<Services, DocumentError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| doc_err(format!("discovery document is not valid JSON: {e}")))?;
     let Value::Object(map) = value else {
         return Err(doc_err("discovery document is not a JSON object"));
     };
-    match map.get("providers.v1") {
+    let service = |name: &str| match map.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
-        Some(_) => Err(doc_err(
-            "discovery document: \"providers.v1\" is not a non-empty string",
-        )),
-    }
+        Some(_) => Err(doc_err(format!(
+            "discovery document: {name:?} is not a non-empty string"
+        ))),
+    };
+    Ok(Services {
+        providers: service("providers.v1")?,
+        modules: service("modules.v1")?,
+    })
 }
 
 /// The parsed version list plus human-readable notes about entries that were skipped.
@@ -221,14 +244,24 @@ mod tests {
 
     #[test]
     fn discovery_variants() {
-        assert_eq!(
-            parse_discovery(br#"{"providers.v1":"/v1/providers/"}"#)
+        let providers = |b: &[u8]| {
+            parse_discovery(b)
                 .unwrap()
-                .as_deref(),
+                .get("providers.v1")
+                .map(str::to_string)
+        };
+        assert_eq!(
+            providers(br#"{"providers.v1":"/v1/providers/"}"#).as_deref(),
             Some("/v1/providers/")
         );
-        assert_eq!(parse_discovery(br#"{"modules.v1":"/m/"}"#).unwrap(), None);
-        assert_eq!(parse_discovery(br#"{"providers.v1":null}"#).unwrap(), None);
+        assert_eq!(providers(br#"{"modules.v1":"/m/"}"#), None);
+        assert_eq!(
+            parse_discovery(br#"{"modules.v1":"/m/"}"#)
+                .unwrap()
+                .get("modules.v1"),
+            Some("/m/")
+        );
+        assert_eq!(providers(br#"{"providers.v1":null}"#), None);
         assert!(parse_discovery(br#"{"providers.v1":5}"#).is_err());
         assert!(parse_discovery(br#"{"providers.v1":""}"#).is_err());
         assert!(parse_discovery(br#"[]"#).is_err());

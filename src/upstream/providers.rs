@@ -1,0 +1,184 @@
+//! The provider registry protocol, as a client: version lists, download metadata, SHA256SUMS
+//! files and archives.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use url::Url;
+
+use super::{
+    Operation, Outcome, Result, Upstream, UpstreamError, VersionList, join, parse_download,
+    parse_versions,
+};
+use crate::address::{Hostname, Platform, ProviderAddr, Version};
+use crate::records::Package;
+
+/// An archive download under way: the origin answered 200.
+pub struct ArchiveDownload {
+    /// The size the origin announced (`Content-Length`), if it did.
+    pub size: Option<u64>,
+    /// The bytes. The stream ends with an error if the origin sends more than
+    /// `upstream.max_archive_size`, or other than it announced, or breaks off.
+    pub body: BoxStream<'static, Result<Bytes>>,
+}
+
+impl Upstream {
+    /// Lists a provider's versions. `Ok(None)`: the origin has no such provider.
+    pub async fn versions(&self, addr: &ProviderAddr) -> Result<Option<VersionList>> {
+        let base = self.service_base(&addr.hostname, "providers.v1").await?;
+        let url = join(
+            &base,
+            &format!("{}/{}/versions", addr.namespace, addr.type_),
+        );
+        let max = self.settings.max_document_size;
+        let found = self
+            .document(&addr.hostname, Operation::Versions, &url, max, false)
+            .await?;
+        let Some((_, body)) = found else {
+            return Ok(None);
+        };
+        let list = parse_versions(&body)
+            .map_err(|e| UpstreamError::BadDocument(format!("{addr}: {e}")))?;
+        for note in &list.skipped {
+            tracing::warn!(provider = %addr, "origin version list: skipped {note}");
+        }
+        Ok(Some(list))
+    }
+
+    /// Fetches download metadata for one package, with every URL in it made absolute and
+    /// checked. `Ok(None)`: the origin has no package for this platform.
+    pub async fn download_info(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<Option<Package>> {
+        let base = self.service_base(&addr.hostname, "providers.v1").await?;
+        let path = format!(
+            "{}/{}/{}/download/{}/{}",
+            addr.namespace, addr.type_, version, platform.os, platform.arch
+        );
+        let url = join(&base, &path);
+        let max = self.settings.max_document_size;
+        let found = self
+            .document(&addr.hostname, Operation::Download, &url, max, false)
+            .await?;
+        let Some((final_url, body)) = found else {
+            return Ok(None);
+        };
+        let what = format!("{addr} {version} {platform}");
+        let mut pkg = parse_download(&body, platform)
+            .map_err(|e| UpstreamError::BadDocument(format!("{addr} {version}: {e}")))?;
+        for u in [
+            &mut pkg.download_url,
+            &mut pkg.shasums_url,
+            &mut pkg.shasums_signature_url,
+        ] {
+            *u = self
+                .resolve(&addr.hostname, &final_url, u, &what)?
+                .to_string();
+        }
+        Ok(Some(pkg))
+    }
+
+    /// Fetches a small file such as SHA256SUMS, failing on 404 as on any other error status.
+    pub async fn small_file(&self, host: &Hostname, op: Operation, url: &str) -> Result<Bytes> {
+        let url = Url::parse(url)
+            .map_err(|e| UpstreamError::BadDocument(format!("invalid URL {url:?}: {e}")))?;
+        self.check_url(host, &url)?;
+        let max = self.settings.max_document_size;
+        match self.document(host, op, &url, max, false).await? {
+            Some((_, body)) => Ok(body),
+            None => Err(UpstreamError::Status {
+                what: format!("{} {url}", op.as_str()),
+                status: 404,
+            }),
+        }
+    }
+
+    /// Starts an archive download from `url` (for a package of registry `host`) and returns it
+    /// once the origin answered 200.
+    pub async fn archive(&self, host: &Hostname, url: &str) -> Result<ArchiveDownload> {
+        let op = Operation::Archive;
+        let url = Url::parse(url)
+            .map_err(|e| UpstreamError::BadDocument(format!("invalid archive URL {url:?}: {e}")))?;
+        self.check_url(host, &url)?;
+        let started = Instant::now();
+        let result = self
+            .send(host, op, &url, self.settings.archive_timeout)
+            .await;
+        self.observe(host, op, started);
+        let checked = result.and_then(|resp| {
+            if resp.status() != reqwest::StatusCode::OK {
+                return Err(UpstreamError::status_of(op, &url, resp.status()));
+            }
+            let max = self.settings.max_archive_size;
+            match resp.content_length() {
+                Some(len) if len > max => Err(UpstreamError::TooLarge(format!(
+                    "archive {url} is {len} bytes, more than upstream.max_archive_size ({max})"
+                ))),
+                _ => Ok(resp),
+            }
+        });
+        let resp = match checked {
+            Ok(resp) => resp,
+            Err(e) => {
+                self.count(host, op, e.outcome());
+                return Err(e);
+            }
+        };
+        self.count(host, op, Outcome::Ok);
+        let size = resp.content_length();
+        Ok(ArchiveDownload {
+            size,
+            body: self.capped_body(resp, url, size),
+        })
+    }
+
+    /// An archive body, counted into `provender_upstream_bytes_total`, ending in an error past
+    /// `upstream.max_archive_size` or when its length is not the announced one.
+    fn capped_body(
+        &self,
+        resp: reqwest::Response,
+        url: Url,
+        announced: Option<u64>,
+    ) -> BoxStream<'static, Result<Bytes>> {
+        let max = self.settings.max_archive_size;
+        let counter = self.metrics.upstream_bytes.clone();
+        let op = Operation::Archive;
+        let state = (resp.bytes_stream(), 0u64, false);
+        futures_util::stream::unfold(state, move |(mut body, mut seen, done)| {
+            let (url, counter) = (url.clone(), counter.clone());
+            async move {
+                if done {
+                    return None;
+                }
+                let item = match body.next().await {
+                    Some(Ok(chunk)) => {
+                        seen += chunk.len() as u64;
+                        counter.inc_by(chunk.len() as u64);
+                        if seen > max {
+                            Err(UpstreamError::TooLarge(format!(
+                                "archive {url} is larger than upstream.max_archive_size ({max} bytes)"
+                            )))
+                        } else {
+                            Ok(chunk)
+                        }
+                    }
+                    Some(Err(e)) => Err(UpstreamError::from_body(op, &url, &e)),
+                    None => match announced {
+                        Some(n) if n != seen => Err(UpstreamError::Connect(format!(
+                            "archive {url}: the origin announced {n} bytes but sent {seen}"
+                        ))),
+                        _ => return None,
+                    },
+                };
+                let failed = item.is_err();
+                Some((item, (body, seen, failed)))
+            }
+        })
+        .boxed()
+    }
+}
