@@ -147,7 +147,7 @@ impl Default for CacheConfig {
 }
 
 /// `[cache.object_store]`: the bucket of an object-store backend.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectStoreConfig {
     pub bucket: String,
@@ -163,6 +163,27 @@ pub struct ObjectStoreConfig {
     pub allow_http: bool,
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key_file: Option<PathBuf>,
+}
+
+// The key id is not secret, but keep the table's Debug output in one style with the others.
+impl std::fmt::Debug for ObjectStoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStoreConfig")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("path_style", &self.path_style)
+            .field("allow_http", &self.allow_http)
+            .field("ca_file", &self.ca_file)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key_file", &self.secret_access_key_file)
+            .finish()
+    }
 }
 
 fn yes() -> bool {
@@ -605,7 +626,48 @@ impl ObjectStoreConfig {
                 ));
             }
         }
+        let credentials = match (&self.access_key_id, &self.secret_access_key_file) {
+            (None, None) => None,
+            (Some(id), Some(path)) => {
+                if provider != crate::storage::Provider::S3 {
+                    return Err(invalid(
+                        key("access_key_id"),
+                        "static keys are for s3; gcs and azure take credentials from their environment",
+                    ));
+                }
+                let secret = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        key("secret_access_key_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let secret = secret.trim().to_string();
+                if secret.is_empty() {
+                    return Err(invalid(
+                        key("secret_access_key_file"),
+                        format!("{} is empty", path.display()),
+                    ));
+                }
+                Some(crate::storage::StaticCredentials {
+                    access_key_id: id.clone(),
+                    secret_access_key: secret,
+                })
+            }
+            (Some(_), None) => {
+                return Err(invalid(
+                    key("secret_access_key_file"),
+                    "must be set when cache.object_store.access_key_id is set",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    key("access_key_id"),
+                    "must be set when cache.object_store.secret_access_key_file is set",
+                ));
+            }
+        };
         Ok(crate::storage::ObjectStoreSettings {
+            credentials,
             provider,
             bucket: self.bucket.clone(),
             prefix,

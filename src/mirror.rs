@@ -46,6 +46,18 @@ pub struct ArchiveBody {
     pub stream: futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
 }
 
+/// How an archive request is answered.
+pub enum Served {
+    /// The bytes, from the store or from a download in progress.
+    Body(ArchiveBody),
+    /// A redirect to a pre-signed URL of the object store (`cache.redirect_downloads`), for a
+    /// stored archive.
+    Redirect(url::Url),
+}
+
+/// How long a pre-signed archive URL handed out by `cache.redirect_downloads` works.
+const REDIRECT_TTL: Duration = Duration::from_secs(15 * 60);
+
 impl From<StoredArchive> for ArchiveBody {
     fn from(a: StoredArchive) -> ArchiveBody {
         ArchiveBody {
@@ -205,12 +217,23 @@ impl Mirror {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
-    ) -> Result<ArchiveBody> {
+    ) -> Result<Served> {
         let key = self.archive_key(addr, version, platform)?;
         if let Some(fill) = self.fill_in_progress(&key) {
             self.admit(&key, fill.trust)?;
             self.metrics.lookup("archive", "joined");
-            return self.body_from_fill(fill).await;
+            return self.body_from_fill(fill).await.map(Served::Body);
+        }
+        if self.settings.cache.redirect_downloads {
+            if let Some(info) = self.archive_info(&key).await? {
+                let trust = self.archive_trust(&key, &info).await;
+                self.admit(&key, trust)?;
+                if let Some(url) = self.store.signed_url(&key, REDIRECT_TTL).await? {
+                    self.metrics.lookup("archive", "hit");
+                    self.served(trust);
+                    return Ok(Served::Redirect(url));
+                }
+            }
         }
         if let Some(found) = self.open_archive(&key).await? {
             let trust = self.archive_trust(&key, &found.info).await;
@@ -232,13 +255,13 @@ impl Mirror {
                     })
                     .boxed();
             }
-            return Ok(body);
+            return Ok(Served::Body(body));
         }
         let (pkg, trust) = self.package_to_fetch(&key).await?;
         let (fill, leader) = self.fill_for(&key, &pkg, trust);
         self.metrics
             .lookup("archive", if leader { "miss" } else { "joined" });
-        self.body_from_fill(fill).await
+        self.body_from_fill(fill).await.map(Served::Body)
     }
 
     /// The trust level of a stored archive: from its record, or for records written before

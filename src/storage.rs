@@ -26,7 +26,7 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
 pub use disk::DiskStorage;
-pub use object::{ObjectStorage, ObjectStoreSettings, Provider};
+pub use object::{ObjectStorage, ObjectStoreSettings, Provider, StaticCredentials};
 
 /// Where the cache keeps what it stores (`cache.backend`).
 #[derive(Debug, Clone)]

@@ -123,7 +123,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         versions.len(),
         providers.len(),
         human_bytes(entries.iter().map(|e| e.size).sum()),
-        mirror.settings().cache.dir.display()
+        mirror.store().storage().describe()
     );
     Ok(Outcome::Success)
 }

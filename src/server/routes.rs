@@ -24,7 +24,7 @@ use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
-use crate::mirror::{ArchiveBody, ArchiveHead};
+use crate::mirror::{ArchiveBody, ArchiveHead, Served};
 
 /// Response body: a buffer or a stream from the archive store.
 pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -249,10 +249,11 @@ impl App {
             }
             MirrorPath::Archive(addr, version, platform) => {
                 let result = self.mirror.archive(&addr, &version, &platform).await;
-                (
-                    Route::Archive,
-                    result.map(|archive| self.archive_response(req, archive)),
-                )
+                let resp = result.map(|served| match served {
+                    Served::Body(archive) => self.archive_response(req, archive),
+                    Served::Redirect(url) => redirect(&url),
+                });
+                (Route::Archive, resp)
             }
         }
     }
@@ -386,6 +387,16 @@ fn archive_head_response(req: &Request<Incoming>, head: &ArchiveHead) -> Respons
         }
     };
     builder.body(empty()).expect("valid response")
+}
+
+/// A temporary redirect (to a pre-signed object-store URL).
+fn redirect(url: &url::Url) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::FOUND)
+        .header(header::LOCATION, url.as_str())
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(empty())
+        .expect("valid response")
 }
 
 fn empty() -> Body {

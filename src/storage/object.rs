@@ -66,6 +66,24 @@ pub struct ObjectStoreSettings {
     pub allow_http: bool,
     /// Extra trusted roots (PEM) for the endpoint's TLS.
     pub ca_file: Option<PathBuf>,
+    /// An S3 key given in the configuration; `None`: the environment's credentials.
+    pub credentials: Option<StaticCredentials>,
+}
+
+/// An S3 access key pair from the configuration (the secret read from a file).
+#[derive(Clone)]
+pub struct StaticCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StaticCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"[redacted]")
+            .finish()
+    }
 }
 
 /// A bucket through `object_store`.
@@ -113,6 +131,11 @@ impl ObjectStorage {
                     }
                     if let Some(endpoint) = &settings.endpoint {
                         b = b.with_endpoint(endpoint);
+                    }
+                    if let Some(key) = &settings.credentials {
+                        b = b
+                            .with_access_key_id(&key.access_key_id)
+                            .with_secret_access_key(&key.secret_access_key);
                     }
                     let s3 = Arc::new(b.build().map_err(|e| e.to_string())?);
                     (s3.clone(), Some(s3))

@@ -8,6 +8,8 @@ mod mirror;
 mod operations;
 mod ops;
 mod origin_smoke;
+mod replicas;
 mod resilience;
 mod security;
+mod storage;
 mod terraform;

@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod egress_proxy;
+pub mod garage;
 pub mod http;
 pub mod origin;
 pub mod pki;

@@ -1,0 +1,334 @@
+//! Several replicas sharing one object store (a real Garage on loopback), each the real
+//! `provender` binary with its own local directory:
+//! - `terraform init` through replica A fills the bucket; through replica B, in a fresh
+//!   directory, nothing is asked of the origin at all;
+//! - replica A killed with SIGKILL in the middle of a fill: nothing served afterwards is wrong,
+//!   and B serves the archive whole;
+//! - both replicas missing the same archive at once end with one correct object;
+//! - `cache.redirect_downloads` answers cached archives with pre-signed URLs clients follow;
+//! - `seed`, `ls`, `verify`, `export` and `import` work on an object-store cache.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::ops::{config_file, export_bundle, import, path_str, provender, seed, zips};
+use crate::support::garage::Garage;
+use crate::support::http::get;
+use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, ServerProcess, write_config};
+use crate::support::tf_config::{self, FOO_BAR_DIRS, local_platform_and};
+use crate::support::throttle::Throttle;
+use crate::support::{https_client, init_fresh, poll, within};
+
+const MIB: usize = 1 << 20;
+
+fn platforms() -> Vec<(&'static str, &'static str)> {
+    local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")])
+}
+
+async fn origin(ca: &TestCa) -> FakeOrigin {
+    let p = platforms();
+    FakeOrigin::start(
+        ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "1.1.0"], &p),
+            ProviderSpec::new("acme", "bar", &["2.3.0"], &p),
+            ProviderSpec::new("acme", "dirs", &["0.1.0"], &p),
+            ProviderSpec::new("acme", "big", &["1.0.0", "2.0.0"], &p).with_payload(4 * MIB),
+        ],
+    )
+    .await
+}
+
+/// A replica: the real binary, its own directory, the shared bucket under `prefix`.
+fn replica(
+    ca: &TestCa,
+    dir: &Path,
+    origin: std::net::SocketAddr,
+    garage: &Garage,
+    extra_cache: &str,
+) -> ServerProcess {
+    std::fs::create_dir_all(dir).unwrap();
+    let cache = format!("{extra_cache}\n{}", garage.cache_toml(dir, "mirror"));
+    let config = write_config(
+        ca,
+        dir,
+        origin,
+        &MirrorOptions {
+            extra_cache: &cache,
+            ..Default::default()
+        },
+    );
+    ServerProcess::spawn(&config)
+}
+
+/// Every archive object and record in the bucket, as `(key, size)`.
+async fn bucket_archives(garage: &Garage) -> Vec<(String, u64)> {
+    let storage = provender::storage::ObjectStorage::new(&garage.settings("mirror")).unwrap();
+    let listed = provender::storage::Storage::list(
+        &storage,
+        &provender::storage::Key::parse("archives").unwrap(),
+    )
+    .await
+    .unwrap();
+    listed
+        .into_iter()
+        .map(|m| (m.key.to_string(), m.size))
+        .collect()
+}
+
+fn big_zip(version: &str, platform: &str) -> String {
+    format!("{REGISTRY}/acme/big/terraform-provider-big_{version}_{platform}.zip")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_share_one_bucket_and_the_origin_is_asked_once() {
+    let garage = Garage::start("provender-replicas");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let a = replica(&ca, &work.path().join("a"), origin.addr(), &garage, "");
+    let b = replica(&ca, &work.path().join("b"), origin.addr(), &garage, "");
+
+    init_fresh(
+        &ca,
+        &tf_config::network_mirror(a.url.as_str()),
+        FOO_BAR_DIRS,
+    )
+    .await;
+    // terraform init installs the local platform's archive of each of the three providers.
+    poll(Duration::from_secs(10), async || {
+        let records = bucket_archives(&garage)
+            .await
+            .into_iter()
+            .filter(|(k, _)| k.ends_with(".zip.json"))
+            .count();
+        (records == 3).then_some(())
+    })
+    .await
+    .expect("A committed every archive to the bucket");
+    origin.reset_counts();
+    init_fresh(
+        &ca,
+        &tf_config::network_mirror(b.url.as_str()),
+        FOO_BAR_DIRS,
+    )
+    .await;
+    assert_eq!(
+        origin.total_requests(),
+        0,
+        "replica B served everything from the shared bucket: {:?}",
+        origin.requests()
+    );
+    drop((a, b));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_killed_mid_fill_leaves_nothing_wrong_and_concurrent_misses_end_in_one_object() {
+    let garage = Garage::start("provender-kill");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(2 * MIB as u64);
+    let work = tempfile::tempdir().unwrap();
+    let mut a = replica(&ca, &work.path().join("a"), throttle.addr(), &garage, "");
+    let b = replica(&ca, &work.path().join("b"), throttle.addr(), &garage, "");
+    let client = https_client(&ca, &[]);
+    let (os, arch) = platforms()[0];
+    let platform = format!("{os}_{arch}");
+
+    // A starts a fill and dies in the middle of it.
+    let url_a = a.url(&big_zip("1.0.0", &platform));
+    let mut resp = within("A's download", client.get(&url_a).send())
+        .await
+        .unwrap();
+    let _ = within("first bytes", resp.chunk()).await.unwrap();
+    a.signal("KILL");
+    let _ = tokio::task::spawn_blocking(move || a.wait()).await;
+    assert!(
+        bucket_archives(&garage)
+            .await
+            .iter()
+            .all(|(k, _)| !k.ends_with(".zip.json")),
+        "nothing was committed by the killed replica"
+    );
+    // B serves it whole (fetching it itself).
+    let got = get(&client, &b.url(&big_zip("1.0.0", &platform))).await;
+    assert_eq!(got.status, 200);
+    assert!(got.body == origin.archive("acme", "big", "1.0.0", os, arch));
+
+    // Both replicas miss the same archive at once: one correct object in the end.
+    let a = replica(&ca, &work.path().join("a2"), throttle.addr(), &garage, "");
+    let before = origin.count(RequestKind::Archive);
+    let urls = [
+        a.url(&big_zip("2.0.0", &platform)),
+        b.url(&big_zip("2.0.0", &platform)),
+    ];
+    let mut downloads = Vec::new();
+    for url in urls {
+        let client = client.clone();
+        downloads.push(tokio::spawn(async move { get(&client, &url).await }));
+    }
+    let expected = origin.archive("acme", "big", "2.0.0", os, arch);
+    for d in downloads {
+        let got = within("a concurrent miss", d).await.unwrap();
+        assert_eq!(got.status, 200);
+        assert!(got.body == expected);
+    }
+    assert_eq!(
+        origin.count(RequestKind::Archive) - before,
+        2,
+        "each replica fetched it once"
+    );
+    let zip =
+        format!("archives/{REGISTRY}/acme/big/2.0.0/terraform-provider-big_2.0.0_{platform}.zip");
+    let mut objects = Vec::new();
+    for _ in 0..50 {
+        objects = bucket_archives(&garage).await;
+        if objects.iter().any(|(k, _)| k == &format!("{zip}.json")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let of_it: Vec<_> = objects
+        .iter()
+        .filter(|(k, _)| k.starts_with(&zip))
+        .collect();
+    assert_eq!(of_it.len(), 2, "one archive and its record: {objects:?}");
+    assert!(of_it.contains(&&(zip.clone(), expected.len() as u64)));
+    // What a third replica reads from the bucket is the origin's archive.
+    let c = replica(&ca, &work.path().join("c"), throttle.addr(), &garage, "");
+    origin.reset_counts();
+    let got = get(&client, &c.url(&big_zip("2.0.0", &platform))).await;
+    assert!(got.body == expected);
+    assert_eq!(origin.count(RequestKind::Archive), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redirect_downloads_hand_out_presigned_urls() {
+    let garage = Garage::start("provender-redirect");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let r = replica(
+        &ca,
+        &work.path().join("r"),
+        origin.addr(),
+        &garage,
+        "redirect_downloads = true",
+    );
+    let client = https_client(&ca, &[]);
+    let (os, arch) = platforms()[0];
+    let url = r.url(&format!(
+        "{REGISTRY}/acme/foo/terraform-provider-foo_1.1.0_{os}_{arch}.zip"
+    ));
+    // The first request fills the cache and streams; later ones are redirected to the bucket.
+    let first = get(&client, &url).await;
+    assert!(first.body == origin.archive("acme", "foo", "1.1.0", os, arch));
+    let no_redirects = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca.ca_pem().as_bytes()).unwrap()])
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .unwrap();
+    let mut location = None;
+    for _ in 0..50 {
+        let resp = no_redirects.get(&url).send().await.unwrap();
+        if resp.status() == 302 {
+            location = resp.headers().get("location").cloned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let location = location.expect("a cached archive is redirected");
+    let location = location.to_str().unwrap();
+    assert!(
+        location.starts_with(&garage.endpoint) && location.contains("X-Amz-Signature"),
+        "{location}"
+    );
+    // A client that follows redirects gets the origin's bytes from the bucket.
+    let followed = get(&client, &url).await;
+    assert_eq!(followed.status, 200);
+    assert!(followed.body == origin.archive("acme", "foo", "1.1.0", os, arch));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn operator_commands_work_on_an_object_store_cache() {
+    let garage = Garage::start("provender-ops");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let bucket = |prefix: &str| {
+        format!(
+            "\n[cache.object_store]\nbucket = \"{}\"\nprefix = \"{prefix}\"\nregion = \"{}\"\nendpoint = \"{}\"\nallow_http = true\naccess_key_id = \"{}\"\nsecret_access_key_file = \"{}\"\n",
+            garage.bucket,
+            crate::support::garage::REGION,
+            garage.endpoint,
+            crate::support::garage::ACCESS_KEY_ID,
+            garage.secret_file(dir).display()
+        )
+    };
+    // config_file puts `extra` under [upstream]; the backend key goes in through a second
+    // file layer: write the [cache] keys by hand.
+    let cfg = config_file(
+        dir,
+        "source.toml",
+        &dir.join("local-a"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let text = text.replacen("[cache]\n", "[cache]\nbackend = \"s3\"\n", 1) + &bucket("source");
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = path_str(&cfg);
+
+    let (os, arch) = platforms()[0];
+    let platform = format!("{os}_{arch}");
+    seed(cfg, &[&platform], &["acme/foo@1.1.0", "acme/bar"])
+        .await
+        .ok();
+    let ls = provender(&["ls", "--config", cfg]).await;
+    ls.ok();
+    assert!(ls.stdout.contains("2 archives"), "{}", ls.stdout);
+    assert!(
+        ls.stdout.contains("s3://provender-ops/source/"),
+        "{}",
+        ls.stdout
+    );
+    provender(&["verify", "--config", cfg]).await.ok();
+    let bundle = dir.join("b.tar");
+    export_bundle(cfg, &bundle).await;
+    let exported = dir.join("mirror");
+    provender(&["export", "--config", cfg, path_str(&exported)])
+        .await
+        .ok();
+    assert_eq!(zips(&exported).len(), 2);
+
+    let target = config_file(
+        dir,
+        "target.toml",
+        &dir.join("local-b"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let text = std::fs::read_to_string(&target).unwrap();
+    let text = text.replacen("[cache]\n", "[cache]\nbackend = \"s3\"\n", 1) + &bucket("target");
+    std::fs::write(&target, text).unwrap();
+    let target = path_str(&target);
+    import(target, &bundle).await.ok();
+    let ls = provender(&["ls", "--config", target, "--json"]).await;
+    ls.ok();
+    let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 2, "{rows}");
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["trust"] == "community")
+    );
+}

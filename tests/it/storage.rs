@@ -1,0 +1,272 @@
+//! The storage compliance suite: one set of checks every backend passes, run against the disk
+//! backend and against a real Garage (S3-compatible) server.
+//! - put / read / head / list (recursive, by prefix) / delete / rename, overwrites;
+//! - a missing object: every operation says so, none fails;
+//! - concurrent writers of one key, small objects and multipart-sized files: one whole result;
+//! - a crash between upload and commit: the archive's bytes without its record are not served,
+//!   and the next commit works;
+//! - a partial read (a reader that stops early) leaves the object whole for the next reader;
+//! - the probe, and a key layout that round-trips through listings.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use provender::address::{Platform, ProviderAddr, Version};
+use provender::cache::{Archives, Staging};
+use provender::records::{ArchiveInfo, ArchiveKey};
+use provender::storage::{DiskStorage, Key, ObjectStorage, Storage};
+use tokio::io::AsyncWriteExt;
+
+use crate::support::garage::Garage;
+use crate::support::within;
+
+fn key(path: &str) -> Key {
+    Key::parse(path).unwrap()
+}
+
+/// Deterministic, incompressible bytes.
+fn bytes_of(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = u64::from(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+async fn read_all(storage: &dyn Storage, k: &Key) -> Option<Vec<u8>> {
+    let object = within("open", storage.open(k)).await.unwrap()?;
+    let mut out = Vec::new();
+    let mut body = object.body;
+    while let Some(chunk) = within("read", body.next()).await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    Some(out)
+}
+
+fn staged(dir: &std::path::Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Every check, against one store.
+async fn complies(storage: Arc<dyn Storage>) {
+    let scratch = tempfile::tempdir().unwrap();
+    within("probe", storage.probe()).await.unwrap();
+
+    // A missing object.
+    let missing = key("metadata/nowhere/x.json");
+    assert_eq!(storage.read(&missing).await.unwrap(), None);
+    assert!(storage.open(&missing).await.unwrap().is_none());
+    assert_eq!(storage.head(&missing).await.unwrap(), None);
+    assert!(!storage.delete(&missing).await.unwrap());
+    assert!(!storage.rename(&missing, &key("elsewhere/x")).await.unwrap());
+    assert!(storage.list(&key("nothing-here")).await.unwrap().is_empty());
+
+    // Put, read, head, overwrite.
+    let small = key("metadata/a/b/index.json");
+    storage
+        .write(&small, Bytes::from_static(b"{\"v\":1}"))
+        .await
+        .unwrap();
+    assert_eq!(storage.read(&small).await.unwrap().unwrap(), "{\"v\":1}");
+    assert_eq!(storage.head(&small).await.unwrap().unwrap().size, 7);
+    storage
+        .write(&small, Bytes::from_static(b"{\"v\":22}"))
+        .await
+        .unwrap();
+    assert_eq!(storage.read(&small).await.unwrap().unwrap(), "{\"v\":22}");
+
+    // A large object from a file (multipart on object stores), streamed back whole.
+    let big = bytes_of(11 << 20, 1);
+    let big_key = key("archives/h/n/t/1.0.0/big.zip");
+    let file = staged(scratch.path(), "big", &big);
+    storage.put_file(&big_key, &file).await.unwrap();
+    assert!(read_all(storage.as_ref(), &big_key).await.unwrap() == big);
+    assert_eq!(
+        storage.head(&big_key).await.unwrap().unwrap().size,
+        big.len() as u64
+    );
+
+    // A partial read: a reader that stops early changes nothing for the next one.
+    {
+        let object = storage.open(&big_key).await.unwrap().unwrap();
+        let mut body = object.body;
+        let first = body.next().await.unwrap().unwrap();
+        assert!(!first.is_empty() && first.len() < big.len());
+    }
+    assert!(read_all(storage.as_ref(), &big_key).await.unwrap() == big);
+
+    // Listing: recursive under a prefix, keys round-trip, nothing outside the prefix.
+    storage
+        .write(&key("metadata/a/c/1.0.0.json"), Bytes::from_static(b"{}"))
+        .await
+        .unwrap();
+    storage
+        .write(&key("metadataX/other"), Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    let listed: Vec<String> = storage
+        .list(&key("metadata"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key.to_string())
+        .collect();
+    assert_eq!(
+        listed,
+        ["metadata/a/b/index.json", "metadata/a/c/1.0.0.json"]
+    );
+
+    // Rename and delete.
+    assert!(
+        storage
+            .rename(&small, &key("quarantine/a/b/index.json.1"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(storage.read(&small).await.unwrap(), None);
+    assert_eq!(
+        storage
+            .read(&key("quarantine/a/b/index.json.1"))
+            .await
+            .unwrap()
+            .unwrap(),
+        "{\"v\":22}"
+    );
+    assert!(
+        storage
+            .delete(&key("quarantine/a/b/index.json.1"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !storage
+            .delete(&key("quarantine/a/b/index.json.1"))
+            .await
+            .unwrap()
+    );
+
+    // Concurrent writers of one key: each writes the same bytes (as replicas filling the same
+    // archive do); the result is whole.
+    let shared = key("archives/h/n/t/2.0.0/shared.zip");
+    let content = bytes_of(9 << 20, 2);
+    let mut writers = Vec::new();
+    for i in 0..4 {
+        let (big_writer, shared) = (storage.clone(), shared.clone());
+        let file = staged(scratch.path(), &format!("w{i}"), &content);
+        writers.push(tokio::spawn(async move {
+            big_writer.put_file(&shared, &file).await
+        }));
+        let (small_writer, small) = (storage.clone(), key("metadata/race.json"));
+        writers.push(tokio::spawn(async move {
+            small_writer
+                .write(&small, Bytes::from_static(b"same record"))
+                .await
+        }));
+    }
+    for w in writers {
+        within("a concurrent writer", w).await.unwrap().unwrap();
+    }
+    assert!(read_all(storage.as_ref(), &shared).await.unwrap() == content);
+    assert_eq!(
+        storage
+            .read(&key("metadata/race.json"))
+            .await
+            .unwrap()
+            .unwrap(),
+        "same record"
+    );
+}
+
+fn archive_key() -> ArchiveKey {
+    ArchiveKey {
+        addr: ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap(),
+        version: Version::parse("1.0.0").unwrap(),
+        platform: Platform::parse("linux_amd64").unwrap(),
+    }
+}
+
+/// A crash between uploading an archive and writing its record (the commit point): the
+/// archive is not served, listed without a record, and the next commit succeeds.
+async fn crash_between_upload_and_commit(storage: Arc<dyn Storage>) {
+    let scratch = tempfile::tempdir().unwrap();
+    let (staging, _) = Staging::open(scratch.path().join("tmp")).unwrap();
+    let k = archive_key();
+    let zip = provender::cache::zip_key(&k);
+    let file = staged(scratch.path(), "orphan", b"uploaded, never committed");
+    storage.put_file(&zip, &file).await.unwrap();
+    let archives = Archives::new(storage.clone(), 10);
+    assert!(archives.open(&k).await.unwrap().is_none(), "not served");
+    assert!(archives.info(&k).await.unwrap().is_none());
+    let listed = archives.list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].info.is_none(), "listed without a record");
+
+    let (staged_file, mut out) = staging.create().await.unwrap();
+    out.write_all(b"the verified archive").await.unwrap();
+    out.sync_all().await.unwrap();
+    let info = ArchiveInfo {
+        sha256: "ab".repeat(32),
+        h1: "h1:x".into(),
+        size: 20,
+        trust: None,
+    };
+    archives.commit(&k, staged_file, &info).await.unwrap();
+    // A fresh view of the store (another replica) sees it whole.
+    let fresh = Archives::new(storage.clone(), 10);
+    let got = fresh.open(&k).await.unwrap().unwrap();
+    assert_eq!(got.info, info);
+    let mut body = got.body;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.next().await {
+        bytes.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(bytes, b"the verified archive");
+    assert!(fresh.remove(&k).await.unwrap());
+    assert!(fresh.open(&k).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_disk_backend_complies() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn Storage> = Arc::new(DiskStorage::new(dir.path().join("store")).unwrap());
+    complies(storage.clone()).await;
+    crash_between_upload_and_commit(storage).await;
+    assert!(
+        crate::support::provender::files_under(&dir.path().join("store"))
+            .iter()
+            .all(|p| !p
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(".tmp-")),
+        "no temporary file is left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_garage_bucket_complies() {
+    let garage = Garage::start("provender-compliance");
+    let settings = garage.settings("replica-set/one");
+    let storage: Arc<dyn Storage> = Arc::new(ObjectStorage::new(&settings).unwrap());
+    assert_eq!(
+        storage.describe(),
+        "s3://provender-compliance/replica-set/one/"
+    );
+    complies(storage.clone()).await;
+    crash_between_upload_and_commit(storage).await;
+    // Nothing escaped the prefix.
+    let other = Arc::new(ObjectStorage::new(&garage.settings("")).unwrap());
+    let all = other.list(&key("replica-set")).await.unwrap();
+    assert!(
+        all.iter()
+            .all(|m| m.key.as_str().starts_with("replica-set/one/")),
+        "{all:?}"
+    );
+}
