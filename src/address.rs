@@ -537,6 +537,125 @@ fn provider_from_segments(host: &str, ns: &str, ty: &str) -> Result<ProviderAddr
     )
 }
 
+/// A module registry address: `hostname/namespace/name/system`, e.g.
+/// `registry.terraform.io/terraform-aws-modules/vpc/aws`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct ModuleAddr {
+    pub hostname: Hostname,
+    pub namespace: String,
+    pub name: String,
+    /// The target system (the main provider), lowercase letters and digits.
+    pub system: String,
+}
+
+impl ModuleAddr {
+    /// Validates the four parts of an address (namespace and name as Terraform's registry
+    /// addresses allow them, the system lowercase letters and digits), lowercased.
+    pub fn new(
+        hostname: &str,
+        namespace: &str,
+        name: &str,
+        system: &str,
+    ) -> Result<ModuleAddr, AddressError> {
+        let system_ok = !system.is_empty()
+            && system.len() <= MAX_PART_LEN
+            && system.bytes().all(|b| b.is_ascii_alphanumeric());
+        if !system_ok {
+            return Err(AddressError::new(
+                "module target system",
+                system,
+                "must be 1 to 64 letters and digits",
+            ));
+        }
+        Ok(ModuleAddr {
+            hostname: Hostname::parse(hostname)?,
+            namespace: parse_part("module namespace", namespace, true)?,
+            name: parse_part("module name", name, true)?,
+            system: system.to_ascii_lowercase(),
+        })
+    }
+
+    /// Parses `[hostname/]namespace/name/system`; without a hostname, `default_host`
+    /// (registry.terraform.io for Terraform, registry.opentofu.org for OpenTofu).
+    pub fn parse_in(source: &str, default_host: &str) -> Result<ModuleAddr, AddressError> {
+        let parts: Vec<&str> = source.split('/').collect();
+        match parts.as_slice() {
+            [ns, name, system] => ModuleAddr::new(default_host, ns, name, system),
+            [host, ns, name, system] => ModuleAddr::new(host, ns, name, system),
+            _ => Err(AddressError::new(
+                "module source",
+                source,
+                "expected [hostname/]namespace/name/system",
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ModuleAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}/{}",
+            self.hostname, self.namespace, self.name, self.system
+        )
+    }
+}
+
+/// A request to the module registry facade, below `<base>v1/modules/`: `:hostname/` followed
+/// by the module registry protocol's own paths, plus the archives the mirror serves itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModulePath {
+    /// `:hostname/:namespace/:name/:system/versions`
+    Versions(ModuleAddr),
+    /// `:hostname/:namespace/:name/:system/:version/download`
+    Download(ModuleAddr, Version),
+    /// `:hostname/:namespace/:name/:system/:version/module.tar.gz`
+    Archive(ModuleAddr, Version),
+}
+
+/// The file name of the archive the mirror serves for a module version.
+pub const MODULE_ARCHIVE: &str = "module.tar.gz";
+
+impl ModulePath {
+    /// Parses the part of a path below `v1/modules/`.
+    pub fn parse(path: &str) -> Result<ModulePath, AddressError> {
+        let segments: Vec<&str> = path.split('/').collect();
+        let addr = |host: &str, ns: &str, name: &str, system: &str| {
+            ModuleAddr::new(
+                &decode_segment("hostname", host)?,
+                &decode_segment("module namespace", ns)?,
+                &decode_segment("module name", name)?,
+                &decode_segment("module target system", system)?,
+            )
+        };
+        let version = |v: &str| Version::parse_lenient(&decode_segment("version", v)?);
+        match segments.as_slice() {
+            [host, ns, name, system, "versions"] => {
+                Ok(ModulePath::Versions(addr(host, ns, name, system)?))
+            }
+            [host, ns, name, system, v, "download"] => Ok(ModulePath::Download(
+                addr(host, ns, name, system)?,
+                version(v)?,
+            )),
+            [host, ns, name, system, v, file] if *file == MODULE_ARCHIVE => Ok(
+                ModulePath::Archive(addr(host, ns, name, system)?, version(v)?),
+            ),
+            _ => Err(AddressError::new(
+                "module registry path",
+                path,
+                "expected :hostname/:namespace/:name/:system/versions, .../:version/download or .../:version/module.tar.gz",
+            )),
+        }
+    }
+
+    /// The path below `v1/modules/` of a module version's archive.
+    pub fn archive_path(addr: &ModuleAddr, version: &Version) -> String {
+        format!("{addr}/{version}/{MODULE_ARCHIVE}")
+    }
+}
+
 /// A request to the registry-protocol facade, below `<base>v1/providers/`. It lets clients that
 /// only speak the provider registry protocol (`terraform providers mirror`, a CLI `host` block)
 /// go through the mirror: `:hostname/` followed by the origin protocol's own paths.

@@ -15,6 +15,7 @@
 //! metadata/<host>/<namespace>/<type>/<version>.json                 download metadata per platform
 //! metadata/<host>/<namespace>/<type>/<version>.SHA256SUMS.<n>[.sig]  the origin's checksum files
 //! quarantine/<host>/.../<archive>.zip.<unix time>                   archives that failed re-verification
+//! modules/<host>/<namespace>/<name>/<system>/...                   module version lists and packages
 //! ```
 //!
 //! and always on local disk, under `cache.dir`: `tmp/` (downloads in progress) and `tls/`
@@ -24,13 +25,15 @@ mod archives;
 mod budget;
 mod flight;
 mod meta;
+mod modules;
 mod staging;
 
 pub use archives::{Archives, StoredArchive, StoredEntry, zip_key};
 pub use budget::{Budget, Lease};
 pub use flight::Flights;
 pub use meta::MetaStore;
-pub use staging::{StagedFile, Staging};
+pub use modules::{ModuleStore, StoredModule, package_key};
+pub use staging::{ScratchDir, StagedFile, Staging};
 
 use std::io;
 use std::path::Path;

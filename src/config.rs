@@ -26,6 +26,42 @@ pub struct Config {
     pub auth: crate::auth::AuthConfig,
     pub bundles: BundlesConfig,
     pub configurations: ConfigurationsConfig,
+    pub modules: ModulesConfig,
+}
+
+/// `[modules]`: the module registry facade.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModulesConfig {
+    /// The origin registry of module sources written with the mirror's own hostname, unless
+    /// their namespace is in `aliases`.
+    pub default_registry: String,
+    /// Namespace -> origin registry, for sources written with the mirror's own hostname.
+    pub aliases: BTreeMap<String, String>,
+    pub max_archive_size: bytesize::ByteSize,
+    pub max_unpacked_size: bytesize::ByteSize,
+    pub max_entries: usize,
+    pub max_git_size: bytesize::ByteSize,
+    pub max_git_objects: u64,
+    #[serde(with = "humantime_serde")]
+    pub git_timeout: Duration,
+    pub git: PathBuf,
+}
+
+impl Default for ModulesConfig {
+    fn default() -> Self {
+        ModulesConfig {
+            default_registry: "registry.terraform.io".into(),
+            aliases: BTreeMap::new(),
+            max_archive_size: bytesize::ByteSize::mib(256),
+            max_unpacked_size: bytesize::ByteSize::gib(1),
+            max_entries: 20_000,
+            max_git_size: bytesize::ByteSize::mib(512),
+            max_git_objects: 200_000,
+            git_timeout: Duration::from_secs(300),
+            git: PathBuf::from("git"),
+        }
+    }
 }
 
 /// `[bundles]`: the chain of custody of bundles carried across an air gap.
@@ -410,7 +446,9 @@ impl Config {
     /// Checks every key, section by section, and produces the typed settings.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let (upstream, trust) = self.upstream.validate()?;
+        let modules = self.modules.validate(&upstream)?;
         Ok(Settings {
+            modules,
             server: self.server.validate()?,
             cache: self.cache.validate()?,
             upstream,
@@ -851,6 +889,65 @@ impl UpstreamConfig {
     }
 }
 
+impl ModulesConfig {
+    /// `[modules]`; the registries it names must be in `upstream.allowed_hosts`.
+    fn validate(&self, upstream: &UpstreamSettings) -> Result<ModuleSettings, ConfigError> {
+        let registry = |key: String, name: &str| {
+            let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
+            if !upstream.host_allowed(&host) {
+                return Err(invalid(
+                    &key,
+                    format!("{host} is not listed in upstream.allowed_hosts"),
+                ));
+            }
+            Ok(host)
+        };
+        let default_registry = registry("modules.default_registry".into(), &self.default_registry)?;
+        let mut aliases = BTreeMap::new();
+        for (ns, host) in &self.aliases {
+            let key = format!("modules.aliases.{ns:?}");
+            crate::address::ModuleAddr::new("x.example", ns, "x", "x")
+                .map_err(|e| invalid(&key, e.to_string()))?;
+            aliases.insert(ns.to_ascii_lowercase(), registry(key, host)?);
+        }
+        for (key, size) in [
+            ("modules.max_archive_size", self.max_archive_size),
+            ("modules.max_unpacked_size", self.max_unpacked_size),
+            ("modules.max_git_size", self.max_git_size),
+        ] {
+            if size.as_u64() < 1024 {
+                return Err(invalid(key, "must be at least 1 KiB"));
+            }
+        }
+        if self.max_entries == 0 || self.max_git_objects == 0 {
+            let key = if self.max_entries == 0 {
+                "modules.max_entries"
+            } else {
+                "modules.max_git_objects"
+            };
+            return Err(invalid(key, "must be at least 1"));
+        }
+        if self.git_timeout.is_zero() {
+            return Err(invalid("modules.git_timeout", "must be longer than zero"));
+        }
+        Ok(ModuleSettings {
+            default_registry,
+            aliases,
+            max_archive_size: self.max_archive_size.as_u64(),
+            limits: crate::package::PackLimits {
+                max_entries: self.max_entries,
+                max_unpacked: self.max_unpacked_size.as_u64(),
+            },
+            git: crate::upstream::GitLimits {
+                program: self.git.clone(),
+                max_bytes: self.max_git_size.as_u64(),
+                max_objects: self.max_git_objects,
+                timeout: self.git_timeout,
+            },
+        })
+    }
+}
+
 impl BundlesConfig {
     /// `[bundles]`
     fn validate(&self) -> Result<BundleSettings, ConfigError> {
@@ -968,6 +1065,29 @@ pub struct Settings {
     pub bundles: BundleSettings,
     /// `configurations.tool`: the CLI configuration directories are written for.
     pub tool: Tool,
+    pub modules: ModuleSettings,
+}
+
+/// `[modules]`, validated.
+#[derive(Debug, Clone)]
+pub struct ModuleSettings {
+    /// Origin of module sources written with the mirror's own hostname (namespace not aliased).
+    pub default_registry: Hostname,
+    /// Namespace -> origin registry, for sources written with the mirror's own hostname.
+    pub aliases: BTreeMap<String, Hostname>,
+    /// Most bytes of a module archive fetched from an origin.
+    pub max_archive_size: u64,
+    pub limits: crate::package::PackLimits,
+    pub git: crate::upstream::GitLimits,
+}
+
+impl ModuleSettings {
+    /// The origin registry of a module source written with the mirror's own hostname.
+    pub fn origin_of(&self, namespace: &str) -> &Hostname {
+        self.aliases
+            .get(&namespace.to_ascii_lowercase())
+            .unwrap_or(&self.default_registry)
+    }
 }
 
 /// `[server]`, validated: what the listener needs.

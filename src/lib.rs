@@ -15,6 +15,7 @@ pub mod hash;
 pub mod metrics;
 pub mod mirror;
 pub mod ops;
+pub mod package;
 pub mod records;
 pub mod reverify;
 pub mod server;

@@ -20,20 +20,27 @@ use std::time::SystemTime;
 
 use futures_util::StreamExt;
 
-use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{self, Archives, Budget, Flights, MetaStore, Staging, StoredArchive};
+use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
+use crate::cache::{
+    self, Archives, Budget, Flights, MetaStore, ModuleStore, Staging, StoredArchive,
+};
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::metrics::Metrics;
-use crate::records::{ArchiveInfo, ArchiveKey, IndexRecord, Package, SumsRef, VersionRecord, docs};
+use crate::records::{
+    ArchiveInfo, ArchiveKey, IndexRecord, ModuleRecord, ModuleVersions, Package, SumsRef,
+    VersionRecord, docs,
+};
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
 mod facade;
 mod fill;
+mod modules;
 
 pub use fill::Fill;
+pub use modules::{ModuleAnswer, ModulePackage};
 
 /// An archive on its way to a client: from the store, or from a download in progress.
 pub struct ArchiveBody {
@@ -44,6 +51,16 @@ pub struct ArchiveBody {
     pub modified: SystemTime,
     /// The bytes; ends with an error (not a clean end) if a download fails verification.
     pub stream: futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+}
+
+/// What a cached version list allows, by its age.
+enum Freshness {
+    /// Serve it; the lookup result to count (`hit`, `negative_hit`).
+    Hit(&'static str),
+    /// Serve it, and refresh it in the background.
+    Stale,
+    /// Fetch it again.
+    Expired,
 }
 
 /// How an archive request is answered.
@@ -89,6 +106,11 @@ pub struct Mirror {
     budget: Option<Arc<Budget>>,
     index_flights: Flights<ProviderAddr, Arc<IndexRecord>>,
     version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>>,
+    modules: ModuleStore,
+    module_list_flights: Flights<ModuleAddr, Arc<ModuleVersions>>,
+    module_flights: Flights<(ModuleAddr, Version), ModuleRecord>,
+    /// When each cached git package's reference was last checked against its origin.
+    ref_checks: Mutex<HashMap<(ModuleAddr, Version), std::time::Instant>>,
 }
 
 impl Mirror {
@@ -110,7 +132,8 @@ impl Mirror {
         }
         let entries = settings.cache.metadata_entries;
         let meta = MetaStore::new(storage.clone(), entries);
-        let archives = Archives::new(storage, entries);
+        let archives = Archives::new(storage.clone(), entries);
+        let modules = ModuleStore::new(storage, entries);
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?;
         let budget = settings.cache.max_size.map(Budget::new);
         Ok(Arc::new(Mirror {
@@ -124,6 +147,10 @@ impl Mirror {
             budget,
             index_flights: Flights::default(),
             version_flights: Flights::default(),
+            modules,
+            module_list_flights: Flights::default(),
+            module_flights: Flights::default(),
+            ref_checks: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -494,6 +521,11 @@ impl Mirror {
         }
     }
 
+    /// A new scratch directory in the staging area, removed when dropped.
+    pub fn scratch_dir(&self) -> std::io::Result<cache::ScratchDir> {
+        self.staging.scratch_dir()
+    }
+
     /// The validated settings this mirror runs with.
     pub fn settings(&self) -> &Arc<Settings> {
         &self.settings
@@ -502,6 +534,11 @@ impl Mirror {
     /// The archive store.
     pub fn store(&self) -> &Arc<Archives> {
         &self.store
+    }
+
+    /// The cached modules.
+    pub fn module_store(&self) -> &ModuleStore {
+        &self.modules
     }
 
     /// The metadata store.
@@ -541,27 +578,25 @@ impl Mirror {
             },
         };
         if let Some(rec) = cached {
-            let age = Duration::from_secs(cache::now_secs().saturating_sub(rec.fetched_at));
-            if !rec.found {
-                if age < self.settings.cache.not_found_ttl {
-                    self.metrics.lookup("index", "negative_hit");
+            match self.list_freshness(rec.fetched_at, rec.found) {
+                Freshness::Hit(result) => {
+                    self.metrics.lookup("index", result);
                     return Ok(rec);
                 }
-            } else if age < self.settings.cache.index_ttl || self.settings.upstream.offline {
-                self.metrics.lookup("index", "hit");
-                return Ok(rec);
-            } else if age < self.settings.cache.stale_if_error {
-                self.metrics.lookup("index", "stale");
-                if !self.index_flights.contains(addr) {
-                    let this = self.clone();
-                    let addr = addr.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = this.refresh_index(&addr).await {
-                            tracing::warn!(provider = %addr, "cannot refresh the version list; serving the earlier one: {e}");
-                        }
-                    });
+                Freshness::Stale => {
+                    self.metrics.lookup("index", "stale");
+                    if !self.index_flights.contains(addr) {
+                        let this = self.clone();
+                        let addr = addr.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = this.refresh_index(&addr).await {
+                                tracing::warn!(provider = %addr, "cannot refresh the version list; serving the earlier one: {e}");
+                            }
+                        });
+                    }
+                    return Ok(rec);
                 }
-                return Ok(rec);
+                Freshness::Expired => {}
             }
         }
         if self.settings.upstream.offline {
@@ -571,6 +606,28 @@ impl Mirror {
         }
         self.metrics.lookup("index", "miss");
         self.refresh_index(addr).await
+    }
+
+    /// What a cached version list (of a provider or a module) fetched at `fetched_at` allows:
+    /// served as it is while younger than `cache.index_ttl` (always when offline; "no such
+    /// thing" for `cache.not_found_ttl`), served while one background refresh runs while
+    /// younger than `cache.stale_if_error`, else fetched again.
+    fn list_freshness(&self, fetched_at: u64, found: bool) -> Freshness {
+        let cache = &self.settings.cache;
+        let age = Duration::from_secs(cache::now_secs().saturating_sub(fetched_at));
+        if !found {
+            return match age < cache.not_found_ttl {
+                true => Freshness::Hit("negative_hit"),
+                false => Freshness::Expired,
+            };
+        }
+        if age < cache.index_ttl || self.settings.upstream.offline {
+            Freshness::Hit("hit")
+        } else if age < cache.stale_if_error {
+            Freshness::Stale
+        } else {
+            Freshness::Expired
+        }
     }
 
     /// Fetches the version list from the origin (one flight per provider), persists it when the

@@ -224,6 +224,47 @@ pub struct SigningKey {
     pub trust_signature: String,
 }
 
+/// A module's version list as last fetched from its origin registry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleVersions {
+    /// Unix seconds when the origin answered.
+    pub fetched_at: u64,
+    /// `false`: the origin said it has no such module (kept only in memory, briefly).
+    pub found: bool,
+    pub versions: Vec<Version>,
+}
+
+/// Where a cached module version came from: what the origin's download answer named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ModuleSource {
+    /// An archive fetched over HTTPS (the URL after redirects is not kept; this is the one the
+    /// origin named, made absolute).
+    Archive { url: String },
+    /// A git repository fetched at `reference` (a tag, branch or commit), which resolved to
+    /// `commit` when it was fetched; later moves of the reference do not change the cache.
+    Git {
+        url: String,
+        reference: Option<String>,
+        commit: String,
+    },
+}
+
+/// A cached module version: where it came from and the archive provender serves for it. The
+/// record is written after the archive and is the commit point, as for provider archives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleRecord {
+    pub source: ModuleSource,
+    /// The subdirectory of the package the module lives in (the origin's `//subdir`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subdir: Option<String>,
+    /// Lowercase hex SHA-256 of the archive provender serves (a deterministic `.tar.gz`).
+    pub sha256: String,
+    pub size: u64,
+    /// Unix seconds when it was fetched.
+    pub fetched_at: u64,
+}
+
 /// The JSON documents provender serves and writes.
 pub mod docs {
     use std::collections::BTreeMap;
@@ -308,6 +349,30 @@ pub mod docs {
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct RegistrySigningKeys {
         pub gpg_public_keys: Vec<SigningKey>,
+    }
+
+    /// The module registry protocol's version list (`:namespace/:name/:system/versions`).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ModuleVersionsDoc {
+        pub modules: Vec<ModuleVersionsEntry>,
+    }
+
+    /// One module in [`ModuleVersionsDoc`].
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ModuleVersionsEntry {
+        pub versions: Vec<ModuleVersionDoc>,
+    }
+
+    /// One version in [`ModuleVersionsEntry`].
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ModuleVersionDoc {
+        pub version: String,
+    }
+
+    /// The JSON body of a module download answer (`{"location": ...}`), which OpenTofu reads.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ModuleLocation {
+        pub location: String,
     }
 
     /// Compact JSON, as served.

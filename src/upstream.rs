@@ -10,6 +10,8 @@
 
 mod breaker;
 mod documents;
+mod git;
+mod modules;
 pub mod policy;
 mod providers;
 mod resolve;
@@ -23,8 +25,11 @@ use futures_util::StreamExt;
 use url::Url;
 
 pub use documents::{
-    DocumentError, Services, VersionList, parse_discovery, parse_download, parse_versions,
+    DocumentError, ModuleVersionList, Services, VersionList, parse_discovery, parse_download,
+    parse_module_versions, parse_versions,
 };
+pub use git::{GitFetch, GitLimits};
+pub use modules::Location;
 pub use providers::ArchiveDownload;
 
 use crate::address::Hostname;
@@ -40,6 +45,10 @@ pub enum Operation {
     Shasums,
     Signature,
     Archive,
+    ModuleVersions,
+    ModuleDownload,
+    ModuleArchive,
+    Git,
 }
 
 impl Operation {
@@ -51,6 +60,10 @@ impl Operation {
             Operation::Shasums => "shasums",
             Operation::Signature => "signature",
             Operation::Archive => "archive",
+            Operation::ModuleVersions => "module_versions",
+            Operation::ModuleDownload => "module_download",
+            Operation::ModuleArchive => "module_archive",
+            Operation::Git => "git",
         }
     }
 }
@@ -196,6 +209,7 @@ pub struct Upstream {
     breaker: breaker::Breaker,
     metrics: Arc<Metrics>,
     net_policy: Arc<policy::NetPolicy>,
+    resolver: resolve::Resolver,
 }
 
 impl Upstream {
@@ -256,7 +270,7 @@ impl Upstream {
             .trusting(proxy_host.into_iter().collect());
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("provender/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(resolver)
+            .dns_resolver(resolver.clone())
             .redirect(redirects)
             .https_only(net_policy.http_hosts.is_empty())
             .connect_timeout(settings.connect_timeout)
@@ -313,6 +327,7 @@ impl Upstream {
             http,
             metrics,
             net_policy,
+            resolver,
         })
     }
 

@@ -28,10 +28,15 @@ impl Staging {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let pid = name.split('-').next().unwrap_or_default();
-            if entry.file_type()?.is_file()
-                && super::writer_is_gone(pid)
-                && std::fs::remove_file(entry.path()).is_ok()
-            {
+            if !super::writer_is_gone(pid) {
+                continue;
+            }
+            let gone = if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(entry.path())
+            } else {
+                std::fs::remove_file(entry.path())
+            };
+            if gone.is_ok() {
                 removed += 1;
             }
         }
@@ -52,6 +57,17 @@ impl Staging {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.dir.display())))
     }
 
+    /// A new, empty scratch directory (for unpacking a module package).
+    pub fn scratch_dir(&self) -> io::Result<ScratchDir> {
+        let path = self.dir.join(format!(
+            "{}-{}.dir",
+            std::process::id(),
+            STAGE_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path)?;
+        Ok(ScratchDir { path })
+    }
+
     /// A new, empty staging file.
     pub async fn create(&self) -> io::Result<(StagedFile, tokio::fs::File)> {
         let name = format!(
@@ -67,6 +83,24 @@ impl Staging {
             .open(&path)
             .await?;
         Ok((StagedFile { path: Some(path) }, file))
+    }
+}
+
+/// A directory in the staging area, removed with everything in it when dropped.
+#[derive(Debug)]
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 

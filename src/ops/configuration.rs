@@ -11,11 +11,15 @@
 //!   else the resource type's prefix up to the first `_`). A name the module does not declare
 //!   means `hashicorp/<name>` with no constraint, as in Terraform; `terraform` is built in.
 //! - **Modules**: a call with a local source (`./`, `../`) is read from that directory, relative
-//!   to the calling module. Any other source must have been installed by `terraform init` or
-//!   `terraform get`: it is found through `modules/modules.json` in the data directory
-//!   (`.terraform`, or `TF_DATA_DIR`). A call missing from it, or (for registry modules) whose
-//!   source or version constraint no longer matches what was installed, is an error naming the
-//!   call, as in Terraform.
+//!   to the calling module. A registry module (`namespace/name/system`, with or without a
+//!   hostname) is reported in [`Configuration::modules`] with its version constraint (and the
+//!   installed version, when `terraform init` installed it); an installed one is read in place,
+//!   one not installed is left to the caller (`seed` fetches it through the mirror and reads
+//!   it). Any other source must have been installed by `terraform init` or `terraform get`: it is
+//!   found through `modules/modules.json` in the data directory (`.terraform`, or
+//!   `TF_DATA_DIR`). A call missing from it, or (for registry modules) whose source or version
+//!   constraint no longer matches what was installed, is an error naming the call, as in
+//!   Terraform.
 //!
 //! Constraints on one provider combine across modules. Files named `*.tf` (HCL) and `*.tf.json`
 //! are read, except hidden ones (`.name`). Only literal strings are understood where a choice of
@@ -33,17 +37,36 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::inputs::{Wanted, read_text};
-use crate::address::{ProviderAddr, Version};
+use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::config::Tool;
 use crate::constraints::Constraints;
 
 /// Deepest module nesting followed (a module that calls itself would never end).
 const MAX_DEPTH: usize = 64;
 
-/// Reads the providers the configuration rooted at `root` needs, one entry per provider.
-/// Installed modules are looked up in Terraform's data directory: `TF_DATA_DIR`, else
-/// `.terraform`, relative to `root`.
-pub fn read_configuration(root: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
+/// What a configuration needs: providers (one entry per provider) and registry modules (one
+/// entry per call).
+#[derive(Debug, Default)]
+pub struct Configuration {
+    pub providers: Vec<Wanted>,
+    pub modules: Vec<WantedModule>,
+}
+
+/// A registry module a configuration calls.
+#[derive(Debug, Clone)]
+pub struct WantedModule {
+    pub addr: ModuleAddr,
+    pub constraints: Constraints,
+    /// The version `terraform init` installed, when it did; such a module's providers are
+    /// already in [`Configuration::providers`].
+    pub installed: Option<Version>,
+    /// Where the call is, for messages.
+    pub from: String,
+}
+
+/// Reads what the configuration rooted at `root` needs. Installed modules are looked up in
+/// Terraform's data directory: `TF_DATA_DIR`, else `.terraform`, relative to `root`.
+pub fn read_configuration(root: &Path, tool: Tool) -> Result<Configuration, String> {
     let data_dir = std::env::var_os("TF_DATA_DIR")
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from(".terraform"), PathBuf::from);
@@ -51,13 +74,14 @@ pub fn read_configuration(root: &Path, tool: Tool) -> Result<Vec<Wanted>, String
 }
 
 /// [`read_configuration`] with the data directory given.
-fn read_configuration_with(
+pub fn read_configuration_with(
     root: &Path,
     data_dir: &Path,
     tool: Tool,
-) -> Result<Vec<Wanted>, String> {
+) -> Result<Configuration, String> {
     let installed = installed_modules(&root.join(data_dir))?;
     let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
+    let mut modules = Vec::new();
     // (module key as in modules.json, directory, how it was reached)
     let mut pending = vec![(String::new(), root.to_path_buf(), String::new())];
     while let Some((key, dir, via)) = pending.pop() {
@@ -82,8 +106,21 @@ fn read_configuration_with(
                 format!("{key}.{}", call.name)
             };
             let via = format!("module.{child_key} (called in {}): ", file.display());
+            let registry = registry_module(&call.source, tool)
+                .and_then(|a| ModuleAddr::parse_in(&a, tool.default_registry()).ok());
             let child_dir = match local_path(&call.source) {
                 Some(relative) => dir.join(relative),
+                None if registry.is_some() && !installed.contains_key(&child_key) => {
+                    let constraints = Constraints::parse(call.version.as_deref().unwrap_or(""))
+                        .map_err(|e| format!("{via}version: {e}"))?;
+                    modules.push(WantedModule {
+                        addr: registry.expect("checked above"),
+                        constraints,
+                        installed: None,
+                        from: file.display().to_string(),
+                    });
+                    continue;
+                }
                 None => {
                     let record = installed.get(&child_key).ok_or_else(|| {
                         format!(
@@ -96,13 +133,25 @@ fn read_configuration_with(
                     record
                         .check(call, tool)
                         .map_err(|e| format!("{via}{e}; run `terraform init` again"))?;
+                    if let Some(addr) = registry {
+                        modules.push(WantedModule {
+                            addr,
+                            constraints: Constraints::parse(call.version.as_deref().unwrap_or(""))
+                                .map_err(|e| format!("{via}version: {e}"))?,
+                            installed: record.version.as_deref().and_then(|v| Version::parse_lenient(v).ok()),
+                            from: file.display().to_string(),
+                        });
+                    }
                     root.join(&record.dir)
                 }
             };
             pending.push((child_key, child_dir, via));
         }
     }
-    Ok(found.into_values().collect())
+    Ok(Configuration {
+        providers: found.into_values().collect(),
+        modules,
+    })
 }
 
 /// The directory a local module source names, relative to the calling module.
@@ -649,6 +698,7 @@ mod tests {
     fn shown_for(root: &Path, tool: Tool) -> Vec<String> {
         read_configuration(root, tool)
             .unwrap()
+            .providers
             .iter()
             .map(|w| format!("{} [{}]", w.addr, w.constraints))
             .collect()

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::address::{ProviderAddr, Version};
+use super::configuration::{Configuration, WantedModule};
+use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::config::Tool;
 use crate::constraints::Constraints;
 
@@ -31,8 +32,9 @@ pub struct Wanted {
     pub from: String,
 }
 
-/// Reads one positional input (file or directory).
-pub fn read_input(path: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
+/// Reads one positional input (file or directory): the providers it names, and for a
+/// configuration the registry modules it calls.
+pub fn read_input(path: &Path, tool: Tool) -> Result<Configuration, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let name = path
         .file_name()
@@ -44,7 +46,7 @@ pub fn read_input(path: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
         let text = read_text(path)?;
         let lock = super::lockfile::LockFile::parse(&text)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(lock
+        let providers = lock
             .providers
             .into_values()
             .map(|p| Wanted {
@@ -53,9 +55,16 @@ pub fn read_input(path: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
                 locked: Some(p.version),
                 from: path.display().to_string(),
             })
-            .collect())
+            .collect();
+        Ok(Configuration {
+            providers,
+            modules: Vec::new(),
+        })
     } else if name.ends_with(".toml") || name.ends_with(".json") {
-        read_list(path, tool)
+        Ok(Configuration {
+            providers: read_list(path, tool)?,
+            modules: Vec::new(),
+        })
     } else {
         Err(format!(
             "{}: cannot tell what this is; expected a configuration directory, a *.lock.hcl file, \
@@ -83,18 +92,42 @@ pub fn parse_provider_arg(arg: &str, tool: Tool) -> Result<Wanted, String> {
     })
 }
 
-/// Reads every input, in order.
+/// Parses a `--module SOURCE[@CONSTRAINT]` value (`[hostname/]namespace/name/system`).
+pub fn parse_module_arg(arg: &str, tool: Tool) -> Result<WantedModule, String> {
+    let (source, constraint) = match arg.split_once('@') {
+        Some((s, c)) => (s.trim(), c),
+        None => (arg.trim(), ""),
+    };
+    let addr = ModuleAddr::parse_in(source, tool.default_registry())
+        .map_err(|e| format!("--module {arg:?}: {e}"))?;
+    let constraints =
+        Constraints::parse(constraint).map_err(|e| format!("--module {arg:?}: {e}"))?;
+    Ok(WantedModule {
+        addr,
+        constraints,
+        installed: None,
+        from: "--module".into(),
+    })
+}
+
+/// Reads every input, in order, then the `--provider` and `--module` arguments.
 pub fn read_all(
     paths: &[PathBuf],
     providers: &[String],
+    modules: &[String],
     tool: Tool,
-) -> Result<Vec<Wanted>, String> {
-    let mut out = Vec::new();
+) -> Result<Configuration, String> {
+    let mut out = Configuration::default();
     for p in paths {
-        out.extend(read_input(p, tool)?);
+        let read = read_input(p, tool)?;
+        out.providers.extend(read.providers);
+        out.modules.extend(read.modules);
     }
     for p in providers {
-        out.push(parse_provider_arg(p, tool)?);
+        out.providers.push(parse_provider_arg(p, tool)?);
+    }
+    for m in modules {
+        out.modules.push(parse_module_arg(m, tool)?);
     }
     Ok(out)
 }
@@ -195,7 +228,7 @@ mod tests {
             "[[providers]]\nsource = \"acme/foo\"\nversions = [\"~> 1.0\", \"0.9.0\"]\n\n[[providers]]\nsource = \"example.com/x/y\"\n",
         )
         .unwrap();
-        let got = read_input(&toml_path, Tool::Terraform).unwrap();
+        let got = read_input(&toml_path, Tool::Terraform).unwrap().providers;
         assert_eq!(got.len(), 3);
         assert_eq!(got[1].constraints.to_string(), "0.9.0");
         assert_eq!(got[2].addr.to_string(), "example.com/x/y");
@@ -207,7 +240,7 @@ mod tests {
             r#"[{"source": "acme/foo", "versions": ">= 1"}]"#,
         )
         .unwrap();
-        assert_eq!(read_input(&json_path, Tool::Terraform).unwrap().len(), 1);
+        assert_eq!(read_input(&json_path, Tool::Terraform).unwrap().providers.len(), 1);
 
         std::fs::write(
             &json_path,
@@ -231,7 +264,7 @@ mod tests {
             "provider \"registry.terraform.io/acme/foo\" {\n  version     = \"1.1.0\"\n  constraints = \"~> 1.0\"\n  hashes = [\n    \"zh:00\",\n  ]\n}\n",
         )
         .unwrap();
-        let got = read_input(&path, Tool::Terraform).unwrap();
+        let got = read_input(&path, Tool::Terraform).unwrap().providers;
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].locked, Some(v("1.1.0")));
         assert_eq!(got[0].constraints.to_string(), "~> 1.0");

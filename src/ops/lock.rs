@@ -95,13 +95,10 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => LockFile::default(),
         Err(e) => return Err(usage(format!("{}: {e}", output.display()))),
     };
-    let mut wanted = inputs::read_all(
-        &args.inputs,
-        &args.providers,
-        args.tool.unwrap_or(settings.tool),
-    )
-    .map_err(usage)?;
-    if wanted.is_empty() {
+    let tool = args.tool.unwrap_or(settings.tool);
+    let inputs = inputs::read_all(&args.inputs, &args.providers, &[], tool).map_err(usage)?;
+    let mut wanted = inputs.providers;
+    if wanted.is_empty() && inputs.modules.is_empty() {
         // Re-lock what the file already has, for the requested platforms.
         wanted = existing
             .providers
@@ -114,11 +111,22 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
             })
             .collect();
     }
-    if wanted.is_empty() {
+    if wanted.is_empty() && inputs.modules.is_empty() {
         return Err(usage(
             "nothing to lock: give configuration directories, lock files, provider lists or --provider",
         ));
     }
+    let (mirror, staging) = super::open_mirror(settings)?;
+    let mut failed = Vec::new();
+    // Registry modules that are not installed are read from their packages (fetched through
+    // the mirror), so that their providers are locked too.
+    let uninstalled: Vec<_> = inputs
+        .modules
+        .into_iter()
+        .filter(|m| m.installed.is_none())
+        .collect();
+    let (more, _) = seed::fetch_modules(&mirror, uninstalled, tool, &mut failed).await;
+    wanted.extend(more);
 
     // One entry per provider: constraints combined, a pin if any input pins it.
     let mut combined: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
@@ -146,8 +154,6 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
         }
     }
 
-    let (mirror, staging) = super::open_mirror(settings)?;
-    let mut failed = Vec::new();
     let all: Vec<Wanted> = combined.values().cloned().collect();
     let jobs = seed::plan(&mirror, &all, &platforms, &mut failed).await;
     let report = seed::ensure_all(&mirror, jobs.clone(), args.concurrency.into(), "fetching").await;

@@ -1,7 +1,8 @@
 //! `provender ls`: what the cache holds, one line per archive, grouped by provider and version,
 //! with sizes, the trust level of each archive's origin signature (official, partner,
 //! community, unsigned, unverified), and the last time each archive was read (where the file
-//! system records it).
+//! system records it); then one line per cached module version, with where it came from (for
+//! git sources, the commit the reference resolved to).
 
 use std::time::SystemTime;
 
@@ -47,12 +48,50 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             None => "-",
         });
     }
+    let modules = mirror
+        .module_store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
+    let module_rows: Vec<[String; 4]> = modules
+        .iter()
+        .map(|m| {
+            let source = match &m.record {
+                Some(rec) => match &rec.source {
+                    crate::records::ModuleSource::Archive { url } => url.clone(),
+                    crate::records::ModuleSource::Git { url, commit, .. } => {
+                        format!("git {url} @ {commit}")
+                    }
+                },
+                None => "(no record: not served)".to_string(),
+            };
+            [
+                m.addr.to_string(),
+                m.version.to_string(),
+                human_bytes(m.size),
+                source,
+            ]
+        })
+        .collect();
     if args.json {
+        let module_objects = modules.iter().map(|m| {
+            serde_json::json!({
+                "kind": "module",
+                "module": m.addr.to_string(),
+                "version": m.version.to_string(),
+                "size": m.size,
+                "sha256": m.record.as_ref().map(|r| r.sha256.clone()),
+                "source": m.record.as_ref().map(|r| &r.source),
+                "subdir": m.record.as_ref().and_then(|r| r.subdir.clone()),
+                "modified": when(Some(m.modified)),
+            })
+        });
         let rows: Vec<serde_json::Value> = entries
             .iter()
             .zip(&trust)
             .map(|(e, trust)| {
                 serde_json::json!({
+                    "kind": "provider",
                     "provider": e.key.addr.to_string(),
                     "version": e.key.version.to_string(),
                     "platform": e.key.platform.to_string(),
@@ -64,6 +103,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                     "last_used": e.last_used.map(|t| when(Some(t))),
                 })
             })
+            .chain(module_objects)
             .collect();
         println!(
             "{}",
@@ -98,19 +138,11 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         "LAST USED",
     ]
     .map(String::from);
-    let mut widths = header.clone().map(|h| h.len());
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    for r in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = r
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
+    print_table(&header, &rows);
+    if !module_rows.is_empty() {
+        println!();
+        let header = ["MODULE", "VERSION", "SIZE", "SOURCE"].map(String::from);
+        print_table(&header, &module_rows);
     }
     let versions: std::collections::BTreeSet<_> = entries
         .iter()
@@ -125,5 +157,30 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         human_bytes(entries.iter().map(|e| e.size).sum()),
         mirror.store().storage().describe()
     );
+    if !modules.is_empty() {
+        println!(
+            "{} module versions, {}",
+            modules.len(),
+            human_bytes(modules.iter().map(|m| m.size).sum())
+        );
+    }
     Ok(Outcome::Success)
+}
+
+/// Prints rows under a header, in columns as wide as their widest cell.
+fn print_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) {
+    let mut widths = header.clone().map(|h| h.len());
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    for r in std::iter::once(header).chain(rows) {
+        let line: Vec<String> = r
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
 }

@@ -1,10 +1,14 @@
-//! `provender seed`: fill the cache for a set of providers, through the same fetch and
-//! verification as `serve` ([`Mirror::ensure_archive`]).
+//! `provender seed`: fill the cache for a set of providers and modules, through the same fetch
+//! and verification as `serve` ([`Mirror::ensure_archive`], [`Mirror::module_record`]).
 //!
-//! Each wanted provider is resolved to one version (a lock file's pin, else the newest version
-//! the origin lists that meets the constraint), then every chosen platform's archive is
-//! ensured, several at a time. The report lists what was added, what was already there, and
-//! what failed and why; any failure makes the exit status non-zero.
+//! Registry modules come first: each is resolved to one version (the one `terraform init`
+//! installed, else the newest the origin lists that meets the call's constraint) and fetched;
+//! a module not installed locally is read from its package, so the providers it needs and the
+//! registry modules it calls are seeded too. Then each wanted provider is resolved to one
+//! version (a lock file's pin, else the newest version the origin lists that meets the
+//! constraint), and every chosen platform's archive is ensured, several at a time. The report
+//! lists what was added, what was already there, and what failed and why; any failure makes
+//! the exit status non-zero.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -12,9 +16,11 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 
+use super::configuration::WantedModule;
 use super::inputs::{self, Wanted};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
-use crate::address::{Platform, ProviderAddr, Version};
+use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
+use crate::config::Tool;
 use crate::mirror::Mirror;
 
 /// `provender seed`
@@ -39,6 +45,10 @@ pub struct SeedArgs {
     /// A provider to seed, as SOURCE[@CONSTRAINT], e.g. "hashicorp/aws@~> 5.0" (repeatable).
     #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
     pub providers: Vec<String>,
+    /// A registry module to seed, as SOURCE[@CONSTRAINT], e.g.
+    /// "terraform-aws-modules/vpc/aws@~> 5.0" (repeatable).
+    #[arg(long = "module", value_name = "SOURCE[@CONSTRAINT]")]
+    pub modules: Vec<String>,
     /// How many archives to download at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
@@ -202,19 +212,139 @@ pub async fn ensure_all(
     report
 }
 
+/// What fetching modules did: module versions added and already present, with sizes.
+#[derive(Debug, Default)]
+pub struct ModuleReport {
+    pub added: Vec<(String, u64)>,
+    pub present: Vec<(String, u64)>,
+}
+
+/// Fetches every wanted registry module through the mirror, then reads the configuration of
+/// each one that was not installed locally: the providers it needs are returned, and the
+/// registry modules it calls are fetched in turn. Failures are added to `failed`.
+pub async fn fetch_modules(
+    mirror: &Arc<Mirror>,
+    wanted: Vec<WantedModule>,
+    tool: Tool,
+    failed: &mut Vec<(String, String)>,
+) -> (Vec<Wanted>, ModuleReport) {
+    let mut providers = Vec::new();
+    let mut report = ModuleReport::default();
+    let mut done: BTreeSet<(ModuleAddr, Version)> = BTreeSet::new();
+    let mut queue = wanted;
+    while let Some(w) = queue.pop() {
+        let what = format!("module {}", w.addr);
+        let version = match &w.installed {
+            Some(v) => v.clone(),
+            None => match mirror.module_version_list(&w.addr).await {
+                Ok(list) => match w.constraints.newest(list.versions.iter()) {
+                    Some(v) => v.clone(),
+                    None => {
+                        let detail = if w.constraints.is_empty() {
+                            "the origin lists no version".to_string()
+                        } else {
+                            format!("no version matches {}", w.constraints)
+                        };
+                        failed.push((format!("{what} (from {})", w.from), detail));
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    failed.push((format!("{what} (from {})", w.from), e.to_string()));
+                    continue;
+                }
+            },
+        };
+        if !done.insert((w.addr.clone(), version.clone())) {
+            continue;
+        }
+        let label = format!("{} {version}", w.addr);
+        let cached = matches!(mirror.module_cached(&w.addr, &version).await, Ok(true));
+        let rec = match mirror.module_record(&w.addr, &version).await {
+            Ok(rec) => rec,
+            Err(e) => {
+                failed.push((format!("module {label}"), e.to_string()));
+                continue;
+            }
+        };
+        let list = if cached {
+            &mut report.present
+        } else {
+            &mut report.added
+        };
+        list.push((label.clone(), rec.size));
+        if w.installed.is_some() {
+            continue; // read in place by the configuration reader
+        }
+        match read_package(mirror, &w.addr, &version, rec.subdir.as_deref(), tool).await {
+            Ok(config) => {
+                providers.extend(config.providers);
+                queue.extend(config.modules);
+            }
+            Err(e) => failed.push((format!("module {label}"), e)),
+        }
+    }
+    report.added.sort();
+    report.present.sort();
+    (providers, report)
+}
+
+/// Unpacks a cached module package into a scratch directory and reads its configuration.
+async fn read_package(
+    mirror: &Arc<Mirror>,
+    addr: &ModuleAddr,
+    version: &Version,
+    subdir: Option<&str>,
+    tool: Tool,
+) -> Result<super::configuration::Configuration, String> {
+    let package = mirror
+        .module_package(addr, version)
+        .await
+        .map_err(|e| e.to_string())?;
+    let scratch = mirror
+        .scratch_dir()
+        .map_err(|e| format!("creating a scratch directory: {e}"))?;
+    let archive = scratch.path().join("module.tar.gz");
+    let mut out = tokio::fs::File::create(&archive)
+        .await
+        .map_err(|e| format!("{}: {e}", archive.display()))?;
+    let mut reader = tokio_util::io::StreamReader::new(package.body);
+    tokio::io::copy(&mut reader, &mut out)
+        .await
+        .map_err(|e| format!("reading the cached package: {e}"))?;
+    drop(out);
+    let root = scratch.path().join("module");
+    let (from, into) = (archive.clone(), root.clone());
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&from)?;
+        tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(&into)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("unpacking the cached package: {e}"))?;
+    let dir = match subdir {
+        Some(sub) => root.join(sub),
+        None => root,
+    };
+    super::configuration::read_configuration_with(
+        &dir,
+        std::path::Path::new(".terraform"),
+        tool,
+    )
+    .map_err(|e| format!("reading the module's configuration: {e}"))
+}
+
 /// Runs `provender seed`.
 pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let platforms = super::select_platforms(&settings, &args.platforms)?;
-    let wanted = inputs::read_all(
-        &args.inputs,
-        &args.providers,
-        args.tool.unwrap_or(settings.tool),
-    )
-    .map_err(usage)?;
-    if wanted.is_empty() {
+    let tool = args.tool.unwrap_or(settings.tool);
+    let inputs = inputs::read_all(&args.inputs, &args.providers, &args.modules, tool)
+        .map_err(usage)?;
+    if inputs.providers.is_empty() && inputs.modules.is_empty() {
         return Err(usage(
-            "nothing to seed: give configuration directories, lock files, provider lists or --provider",
+            "nothing to seed: give configuration directories, lock files, provider lists, \
+             --provider or --module",
         ));
     }
     let offline = settings.upstream.offline;
@@ -223,10 +353,30 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
         eprintln!("provender: upstream.offline is set; only checking what the cache already holds");
     }
     let mut failed = Vec::new();
+    let (more, modules) = fetch_modules(&mirror, inputs.modules, tool, &mut failed).await;
+    let mut wanted = inputs.providers;
+    wanted.extend(more);
     let jobs = plan(&mirror, &wanted, &platforms, &mut failed).await;
     let mut report = ensure_all(&mirror, jobs, args.concurrency.into(), "seeding").await;
     report.failed.splice(0..0, failed);
 
+    if !modules.added.is_empty() || !modules.present.is_empty() {
+        let sum = |list: &[(String, u64)]| list.iter().map(|(_, s)| s).sum::<u64>();
+        println!(
+            "modules: {} added ({}), {} already present",
+            modules.added.len(),
+            human_bytes(sum(&modules.added)),
+            modules.present.len()
+        );
+        for (title, list) in [("added", &modules.added), ("already present", &modules.present)] {
+            if !list.is_empty() {
+                println!("{title} ({}):", list.len());
+                for (label, size) in list.iter() {
+                    println!("  module {label} ({})", human_bytes(*size));
+                }
+            }
+        }
+    }
     let bytes = |list: &[(Job, u64)]| list.iter().map(|(_, s)| s).sum::<u64>();
     println!(
         "seed: {} added ({}), {} already present, {} failed",

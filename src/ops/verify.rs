@@ -1,10 +1,11 @@
-//! `provender verify`: re-hash every cached archive and take out of service those that no
-//! longer match what was recorded when they were admitted.
+//! `provender verify`: re-hash every cached archive and module package and take out of service
+//! those that no longer match what was recorded when they were admitted.
 //!
 //! An archive fails when it has no readable record, when its size, SHA-256 or `h1:` differ
 //! from its record, or when its SHA-256 differs from the origin's `shasum` in the version
-//! record. Failing archives are moved to `<cache.dir>/quarantine/` (kept for inspection, never
-//! served; the next request fetches a fresh copy), unless `--no-quarantine` is given.
+//! record. A module package fails when it has no readable record or its size or SHA-256 differ
+//! from its record. Failures are moved to `quarantine/` (kept for inspection, never served; the
+//! next request fetches a fresh copy), unless `--no-quarantine` is given.
 
 use std::sync::Arc;
 
@@ -61,6 +62,53 @@ async fn check(
     }
 }
 
+/// Re-hashes every cached module package; returns how many were checked and the failures.
+async fn verify_modules(
+    mirror: &Arc<Mirror>,
+    no_quarantine: bool,
+) -> Result<(usize, Vec<(String, String)>), OpsError> {
+    let listed = mirror
+        .module_store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
+    let mut failed = Vec::new();
+    for m in &listed {
+        let what = format!("module {} {}", m.addr, m.version);
+        let problem = match &m.record {
+            None => Some("no readable record beside the package".to_string()),
+            Some(rec) => match mirror.module_store().open(&m.addr, &m.version).await {
+                Ok(None) => Some(format!("{} bytes, its record says {}", m.size, rec.size)),
+                Err(e) => Some(format!("cannot read it: {e}")),
+                Ok(Some((_, object))) => {
+                    let mut hashing = crate::hash::HashingReader::new(object.into_reader());
+                    match tokio::io::copy(&mut hashing, &mut tokio::io::sink()).await {
+                        Err(e) => Some(format!("cannot read it: {e}")),
+                        Ok(_) => {
+                            let sha = hashing.finish();
+                            (sha != rec.sha256).then(|| {
+                                format!("SHA-256 is {sha}, its record says {}", rec.sha256)
+                            })
+                        }
+                    }
+                }
+            },
+        };
+        let Some(why) = problem else { continue };
+        let outcome = if no_quarantine {
+            "left in place (--no-quarantine)".to_string()
+        } else {
+            match mirror.module_store().quarantine(&m.addr, &m.version).await {
+                Ok(Some(to)) => format!("quarantined to {to}"),
+                Ok(None) => "already gone".to_string(),
+                Err(e) => format!("could not quarantine: {e}"),
+            }
+        };
+        failed.push((what, format!("{why}; {outcome}")));
+    }
+    Ok((listed.len(), failed))
+}
+
 /// Runs `provender verify`.
 pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
@@ -114,6 +162,15 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
         checked - failed.len(),
         failed.len()
     );
+    let (modules_checked, module_failures) = verify_modules(&mirror, args.no_quarantine).await?;
+    if modules_checked > 0 {
+        println!(
+            "verify: {modules_checked} module packages checked, {} ok, {} failed",
+            modules_checked - module_failures.len(),
+            module_failures.len()
+        );
+    }
+    failed.extend(module_failures);
     super::print_failures(&failed);
     Ok(Outcome::from_failures(failed.len()))
 }

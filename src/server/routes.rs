@@ -18,7 +18,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 
-use crate::address::{MirrorPath, RegistryPath};
+use crate::address::{MirrorPath, ModulePath, RegistryPath};
 use crate::auth::Denied;
 use crate::config::Settings;
 use crate::error::Error;
@@ -46,6 +46,8 @@ enum Route {
     Index,
     Version,
     Archive,
+    Module,
+    Discovery,
     Registry,
     Page,
     Metrics,
@@ -61,6 +63,8 @@ impl Route {
             Route::Version => "version",
             Route::Archive => "archive",
             Route::Registry => "registry",
+            Route::Module => "module",
+            Route::Discovery => "discovery",
             Route::Page => "page",
             Route::Metrics => "metrics",
             Route::Health => "healthz",
@@ -166,6 +170,7 @@ impl App {
             "/healthz" => Route::Health,
             "/readyz" => Route::Ready,
             "/metrics" => Route::Metrics,
+            "/.well-known/terraform.json" => Route::Discovery,
             _ => Route::Other,
         };
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
@@ -185,6 +190,7 @@ impl App {
                 );
             }
             Route::Ready => return (route, Ok(self.readiness().await)),
+            Route::Discovery => return (route, Ok(self.discovery())),
             Route::Metrics => {
                 let body = self.metrics.render();
                 return (
@@ -218,7 +224,12 @@ impl App {
             );
         };
         if let Some(registry_path) = rest.strip_prefix("v1/providers/") {
-            return (Route::Registry, self.registry(registry_path).await);
+            let registry_path = self.unalias(registry_path);
+            return (Route::Registry, self.registry(&registry_path).await);
+        }
+        if let Some(module_path) = rest.strip_prefix("v1/modules/") {
+            let module_path = self.unalias(module_path);
+            return (Route::Module, self.module(req, &module_path).await);
         }
         let parsed = match MirrorPath::parse(rest) {
             Ok(p) => p,
@@ -265,6 +276,7 @@ impl App {
             return Ok(());
         }
         let protected = match route {
+            Route::Discovery => false,
             Route::Health | Route::Ready => auth.protect_health,
             Route::Metrics => auth.protect_metrics,
             _ => true,
@@ -285,7 +297,17 @@ impl App {
             .path()
             .strip_prefix(self.settings.server.base_path.as_str());
         // Archives, and the registry facade's SHA256SUMS files, may carry a signed URL instead.
-        let signed_path = match rest {
+        let module_archive = rest
+            .and_then(|r| r.strip_prefix("v1/modules/"))
+            .map(|r| self.unalias(r))
+            .and_then(|r| match ModulePath::parse(&r) {
+                Ok(ModulePath::Archive(addr, version)) => Some(format!(
+                    "v1/modules/{}",
+                    ModulePath::archive_path(&addr, &version)
+                )),
+                _ => None,
+            });
+        let signed_path = module_archive.or(match rest {
             Some(rest) => match rest.strip_prefix("v1/providers/") {
                 Some(registry) => match RegistryPath::parse(registry) {
                     Ok(RegistryPath::Sums {
@@ -304,13 +326,86 @@ impl App {
                 },
             },
             None => None,
-        };
+        });
         if let Some(path) = signed_path {
             if auth.verify_signed(&path, req.uri().query(), std::time::SystemTime::now())? {
                 return Ok(());
             }
         }
         bearer
+    }
+
+    /// A registry path below `v1/providers/` or `v1/modules/` whose hostname segment is `-`
+    /// (what this server's own discovery document names) with the origin registry of its
+    /// namespace put in its place (`modules.aliases`, else `modules.default_registry`).
+    fn unalias(&self, path: &str) -> String {
+        match path.strip_prefix("-/") {
+            Some(rest) => {
+                let namespace = rest.split('/').next().unwrap_or_default();
+                let origin = self.settings.modules.origin_of(namespace);
+                format!("{origin}/{rest}")
+            }
+            None => path.to_string(),
+        }
+    }
+
+    /// `/.well-known/terraform.json`: this server as a registry of its own, so that sources
+    /// written with its hostname (`mirror.example.com/acme/vpc/aws`) go through it. Both
+    /// services map namespaces to origins with `modules.aliases` / `modules.default_registry`.
+    fn discovery(&self) -> Response<Body> {
+        let base = &self.settings.server.base_path;
+        let doc = serde_json::json!({
+            "modules.v1": format!("{base}v1/modules/-/"),
+            "providers.v1": format!("{base}v1/providers/-/"),
+        });
+        json_response(StatusCode::OK, doc.to_string().into_bytes())
+    }
+
+    /// The module registry facade (see `mirror::modules`).
+    async fn module(&self, req: &Request<Incoming>, path: &str) -> Result<Response<Body>, Error> {
+        let parsed = ModulePath::parse(path).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let m = &self.mirror;
+        Ok(match parsed {
+            ModulePath::Versions(addr) => {
+                json_response(StatusCode::OK, m.module_versions(&addr).await?)
+            }
+            ModulePath::Download(addr, version) => {
+                let answer = m.module_download(&addr, &version).await?;
+                // Both forms: Terraform reads the header, OpenTofu also the JSON body.
+                let body = crate::records::docs::to_bytes(&crate::records::docs::ModuleLocation {
+                    location: answer.location.clone(),
+                });
+                let mut resp = json_response(StatusCode::OK, body);
+                resp.headers_mut().insert(
+                    "x-terraform-get",
+                    HeaderValue::from_str(&answer.location)
+                        .map_err(|e| Error::Internal(format!("module location: {e}")))?,
+                );
+                resp
+            }
+            ModulePath::Archive(addr, version) => {
+                let package = m.module_package(&addr, &version).await?;
+                let head = ArchiveHead {
+                    sha256: package.sha256,
+                    size: Some(package.size),
+                    modified: package.modified,
+                };
+                let mut resp = archive_head_response(req, &head);
+                if resp.status() == StatusCode::OK {
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/gzip"),
+                    );
+                    let served = self.metrics.archive_bytes_served.clone();
+                    let stream = package
+                        .body
+                        .inspect_ok(move |chunk| served.inc_by(chunk.len() as u64))
+                        .map_ok(Frame::data);
+                    *resp.body_mut() = BodyExt::boxed_unsync(StreamBody::new(stream));
+                }
+                resp
+            }
+        })
     }
 
     /// The registry-protocol facade (see `mirror::facade`).

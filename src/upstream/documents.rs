@@ -127,6 +127,46 @@ pub fn parse_versions(body: &[u8]) -> Result<VersionList, DocumentError> {
     Ok(out)
 }
 
+/// A module's parsed version list plus notes about entries that were skipped.
+#[derive(Debug, Clone, Default)]
+pub struct ModuleVersionList {
+    pub versions: Vec<Version>,
+    pub skipped: Vec<String>,
+}
+
+/// Parses a module registry's `:namespace/:name/:system/versions`: the versions of its first
+/// module (the only part Terraform reads). A leading `v` is accepted (`v1.2.3` means 1.2.3);
+/// invalid and duplicate versions are skipped.
+pub fn parse_module_versions(body: &[u8]) -> Result<ModuleVersionList, DocumentError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| doc_err(format!("module version list is not valid JSON: {e}")))?;
+    let Some(Value::Array(modules)) = value.get("modules") else {
+        return Err(doc_err("module version list has no \"modules\" array"));
+    };
+    let Some(first) = modules.first() else {
+        return Ok(ModuleVersionList::default());
+    };
+    let Some(Value::Array(entries)) = first.get("versions") else {
+        return Err(doc_err("module version list: modules[0] has no \"versions\" array"));
+    };
+    let mut out = ModuleVersionList::default();
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(text) = entry.get("version").and_then(Value::as_str) else {
+            out.skipped.push(format!("versions[{i}]: no \"version\" string"));
+            continue;
+        };
+        let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
+        match Version::parse_lenient(text) {
+            Ok(v) if out.versions.contains(&v) => out
+                .skipped
+                .push(format!("versions[{i}]: duplicate version {v}")),
+            Ok(v) => out.versions.push(v),
+            Err(e) => out.skipped.push(format!("versions[{i}]: {e}")),
+        }
+    }
+    Ok(out)
+}
+
 /// Keeps the well-formed `MAJOR[.MINOR]` strings of a `protocols` array.
 fn protocols_of(value: Option<&Value>) -> Vec<String> {
     let Some(Value::Array(list)) = value else {

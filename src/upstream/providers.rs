@@ -98,12 +98,27 @@ impl Upstream {
         }
     }
 
-    /// Starts an archive download from `url` (for a package of registry `host`) and returns it
-    /// once the origin answered 200.
+    /// Starts a provider archive download from `url` (for a package of registry `host`) and
+    /// returns it once the origin answered 200.
     pub async fn archive(&self, host: &Hostname, url: &str) -> Result<ArchiveDownload> {
-        let op = Operation::Archive;
         let url = Url::parse(url)
             .map_err(|e| UpstreamError::BadDocument(format!("invalid archive URL {url:?}: {e}")))?;
+        let max = self.settings.max_archive_size;
+        self.download(host, Operation::Archive, &url, max, "upstream.max_archive_size")
+            .await
+    }
+
+    /// Starts a download of `url` (for registry `host`: its token goes only to that host) and
+    /// returns it once the origin answered 200; at most `max` bytes (the setting `max_key`).
+    pub(crate) async fn download(
+        &self,
+        host: &Hostname,
+        op: Operation,
+        url: &Url,
+        max: u64,
+        max_key: &'static str,
+    ) -> Result<ArchiveDownload> {
+        let url = url.clone();
         self.check_url(host, &url)?;
         let started = Instant::now();
         let result = self
@@ -114,10 +129,9 @@ impl Upstream {
             if resp.status() != reqwest::StatusCode::OK {
                 return Err(UpstreamError::status_of(op, &url, resp.status()));
             }
-            let max = self.settings.max_archive_size;
             match resp.content_length() {
                 Some(len) if len > max => Err(UpstreamError::TooLarge(format!(
-                    "archive {url} is {len} bytes, more than upstream.max_archive_size ({max})"
+                    "archive {url} is {len} bytes, more than {max_key} ({max})"
                 ))),
                 _ => Ok(resp),
             }
@@ -133,21 +147,22 @@ impl Upstream {
         let size = resp.content_length();
         Ok(ArchiveDownload {
             size,
-            body: self.capped_body(resp, url, size),
+            body: self.capped_body(resp, op, url, size, max, max_key),
         })
     }
 
     /// An archive body, counted into `provender_upstream_bytes_total`, ending in an error past
-    /// `upstream.max_archive_size` or when its length is not the announced one.
+    /// `max` bytes or when its length is not the announced one.
     fn capped_body(
         &self,
         resp: reqwest::Response,
+        op: Operation,
         url: Url,
         announced: Option<u64>,
+        max: u64,
+        max_key: &'static str,
     ) -> BoxStream<'static, Result<Bytes>> {
-        let max = self.settings.max_archive_size;
         let counter = self.metrics.upstream_bytes.clone();
-        let op = Operation::Archive;
         let state = (resp.bytes_stream(), 0u64, false);
         futures_util::stream::unfold(state, move |(mut body, mut seen, done)| {
             let (url, counter) = (url.clone(), counter.clone());
@@ -161,7 +176,7 @@ impl Upstream {
                         counter.inc_by(chunk.len() as u64);
                         if seen > max {
                             Err(UpstreamError::TooLarge(format!(
-                                "archive {url} is larger than upstream.max_archive_size ({max} bytes)"
+                                "archive {url} is larger than {max_key} ({max} bytes)"
                             )))
                         } else {
                             Ok(chunk)

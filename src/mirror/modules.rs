@@ -1,0 +1,494 @@
+//! The module registry protocol, served from the mirror's cache.
+//!
+//! Under `<base>v1/modules/<hostname>/`, a CLI `host` block's `modules.v1` gets the protocol's
+//! two calls. `versions` is the origin's list, cached with the same freshness rules as provider
+//! version lists. `download` makes sure the version's package is in the store (fetched once,
+//! whatever the origin's answer named: an HTTPS archive, a relative URL, a git repository at a
+//! reference; repacked into a deterministic `.tar.gz`, see [`crate::package`]) and answers with
+//! the package's URL on this mirror, in both forms clients read: `X-Terraform-Get`, and a JSON
+//! `{"location": ...}` body. The package is then served from the store, by every replica, for
+//! as long as the cache keeps it: a tag that moves upstream, a repository that is deleted, an
+//! origin that is down change nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::Digest;
+
+use super::{Freshness, Mirror};
+use crate::address::{ModuleAddr, ModulePath, Version};
+use crate::error::{Error, Result};
+use crate::records::{ModuleRecord, ModuleSource, ModuleVersions, docs};
+use crate::upstream::{Location, Operation};
+
+/// A module version's download answer: where its package is on this mirror.
+pub struct ModuleAnswer {
+    /// An absolute-path reference (`/v1/modules/.../module.tar.gz[//subdir]?...`), which
+    /// clients resolve against the download URL.
+    pub location: String,
+}
+
+/// A cached module package on its way to a client.
+pub struct ModulePackage {
+    pub sha256: String,
+    pub size: u64,
+    pub modified: std::time::SystemTime,
+    pub body: futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+}
+
+/// How often a cached git package's reference is checked against its origin, to log a move.
+const REF_CHECK_EVERY: Duration = Duration::from_secs(3600);
+
+impl Mirror {
+    fn check_module_host(&self, addr: &ModuleAddr) -> Result<()> {
+        if self.settings.upstream.host_allowed(&addr.hostname) {
+            Ok(())
+        } else {
+            Err(Error::NotFound(format!(
+                "module registry {} is not served by this mirror (upstream.allowed_hosts)",
+                addr.hostname
+            )))
+        }
+    }
+
+    /// `v1/modules/:hostname/:namespace/:name/:system/versions`
+    pub async fn module_versions(self: &Arc<Self>, addr: &ModuleAddr) -> Result<bytes::Bytes> {
+        self.check_module_host(addr)?;
+        let rec = self.module_version_list(addr).await?;
+        if !rec.found {
+            return Err(Error::NotFound(format!(
+                "the origin registry has no module {addr}"
+            )));
+        }
+        let versions = rec
+            .versions
+            .iter()
+            .map(|v| docs::ModuleVersionDoc {
+                version: v.to_string(),
+            })
+            .collect();
+        Ok(docs::to_bytes(&docs::ModuleVersionsDoc {
+            modules: vec![docs::ModuleVersionsEntry { versions }],
+        }))
+    }
+
+    /// Whether a module version's package is in the cache (without fetching it).
+    pub async fn module_cached(&self, addr: &ModuleAddr, version: &Version) -> Result<bool> {
+        Ok(self.modules.record(addr, version).await?.is_some())
+    }
+
+    /// The version list: memory, then the store, then the origin, under the same freshness
+    /// rules as provider version lists (see [`Mirror::list_freshness`]).
+    pub async fn module_version_list(self: &Arc<Self>, addr: &ModuleAddr) -> Result<Arc<ModuleVersions>> {
+        let cached = match self.modules.versions.get(addr).await {
+            Some(rec) => Some(rec),
+            None => match self.modules.read_versions(addr).await {
+                Some(rec) => {
+                    let rec = Arc::new(rec);
+                    self.modules.versions.insert(addr.clone(), rec.clone()).await;
+                    Some(rec)
+                }
+                None => None,
+            },
+        };
+        if let Some(rec) = cached {
+            match self.list_freshness(rec.fetched_at, rec.found) {
+                Freshness::Hit(result) => {
+                    self.metrics.lookup("module_versions", result);
+                    return Ok(rec);
+                }
+                Freshness::Stale => {
+                    self.metrics.lookup("module_versions", "stale");
+                    if !self.module_list_flights.contains(addr) {
+                        let this = self.clone();
+                        let addr = addr.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = this.refresh_module_versions(&addr).await {
+                                tracing::warn!(module = %addr, "cannot refresh the version list; serving the earlier one: {e}");
+                            }
+                        });
+                    }
+                    return Ok(rec);
+                }
+                Freshness::Expired => {}
+            }
+        }
+        if self.settings.upstream.offline {
+            return Err(Error::NotFound(format!(
+                "offline mode: module {addr} is not in the cache"
+            )));
+        }
+        self.metrics.lookup("module_versions", "miss");
+        self.refresh_module_versions(addr).await
+    }
+
+    async fn refresh_module_versions(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+    ) -> Result<Arc<ModuleVersions>> {
+        let this = self.clone();
+        let owned = addr.clone();
+        let work = move || async move {
+            let found = this.upstream.module_versions(&owned).await?;
+            let rec = ModuleVersions {
+                fetched_at: crate::cache::now_secs(),
+                found: found.is_some(),
+                versions: found.unwrap_or_default(),
+            };
+            if rec.found {
+                if let Err(e) = this.modules.write_versions(&owned, &rec).await {
+                    tracing::warn!(module = %owned, "cannot persist the version list: {e}");
+                }
+            }
+            let rec = Arc::new(rec);
+            this.modules.versions.insert(owned, rec.clone()).await;
+            Ok(rec)
+        };
+        self.module_list_flights.run(addr.clone(), work).await.0
+    }
+
+    /// `v1/modules/:hostname/:namespace/:name/:system/:version/download`
+    pub async fn module_download(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<ModuleAnswer> {
+        self.check_module_host(addr)?;
+        let rec = self.module_record(addr, version).await?;
+        let path = ModulePath::archive_path(addr, version);
+        let mut location = format!("{}v1/modules/{path}", self.settings.server.base_path);
+        if let Some(subdir) = &rec.subdir {
+            location.push_str("//");
+            location.push_str(subdir);
+        }
+        // The CLI fetches the package without credentials: with authentication on, its URL
+        // carries an expiring signature over its canonical path. go-getter checks the
+        // checksum before it unpacks anything.
+        let mut query = vec![format!("checksum=sha256:{}", rec.sha256)];
+        if self.settings.auth.enabled() {
+            let signed_over = format!("v1/modules/{path}");
+            query.push(
+                self.settings
+                    .auth
+                    .sign(&signed_over, std::time::SystemTime::now()),
+            );
+        }
+        location.push('?');
+        location.push_str(&query.join("&"));
+        Ok(ModuleAnswer { location })
+    }
+
+    /// `v1/modules/:hostname/:namespace/:name/:system/:version/module.tar.gz`: the cached
+    /// package (fetched first if the cache does not have it).
+    pub async fn module_package(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<ModulePackage> {
+        self.check_module_host(addr)?;
+        let opened = match self.modules.open(addr, version).await? {
+            Some(found) => {
+                self.metrics.lookup("module_archive", "hit");
+                found
+            }
+            None => {
+                // A record whose package is gone (removed by hand) is dropped and fetched again.
+                if self.modules.record(addr, version).await?.is_some() {
+                    self.modules.remove(addr, version).await?;
+                }
+                self.module_record(addr, version).await?;
+                self.modules.open(addr, version).await?.ok_or_else(|| {
+                    Error::Internal(format!(
+                        "module {addr} {version} vanished from the store right after it was stored"
+                    ))
+                })?
+            }
+        };
+        let (rec, object) = opened;
+        Ok(ModulePackage {
+            sha256: rec.sha256,
+            size: rec.size,
+            modified: object.meta.modified,
+            body: object.body,
+        })
+    }
+
+    /// The record of a cached module version, fetching the package first if needed (one
+    /// fetch per version, shared with every concurrent request).
+    pub async fn module_record(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<ModuleRecord> {
+        if let Some(rec) = self.modules.record(addr, version).await? {
+            self.check_ref_later(addr, version, &rec);
+            return Ok(rec);
+        }
+        if self.settings.upstream.offline {
+            return Err(Error::NotFound(format!(
+                "offline mode: module {addr} {version} is not in the cache"
+            )));
+        }
+        let this = self.clone();
+        let (a, v) = (addr.clone(), version.clone());
+        let work = move || async move { this.fetch_module(&a, &v).await };
+        let (result, leader) = self
+            .module_flights
+            .run((addr.clone(), version.clone()), work)
+            .await;
+        self.metrics
+            .lookup("module_archive", if leader { "miss" } else { "joined" });
+        result
+    }
+
+    /// Fetches a module version's package from wherever its origin's download answer says,
+    /// repacks it, and commits it to the store with its record.
+    async fn fetch_module(self: &Arc<Self>, addr: &ModuleAddr, version: &Version) -> Result<ModuleRecord> {
+        let location = self
+            .upstream
+            .module_location(addr, version)
+            .await?
+            .ok_or_else(|| {
+                Error::NotFound(format!("the origin registry has no module {addr} {version}"))
+            })?;
+        let modules = &self.settings.modules;
+        let scratch = self
+            .staging
+            .scratch_dir()
+            .map_err(|e| Error::io("creating a scratch directory", e))?;
+        // The fetched input: a staged archive, or a tar inside the scratch directory.
+        let (_input, input_path, format, strip_top, subdir, source) = match location {
+            Location::Archive {
+                url,
+                format,
+                subdir,
+                strip_top,
+                sha256,
+            } => {
+                let fetched = self
+                    .download_module_archive(addr, &url, sha256.as_deref())
+                    .await?;
+                let path = fetched.path().to_path_buf();
+                let source = ModuleSource::Archive {
+                    url: url.to_string(),
+                };
+                (Some(fetched), path, format, strip_top, subdir, source)
+            }
+            Location::Git {
+                url,
+                reference,
+                subdir,
+            } => {
+                let fetched = self
+                    .upstream
+                    .git_fetch(
+                        &addr.hostname,
+                        &url,
+                        reference.as_deref(),
+                        scratch.path(),
+                        &modules.git,
+                    )
+                    .await?;
+                tracing::info!(module = %addr, %version, %url, reference = reference.as_deref().unwrap_or("HEAD"), commit = %fetched.commit, "fetched module source from git");
+                let source = ModuleSource::Git {
+                    url: url.to_string(),
+                    reference,
+                    commit: fetched.commit,
+                };
+                let format = crate::package::Format::Tar;
+                (None, fetched.tar, format, false, subdir, source)
+            }
+            Location::Indirect { url, .. } => {
+                return Err(Error::Internal(format!(
+                    "module {addr} {version}: unresolved source {url}"
+                )));
+            }
+        };
+        let (packed, out) = self
+            .staging
+            .create()
+            .await
+            .map_err(|e| Error::io("creating a staging file", e))?;
+        let (unpacked, out_path) = (scratch.path().join("unpacked"), packed.path().to_path_buf());
+        out.sync_all().await.ok();
+        drop(out);
+        let limits = modules.limits;
+        let sub = subdir.clone();
+        let what = format!("module {addr} {version}");
+        let digest = tokio::task::spawn_blocking(move || -> Result<(String, u64)> {
+            std::fs::create_dir(&unpacked).map_err(|e| Error::io("creating a scratch directory", e))?;
+            let file = std::fs::File::create(&out_path).map_err(|e| Error::io("writing a package", e))?;
+            let mut hashing = HashingWriter::new(std::io::BufWriter::new(file));
+            crate::package::repack(
+                &input_path,
+                format,
+                &unpacked,
+                strip_top,
+                sub.as_deref(),
+                limits,
+                &mut hashing,
+            )
+            .map_err(|e| Error::Verification(format!("{what}: the package {e}")))?;
+            let (sha256, size, file) = hashing.finish().map_err(|e| Error::io("writing a package", e))?;
+            file.sync_all().map_err(|e| Error::io("syncing a package", e))?;
+            Ok((sha256, size))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("packing task failed: {e}")))?;
+        let (sha256, size) = match digest {
+            Ok(d) => d,
+            Err(e) => {
+                self.metrics
+                    .verification_failures
+                    .with_label_values(&["unusable_module_package"])
+                    .inc();
+                tracing::error!(module = %addr, %version, "{e}");
+                return Err(e);
+            }
+        };
+        let rec = ModuleRecord {
+            source,
+            subdir,
+            sha256,
+            size,
+            fetched_at: crate::cache::now_secs(),
+        };
+        self.modules.commit(addr, version, packed, &rec).await?;
+        tracing::info!(module = %addr, %version, size, sha256 = %rec.sha256, "cached module package");
+        Ok(rec)
+    }
+
+    /// Downloads a module archive into a staging file, checking it against the origin's
+    /// `?checksum=` when it gave one.
+    async fn download_module_archive(
+        &self,
+        addr: &ModuleAddr,
+        url: &url::Url,
+        sha256: Option<&str>,
+    ) -> Result<crate::cache::StagedFile> {
+        use futures_util::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let max = self.settings.modules.max_archive_size;
+        let download = self
+            .upstream
+            .download(&addr.hostname, Operation::ModuleArchive, url, max, "modules.max_archive_size")
+            .await?;
+        let (staged, file) = self
+            .staging
+            .create()
+            .await
+            .map_err(|e| Error::io("creating a staging file", e))?;
+        let mut out = tokio::io::BufWriter::new(file);
+        let mut hasher = sha2::Sha256::new();
+        let mut body = download.body;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            hasher.update(&chunk);
+            out.write_all(&chunk)
+                .await
+                .map_err(|e| Error::io("writing a staging file", e))?;
+        }
+        out.flush()
+            .await
+            .map_err(|e| Error::io("writing a staging file", e))?;
+        let got = hex::encode(hasher.finalize());
+        if let Some(want) = sha256 {
+            if got != want {
+                self.metrics
+                    .verification_failures
+                    .with_label_values(&["module_checksum"])
+                    .inc();
+                return Err(Error::Verification(format!(
+                    "module {addr}: {url} has SHA-256 {got} but its source's checksum says {want}"
+                )));
+            }
+        }
+        Ok(staged)
+    }
+
+    /// For a package fetched from git: now and then, asks the origin where the reference points
+    /// and logs when it moved (the cache keeps the commit it recorded).
+    fn check_ref_later(self: &Arc<Self>, addr: &ModuleAddr, version: &Version, rec: &ModuleRecord) {
+        let ModuleSource::Git {
+            url,
+            reference: Some(reference),
+            commit,
+        } = &rec.source
+        else {
+            return;
+        };
+        if self.settings.upstream.offline {
+            return;
+        }
+        let key = (addr.clone(), version.clone());
+        {
+            let mut checked = self.ref_checks.lock().expect("ref check table lock");
+            if checked
+                .get(&key)
+                .is_some_and(|at: &Instant| at.elapsed() < REF_CHECK_EVERY)
+            {
+                return;
+            }
+            checked.insert(key, Instant::now());
+        }
+        let this = self.clone();
+        let (addr, version) = (addr.clone(), version.clone());
+        let (url, reference, commit) = (url.clone(), reference.clone(), commit.clone());
+        tokio::spawn(async move {
+            let Ok(url) = url::Url::parse(&url) else { return };
+            let Ok(scratch) = this.staging.scratch_dir() else {
+                return;
+            };
+            let limits = &this.settings.modules.git;
+            match this
+                .upstream
+                .git_resolve(&addr.hostname, &url, &reference, scratch.path(), limits)
+                .await
+            {
+                Ok(Some(now)) if now != commit => tracing::warn!(
+                    module = %addr, %version, %url, %reference, cached = %commit, upstream = %now,
+                    "the module's git reference moved upstream; the cache keeps the commit it was fetched at"
+                ),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(module = %addr, "cannot check the module's git reference: {e}"),
+            }
+        });
+    }
+}
+
+/// A writer that computes the SHA-256 and size of what passes through.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: sha2::Sha256,
+    size: u64,
+}
+
+impl<W: std::io::Write> HashingWriter<W> {
+    fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hasher: sha2::Sha256::new(),
+            size: 0,
+        }
+    }
+}
+
+impl HashingWriter<std::io::BufWriter<std::fs::File>> {
+    fn finish(self) -> std::io::Result<(String, u64, std::fs::File)> {
+        let file = self.inner.into_inner().map_err(|e| e.into_error())?;
+        Ok((hex::encode(self.hasher.finalize()), self.size, file))
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.size += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}

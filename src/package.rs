@@ -1,0 +1,578 @@
+//! Module packages: the archive provender serves for a module version.
+//!
+//! Whatever an origin hands out (a `.tar.gz`, `.tgz`, `.tar` or `.zip`, or a `git archive` of a
+//! commit), provender unpacks it into a scratch directory and writes one **deterministic
+//! `.tar.gz`**: regular files and directories only, sorted, with fixed owners, times and modes
+//! (0755 for executables and directories, 0644 otherwise). The same input always gives the same
+//! bytes, so every replica serves the same SHA-256.
+//!
+//! The input is hostile until proven otherwise. Entries whose names are absolute, contain `..`,
+//! NUL or backslashes are refused; so are links that point out of the tree, links to
+//! directories, devices and FIFOs. A link to a file inside the tree is replaced by a copy of
+//! the file (Terraform's archive extractor would write it as an empty file). Entries are
+//! counted and unpacked bytes are counted as they are read, whatever the archive's headers
+//! claim, against [`PackLimits`]. An archive with no regular file is refused, as Terraform
+//! refuses it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+/// The archive formats an origin may hand out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    TarGz,
+    Tar,
+    Zip,
+}
+
+impl Format {
+    /// The format named by a go-getter archive type (`?archive=tar.gz`) or a file name's
+    /// extension; `None` for anything else. Terraform's bz2/xz forms are named so that the
+    /// error can say so.
+    pub fn from_name(name: &str) -> Option<Result<Format, PackError>> {
+        let lower = name.to_ascii_lowercase();
+        let ends = |ext: &str| lower == ext || lower.ends_with(&format!(".{ext}"));
+        if ends("tar.gz") || ends("tgz") || ends("gz") {
+            Some(Ok(Format::TarGz))
+        } else if ends("zip") {
+            Some(Ok(Format::Zip))
+        } else if ends("tar") {
+            Some(Ok(Format::Tar))
+        } else if ["tar.bz2", "tbz2", "bz2", "tar.xz", "txz", "xz"]
+            .iter()
+            .any(|e| ends(e))
+        {
+            Some(Err(PackError::Unsupported(format!(
+                "{name}: bzip2 and xz archives are not supported; offer .tar.gz, .tgz or .zip"
+            ))))
+        } else {
+            None
+        }
+    }
+}
+
+/// Bounds on unpacking one archive.
+#[derive(Debug, Clone, Copy)]
+pub struct PackLimits {
+    /// Most entries (files, directories, links).
+    pub max_entries: usize,
+    /// Most bytes all files may expand to, in total.
+    pub max_unpacked: u64,
+}
+
+/// Why an archive cannot become a module package.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("reading the archive: {0}")]
+    Io(#[from] io::Error),
+    #[error("the archive is not a readable {format}: {message}")]
+    Malformed {
+        format: &'static str,
+        message: String,
+    },
+    #[error("entry {name:?}: {why}")]
+    Unsafe { name: String, why: &'static str },
+    #[error("more than {0} entries")]
+    TooManyEntries(usize),
+    #[error("unpacks to more than {0} bytes")]
+    TooLarge(u64),
+    #[error("holds no file")]
+    Empty,
+    #[error("the package has no subdirectory {0:?}")]
+    NoSubdir(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// What [`repack`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    pub files: usize,
+    pub unpacked_bytes: u64,
+}
+
+/// A link found while unpacking: where it is and what it points to (relative to the tree).
+struct Link {
+    at: PathBuf,
+    target: PathBuf,
+}
+
+/// Unpacking state: the scratch tree and the running totals.
+struct Unpacker<'a> {
+    root: &'a Path,
+    limits: PackLimits,
+    entries: usize,
+    bytes: u64,
+    links: Vec<Link>,
+}
+
+/// A name from an archive as a safe relative path, or why not.
+fn safe_path(name: &str) -> Result<Option<PathBuf>, PackError> {
+    let unsafe_entry = |why| PackError::Unsafe {
+        name: name.to_string(),
+        why,
+    };
+    if name.contains('\0') || name.contains('\\') {
+        return Err(unsafe_entry("contains a NUL or backslash"));
+    }
+    let trimmed = name.trim_start_matches("./");
+    if trimmed.starts_with('/') {
+        return Err(unsafe_entry("is an absolute path"));
+    }
+    let mut out = PathBuf::new();
+    for part in Path::new(trimmed).components() {
+        match part {
+            Component::Normal(p) => out.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(unsafe_entry("contains '..'")),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(unsafe_entry("is an absolute path"));
+            }
+        }
+    }
+    Ok((!out.as_os_str().is_empty()).then_some(out))
+}
+
+impl Unpacker<'_> {
+    fn count(&mut self) -> Result<(), PackError> {
+        self.entries += 1;
+        if self.entries > self.limits.max_entries {
+            return Err(PackError::TooManyEntries(self.limits.max_entries));
+        }
+        Ok(())
+    }
+
+    fn dir(&mut self, rel: &Path) -> Result<(), PackError> {
+        self.count()?;
+        fs::create_dir_all(self.root.join(rel))?;
+        Ok(())
+    }
+
+    fn file(&mut self, rel: &Path, body: &mut dyn Read, executable: bool) -> Result<(), PackError> {
+        self.count()?;
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        if path.is_dir() {
+            return Err(PackError::Unsafe {
+                name: rel.display().to_string(),
+                why: "is both a directory and a file",
+            });
+        }
+        let mut out = fs::File::create(&path)?;
+        let left = self.limits.max_unpacked - self.bytes;
+        let copied = io::copy(&mut body.take(left + 1), &mut out)?;
+        if copied > left {
+            return Err(PackError::TooLarge(self.limits.max_unpacked));
+        }
+        self.bytes += copied;
+        #[cfg(unix)]
+        if executable {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+        }
+        #[cfg(not(unix))]
+        let _ = executable;
+        Ok(())
+    }
+
+    /// Remembers a link, to be replaced by a copy of its target once everything is unpacked.
+    fn link(&mut self, rel: &Path, target: &Path, hard: bool) -> Result<(), PackError> {
+        self.count()?;
+        let name = rel.display().to_string();
+        let out_of_tree = || PackError::Unsafe {
+            name: name.clone(),
+            why: "is a link pointing out of the tree",
+        };
+        // A symbolic link is relative to its own directory; a hard link names a path from the
+        // archive's root.
+        let base = if hard {
+            PathBuf::new()
+        } else {
+            rel.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        if target.is_absolute() {
+            return Err(out_of_tree());
+        }
+        let mut resolved = base;
+        for part in target.components() {
+            match part {
+                Component::Normal(p) => resolved.push(p),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !resolved.pop() {
+                        return Err(out_of_tree());
+                    }
+                }
+                _ => return Err(out_of_tree()),
+            }
+        }
+        self.links.push(Link {
+            at: rel.to_path_buf(),
+            target: resolved,
+        });
+        Ok(())
+    }
+
+    /// Replaces every link by a copy of the file it points to (following links to links).
+    fn resolve_links(&mut self) -> Result<(), PackError> {
+        let by_path: BTreeMap<PathBuf, PathBuf> = self
+            .links
+            .iter()
+            .map(|l| (l.at.clone(), l.target.clone()))
+            .collect();
+        for link in &self.links {
+            let mut target = link.target.clone();
+            for _ in 0..=by_path.len() {
+                match by_path.get(&target) {
+                    Some(next) => target = next.clone(),
+                    None => break,
+                }
+            }
+            let source = self.root.join(&target);
+            let name = link.at.display().to_string();
+            if source.is_dir() {
+                return Err(PackError::Unsafe {
+                    name,
+                    why: "is a link to a directory",
+                });
+            }
+            if !source.is_file() {
+                return Err(PackError::Unsafe {
+                    name,
+                    why: "is a link to nothing in the tree",
+                });
+            }
+            let size = fs::metadata(&source)?.len();
+            if self.bytes + size > self.limits.max_unpacked {
+                return Err(PackError::TooLarge(self.limits.max_unpacked));
+            }
+            self.bytes += size;
+            let dest = self.root.join(&link.at);
+            if let Some(parent) = dest.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::copy(&source, &dest)?;
+        }
+        Ok(())
+    }
+}
+
+fn unpack_tar(input: impl Read, u: &mut Unpacker) -> Result<(), PackError> {
+    let malformed = |e: io::Error| PackError::Malformed {
+        format: "tar archive",
+        message: e.to_string(),
+    };
+    let mut archive = tar::Archive::new(input);
+    for entry in archive.entries().map_err(malformed)? {
+        let mut entry = entry.map_err(malformed)?;
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let kind = entry.header().entry_type();
+        if matches!(
+            kind,
+            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName
+        ) {
+            continue;
+        }
+        let Some(rel) = safe_path(&name)? else {
+            continue;
+        };
+        match kind {
+            tar::EntryType::Directory => u.dir(&rel)?,
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
+                let executable = entry.header().mode().is_ok_and(|m| m & 0o111 != 0);
+                u.file(&rel, &mut entry, executable)?;
+            }
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                let target = entry
+                    .link_name()
+                    .map_err(malformed)?
+                    .map(|t| t.into_owned())
+                    .unwrap_or_default();
+                u.link(&rel, &target, kind == tar::EntryType::Link)?;
+            }
+            _ => {
+                return Err(PackError::Unsafe {
+                    name,
+                    why: "is neither a file, a directory nor a link",
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unpack_zip(input: &Path, u: &mut Unpacker) -> Result<(), PackError> {
+    let malformed = |e: zip::result::ZipError| PackError::Malformed {
+        format: "zip archive",
+        message: e.to_string(),
+    };
+    let mut zip = zip::ZipArchive::new(fs::File::open(input)?).map_err(malformed)?;
+    if zip.len() > u.limits.max_entries {
+        return Err(PackError::TooManyEntries(u.limits.max_entries));
+    }
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).map_err(malformed)?;
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        let Some(rel) = safe_path(&name)? else {
+            continue;
+        };
+        let mode = entry.unix_mode().unwrap_or(0o644);
+        if entry.is_dir() {
+            u.dir(&rel)?;
+        } else if mode & 0o170000 == 0o120000 {
+            let mut target = String::new();
+            (&mut entry)
+                .take(4096)
+                .read_to_string(&mut target)
+                .map_err(|e| PackError::Malformed {
+                    format: "zip archive",
+                    message: format!("link {name:?}: {e}"),
+                })?;
+            u.link(&rel, Path::new(&target), false)?;
+        } else {
+            u.file(&rel, &mut entry, mode & 0o111 != 0)?;
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks `input` (a file in `format`) into `scratch` (an empty directory), checks it, and
+/// writes the deterministic `.tar.gz` of the package to `out`. With `strip_top`, a package
+/// holding exactly one directory at its root is re-rooted into it (what a `//*` subdirectory
+/// asks for). `subdir`, when given, must exist in the package.
+pub fn repack(
+    input: &Path,
+    format: Format,
+    scratch: &Path,
+    strip_top: bool,
+    subdir: Option<&str>,
+    limits: PackLimits,
+    out: impl Write,
+) -> Result<Packed, PackError> {
+    let mut u = Unpacker {
+        root: scratch,
+        limits,
+        entries: 0,
+        bytes: 0,
+        links: Vec::new(),
+    };
+    match format {
+        Format::TarGz => unpack_tar(
+            flate2::read::MultiGzDecoder::new(io::BufReader::new(fs::File::open(input)?)),
+            &mut u,
+        )?,
+        Format::Tar => unpack_tar(io::BufReader::new(fs::File::open(input)?), &mut u)?,
+        Format::Zip => unpack_zip(input, &mut u)?,
+    }
+    u.resolve_links()?;
+    let mut root = scratch.to_path_buf();
+    if strip_top {
+        let entries: Vec<_> = fs::read_dir(&root)?.collect::<Result<_, _>>()?;
+        if let [only] = entries.as_slice() {
+            if only.file_type()?.is_dir() {
+                root = only.path();
+            }
+        }
+    }
+    if let Some(sub) = subdir {
+        let dir = safe_path(sub)?.map(|rel| root.join(rel));
+        if !dir.is_some_and(|d| d.is_dir()) {
+            return Err(PackError::NoSubdir(sub.to_string()));
+        }
+    }
+    let files = write_tar_gz(&root, out)?;
+    if files == 0 {
+        return Err(PackError::Empty);
+    }
+    Ok(Packed {
+        files,
+        unpacked_bytes: u.bytes,
+    })
+}
+
+/// Every file and directory under `root`, sorted by path (directories before what they hold).
+fn tree(root: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for entry in fs::read_dir(root.join(&rel))? {
+            let entry = entry?;
+            let path = rel.join(entry.file_name());
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                stack.push(path.clone());
+                out.push((path, true));
+            } else if kind.is_file() {
+                out.push((path, false));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+    Ok(out)
+}
+
+/// Writes the deterministic `.tar.gz` of the tree at `root`; returns how many files it holds.
+fn write_tar_gz(root: &Path, out: impl Write) -> Result<usize, PackError> {
+    let gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(out, flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    tar.mode(tar::HeaderMode::Deterministic);
+    let mut files = 0;
+    for (rel, is_dir) in tree(root)? {
+        let mut header = tar::Header::new_ustar();
+        header.set_mtime(0);
+        header.set_uid(0);
+        header.set_gid(0);
+        let name = rel.to_string_lossy().replace('\\', "/");
+        if is_dir {
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_mode(0o755);
+            header.set_size(0);
+            tar.append_data(&mut header, format!("{name}/"), io::empty())?;
+        } else {
+            let path = root.join(&rel);
+            let meta = fs::metadata(&path)?;
+            #[cfg(unix)]
+            let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
+            #[cfg(not(unix))]
+            let executable = false;
+            header.set_entry_type(tar::EntryType::Regular);
+            header.set_mode(if executable { 0o755 } else { 0o644 });
+            header.set_size(meta.len());
+            tar.append_data(&mut header, &name, fs::File::open(&path)?)?;
+            files += 1;
+        }
+    }
+    let gz = tar.into_inner()?;
+    gz.finish()?.flush()?;
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: PackLimits = PackLimits {
+        max_entries: 100,
+        max_unpacked: 1 << 20,
+    };
+
+    /// A tar.gz from `(name, kind, content)`: kind 'f' file, 'd' dir, 's' symlink to content.
+    /// Names are written raw, as a hostile archive would carry them.
+    fn tar_gz(entries: &[(&str, char, &str)]) -> Vec<u8> {
+        let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let mut tar = tar::Builder::new(gz);
+        for (name, kind, content) in entries {
+            let mut h = tar::Header::new_old();
+            h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+            h.set_mode(0o644);
+            let body: &[u8] = match kind {
+                'd' => {
+                    h.set_entry_type(tar::EntryType::Directory);
+                    b""
+                }
+                's' => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    h.as_old_mut().linkname[..content.len()].copy_from_slice(content.as_bytes());
+                    b""
+                }
+                _ => {
+                    h.set_entry_type(tar::EntryType::Regular);
+                    content.as_bytes()
+                }
+            };
+            h.set_size(body.len() as u64);
+            h.set_cksum();
+            tar.append(&h, body).unwrap();
+        }
+        tar.into_inner().unwrap().finish().unwrap()
+    }
+
+    fn pack(bytes: &[u8], strip: bool) -> Result<(Vec<u8>, Packed), PackError> {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.tar.gz");
+        fs::write(&input, bytes).unwrap();
+        let scratch = dir.path().join("scratch");
+        fs::create_dir(&scratch).unwrap();
+        let mut out = Vec::new();
+        let packed = repack(&input, Format::TarGz, &scratch, strip, None, LIMITS, &mut out)?;
+        Ok((out, packed))
+    }
+
+    fn names(tar_gz: &[u8]) -> Vec<String> {
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tar_gz));
+        archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn deterministic_sorted_and_links_copied() {
+        let a = tar_gz(&[
+            ("repo-1.0/main.tf", 'f', "module"),
+            ("repo-1.0/", 'd', ""),
+            ("repo-1.0/shared/real.tf", 'f', "shared"),
+            ("repo-1.0/link.tf", 's', "shared/real.tf"),
+        ]);
+        let b = tar_gz(&[
+            ("repo-1.0/shared/real.tf", 'f', "shared"),
+            ("repo-1.0/link.tf", 's', "shared/real.tf"),
+            ("repo-1.0/main.tf", 'f', "module"),
+        ]);
+        let (out_a, packed) = pack(&a, true).unwrap();
+        let (out_b, _) = pack(&b, true).unwrap();
+        assert_eq!(out_a, out_b, "the same tree gives the same bytes");
+        assert_eq!(names(&out_a), ["link.tf", "main.tf", "shared/", "shared/real.tf"]);
+        assert_eq!(packed.files, 3);
+        let (unstripped, _) = pack(&a, false).unwrap();
+        assert_eq!(names(&unstripped)[0], "repo-1.0/");
+    }
+
+    #[test]
+    fn hostile_entries_are_refused() {
+        for (entries, expected) in [
+            (vec![("../evil.tf", 'f', "x")], "contains '..'"),
+            (vec![("/etc/passwd", 'f', "x")], "absolute path"),
+            (vec![("a.tf", 's', "../../etc/passwd")], "out of the tree"),
+            (vec![("a.tf", 's', "/etc/passwd")], "out of the tree"),
+            (vec![("d/", 'd', ""), ("l", 's', "d")], "link to a directory"),
+            (vec![("l", 's', "missing.tf")], "link to nothing"),
+        ] {
+            let e = pack(&tar_gz(&entries), false).unwrap_err().to_string();
+            assert!(e.contains(expected), "{entries:?}: {e}");
+        }
+        assert!(matches!(pack(&tar_gz(&[("d/", 'd', "")]), false), Err(PackError::Empty)));
+    }
+
+    #[test]
+    fn bombs_and_floods_stop_at_the_limits() {
+        let big = "0".repeat(2 << 20);
+        assert!(matches!(
+            pack(&tar_gz(&[("big", 'f', &big)]), false),
+            Err(PackError::TooLarge(_))
+        ));
+        let many: Vec<(String, char, &str)> =
+            (0..200).map(|i| (format!("f{i}"), 'f', "x")).collect();
+        let many: Vec<(&str, char, &str)> = many.iter().map(|(n, k, c)| (n.as_str(), *k, *c)).collect();
+        assert!(matches!(
+            pack(&tar_gz(&many), false),
+            Err(PackError::TooManyEntries(100))
+        ));
+    }
+
+    #[test]
+    fn formats_by_name() {
+        assert!(matches!(Format::from_name("x.tar.gz"), Some(Ok(Format::TarGz))));
+        assert!(matches!(Format::from_name("tgz"), Some(Ok(Format::TarGz))));
+        assert!(matches!(Format::from_name("m.ZIP"), Some(Ok(Format::Zip))));
+        assert!(matches!(Format::from_name("x.tar.xz"), Some(Err(_))));
+        assert!(Format::from_name("repo").is_none());
+    }
+}
