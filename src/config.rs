@@ -34,8 +34,9 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct ModulesConfig {
     /// The origin registry of module sources written with the mirror's own hostname, unless
-    /// their namespace is in `aliases`.
-    pub default_registry: String,
+    /// their namespace is in `aliases`. Unset: registry.terraform.io when it is allowed, else
+    /// the first of `upstream.allowed_hosts`.
+    pub default_registry: Option<String>,
     /// Namespace -> origin registry, for sources written with the mirror's own hostname.
     pub aliases: BTreeMap<String, String>,
     pub max_archive_size: bytesize::ByteSize,
@@ -51,7 +52,7 @@ pub struct ModulesConfig {
 impl Default for ModulesConfig {
     fn default() -> Self {
         ModulesConfig {
-            default_registry: "registry.terraform.io".into(),
+            default_registry: None,
             aliases: BTreeMap::new(),
             max_archive_size: bytesize::ByteSize::mib(256),
             max_unpacked_size: bytesize::ByteSize::gib(1),
@@ -902,7 +903,16 @@ impl ModulesConfig {
             }
             Ok(host)
         };
-        let default_registry = registry("modules.default_registry".into(), &self.default_registry)?;
+        let default_registry = match &self.default_registry {
+            Some(name) => registry("modules.default_registry".into(), name)?,
+            None => {
+                let terraform = Hostname::parse("registry.terraform.io").expect("a valid name");
+                match upstream.allowed_hosts.first() {
+                    Some(first) if !upstream.host_allowed(&terraform) => first.clone(),
+                    _ => terraform,
+                }
+            }
+        };
         let mut aliases = BTreeMap::new();
         for (ns, host) in &self.aliases {
             let key = format!("modules.aliases.{ns:?}");

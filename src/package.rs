@@ -438,7 +438,8 @@ fn write_tar_gz(root: &Path, out: impl Write) -> Result<usize, PackError> {
             let path = root.join(&rel);
             let meta = fs::metadata(&path)?;
             #[cfg(unix)]
-            let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
+            let executable =
+                std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
             #[cfg(not(unix))]
             let executable = false;
             header.set_entry_type(tar::EntryType::Regular);
@@ -500,7 +501,15 @@ mod tests {
         let scratch = dir.path().join("scratch");
         fs::create_dir(&scratch).unwrap();
         let mut out = Vec::new();
-        let packed = repack(&input, Format::TarGz, &scratch, strip, None, LIMITS, &mut out)?;
+        let packed = repack(
+            &input,
+            Format::TarGz,
+            &scratch,
+            strip,
+            None,
+            LIMITS,
+            &mut out,
+        )?;
         Ok((out, packed))
     }
 
@@ -529,7 +538,10 @@ mod tests {
         let (out_a, packed) = pack(&a, true).unwrap();
         let (out_b, _) = pack(&b, true).unwrap();
         assert_eq!(out_a, out_b, "the same tree gives the same bytes");
-        assert_eq!(names(&out_a), ["link.tf", "main.tf", "shared/", "shared/real.tf"]);
+        assert_eq!(
+            names(&out_a),
+            ["link.tf", "main.tf", "shared/", "shared/real.tf"]
+        );
         assert_eq!(packed.files, 3);
         let (unstripped, _) = pack(&a, false).unwrap();
         assert_eq!(names(&unstripped)[0], "repo-1.0/");
@@ -542,13 +554,19 @@ mod tests {
             (vec![("/etc/passwd", 'f', "x")], "absolute path"),
             (vec![("a.tf", 's', "../../etc/passwd")], "out of the tree"),
             (vec![("a.tf", 's', "/etc/passwd")], "out of the tree"),
-            (vec![("d/", 'd', ""), ("l", 's', "d")], "link to a directory"),
+            (
+                vec![("d/", 'd', ""), ("l", 's', "d")],
+                "link to a directory",
+            ),
             (vec![("l", 's', "missing.tf")], "link to nothing"),
         ] {
             let e = pack(&tar_gz(&entries), false).unwrap_err().to_string();
             assert!(e.contains(expected), "{entries:?}: {e}");
         }
-        assert!(matches!(pack(&tar_gz(&[("d/", 'd', "")]), false), Err(PackError::Empty)));
+        assert!(matches!(
+            pack(&tar_gz(&[("d/", 'd', "")]), false),
+            Err(PackError::Empty)
+        ));
     }
 
     #[test]
@@ -560,7 +578,8 @@ mod tests {
         ));
         let many: Vec<(String, char, &str)> =
             (0..200).map(|i| (format!("f{i}"), 'f', "x")).collect();
-        let many: Vec<(&str, char, &str)> = many.iter().map(|(n, k, c)| (n.as_str(), *k, *c)).collect();
+        let many: Vec<(&str, char, &str)> =
+            many.iter().map(|(n, k, c)| (n.as_str(), *k, *c)).collect();
         assert!(matches!(
             pack(&tar_gz(&many), false),
             Err(PackError::TooManyEntries(100))
@@ -569,7 +588,10 @@ mod tests {
 
     #[test]
     fn formats_by_name() {
-        assert!(matches!(Format::from_name("x.tar.gz"), Some(Ok(Format::TarGz))));
+        assert!(matches!(
+            Format::from_name("x.tar.gz"),
+            Some(Ok(Format::TarGz))
+        ));
         assert!(matches!(Format::from_name("tgz"), Some(Ok(Format::TarGz))));
         assert!(matches!(Format::from_name("m.ZIP"), Some(Ok(Format::Zip))));
         assert!(matches!(Format::from_name("x.tar.xz"), Some(Err(_))));

@@ -102,7 +102,11 @@ impl ModuleStore {
     }
 
     /// The record of a cached module version.
-    pub async fn record(&self, addr: &ModuleAddr, version: &Version) -> Result<Option<ModuleRecord>> {
+    pub async fn record(
+        &self,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<Option<ModuleRecord>> {
         let key = (addr.clone(), version.clone());
         if let Some(rec) = self.records.get(&key) {
             return Ok(Some((*rec).clone()));

@@ -79,13 +79,19 @@ impl Mirror {
 
     /// The version list: memory, then the store, then the origin, under the same freshness
     /// rules as provider version lists (see [`Mirror::list_freshness`]).
-    pub async fn module_version_list(self: &Arc<Self>, addr: &ModuleAddr) -> Result<Arc<ModuleVersions>> {
+    pub async fn module_version_list(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+    ) -> Result<Arc<ModuleVersions>> {
         let cached = match self.modules.versions.get(addr).await {
             Some(rec) => Some(rec),
             None => match self.modules.read_versions(addr).await {
                 Some(rec) => {
                     let rec = Arc::new(rec);
-                    self.modules.versions.insert(addr.clone(), rec.clone()).await;
+                    self.modules
+                        .versions
+                        .insert(addr.clone(), rec.clone())
+                        .await;
                     Some(rec)
                 }
                 None => None,
@@ -243,13 +249,19 @@ impl Mirror {
 
     /// Fetches a module version's package from wherever its origin's download answer says,
     /// repacks it, and commits it to the store with its record.
-    async fn fetch_module(self: &Arc<Self>, addr: &ModuleAddr, version: &Version) -> Result<ModuleRecord> {
+    async fn fetch_module(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<ModuleRecord> {
         let location = self
             .upstream
             .module_location(addr, version)
             .await?
             .ok_or_else(|| {
-                Error::NotFound(format!("the origin registry has no module {addr} {version}"))
+                Error::NotFound(format!(
+                    "the origin registry has no module {addr} {version}"
+                ))
             })?;
         let modules = &self.settings.modules;
         let scratch = self
@@ -316,8 +328,10 @@ impl Mirror {
         let sub = subdir.clone();
         let what = format!("module {addr} {version}");
         let digest = tokio::task::spawn_blocking(move || -> Result<(String, u64)> {
-            std::fs::create_dir(&unpacked).map_err(|e| Error::io("creating a scratch directory", e))?;
-            let file = std::fs::File::create(&out_path).map_err(|e| Error::io("writing a package", e))?;
+            std::fs::create_dir(&unpacked)
+                .map_err(|e| Error::io("creating a scratch directory", e))?;
+            let file =
+                std::fs::File::create(&out_path).map_err(|e| Error::io("writing a package", e))?;
             let mut hashing = HashingWriter::new(std::io::BufWriter::new(file));
             crate::package::repack(
                 &input_path,
@@ -329,8 +343,11 @@ impl Mirror {
                 &mut hashing,
             )
             .map_err(|e| Error::Verification(format!("{what}: the package {e}")))?;
-            let (sha256, size, file) = hashing.finish().map_err(|e| Error::io("writing a package", e))?;
-            file.sync_all().map_err(|e| Error::io("syncing a package", e))?;
+            let (sha256, size, file) = hashing
+                .finish()
+                .map_err(|e| Error::io("writing a package", e))?;
+            file.sync_all()
+                .map_err(|e| Error::io("syncing a package", e))?;
             Ok((sha256, size))
         })
         .await
@@ -371,7 +388,13 @@ impl Mirror {
         let max = self.settings.modules.max_archive_size;
         let download = self
             .upstream
-            .download(&addr.hostname, Operation::ModuleArchive, url, max, "modules.max_archive_size")
+            .download(
+                &addr.hostname,
+                Operation::ModuleArchive,
+                url,
+                max,
+                "modules.max_archive_size",
+            )
             .await?;
         let (staged, file) = self
             .staging
@@ -435,7 +458,9 @@ impl Mirror {
         let (addr, version) = (addr.clone(), version.clone());
         let (url, reference, commit) = (url.clone(), reference.clone(), commit.clone());
         tokio::spawn(async move {
-            let Ok(url) = url::Url::parse(&url) else { return };
+            let Ok(url) = url::Url::parse(&url) else {
+                return;
+            };
             let Ok(scratch) = this.staging.scratch_dir() else {
                 return;
             };
@@ -450,7 +475,9 @@ impl Mirror {
                     "the module's git reference moved upstream; the cache keeps the commit it was fetched at"
                 ),
                 Ok(_) => {}
-                Err(e) => tracing::debug!(module = %addr, "cannot check the module's git reference: {e}"),
+                Err(e) => {
+                    tracing::debug!(module = %addr, "cannot check the module's git reference: {e}")
+                }
             }
         });
     }

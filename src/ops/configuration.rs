@@ -138,7 +138,10 @@ pub fn read_configuration_with(
                             addr,
                             constraints: Constraints::parse(call.version.as_deref().unwrap_or(""))
                                 .map_err(|e| format!("{via}version: {e}"))?,
-                            installed: record.version.as_deref().and_then(|v| Version::parse_lenient(v).ok()),
+                            installed: record
+                                .version
+                                .as_deref()
+                                .and_then(|v| Version::parse_lenient(v).ok()),
                             from: file.display().to_string(),
                         });
                     }
@@ -916,11 +919,32 @@ module "inner" { source = "../inner" }
             r#"resource "null_resource" "x" {}"#,
         );
 
+        // Not installed: the registry module is reported, to be fetched and read by the caller;
+        // the rest is read as usual.
+        let fresh = read_configuration(root, Tool::Terraform).unwrap();
+        assert_eq!(fresh.providers.len(), 3, "{fresh:?}");
+        let [vpc] = fresh.modules.as_slice() else {
+            panic!("one registry module: {fresh:?}");
+        };
+        assert_eq!(
+            vpc.addr.to_string(),
+            "registry.terraform.io/example/vpc/aws"
+        );
+        assert_eq!(vpc.constraints.to_string(), "1.2.3");
+        assert!(vpc.installed.is_none());
+        // A source that is not a registry address must be installed, as Terraform requires.
+        let main = std::fs::read_to_string(root.join("main.tf")).unwrap();
+        write(
+            root,
+            "main.tf",
+            &main.replace("example/vpc/aws", "git::https://example.com/vpc.git"),
+        );
         let missing = read_configuration(root, Tool::Terraform).unwrap_err();
         assert!(
             missing.contains("module.vpc") && missing.contains("terraform init"),
             "{missing}"
         );
+        write(root, "main.tf", &main);
 
         write(
             root,
@@ -975,10 +999,19 @@ module "inner" { source = "../inner" }
         let manifest = root.join("tfdata/modules/modules.json");
         let text = std::fs::read_to_string(&manifest).unwrap();
         std::fs::write(&manifest, text.replace(".terraform/", "tfdata/")).unwrap();
-        assert!(read_configuration_with(root, Path::new(".terraform"), Tool::Terraform).is_err());
+        let not_there =
+            read_configuration_with(root, Path::new(".terraform"), Tool::Terraform).unwrap();
+        assert!(not_there.modules[0].installed.is_none());
         let elsewhere =
             read_configuration_with(root, Path::new("tfdata"), Tool::Terraform).unwrap();
-        assert_eq!(elsewhere.len(), 4);
+        assert_eq!(elsewhere.providers.len(), 4);
+        assert_eq!(
+            elsewhere.modules[0]
+                .installed
+                .as_ref()
+                .map(|v| v.to_string()),
+            Some("1.2.3".to_string())
+        );
     }
 
     #[test]

@@ -240,7 +240,13 @@ mod tests {
             r#"[{"source": "acme/foo", "versions": ">= 1"}]"#,
         )
         .unwrap();
-        assert_eq!(read_input(&json_path, Tool::Terraform).unwrap().providers.len(), 1);
+        assert_eq!(
+            read_input(&json_path, Tool::Terraform)
+                .unwrap()
+                .providers
+                .len(),
+            1
+        );
 
         std::fs::write(
             &json_path,

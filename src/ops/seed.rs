@@ -326,12 +326,8 @@ async fn read_package(
         Some(sub) => root.join(sub),
         None => root,
     };
-    super::configuration::read_configuration_with(
-        &dir,
-        std::path::Path::new(".terraform"),
-        tool,
-    )
-    .map_err(|e| format!("reading the module's configuration: {e}"))
+    super::configuration::read_configuration_with(&dir, std::path::Path::new(".terraform"), tool)
+        .map_err(|e| format!("reading the module's configuration: {e}"))
 }
 
 /// Runs `provender seed`.
@@ -339,8 +335,8 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let platforms = super::select_platforms(&settings, &args.platforms)?;
     let tool = args.tool.unwrap_or(settings.tool);
-    let inputs = inputs::read_all(&args.inputs, &args.providers, &args.modules, tool)
-        .map_err(usage)?;
+    let inputs =
+        inputs::read_all(&args.inputs, &args.providers, &args.modules, tool).map_err(usage)?;
     if inputs.providers.is_empty() && inputs.modules.is_empty() {
         return Err(usage(
             "nothing to seed: give configuration directories, lock files, provider lists, \
@@ -368,7 +364,10 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
             human_bytes(sum(&modules.added)),
             modules.present.len()
         );
-        for (title, list) in [("added", &modules.added), ("already present", &modules.present)] {
+        for (title, list) in [
+            ("added", &modules.added),
+            ("already present", &modules.present),
+        ] {
             if !list.is_empty() {
                 println!("{title} ({}):", list.len());
                 for (label, size) in list.iter() {

@@ -147,12 +147,15 @@ pub fn parse_module_versions(body: &[u8]) -> Result<ModuleVersionList, DocumentE
         return Ok(ModuleVersionList::default());
     };
     let Some(Value::Array(entries)) = first.get("versions") else {
-        return Err(doc_err("module version list: modules[0] has no \"versions\" array"));
+        return Err(doc_err(
+            "module version list: modules[0] has no \"versions\" array",
+        ));
     };
     let mut out = ModuleVersionList::default();
     for (i, entry) in entries.iter().enumerate() {
         let Some(text) = entry.get("version").and_then(Value::as_str) else {
-            out.skipped.push(format!("versions[{i}]: no \"version\" string"));
+            out.skipped
+                .push(format!("versions[{i}]: no \"version\" string"));
             continue;
         };
         let text = text.strip_prefix(['v', 'V']).unwrap_or(text);

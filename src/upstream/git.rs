@@ -164,7 +164,9 @@ impl Upstream {
         limits: &GitLimits,
     ) -> Result<GitFetch> {
         let started = Instant::now();
-        let result = self.git_fetch_inner(host, url, reference, workdir, limits).await;
+        let result = self
+            .git_fetch_inner(host, url, reference, workdir, limits)
+            .await;
         self.observe(host, Operation::Git, started);
         let outcome = match &result {
             Ok(_) => Outcome::Ok,
@@ -196,7 +198,10 @@ impl Upstream {
         ];
         match &self.settings.proxy {
             Some(proxy) => config.push(format!("http.proxy={}", proxy.0)),
-            None if url.host().is_some_and(|h| matches!(h, url::Host::Domain(_))) => {
+            None if url
+                .host()
+                .is_some_and(|h| matches!(h, url::Host::Domain(_))) =>
+            {
                 // Connect exactly where the address policy says this name may go.
                 let found = self.resolver.lookup(&name).await.map_err(|e| {
                     if e.kind() == std::io::ErrorKind::PermissionDenied {
@@ -223,7 +228,10 @@ impl Upstream {
             None => {}
         }
         if let Some(ca) = &self.settings.ca_file {
-            config.push(format!("http.sslCAInfo={}", bundle_with(ca, workdir)?.display()));
+            config.push(format!(
+                "http.sslCAInfo={}",
+                bundle_with(ca, workdir)?.display()
+            ));
         }
         let allow_protocols = if self.net_policy.http_hosts.contains(&name) {
             "https:http"
@@ -256,17 +264,29 @@ impl Upstream {
     ) -> Result<GitFetch> {
         let deadline = Instant::now() + limits.timeout;
         let (git, url) = self.git_for(host, url, workdir, limits).await?;
-        git.run(&["init", "--quiet", "--bare"], deadline, &url).await?;
+        git.run(&["init", "--quiet", "--bare"], deadline, &url)
+            .await?;
         let wanted = reference.unwrap_or("HEAD");
         let shallow = git
             .run(
-                &["fetch", "--quiet", "--no-tags", "--depth", "1", url.as_str(), wanted],
+                &[
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--depth",
+                    "1",
+                    url.as_str(),
+                    wanted,
+                ],
                 deadline,
                 &url,
             )
             .await;
         let commit = match shallow {
-            Ok(_) => git.run(&["rev-parse", "FETCH_HEAD^{commit}"], deadline, &url).await?,
+            Ok(_) => {
+                git.run(&["rev-parse", "FETCH_HEAD^{commit}"], deadline, &url)
+                    .await?
+            }
             Err(e @ (UpstreamError::TooLarge(_) | UpstreamError::Timeout(_))) => return Err(e),
             // An abbreviated commit cannot be fetched by name: take every branch and tag, as
             // go-getter's full clone would, and look it up.
@@ -312,7 +332,11 @@ impl Upstream {
             )));
         }
         if git
-            .run(&["cat-file", "-e", &format!("{commit}:.gitmodules")], deadline, &url)
+            .run(
+                &["cat-file", "-e", &format!("{commit}:.gitmodules")],
+                deadline,
+                &url,
+            )
             .await
             .is_ok()
         {
@@ -322,8 +346,12 @@ impl Upstream {
         }
         let tar = workdir.join("tree.tar");
         let out = tar.display().to_string();
-        git.run(&["archive", "--format=tar", "-o", &out, &commit], deadline, &url)
-            .await?;
+        git.run(
+            &["archive", "--format=tar", "-o", &out, &commit],
+            deadline,
+            &url,
+        )
+        .await?;
         Ok(GitFetch { commit, tar })
     }
 }

@@ -101,7 +101,10 @@ impl Location {
             unsupported("it is not a URL (local paths and registry addresses are not packages)")
         })?;
         if !matches!(url.scheme(), "https" | "http") {
-            return Err(unsupported(&format!("scheme {:?} is not https", url.scheme())));
+            return Err(unsupported(&format!(
+                "scheme {:?} is not https",
+                url.scheme()
+            )));
         }
         let (strip_top, subdir) = match subdir.as_deref() {
             Some("*") => (true, None),
@@ -141,7 +144,9 @@ impl Location {
         let sha256 = match checksum {
             None => None,
             Some(c) => match c.split_once(':') {
-                Some(("sha256", hex)) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some(("sha256", hex))
+                    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
+                {
                     Some(hex.to_ascii_lowercase())
                 }
                 _ => return Err(unsupported(&format!("checksum {c:?} is not sha256:<hex>"))),
@@ -377,7 +382,10 @@ mod tests {
             url.as_str(),
             "https://registry.example/v1/modules/acme/vpc/aws/1.0.0/files/vpc.tar.gz?x=1"
         );
-        assert_eq!((format, subdir.as_deref(), strip_top, sha256), (Format::TarGz, Some("modules/a"), false, None));
+        assert_eq!(
+            (format, subdir.as_deref(), strip_top, sha256),
+            (Format::TarGz, Some("modules/a"), false, None)
+        );
         let Location::Archive { strip_top, url, .. } =
             parse("https://codeload.example/o/r/tar.gz/v1//*?archive=tar.gz").unwrap()
         else {
@@ -409,7 +417,10 @@ mod tests {
         else {
             panic!("git");
         };
-        assert_eq!((url.as_str(), subdir.as_deref()), ("https://github.com/acme/repo", Some("sub")));
+        assert_eq!(
+            (url.as_str(), subdir.as_deref()),
+            ("https://github.com/acme/repo", Some("sub"))
+        );
     }
 
     #[test]

@@ -104,8 +104,14 @@ impl Upstream {
         let url = Url::parse(url)
             .map_err(|e| UpstreamError::BadDocument(format!("invalid archive URL {url:?}: {e}")))?;
         let max = self.settings.max_archive_size;
-        self.download(host, Operation::Archive, &url, max, "upstream.max_archive_size")
-            .await
+        self.download(
+            host,
+            Operation::Archive,
+            &url,
+            max,
+            "upstream.max_archive_size",
+        )
+        .await
     }
 
     /// Starts a download of `url` (for registry `host`: its token goes only to that host) and

@@ -343,7 +343,8 @@ async fn configurations_are_read_as_terraform_reads_them() {
         dir.path(),
         provender::config::Tool::Terraform,
     )
-    .unwrap();
+    .unwrap()
+    .providers;
 
     // `terraform get` installs local modules without the network, then `terraform providers`
     // prints the tree: `provider[ADDRESS] CONSTRAINT` per module.
