@@ -8,6 +8,25 @@ use prometheus::{
     IntGaugeVec, Opts, Registry,
 };
 
+/// Every `reason` of `provender_verification_failures_total`.
+pub const VERIFICATION_REASONS: [&str; 15] = [
+    "archive_checksum",
+    "shasums_mismatch",
+    "shasums_missing",
+    "unusable_zip",
+    "signature_invalid",
+    "signature_unknown_key",
+    "signature_malformed",
+    "signature_missing_keys",
+    "signing_key_invalid",
+    "trust_signature_invalid",
+    "signature_not_hashicorp",
+    "cached_archive_mismatch",
+    "module_checksum",
+    "unusable_module_package",
+    "cached_module_mismatch",
+];
+
 /// Every metric the mirror exports.
 pub struct Metrics {
     registry: Registry,
@@ -26,6 +45,8 @@ pub struct Metrics {
     pub archive_responses: IntCounterVec,
     pub cache_write_errors: IntCounter,
     pub cache_evictions: IntCounter,
+    pub cache_max_size: IntGauge,
+    pub fills_in_flight: IntGauge,
     pub hash_duration: Histogram,
     pub tls_not_after: IntGauge,
     pub tls_reloads: IntCounterVec,
@@ -114,6 +135,16 @@ impl Metrics {
                 "Archives removed to keep the cache within cache.max_size.",
             )
             .unwrap(),
+            cache_max_size: IntGauge::new(
+                "provender_cache_max_size_bytes",
+                "cache.max_size in bytes (0: no limit).",
+            )
+            .unwrap(),
+            fills_in_flight: IntGauge::new(
+                "provender_fills_in_flight",
+                "Archive downloads from origins in progress.",
+            )
+            .unwrap(),
             hash_duration: Histogram::with_opts(
                 HistogramOpts::new("provender_h1_hash_duration_seconds", "Time to compute an archive's h1 hash.")
                     .buckets(vec![0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
@@ -156,7 +187,39 @@ impl Metrics {
         r.register(Box::new(m.cache_evictions.clone())).unwrap();
         r.register(Box::new(m.tls_not_after.clone())).unwrap();
         r.register(Box::new(m.tls_reloads.clone())).unwrap();
+        r.register(Box::new(m.cache_max_size.clone())).unwrap();
+        r.register(Box::new(m.fills_in_flight.clone())).unwrap();
+        m.start_at_zero();
         m
+    }
+
+    /// Creates the series whose label values are known in advance, at 0, so that dashboards
+    /// and alerts see a 0 rather than no series until something happens.
+    fn start_at_zero(&self) {
+        for (kind, results) in [
+            ("index", &["hit", "miss", "stale", "negative_hit"][..]),
+            ("version", &["hit", "miss"][..]),
+            ("archive", &["hit", "miss", "joined"][..]),
+            (
+                "module_versions",
+                &["hit", "miss", "stale", "negative_hit"][..],
+            ),
+            ("module_archive", &["hit", "miss", "joined"][..]),
+        ] {
+            for result in results {
+                self.cache_lookups.with_label_values(&[kind, result]);
+            }
+        }
+        for reason in VERIFICATION_REASONS {
+            self.verification_failures.with_label_values(&[reason]);
+        }
+        for trust in crate::trust::SignatureKind::ALL {
+            self.archive_responses.with_label_values(&[trust.as_str()]);
+        }
+        self.policy_refusals.with_label_values(&["min_trust"]);
+        for result in ["ok", "error"] {
+            self.tls_reloads.with_label_values(&[result]);
+        }
     }
 
     /// Records one cache lookup.

@@ -136,6 +136,9 @@ impl Mirror {
         let modules = ModuleStore::new(storage, entries);
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?;
         let budget = settings.cache.max_size.map(Budget::new);
+        metrics
+            .cache_max_size
+            .set(settings.cache.max_size.unwrap_or(0) as i64);
         Ok(Arc::new(Mirror {
             settings,
             upstream,

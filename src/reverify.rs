@@ -9,12 +9,15 @@
 //! verifies a fresh copy. Each one is logged as an error and counted in
 //! `provender_verification_failures_total{reason="cached_archive_mismatch"}`.
 //!
+//! Module packages are re-hashed the same way against their records
+//! (`reason="cached_module_mismatch"`).
+//!
 //! `provender verify` does the same on demand (and also re-computes `h1:`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::cache::Archives;
+use crate::cache::{Archives, StoredModule};
 use crate::hash::HashingReader;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
@@ -82,7 +85,58 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
             }
         }
     }
+    for module in mirror.module_store().list().await? {
+        report.checked += 1;
+        let Some(problem) = module_problem(mirror, &module).await else {
+            continue;
+        };
+        metrics
+            .verification_failures
+            .with_label_values(&["cached_module_mismatch"])
+            .inc();
+        match mirror
+            .module_store()
+            .quarantine(&module.addr, &module.version)
+            .await
+        {
+            Ok(Some(to)) => {
+                report.quarantined += 1;
+                tracing::error!(module = %module.addr, version = %module.version, "cached module package failed re-verification ({problem}); quarantined to {to}");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(module = %module.addr, version = %module.version, "cached module package failed re-verification ({problem}) and could not be quarantined: {e}")
+            }
+        }
+    }
     Ok(report)
+}
+
+/// Why a cached module package no longer matches its record, or `None` when it does.
+pub async fn module_problem(mirror: &Mirror, module: &StoredModule) -> Option<String> {
+    let Some(rec) = &module.record else {
+        return Some("no readable record beside the package".into());
+    };
+    let object = match mirror
+        .module_store()
+        .open(&module.addr, &module.version)
+        .await
+    {
+        Ok(Some((_, object))) => object,
+        Ok(None) => {
+            return Some(format!(
+                "{} bytes, its record says {}",
+                module.size, rec.size
+            ));
+        }
+        Err(e) => return Some(format!("cannot read it: {e}")),
+    };
+    let mut hashing = HashingReader::new(object.into_reader());
+    if let Err(e) = tokio::io::copy(&mut hashing, &mut tokio::io::sink()).await {
+        return Some(format!("cannot read it: {e}"));
+    }
+    let sha = hashing.finish();
+    (sha != rec.sha256).then(|| format!("SHA-256 is {sha}, its record says {}", rec.sha256))
 }
 
 /// `Ok(Some(why))` when the archive no longer matches `info` (its record, as listed) or the

@@ -274,6 +274,7 @@ impl Mirror {
         }
         let fill = Arc::new(Fill::new(key.clone(), pkg.shasum.clone(), trust));
         fills.insert(key.clone(), fill.clone());
+        self.metrics.fills_in_flight.inc();
         tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone()));
         (fill, true)
     }
@@ -320,6 +321,7 @@ impl Mirror {
             .lock()
             .expect("fill table lock")
             .remove(&fill.key);
+        self.metrics.fills_in_flight.dec();
         fill.update(|p| {
             if p.streamed.is_none() {
                 p.streamed = Some(result.clone());

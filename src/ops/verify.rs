@@ -75,25 +75,7 @@ async fn verify_modules(
     let mut failed = Vec::new();
     for m in &listed {
         let what = format!("module {} {}", m.addr, m.version);
-        let problem = match &m.record {
-            None => Some("no readable record beside the package".to_string()),
-            Some(rec) => match mirror.module_store().open(&m.addr, &m.version).await {
-                Ok(None) => Some(format!("{} bytes, its record says {}", m.size, rec.size)),
-                Err(e) => Some(format!("cannot read it: {e}")),
-                Ok(Some((_, object))) => {
-                    let mut hashing = crate::hash::HashingReader::new(object.into_reader());
-                    match tokio::io::copy(&mut hashing, &mut tokio::io::sink()).await {
-                        Err(e) => Some(format!("cannot read it: {e}")),
-                        Ok(_) => {
-                            let sha = hashing.finish();
-                            (sha != rec.sha256).then(|| {
-                                format!("SHA-256 is {sha}, its record says {}", rec.sha256)
-                            })
-                        }
-                    }
-                }
-            },
-        };
+        let problem = crate::reverify::module_problem(mirror, m).await;
         let Some(why) = problem else { continue };
         let outcome = if no_quarantine {
             "left in place (--no-quarantine)".to_string()
