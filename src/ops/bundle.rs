@@ -54,6 +54,47 @@ pub struct Manifest {
     /// Unix seconds when the bundle was made.
     pub created_at: u64,
     pub versions: Vec<BundleVersion>,
+    /// Module packages, each with its record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<BundleModule>,
+}
+
+/// One module version's package in a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleModule {
+    /// `host/namespace/name/system`.
+    pub source: String,
+    pub version: Version,
+    /// Path inside the bundle ([`module_path`]).
+    pub path: String,
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the package.
+    pub sha256: String,
+    /// Where the exporting site fetched it from.
+    pub record: crate::records::ModuleRecord,
+}
+
+/// Where module packages live inside a bundle.
+pub const MODULES_DIR: &str = "provender-modules";
+
+/// Path of a module package inside a bundle.
+pub fn module_path(addr: &crate::address::ModuleAddr, version: &Version) -> String {
+    format!(
+        "{MODULES_DIR}/{addr}/{version}/{}",
+        crate::address::MODULE_ARCHIVE
+    )
+}
+
+/// Parses a manifest module `source`, which must be the full `host/namespace/name/system` form.
+pub fn parse_module_source(source: &str) -> Result<crate::address::ModuleAddr, String> {
+    let addr = crate::address::ModuleAddr::parse_in(source, "-").map_err(|e| e.to_string())?;
+    if addr.to_string() != source {
+        return Err(format!(
+            "module source {source:?} is not in canonical host/namespace/name/system form"
+        ));
+    }
+    Ok(addr)
 }
 
 /// One provider version in a bundle.
@@ -177,6 +218,7 @@ impl Manifest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
     Archive { v: usize, a: usize },
+    Module { m: usize },
     Document(Vec<u8>),
     Sums { v: usize, s: usize, signature: bool },
 }
@@ -201,6 +243,26 @@ impl Manifest {
             }
             check_version_entry(&addr, v).map_err(|e| format!("{at}: {e}"))?;
         }
+        let mut modules = BTreeSet::new();
+        for m in &manifest.modules {
+            let at = format!("module {} {}", m.source, m.version);
+            let addr = parse_module_source(&m.source)?;
+            if !modules.insert((addr.clone(), m.version.clone())) {
+                return Err(format!("{at} is listed twice"));
+            }
+            if m.path != module_path(&addr, &m.version) {
+                return Err(format!(
+                    "{at}: path {:?} is not where the layout puts it",
+                    m.path
+                ));
+            }
+            if m.sha256.len() != 64 || !m.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("{at}: sha256 {:?} is not 64 hex digits", m.sha256));
+            }
+            if m.record.sha256 != m.sha256 || m.record.size != m.size {
+                return Err(format!("{at}: its record describes another package"));
+            }
+        }
         Ok(manifest)
     }
 
@@ -224,6 +286,9 @@ impl Manifest {
         }
         for (path, doc) in self.mirror_documents()? {
             expected.insert(path, Expect::Document(doc));
+        }
+        for (mi, m) in self.modules.iter().enumerate() {
+            expected.insert(m.path.clone(), Expect::Module { m: mi });
         }
         Ok(expected)
     }
@@ -301,17 +366,24 @@ pub struct Head {
 /// (version, file, signature?) -> bytes, each matching the manifest's SHA-256.
 pub type SumsFiles = HashMap<(usize, usize, bool), Vec<u8>>;
 
+/// A bundle entry the caller checks itself: a provider archive (its manifest entry, version
+/// `v`, archive `a`) or a module package (its manifest entry, index `m`).
+pub enum Payload<'a> {
+    Archive(&'a BundleArchive, usize, usize),
+    Module(&'a BundleModule, usize),
+}
+
 /// Reads a bundle from `reader`, checking every entry against its manifest: documents byte for
-/// byte, checksum files by SHA-256, and each archive through `archive(entry, v, a, body)` (the
-/// manifest's entry for it, version `v`, archive `a`), which must check it against the entry. `head` sees the manifest and its signature before any
-/// other entry is read; an error from it stops the walk. Problems are pushed to `failed` as
+/// byte, checksum files by SHA-256, and each archive and module package through
+/// `payload(which, body)`, which must check it against its manifest entry. `head` sees the
+/// manifest and its signature before any other entry is read; an error from it stops the walk. Problems are pushed to `failed` as
 /// (what, why); the walk goes on where it can, so one run reports them all. Returns the head
 /// and the checksum files when the head could be read.
 pub fn walk(
     reader: impl Read,
     failed: &mut Vec<(String, String)>,
     head: impl FnOnce(&Head) -> Result<(), String>,
-    mut archive: impl FnMut(&BundleArchive, usize, usize, &mut dyn Read) -> Result<(), String>,
+    mut payload: impl FnMut(Payload<'_>, &mut dyn Read) -> Result<(), String>,
 ) -> Option<(Head, SumsFiles)> {
     let mut tar = tar::Archive::new(reader);
     let mut entries = match tar.entries() {
@@ -437,10 +509,12 @@ pub fn walk(
                     }
                 })
             }
-            Expect::Archive { v, a } => archive(
-                &head_read.manifest.versions[v].archives[a],
-                v,
-                a,
+            Expect::Archive { v, a } => payload(
+                Payload::Archive(&head_read.manifest.versions[v].archives[a], v, a),
+                &mut entry,
+            ),
+            Expect::Module { m } => payload(
+                Payload::Module(&head_read.manifest.modules[m], m),
                 &mut entry,
             ),
         };

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::bundle::{self, BundleArchive, BundleSums, BundleVersion, Manifest, MirrorEntry};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::StoredArchive;
+use crate::cache::{StoredArchive, StoredModule};
 use crate::constraints::Constraints;
 use crate::mirror::Mirror;
 use crate::records::{ArchiveInfo, ArchiveKey};
@@ -31,6 +31,14 @@ pub struct ExportArgs {
     /// Export only these providers, as SOURCE[@CONSTRAINT] (repeatable; default: everything).
     #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
     pub providers: Vec<String>,
+    /// Bundles only: export only these modules, as SOURCE[@CONSTRAINT] (repeatable; default:
+    /// every cached module when no --provider is given either, else none).
+    #[arg(
+        long = "module",
+        value_name = "SOURCE[@CONSTRAINT]",
+        requires = "bundle"
+    )]
+    pub modules: Vec<String>,
     /// Export only these platforms (repeatable; default: every cached platform).
     #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
     pub platforms: Vec<Platform>,
@@ -96,6 +104,38 @@ async fn select(
     Ok(out)
 }
 
+/// The cached module versions a bundle carries: those matching `filters` (every one without).
+async fn select_modules(
+    mirror: &Arc<Mirror>,
+    filters: &[(crate::address::ModuleAddr, Constraints)],
+    failed: &mut Vec<(String, String)>,
+) -> Result<Vec<StoredModule>, OpsError> {
+    let listed = mirror
+        .module_store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
+    let mut out = Vec::new();
+    for m in listed {
+        let wanted = filters.is_empty()
+            || filters
+                .iter()
+                .any(|(a, c)| a == &m.addr && (c.is_empty() || c.allows(&m.version)));
+        if !wanted {
+            continue;
+        }
+        if m.record.is_none() {
+            failed.push((
+                format!("module {} {}", m.addr, m.version),
+                "cached package has no readable record (run provender verify)".into(),
+            ));
+            continue;
+        }
+        out.push(m);
+    }
+    Ok(out)
+}
+
 /// Runs `provender export`.
 pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
@@ -117,10 +157,24 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         ),
         _ => None,
     };
+    let mut module_filters = Vec::new();
+    for m in &args.modules {
+        let w = super::inputs::parse_module_arg(m, settings.tool).map_err(usage)?;
+        module_filters.push((w.addr, w.constraints));
+    }
     let (mirror, _) = super::open_mirror(settings)?;
     let mut failed = Vec::new();
-    let selection = select(&mirror, &filters, &args.platforms, &mut failed).await?;
-    if selection.is_empty() && failed.is_empty() {
+    let selection = if filters.is_empty() && !module_filters.is_empty() {
+        Selection::new()
+    } else {
+        select(&mirror, &filters, &args.platforms, &mut failed).await?
+    };
+    let modules = if args.bundle.is_some() && (filters.is_empty() || !module_filters.is_empty()) {
+        select_modules(&mirror, &module_filters, &mut failed).await?
+    } else {
+        Vec::new()
+    };
+    if selection.is_empty() && modules.is_empty() && failed.is_empty() {
         return Err(usage(
             "nothing to export: the cache holds no archive matching the filters",
         ));
@@ -130,7 +184,10 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         .flatten()
         .fold((0, 0), |(n, b), c| (n + 1, b + c.info.size));
     let written = match (&args.bundle, &args.dir) {
-        (Some(file), _) => write_bundle(&mirror, &selection, file, bytes, site_key.as_ref()).await,
+        (Some(file), _) => {
+            let site_key = site_key.as_ref();
+            write_bundle(&mirror, &selection, &modules, file, bytes, site_key).await
+        }
         (None, Some(dir)) => write_dir(&mirror, &selection, dir, bytes, &mut failed).await,
         (None, None) => return Err(usage("give a directory or --bundle FILE")),
     };
@@ -149,6 +206,12 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                          --signing-key): importers must pass --allow-unverified. Make a site \
                          key with `provender keygen`."
                     ),
+                }
+            }
+            if !modules.is_empty() {
+                println!("  and {} module versions:", modules.len());
+                for m in &modules {
+                    println!("  module {} {}", m.addr, m.version);
                 }
             }
             for ((addr, version), chosen) in &selection {
@@ -255,6 +318,7 @@ async fn write_dir(
 async fn write_bundle(
     mirror: &Arc<Mirror>,
     selection: &Selection,
+    modules: &[StoredModule],
     file: &Path,
     bytes: u64,
     site_key: Option<&SiteKey>,
@@ -265,6 +329,20 @@ async fn write_bundle(
         format_version: bundle::FORMAT_VERSION,
         created_at: crate::cache::now_secs(),
         versions: Vec::new(),
+        modules: modules
+            .iter()
+            .filter_map(|m| {
+                let record = m.record.clone()?;
+                Some(bundle::BundleModule {
+                    source: m.addr.to_string(),
+                    version: m.version.clone(),
+                    path: bundle::module_path(&m.addr, &m.version),
+                    size: record.size,
+                    sha256: record.sha256.clone(),
+                    record,
+                })
+            })
+            .collect(),
     };
     let mut sums_files: Vec<(String, Vec<u8>)> = Vec::new();
     for ((addr, version), chosen) in selection {
@@ -387,6 +465,26 @@ async fn write_bundle(
             }
         }
         bar.finish_and_clear();
+        for m in &manifest.modules {
+            let addr = bundle::parse_module_source(&m.source)?;
+            let what = format!("module {} {}", m.source, m.version);
+            let (_, object) = mirror
+                .module_store()
+                .open(&addr, &m.version)
+                .await
+                .map_err(|e| format!("{what}: {e}"))?
+                .ok_or_else(|| format!("{what} vanished from the cache"))?;
+            let sha = tar
+                .append(&m.path, m.size, &mut object.into_reader())
+                .await
+                .map_err(|e| format!("{what}: {e}"))?;
+            if sha != m.sha256 {
+                return Err(format!(
+                    "{what}: cached package has SHA-256 {sha}, its record says {} (run provender verify)",
+                    m.sha256
+                ));
+            }
+        }
         for (path, doc) in &sums_files {
             tar.append_bytes(path, doc).await.map_err(io)?;
         }

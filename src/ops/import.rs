@@ -90,6 +90,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let meta = std::fs::metadata(&args.source)
         .map_err(|e| usage(format!("{}: {e}", args.source.display())))?;
     let limits = settings.upstream.hash_limits();
+    let module_limits = settings.modules.limits;
     let rules = Rules {
         trust: settings.trust.clone(),
         trusted_sites: settings.bundles.trusted_site_keys.clone(),
@@ -105,31 +106,33 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let bar = progress(total, "verifying", true);
     let bar2 = bar.clone();
     let handle = tokio::runtime::Handle::current();
-    let (imports, custody, mut failed) = tokio::task::spawn_blocking(move || {
+    let (imports, modules, custody, mut failed) = tokio::task::spawn_blocking(move || {
         let checker = Checker {
             handle: &handle,
             staging: &staging,
             bar: &bar2,
             limits,
+            module_limits,
             rules: &rules,
         };
         let mut failed = Failures::new();
-        let (imports, custody) = if meta.is_dir() {
-            (from_dir(&checker, &source, &mut failed), None)
+        let (imports, modules, custody) = if meta.is_dir() {
+            (from_dir(&checker, &source, &mut failed), Vec::new(), None)
         } else {
             from_bundle(&checker, &source, &mut failed)
         };
-        (imports, custody, failed)
+        (imports, modules, custody, failed)
     })
     .await
     .map_err(|e| OpsError::Failed(anyhow::anyhow!("verification task failed: {e}")))?;
     bar.finish_and_clear();
     let shown = args.source.display();
-    if failed.is_empty() && imports.is_empty() {
+    if failed.is_empty() && imports.is_empty() && modules.is_empty() {
         failed.push((shown.to_string(), "holds no provider archive".into()));
     }
     if failed.is_empty() {
         failed.extend(conflicts(&mirror, &imports).await);
+        failed.extend(module_conflicts(&mirror, &modules).await);
     }
     if !failed.is_empty() {
         println!("import: nothing imported from {shown}; the cache is unchanged");
@@ -143,7 +146,11 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
             .entry(a.info.trust.unwrap_or(SignatureKind::Unverified))
             .or_default() += 1;
     }
-    let (added, present) = match admit(&mirror, imports).await {
+    let admitted = match admit(&mirror, imports).await {
+        Ok(r) => admit_modules(&mirror, modules).await.map(|m| (r, m)),
+        Err(e) => Err(e),
+    };
+    let ((added, present), (modules_added, modules_present)) = match admitted {
         Ok(r) => r,
         Err(e) => {
             println!("import from {shown} stopped: {e}");
@@ -179,10 +186,143 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
             }
         }
     }
+    if !modules_added.is_empty() || !modules_present.is_empty() {
+        println!(
+            "modules: {} added, {} already present",
+            modules_added.len(),
+            modules_present.len()
+        );
+        for m in &modules_added {
+            println!("  module {m}");
+        }
+    }
     for warning in warnings {
         eprintln!("warning: {warning}");
     }
     Ok(Outcome::Success)
+}
+
+/// One module package that passed every check, waiting in the staging area.
+struct VerifiedModule {
+    addr: crate::address::ModuleAddr,
+    version: Version,
+    staged: StagedFile,
+    record: crate::records::ModuleRecord,
+}
+
+/// Stages a module package and checks it: size and SHA-256 against the manifest, then unpacked
+/// and packed again under the same rules as when `serve` fetches a module (hostile entries,
+/// links out of the tree, bombs), which must give back the very same bytes.
+fn check_module(
+    checker: &Checker,
+    reader: &mut dyn Read,
+    meta: &bundle::BundleModule,
+) -> Result<StagedFile, String> {
+    let (file, sha, size) = stage(checker, reader, meta.size)?;
+    if size != meta.size {
+        return Err(format!("{size} bytes, the manifest says {}", meta.size));
+    }
+    if sha != meta.sha256 {
+        return Err(format!(
+            "SHA-256 is {sha}, the manifest says {}",
+            meta.sha256
+        ));
+    }
+    let scratch = checker
+        .staging
+        .scratch_dir()
+        .map_err(|e| format!("creating a scratch directory: {e}"))?;
+    let unpacked = scratch.path().join("unpacked");
+    std::fs::create_dir(&unpacked).map_err(|e| format!("creating a scratch directory: {e}"))?;
+    let mut hasher = Sha256Writer::default();
+    crate::package::repack(
+        file.path(),
+        crate::package::Format::TarGz,
+        &unpacked,
+        false,
+        meta.record.subdir.as_deref(),
+        checker.module_limits,
+        &mut hasher,
+    )
+    .map_err(|e| format!("the package {e}"))?;
+    let again = hasher.finish();
+    if again != sha {
+        return Err(format!(
+            "the package is not in the canonical form (packed again it is {again})"
+        ));
+    }
+    Ok(file)
+}
+
+/// A writer that only computes the SHA-256 of what is written.
+#[derive(Default)]
+struct Sha256Writer(sha2::Sha256);
+
+impl Sha256Writer {
+    fn finish(self) -> String {
+        use sha2::Digest;
+        hex::encode(self.0.finalize())
+    }
+}
+
+impl std::io::Write for Sha256Writer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        use sha2::Digest;
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Module versions the cache already holds with another package: refused before anything is
+/// admitted.
+async fn module_conflicts(mirror: &Arc<Mirror>, modules: &[VerifiedModule]) -> Failures {
+    let mut out = Vec::new();
+    for m in modules {
+        let what = format!("module {} {}", m.addr, m.version);
+        match mirror.module_store().record(&m.addr, &m.version).await {
+            Ok(Some(have)) if have.sha256 != m.record.sha256 => out.push((
+                what,
+                format!(
+                    "the cache holds another package (SHA-256 {}) than the import ({})",
+                    have.sha256, m.record.sha256
+                ),
+            )),
+            Ok(_) => {}
+            Err(e) => out.push((what, format!("reading the cache: {e}"))),
+        }
+    }
+    out
+}
+
+/// Commits verified module packages not already cached; returns those added and those present.
+async fn admit_modules(
+    mirror: &Arc<Mirror>,
+    modules: Vec<VerifiedModule>,
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let (mut added, mut present) = (Vec::new(), Vec::new());
+    for m in modules {
+        let what = format!("{} {}", m.addr, m.version);
+        let store = mirror.module_store();
+        if store
+            .record(&m.addr, &m.version)
+            .await
+            .map_err(|e| format!("module {what}: {e}"))?
+            .is_some()
+        {
+            present.push(what);
+            continue;
+        }
+        store
+            .commit(&m.addr, &m.version, m.staged, &m.record)
+            .await
+            .map_err(|e| format!("storing module {what}: {e}"))?;
+        added.push(what);
+    }
+    Ok((added, present))
 }
 
 /// What this cache takes but its server will not serve: providers of registry hosts outside
@@ -245,6 +385,7 @@ struct Checker<'a> {
     staging: &'a Staging,
     bar: &'a indicatif::ProgressBar,
     limits: HashLimits,
+    module_limits: crate::package::PackLimits,
     rules: &'a Rules,
 }
 
@@ -292,18 +433,19 @@ fn from_bundle(
     checker: &Checker,
     path: &Path,
     failed: &mut Failures,
-) -> (Vec<VersionImport>, Option<Custody>) {
+) -> (Vec<VersionImport>, Vec<VerifiedModule>, Option<Custody>) {
     let shown = path.display().to_string();
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) => {
             failed.push((format!("{shown}: open"), e.to_string()));
-            return (Vec::new(), None);
+            return (Vec::new(), Vec::new(), None);
         }
     };
     let reader = BufReader::with_capacity(256 * 1024, checker.bar.wrap_read(file));
     let mut vouched = None;
     let mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)> = HashMap::new();
+    let mut staged_modules: HashMap<usize, StagedFile> = HashMap::new();
     let mut problems = Failures::new();
     let walked = bundle::walk(
         reader,
@@ -312,26 +454,46 @@ fn from_bundle(
             vouched = Some(custody(checker.rules, head)?);
             Ok(())
         },
-        |entry, v, a, body| {
-            checker.bar.set_message(entry.path.clone());
-            let checked = check_archive(checker, body, entry)?;
-            staged.insert((v, a), checked);
-            Ok(())
+        |payload, body| match payload {
+            bundle::Payload::Archive(entry, v, a) => {
+                checker.bar.set_message(entry.path.clone());
+                let checked = check_archive(checker, body, entry)?;
+                staged.insert((v, a), checked);
+                Ok(())
+            }
+            bundle::Payload::Module(entry, m) => {
+                checker.bar.set_message(entry.path.clone());
+                staged_modules.insert(m, check_module(checker, body, entry)?);
+                Ok(())
+            }
         },
     );
     let at = |what: String| format!("{shown}: {what}");
     failed.extend(problems.into_iter().map(|(what, why)| (at(what), why)));
     let (Some((head, sums)), Some(custody)) = (walked, vouched) else {
-        return (Vec::new(), None);
+        return (Vec::new(), Vec::new(), None);
     };
     if !failed.is_empty() {
-        return (Vec::new(), Some(custody));
+        return (Vec::new(), Vec::new(), Some(custody));
     }
     let out = bundle_versions(checker, &head, sums, staged, &custody, &shown, failed);
     if !failed.is_empty() {
-        return (Vec::new(), Some(custody));
+        return (Vec::new(), Vec::new(), Some(custody));
     }
-    (out, Some(custody))
+    let mut modules = Vec::new();
+    for (mi, m) in head.manifest.modules.iter().enumerate() {
+        let Some(staged) = staged_modules.remove(&mi) else {
+            continue;
+        };
+        let addr = bundle::parse_module_source(&m.source).expect("checked by Manifest::parse");
+        modules.push(VerifiedModule {
+            addr,
+            version: m.version.clone(),
+            staged,
+            record: m.record.clone(),
+        });
+    }
+    (out, modules, Some(custody))
 }
 
 /// Stages one archive and checks size, SHA-256 and `h1:` against its manifest entry.
