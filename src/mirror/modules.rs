@@ -219,6 +219,26 @@ impl Mirror {
         })
     }
 
+    /// What a `HEAD` of a module package answers, without fetching anything: the cached
+    /// package's size and SHA-256.
+    pub async fn module_head(
+        &self,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<super::ArchiveHead> {
+        self.check_module_host(addr)?;
+        match self.modules.record(addr, version).await? {
+            Some(rec) => Ok(super::ArchiveHead {
+                sha256: rec.sha256,
+                size: Some(rec.size),
+                modified: std::time::UNIX_EPOCH + Duration::from_secs(rec.fetched_at),
+            }),
+            None => Err(Error::NotFound(format!(
+                "module {addr} {version} is not cached yet; its download answer (or a GET) fetches it"
+            ))),
+        }
+    }
+
     /// The record of a cached module version, fetching the package first if needed (one
     /// fetch per version, shared with every concurrent request).
     pub async fn module_record(

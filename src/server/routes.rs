@@ -383,6 +383,14 @@ impl App {
                 );
                 resp
             }
+            ModulePath::Archive(addr, version) if req.method() == Method::HEAD => {
+                let mut resp = archive_head_response(req, &m.module_head(&addr, &version).await?);
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/gzip"),
+                );
+                resp
+            }
             ModulePath::Archive(addr, version) => {
                 let package = m.module_package(&addr, &version).await?;
                 let head = ArchiveHead {
