@@ -446,6 +446,10 @@ impl Upstream {
     ) -> Result<reqwest::Response> {
         let deadline = Instant::now() + timeout;
         let mut attempt: u32 = 0;
+        // Every origin host called gets its breaker series, at 0 until its circuit opens.
+        self.metrics
+            .upstream_circuit_open
+            .with_label_values(&[host.as_str()]);
         loop {
             if let Err(rejected) = self.breaker.allow(host.as_str()) {
                 return Err(UpstreamError::CircuitOpen(format!(

@@ -3,8 +3,10 @@
 mod support;
 
 mod custody;
+mod deploy;
 mod integrity;
 mod mirror;
+mod module_fixture_smoke;
 mod operations;
 mod ops;
 mod origin_smoke;
