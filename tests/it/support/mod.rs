@@ -1,7 +1,7 @@
 //! Shared support for the integration tests.
 //!
 //! - [`pki`]: a throw-away certificate authority and server certificates;
-//! - [`origin`]: a fake origin provider registry over real TLS;
+//! - [`origin`]: a fake origin registry (providers, modules, and a git server) over real TLS;
 //! - [`provender`]: provender itself, in this process or as the real binary;
 //! - [`http`]: requests to it, read whole;
 //! - [`tf_config`]: CLI configurations and root modules for the `terraform` CLI;

@@ -1,10 +1,12 @@
-//! A fake origin provider registry served in-process over real TLS.
+//! A fake origin registry served in-process over real TLS.
 //!
 //! [`FakeOrigin`] implements Terraform's remote service discovery and the provider
 //! registry protocol (`providers.v1`) well enough for both provender and the real
-//! `terraform` CLI to install from it:
+//! `terraform` CLI to install from it, and, when started with
+//! [`FakeOrigin::start_with_modules`], the module registry protocol (`modules.v1`) too:
 //!
-//! - `GET /.well-known/terraform.json` answers `{"providers.v1":"/v1/providers/"}`;
+//! - `GET /.well-known/terraform.json` answers `{"providers.v1":"/v1/providers/"}`, plus
+//!   `"modules.v1":"/v1/modules/"` when the origin serves modules;
 //! - `GET /v1/providers/:ns/:type/versions` lists versions, protocols and platforms;
 //! - `GET /v1/providers/:ns/:type/:version/download/:os/:arch` answers the full download
 //!   metadata, with `download_url`, `shasums_url` and `shasums_signature_url` given as
@@ -12,7 +14,18 @@
 //!   used (provender reaches this server as `registry.terraform.io`, terraform itself as
 //!   `127.0.0.1:PORT`);
 //! - `GET /files/:ns/:type/:version/<file>` serves the zip archives, the goreleaser-style
-//!   `..._SHA256SUMS` file and its binary detached OpenPGP signature `..._SHA256SUMS.sig`.
+//!   `..._SHA256SUMS` file and its binary detached OpenPGP signature `..._SHA256SUMS.sig`;
+//! - `GET /v1/modules/:ns/:name/:system/versions` answers
+//!   `{"modules":[{"versions":[{"version":"1.0.0"},...]}]}`;
+//! - `GET /v1/modules/:ns/:name/:system/:version/download` answers the package's location
+//!   ([`ModuleSource`]) as `204` + `X-Terraform-Get`, or `200` with a JSON `{"location"}` body
+//!   with or without the header ([`DownloadAnswer`]); absolute locations name the host the
+//!   client used (its `Host` header), so they work for provender (`registry.terraform.io`)
+//!   and for terraform itself (`127.0.0.1:PORT`) alike;
+//! - `GET /modarchives/...` serves the modules' deterministic `.tar.gz` packages and the
+//!   hostile ones ([`HostileModule`]);
+//! - `/git/...` is a real git server over HTTPS (`git http-backend` as a CGI) holding one
+//!   repository per module, one tagged commit per version (see the `git` submodule).
 //!
 //! Everything is built once at [`FakeOrigin::start`]: deterministic zip archives (fixed
 //! timestamps, so their bytes and hashes are stable), the SHA256SUMS documents, and real
@@ -49,6 +62,16 @@ use zip::{DateTime, System, ZipWriter};
 
 use super::pki::TestCa;
 use super::within;
+
+mod git;
+mod modules;
+
+pub use modules::{
+    DownloadAnswer, ENDLESS_GIT_REF, GZIP_BOMB_UNPACKED, HostileModule, ModuleSource, ModuleSpec,
+};
+
+use self::git::GitRepos;
+use self::modules::ModuleFixtures;
 
 /// The provider plugin protocol versions every fake provider claims to support.
 const PROTOCOLS: [&str; 1] = ["5.0"];
@@ -130,10 +153,18 @@ pub enum RequestKind {
     Signature,
     /// `/files/.../terraform-provider-<type>_<version>_<os>_<arch>.zip`
     Archive,
+    /// `/v1/modules/:ns/:name/:system/versions`
+    ModuleVersions,
+    /// `/v1/modules/:ns/:name/:system/:version/download`
+    ModuleDownload,
+    /// `/modarchives/...` (module packages, hostile ones included)
+    ModuleArchive,
+    /// `/git/...` (any request to the git server)
+    Git,
 }
 
 impl RequestKind {
-    /// Every kind, in counter order.
+    /// Every kind of the provider registry protocol (and discovery), in counter order.
     pub const ALL: [RequestKind; 6] = [
         RequestKind::Discovery,
         RequestKind::Versions,
@@ -141,6 +172,28 @@ impl RequestKind {
         RequestKind::Sums,
         RequestKind::Signature,
         RequestKind::Archive,
+    ];
+
+    /// Every kind of the module registry protocol and its packages.
+    pub const MODULES: [RequestKind; 4] = [
+        RequestKind::ModuleVersions,
+        RequestKind::ModuleDownload,
+        RequestKind::ModuleArchive,
+        RequestKind::Git,
+    ];
+
+    /// Every kind, in counter order: [`ALL`](Self::ALL) then [`MODULES`](Self::MODULES).
+    pub const EVERY: [RequestKind; 10] = [
+        RequestKind::Discovery,
+        RequestKind::Versions,
+        RequestKind::Download,
+        RequestKind::Sums,
+        RequestKind::Signature,
+        RequestKind::Archive,
+        RequestKind::ModuleVersions,
+        RequestKind::ModuleDownload,
+        RequestKind::ModuleArchive,
+        RequestKind::Git,
     ];
 
     fn index(self) -> usize {
@@ -218,6 +271,15 @@ pub enum Fault {
     AlteredSums,
     /// Download metadata lists no signing keys.
     NoSigningKeys,
+    /// Discovery answers this `modules.v1` value instead of `/v1/modules/` (only an origin
+    /// serving modules lists `modules.v1` at all).
+    ModulesV1(&'static str),
+    /// Every module download answers this location (verbatim, in the module's
+    /// [`DownloadAnswer`] form), e.g. `https://127.0.0.1:1/x.tar.gz`.
+    ModuleLocation(&'static str),
+    /// Every module download answers the location of this hostile package (built from the
+    /// client's host, like genuine locations).
+    HostileModule(HostileModule),
 }
 
 impl Fault {
@@ -237,7 +299,13 @@ impl Fault {
             | (Fault::ShasumsUrl(_), Fault::ShasumsUrl(_))
             | (Fault::SignedByUnlistedKey, Fault::SignedByUnlistedKey)
             | (Fault::AlteredSums, Fault::AlteredSums)
-            | (Fault::NoSigningKeys, Fault::NoSigningKeys) => true,
+            | (Fault::NoSigningKeys, Fault::NoSigningKeys)
+            | (Fault::ModulesV1(_), Fault::ModulesV1(_)) => true,
+            // One location rule at a time: a hostile package replaces a given location.
+            (
+                Fault::ModuleLocation(_) | Fault::HostileModule(_),
+                Fault::ModuleLocation(_) | Fault::HostileModule(_),
+            ) => true,
             _ => false,
         }
     }
@@ -280,6 +348,29 @@ impl FakeOrigin {
         hostnames: &[&str],
         providers: Vec<ProviderSpec>,
     ) -> FakeOrigin {
+        FakeOrigin::launch(ca, hostnames, providers, None).await
+    }
+
+    /// Like [`start`](Self::start), and also a module registry serving `modules` (which may
+    /// be empty: discovery still lists `modules.v1`, and the hostile packages are served).
+    ///
+    /// Also builds every module package and creates the git repositories with the `git` CLI
+    /// (a few milliseconds per version). Panics on failure.
+    pub async fn start_with_modules(
+        ca: &TestCa,
+        hostnames: &[&str],
+        providers: Vec<ProviderSpec>,
+        modules: Vec<ModuleSpec>,
+    ) -> FakeOrigin {
+        FakeOrigin::launch(ca, hostnames, providers, Some(modules)).await
+    }
+
+    async fn launch(
+        ca: &TestCa,
+        hostnames: &[&str],
+        providers: Vec<ProviderSpec>,
+        modules: Option<Vec<ModuleSpec>>,
+    ) -> FakeOrigin {
         let mut names: Vec<&str> = hostnames.to_vec();
         for extra in ["127.0.0.1", "localhost"] {
             if !names.contains(&extra) {
@@ -288,9 +379,16 @@ impl FakeOrigin {
         }
         let tls = TlsAcceptor::from(ca.issue(&names).server_config());
 
-        let fixtures = within(
-            "building the fake origin's archives and signatures",
-            tokio::task::spawn_blocking(move || Fixtures::build(&providers)),
+        let (fixtures, git) = within(
+            "building the fake origin's archives, signatures and repositories",
+            tokio::task::spawn_blocking(move || {
+                let mut fixtures = Fixtures::build(&providers);
+                let git = modules.map(|modules| {
+                    fixtures.modules = Some(ModuleFixtures::build(&modules));
+                    GitRepos::create(&modules)
+                });
+                (fixtures, git)
+            }),
         )
         .await
         .expect("fixture builder panicked");
@@ -301,6 +399,8 @@ impl FakeOrigin {
         let addr = listener.local_addr().expect("listener address");
         let shared = Arc::new(Shared {
             fixtures,
+            git,
+            location_authority: Mutex::new(None),
             counts: Default::default(),
             total: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
@@ -331,6 +431,12 @@ impl FakeOrigin {
     /// terraform CLI `host` block.
     pub fn providers_v1_url(&self) -> String {
         format!("{}/v1/providers/", self.base_url())
+    }
+
+    /// `https://127.0.0.1:PORT/v1/modules/`: the `modules.v1` base URL, e.g. for a terraform
+    /// CLI `host` block.
+    pub fn modules_v1_url(&self) -> String {
+        format!("{}/v1/modules/", self.base_url())
     }
 
     /// How many requests of `kind` arrived since the start or the last
@@ -407,6 +513,134 @@ impl FakeOrigin {
         &gpg::signing_key().public_armor
     }
 
+    /// The spec of module `ns/name/system`. Panics if unknown.
+    pub fn module_spec(&self, ns: &str, name: &str, system: &str) -> &ModuleSpec {
+        self.modules()
+            .spec(ns, name, system)
+            .unwrap_or_else(|| panic!("fake origin serves no module {ns}/{name}/{system}"))
+    }
+
+    /// The exact `.tar.gz` bytes served for this module version (at
+    /// [`module_archive_url`](Self::module_archive_url); for a git-sourced module the same
+    /// package, served there although the download answer names the repository). Panics if
+    /// unknown.
+    pub fn module_archive(&self, ns: &str, name: &str, system: &str, version: &str) -> Vec<u8> {
+        self.modules()
+            .archive(ns, name, system, version)
+            .unwrap_or_else(|| {
+                panic!("fake origin serves no module {ns}/{name}/{system} {version}")
+            })
+            .to_vec()
+    }
+
+    /// The module's own files for `version`, path → content: what ends up in the module's
+    /// directory once the location's `//subdir` (if any) is applied; `VERSION` included.
+    /// [`move_tag`](Self::move_tag) does not change them.
+    pub fn module_files(
+        &self,
+        ns: &str,
+        name: &str,
+        system: &str,
+        version: &str,
+    ) -> BTreeMap<String, Vec<u8>> {
+        self.module_version(ns, name, system, version)
+            .module_files(version)
+    }
+
+    /// Every file of the package for `version`, path → content, relative to the package root
+    /// (a GitHub-style top-level directory removed): differs from
+    /// [`module_files`](Self::module_files) only for a source with a subdirectory.
+    pub fn module_package_files(
+        &self,
+        ns: &str,
+        name: &str,
+        system: &str,
+        version: &str,
+    ) -> BTreeMap<String, Vec<u8>> {
+        self.module_version(ns, name, system, version)
+            .package_files(version)
+    }
+
+    /// The `X-Terraform-Get` value the download endpoint answers for this version when the
+    /// client named `authority` (`host[:port]`, e.g. `registry.terraform.io` or
+    /// `127.0.0.1:PORT`) and no fault or [`set_location_authority`](Self::set_location_authority)
+    /// applies.
+    pub fn module_location(
+        &self,
+        ns: &str,
+        name: &str,
+        system: &str,
+        version: &str,
+        authority: &str,
+    ) -> String {
+        self.module_version(ns, name, system, version)
+            .location(version, authority)
+    }
+
+    /// `https://127.0.0.1:PORT/modarchives/...`: where this version's archive is served.
+    pub fn module_archive_url(&self, ns: &str, name: &str, system: &str, version: &str) -> String {
+        let spec = self.module_version(ns, name, system, version);
+        format!("{}{}", self.base_url(), spec.archive_path(version))
+    }
+
+    /// `https://127.0.0.1:PORT/git/<ns>/terraform-<system>-<name>.git`: the module's
+    /// repository.
+    pub fn module_git_url(&self, ns: &str, name: &str, system: &str) -> String {
+        let spec = self.module_spec(ns, name, system);
+        format!("{}/git/{}", self.base_url(), spec.git_repo())
+    }
+
+    /// The commit the module's tag `v<version>` points at now (40 hex digits). Panics if
+    /// unknown.
+    pub fn git_commit(&self, ns: &str, name: &str, system: &str, version: &str) -> String {
+        self.git()
+            .commit(ns, name, system, version)
+            .unwrap_or_else(|| panic!("fake origin has no tag for {ns}/{name}/{system} {version}"))
+    }
+
+    /// Commits exactly `files` (path → content, relative to the package root) on top of the
+    /// repository's `main` and force-moves the tag `v<version>` there, like an origin that
+    /// re-tags a release; returns the new commit. Only the git repository changes: archives,
+    /// [`module_files`](Self::module_files) and [`module_archive`](Self::module_archive) keep
+    /// the original content. Runs the `git` CLI (blocking, a few milliseconds).
+    pub fn move_tag(
+        &self,
+        ns: &str,
+        name: &str,
+        system: &str,
+        version: &str,
+        files: &[(&str, &[u8])],
+    ) -> String {
+        let spec = self.module_version(ns, name, system, version);
+        let files = files
+            .iter()
+            .map(|(path, content)| ((*path).to_owned(), content.to_vec()))
+            .collect();
+        self.git().move_tag(spec, version, &files)
+    }
+
+    /// The bytes served at `hostile`'s path. Panics for [`HostileModule::RedirectLoop`] and
+    /// [`HostileModule::EndlessGit`], which have none.
+    pub fn hostile_archive(&self, hostile: HostileModule) -> Vec<u8> {
+        self.modules()
+            .hostile
+            .get(hostile.path())
+            .unwrap_or_else(|| panic!("{hostile:?} has no archive"))
+            .to_vec()
+    }
+
+    /// How many bytes the endless git repository's upload-pack answers have sent so far.
+    pub fn endless_git_bytes_sent(&self) -> u64 {
+        self.git().endless_sent.load(Ordering::Relaxed)
+    }
+
+    /// Makes absolute module locations (archives and git URLs) name `authority` (e.g.
+    /// `registry.terraform.io:PORT`) instead of the host each request named; `None` restores
+    /// the default.
+    pub fn set_location_authority(&self, authority: Option<&str>) {
+        *lock(&self.shared.location_authority) = authority.map(str::to_owned);
+    }
+
     /// Adds `fault`, replacing an earlier fault of the same variant and kind.
     pub fn set_fault(&self, fault: Fault) {
         let mut faults = lock(&self.shared.faults);
@@ -426,6 +660,31 @@ impl FakeOrigin {
             // An aborted task yields a cancellation error; that is the expected outcome.
             let _ = within("stopping the fake origin", server).await;
         }
+    }
+
+    fn modules(&self) -> &ModuleFixtures {
+        self.shared
+            .fixtures
+            .modules
+            .as_ref()
+            .expect("this fake origin was started without modules (use start_with_modules)")
+    }
+
+    fn git(&self) -> &GitRepos {
+        self.shared
+            .git
+            .as_ref()
+            .expect("this fake origin was started without modules (use start_with_modules)")
+    }
+
+    /// The spec of a module that has `version`. Panics if unknown.
+    fn module_version(&self, ns: &str, name: &str, system: &str, version: &str) -> &ModuleSpec {
+        let spec = self.module_spec(ns, name, system);
+        assert!(
+            spec.versions.iter().any(|v| v == version),
+            "fake origin serves no module {ns}/{name}/{system} {version}"
+        );
+        spec
     }
 
     fn release(&self, ns: &str, ty: &str, version: &str) -> &Release {
@@ -459,7 +718,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// State shared by the handle and the server task.
 struct Shared {
     fixtures: Fixtures,
-    counts: [AtomicUsize; RequestKind::ALL.len()],
+    /// The git server, when the origin serves modules.
+    git: Option<GitRepos>,
+    /// See [`FakeOrigin::set_location_authority`].
+    location_authority: Mutex<Option<String>>,
+    counts: [AtomicUsize; RequestKind::EVERY.len()],
     total: AtomicUsize,
     faults: Mutex<Vec<Fault>>,
     log: Mutex<Vec<RecordedRequest>>,
@@ -540,6 +803,8 @@ struct Fixtures {
     providers: BTreeMap<(String, String), BTreeMap<String, Release>>,
     /// Version order and platforms per provider, for the versions listing.
     specs: BTreeMap<(String, String), ProviderSpec>,
+    /// The module registry's packages, when the origin serves modules.
+    modules: Option<ModuleFixtures>,
 }
 
 /// One provider version: its packages and the signed SHA256SUMS over them.
@@ -595,7 +860,11 @@ impl Fixtures {
             .iter()
             .map(|spec| ((spec.namespace.clone(), spec.type_.clone()), spec.clone()))
             .collect();
-        Fixtures { providers, specs }
+        Fixtures {
+            providers,
+            specs,
+            modules: None,
+        }
     }
 
     fn release(&self, ns: &str, ty: &str, version: &str) -> Option<&Release> {
@@ -752,7 +1021,7 @@ async fn serve_connection(tcp: TcpStream, tls: TlsAcceptor, shared: Arc<Shared>)
             Ok::<_, Infallible>(if endless {
                 endless_response(response)
             } else {
-                response.map(BodyExt::boxed)
+                response
             })
         }
     });
@@ -783,6 +1052,25 @@ enum Route {
         version: String,
         name: String,
     },
+    ModuleVersions {
+        ns: String,
+        name: String,
+        system: String,
+    },
+    ModuleDownload {
+        ns: String,
+        name: String,
+        system: String,
+        version: String,
+    },
+    /// A path under `/modarchives/` (the query is not part of it).
+    ModuleArchive {
+        path: String,
+    },
+    /// A path under `/git/`: `path_info` is what follows `/git`.
+    Git {
+        path_info: String,
+    },
     Unknown,
 }
 
@@ -808,6 +1096,31 @@ impl Route {
                     arch: owned(arch),
                 },
                 _ => Route::Unknown,
+            };
+        }
+        if let Some(rest) = path.strip_prefix("/v1/modules/") {
+            let parts: Vec<&str> = rest.split('/').collect();
+            return match parts[..] {
+                [ns, name, system, "versions"] => Route::ModuleVersions {
+                    ns: owned(ns),
+                    name: owned(name),
+                    system: owned(system),
+                },
+                [ns, name, system, version, "download"] => Route::ModuleDownload {
+                    ns: owned(ns),
+                    name: owned(name),
+                    system: owned(system),
+                    version: owned(version),
+                },
+                _ => Route::Unknown,
+            };
+        }
+        if path.starts_with("/modarchives/") {
+            return Route::ModuleArchive { path: owned(path) };
+        }
+        if let Some(path_info) = path.strip_prefix("/git/") {
+            return Route::Git {
+                path_info: format!("/{path_info}"),
             };
         }
         if let Some(rest) = path.strip_prefix("/files/") {
@@ -840,62 +1153,33 @@ impl Route {
             Route::Versions { .. } => Some(RequestKind::Versions),
             Route::Download { .. } => Some(RequestKind::Download),
             Route::File { kind, .. } => Some(*kind),
+            Route::ModuleVersions { .. } => Some(RequestKind::ModuleVersions),
+            Route::ModuleDownload { .. } => Some(RequestKind::ModuleDownload),
+            Route::ModuleArchive { .. } => Some(RequestKind::ModuleArchive),
+            Route::Git { .. } => Some(RequestKind::Git),
             Route::Unknown => None,
         }
     }
 }
 
 /// Counts and logs the request, applies faults, then answers it.
-async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<OriginBody> {
     let route = Route::parse(req.uri().path());
     let kind = route.kind();
     shared.record(kind, &req);
 
     let faults = shared.faults();
-    if let Some(kind) = kind {
-        for fault in &faults {
-            if let Fault::Delay { kind: k, millis } = *fault
-                && k == kind
-            {
-                tokio::time::sleep(Duration::from_millis(millis)).await;
-            }
-        }
-        if let Some((status, retry_after)) = shared.take_flaky(kind) {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-            let message = format!("injected flaky fault: {kind:?} answers {}", status.as_u16());
-            let mut response = json_response(status, &json!({ "errors": [message] }));
-            if let Some(secs) = retry_after {
-                response
-                    .headers_mut()
-                    .insert("retry-after", HeaderValue::from(secs));
-            }
-            return response;
-        }
-        for fault in &faults {
-            if let Fault::Status { kind: k, status } = *fault
-                && k == kind
-            {
-                let status =
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                let message = format!("injected fault: {kind:?} answers {}", status.as_u16());
-                return json_response(status, &json!({ "errors": [message] }));
-            }
-        }
-        for fault in &faults {
-            match *fault {
-                // A redirect to another https host is not redirected again there.
-                Fault::Redirect { kind: k, location }
-                    if k == kind
-                        && !location.starts_with(&format!("https://{}/", request_host(&req))) =>
-                {
-                    return redirect(location);
-                }
-                Fault::RedirectLoop { kind: k } if k == kind => {
-                    return redirect(req.uri().path());
-                }
-                _ => {}
-            }
-        }
+    if let Some(kind) = kind
+        && let Some(response) = injected(shared, &faults, kind, &req).await
+    {
+        return response.map(BodyExt::boxed);
+    }
+
+    if let Route::Git { path_info } = route {
+        return match &shared.git {
+            Some(git) => git.serve(req, path_info).await,
+            None => not_found().map(BodyExt::boxed),
+        };
     }
 
     let is_head = req.method() == Method::HEAD;
@@ -903,19 +1187,81 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>
         return json_response(
             StatusCode::METHOD_NOT_ALLOWED,
             &json!({ "errors": ["Method Not Allowed"] }),
-        );
+        )
+        .map(BodyExt::boxed);
     }
-    let response = answer(&shared.fixtures, &faults, route);
+    let authority = lock(&shared.location_authority)
+        .clone()
+        .unwrap_or_else(|| request_host(&req));
+    let response = answer(&shared.fixtures, &faults, route, &authority);
     if is_head {
         // Same headers (Content-Length included), no body.
         let (parts, _) = response.into_parts();
-        return Response::from_parts(parts, Full::new(Bytes::new()));
+        return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
     }
-    response
+    response.map(BodyExt::boxed)
 }
 
-/// The registry proper: the response for `route` with `faults` applied to the content.
-fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<Bytes>> {
+/// The answer a fault injects for a request of `kind` (delays apply first), if any.
+async fn injected(
+    shared: &Shared,
+    faults: &[Fault],
+    kind: RequestKind,
+    req: &Request<Incoming>,
+) -> Option<Response<Full<Bytes>>> {
+    for fault in faults {
+        if let Fault::Delay { kind: k, millis } = *fault
+            && k == kind
+        {
+            tokio::time::sleep(Duration::from_millis(millis)).await;
+        }
+    }
+    if let Some((status, retry_after)) = shared.take_flaky(kind) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let message = format!("injected flaky fault: {kind:?} answers {}", status.as_u16());
+        let mut response = json_response(status, &json!({ "errors": [message] }));
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from(secs));
+        }
+        return Some(response);
+    }
+    for fault in faults {
+        if let Fault::Status { kind: k, status } = *fault
+            && k == kind
+        {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let message = format!("injected fault: {kind:?} answers {}", status.as_u16());
+            return Some(json_response(status, &json!({ "errors": [message] })));
+        }
+    }
+    for fault in faults {
+        match *fault {
+            // A redirect to another https host is not redirected again there.
+            Fault::Redirect { kind: k, location }
+                if k == kind
+                    && !location.starts_with(&format!("https://{}/", request_host(req))) =>
+            {
+                return Some(redirect(location));
+            }
+            Fault::RedirectLoop { kind: k } if k == kind => {
+                return Some(redirect(req.uri().path()));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The registry proper: the response for `route` with `faults` applied to the content;
+/// absolute module locations name `authority`.
+fn answer(
+    fixtures: &Fixtures,
+    faults: &[Fault],
+    route: Route,
+    authority: &str,
+) -> Response<Full<Bytes>> {
     match route {
         Route::Discovery => {
             let base = faults
@@ -925,8 +1271,92 @@ fn answer(fixtures: &Fixtures, faults: &[Fault], route: Route) -> Response<Full<
                     _ => None,
                 })
                 .unwrap_or("/v1/providers/");
-            json_response(StatusCode::OK, &json!({ "providers.v1": base }))
+            let mut services = json!({ "providers.v1": base });
+            if fixtures.modules.is_some() {
+                services["modules.v1"] = json!(
+                    faults
+                        .iter()
+                        .find_map(|f| match f {
+                            Fault::ModulesV1(url) => Some(*url),
+                            _ => None,
+                        })
+                        .unwrap_or("/v1/modules/")
+                );
+            }
+            json_response(StatusCode::OK, &services)
         }
+        Route::ModuleVersions { ns, name, system } => {
+            match fixtures
+                .modules
+                .as_ref()
+                .and_then(|modules| modules.spec(&ns, &name, &system))
+            {
+                Some(spec) => {
+                    let versions: Vec<_> = spec
+                        .versions
+                        .iter()
+                        .map(|version| json!({ "version": version }))
+                        .collect();
+                    json_response(
+                        StatusCode::OK,
+                        &json!({ "modules": [{ "versions": versions }] }),
+                    )
+                }
+                None => not_found(),
+            }
+        }
+        Route::ModuleDownload {
+            ns,
+            name,
+            system,
+            version,
+        } => {
+            let Some(spec) = fixtures
+                .modules
+                .as_ref()
+                .and_then(|modules| modules.spec(&ns, &name, &system))
+                .filter(|spec| spec.versions.contains(&version))
+            else {
+                return not_found();
+            };
+            let location = faults
+                .iter()
+                .find_map(|fault| match fault {
+                    Fault::ModuleLocation(location) => Some((*location).to_owned()),
+                    Fault::HostileModule(hostile) => Some(hostile.location(authority)),
+                    _ => None,
+                })
+                .unwrap_or_else(|| spec.location(&version, authority));
+            module_download_response(spec.answer, &location)
+        }
+        Route::ModuleArchive { path } => {
+            let Some(modules) = &fixtures.modules else {
+                return not_found();
+            };
+            if path == HostileModule::RedirectLoop.path() {
+                return redirect(&path);
+            }
+            if let Some(archive) = modules.hostile.get(path.as_str()) {
+                return bytes_response("application/gzip", archive.clone());
+            }
+            match modules.paths.get(&path) {
+                Some((ns, name, system, version)) => {
+                    let archive = modules
+                        .archive(ns, name, system, version)
+                        .expect("every archive path has an archive");
+                    // GitHub's tarball endpoint answers this type.
+                    let content_type = if path.contains("/tarball/") {
+                        "application/x-gzip"
+                    } else {
+                        "application/gzip"
+                    };
+                    bytes_response(content_type, archive.clone())
+                }
+                None => not_found(),
+            }
+        }
+        // Served by the git server before `answer` is reached.
+        Route::Git { .. } => not_found(),
         Route::Versions { ns, ty } => match fixtures.specs.get(&(ns, ty)) {
             Some(spec) => json_response(StatusCode::OK, &versions_json(spec)),
             None => not_found(),
@@ -1090,8 +1520,29 @@ fn redirect(location: &str) -> Response<Full<Bytes>> {
     response
 }
 
+/// The download endpoint's answer naming `location`, in the `form` the module uses.
+fn module_download_response(form: DownloadAnswer, location: &str) -> Response<Full<Bytes>> {
+    let mut response = match form {
+        DownloadAnswer::NoContent => {
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = StatusCode::NO_CONTENT;
+            response
+        }
+        DownloadAnswer::HeaderAndJson | DownloadAnswer::JsonOnly => {
+            json_response(StatusCode::OK, &json!({ "location": location }))
+        }
+    };
+    if form != DownloadAnswer::JsonOnly {
+        // A location that is no valid header value (tests only pass sane ones) is left out.
+        if let Ok(value) = HeaderValue::from_str(location) {
+            response.headers_mut().insert("x-terraform-get", value);
+        }
+    }
+    response
+}
+
 /// The head of `response` with a body that never ends.
-fn endless_response(response: Response<Full<Bytes>>) -> Response<OriginBody> {
+fn endless_response(response: Response<OriginBody>) -> Response<OriginBody> {
     let (mut parts, _) = response.into_parts();
     parts.headers.remove(CONTENT_LENGTH);
     let chunk = Bytes::from(vec![b' '; 64 * 1024]);

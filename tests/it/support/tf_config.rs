@@ -54,6 +54,15 @@ pub fn registry_host(providers_v1: &str) -> String {
     )
 }
 
+/// CLI configuration sending both registry protocols for [`REGISTRY`] to the fake origin: a
+/// `host` block listing `providers.v1` and `modules.v1` (a `host` block replaces the host's
+/// whole service map, so modules alone would break provider installs).
+pub fn registry_host_with_modules(providers_v1: &str, modules_v1: &str) -> String {
+    format!(
+        "host \"{REGISTRY}\" {{\n  services = {{\n    \"providers.v1\" = \"{providers_v1}\"\n    \"modules.v1\"   = \"{modules_v1}\"\n  }}\n}}\n"
+    )
+}
+
 /// Terraform's name for the platform these tests run on, as `(os, arch)`.
 pub fn local_platform() -> (&'static str, &'static str) {
     let arch = match std::env::consts::ARCH {
