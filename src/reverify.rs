@@ -69,10 +69,6 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
                 continue;
             }
         };
-        metrics
-            .verification_failures
-            .with_label_values(&["cached_archive_mismatch"])
-            .inc();
         match store.quarantine(&entry.key).await {
             Ok(Some(to)) => {
                 report.quarantined += 1;
@@ -84,16 +80,17 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
                 tracing::error!(archive = %entry.key, provider = %entry.key.addr, "cached archive failed re-verification ({problem}) and could not be quarantined: {e}")
             }
         }
+        // Counted once it is out of service, so that whoever sees the count sees it gone.
+        metrics
+            .verification_failures
+            .with_label_values(&["cached_archive_mismatch"])
+            .inc();
     }
     for module in mirror.module_store().list().await? {
         report.checked += 1;
         let Some(problem) = module_problem(mirror, &module).await else {
             continue;
         };
-        metrics
-            .verification_failures
-            .with_label_values(&["cached_module_mismatch"])
-            .inc();
         match mirror
             .module_store()
             .quarantine(&module.addr, &module.version)
@@ -108,6 +105,10 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
                 tracing::error!(module = %module.addr, version = %module.version, "cached module package failed re-verification ({problem}) and could not be quarantined: {e}")
             }
         }
+        metrics
+            .verification_failures
+            .with_label_values(&["cached_module_mismatch"])
+            .inc();
     }
     Ok(report)
 }

@@ -196,7 +196,8 @@ pub trait Storage: Send + Sync + 'static {
     async fn write(&self, key: &Key, bytes: Bytes) -> Result<()>;
 
     /// Makes the local file at `file` the object `key`, atomically as [`Storage::write`]. The
-    /// file may be moved away: the caller must not use it afterwards.
+    /// file may be moved away: the caller must not use it afterwards. Concurrent writers of
+    /// one key must write the same bytes; each then succeeds once the object is there.
     async fn put_file(&self, key: &Key, file: &Path) -> Result<()>;
 
     /// Deletes an object; `Ok(false)` if there was none.

@@ -253,7 +253,7 @@ impl ObjectStorage {
             }
         }
         .await;
-        match sent {
+        let result = match sent {
             // The commit point: the object appears whole, or not at all.
             Ok(()) => writer
                 .finish()
@@ -265,6 +265,23 @@ impl ObjectStorage {
                 let _ = writer.abort().await;
                 Err(e)
             }
+        };
+        match result {
+            // Writers of one key write the same bytes (replicas filling the same archive). A
+            // store may cancel an upload in progress when another for the same key completes
+            // (Garage does): the other writer's object is this one.
+            Err(e)
+                if self
+                    .head(key)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| m.size == size) =>
+            {
+                tracing::debug!(%key, "a concurrent writer stored the object first: {e}");
+                Ok(())
+            }
+            other => other,
         }
     }
 }
