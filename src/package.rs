@@ -74,9 +74,9 @@ pub enum PackError {
     },
     #[error("entry {name:?}: {why}")]
     Unsafe { name: String, why: &'static str },
-    #[error("more than {0} entries")]
+    #[error("more than {0} entries (modules.max_entries)")]
     TooManyEntries(usize),
-    #[error("unpacks to more than {0} bytes")]
+    #[error("unpacks to more than {} (modules.max_unpacked_size)", bytesize::ByteSize(*.0))]
     TooLarge(u64),
     #[error("holds no file")]
     Empty,

@@ -449,8 +449,9 @@ impl Mirror {
         Ok(staged)
     }
 
-    /// For a package fetched from git: now and then, asks the origin where the reference points
-    /// and logs when it moved (the cache keeps the commit it recorded).
+    /// For a package fetched from git: at most once per [`REF_CHECK_EVERY`] (counted from the
+    /// fetch, so a fresh package costs the origin nothing), asks the origin where the reference
+    /// points and logs when it moved (the cache keeps the commit it recorded).
     fn check_ref_later(self: &Arc<Self>, addr: &ModuleAddr, version: &Version, rec: &ModuleRecord) {
         let ModuleSource::Git {
             url,
@@ -460,7 +461,8 @@ impl Mirror {
         else {
             return;
         };
-        if self.settings.upstream.offline {
+        let since_fetch = crate::cache::now_secs().saturating_sub(rec.fetched_at);
+        if self.settings.upstream.offline || since_fetch < REF_CHECK_EVERY.as_secs() {
             return;
         }
         let key = (addr.clone(), version.clone());

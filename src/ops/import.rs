@@ -33,12 +33,13 @@ use std::sync::Arc;
 
 use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
-use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{StagedFile, Staging};
+use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
+use crate::cache::{ModuleStore, StagedFile, Staging};
 use crate::hash::HashLimits;
 use crate::mirror::Mirror;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, Package, SumsRef, VersionRecord, docs,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef,
+    VersionRecord, docs,
 };
 use crate::trust::site::{Custody, SitePublicKey};
 use crate::trust::{SignatureKind, Trust, TrustPolicy, Verifier};
@@ -320,9 +321,36 @@ async fn admit_modules(
             .commit(&m.addr, &m.version, m.staged, &m.record)
             .await
             .map_err(|e| format!("storing module {what}: {e}"))?;
+        list_module_version(store, &m.addr, &m.version)
+            .await
+            .map_err(|e| format!("module {what}: writing the version list: {e}"))?;
         added.push(what);
     }
     Ok((added, present))
+}
+
+/// Adds an imported module version to the module's cached version list (made if missing), so
+/// that a mirror without its origin lists what it can serve, as for providers.
+async fn list_module_version(
+    store: &ModuleStore,
+    addr: &ModuleAddr,
+    version: &Version,
+) -> crate::storage::Result<()> {
+    let mut rec = store
+        .read_versions(addr)
+        .await
+        .unwrap_or_else(|| ModuleVersions {
+            fetched_at: crate::cache::now_secs(),
+            found: true,
+            versions: Vec::new(),
+        });
+    if rec.versions.contains(version) {
+        return Ok(());
+    }
+    rec.versions.push(version.clone());
+    rec.versions.sort();
+    store.versions.invalidate(addr).await;
+    store.write_versions(addr, &rec).await
 }
 
 /// What this cache takes but its server will not serve: providers of registry hosts outside

@@ -7,6 +7,7 @@ mod deploy;
 mod integrity;
 mod mirror;
 mod module_fixture_smoke;
+mod modules;
 mod operations;
 mod ops;
 mod origin_smoke;

@@ -1,0 +1,535 @@
+//! The module registry facade end to end: the real `terraform` CLI installs registry modules
+//! through provender (a `host` block sending `modules.v1` and `providers.v1` to it), from a fake
+//! origin serving every download form and a real git server.
+//!
+//! - every source form (absolute and relative archive URLs, `git::https` with `?ref=`, a
+//!   `//subdir`, a GitHub-style `//*` tarball, a JSON-only download answer) and a module that
+//!   calls another registry module install with exactly the origin's files;
+//! - a second `init` in a fresh directory sends the origin nothing; with the origin gone, and
+//!   after a restart on the same cache, `init` still works;
+//! - a git tag moved upstream does not change what is served;
+//! - hostile origins (`..` and absolute entries, links out of the tree, a gzip bomb, a redirect
+//!   loop, endless git, private addresses) get a clear JSON error and leave nothing in the
+//!   cache;
+//! - `seed`, `ls`, `export --bundle`, `import` and `verify` carry modules into an offline mirror
+//!   that `terraform init` installs from.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tempfile::TempDir;
+
+use crate::ops::{config_file, path_str, provender, sealed_config};
+use crate::support::http::get;
+use crate::support::origin::{
+    DownloadAnswer, FakeOrigin, Fault, HostileModule, ModuleSource, ModuleSpec, RequestKind,
+};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
+use crate::support::tf_config::{self, root_module};
+use crate::support::{Terraform, TerraformOutput, https_client};
+
+/// The modules the origin serves, one per source form.
+fn modules() -> Vec<ModuleSpec> {
+    let spec = |name: &str, versions: &[&str]| ModuleSpec::new("acme", name, "test", versions);
+    vec![
+        spec("net", &["1.0.0", "1.1.0"]),
+        spec("rel", &["1.0.0"])
+            .source(ModuleSource::RelativeArchive)
+            .answer(DownloadAnswer::HeaderAndJson)
+            .with_child("acme/leaf/test", "1.0.0"),
+        spec("leaf", &["1.0.0"]),
+        spec("gitmod", &["1.0.0", "1.1.0"])
+            .source(ModuleSource::Git)
+            .with_file("modules/extra/main.tf", "# a nested directory\n"),
+        spec("gh", &["2.0.0"]).source(ModuleSource::GithubTarball),
+        spec("sub", &["1.0.0"]).source(ModuleSource::Subdir("modules/inner".to_owned())),
+        spec("gitsub", &["1.0.0"])
+            .source(ModuleSource::GitSubdir("modules/inner".to_owned()))
+            .answer(DownloadAnswer::HeaderAndJson),
+        spec("json", &["1.0.0"]).answer(DownloadAnswer::JsonOnly),
+    ]
+}
+
+/// A root module calling every module of [`modules`]: `(call name, module name, version)`.
+const CALLS: [(&str, &str, &str); 7] = [
+    ("net", "net", "1.0.0"),
+    ("rel", "rel", "1.0.0"),
+    ("git", "gitmod", "1.1.0"),
+    ("gh", "gh", "2.0.0"),
+    ("sub", "sub", "1.0.0"),
+    ("gitsub", "gitsub", "1.0.0"),
+    ("json", "json", "1.0.0"),
+];
+
+fn root_tf() -> String {
+    let mut tf = String::new();
+    for (call, name, version) in CALLS {
+        let constraint = if name == "gitmod" { "~> 1.0" } else { version };
+        tf.push_str(&format!(
+            "module \"{call}\" {{\n  source  = \"acme/{name}/test\"\n  version = \"{constraint}\"\n}}\n\n"
+        ));
+    }
+    tf.push_str("output \"child\" {\n  value = module.rel.child_message\n}\n");
+    tf
+}
+
+async fn origin(ca: &TestCa) -> FakeOrigin {
+    FakeOrigin::start_with_modules(ca, &[REGISTRY], Vec::new(), modules()).await
+}
+
+/// A CLI configuration sending registry.terraform.io's registry protocols to `mirror`.
+fn through(mirror: &url::Url) -> String {
+    let base = mirror.as_str();
+    tf_config::registry_host_with_modules(
+        &format!("{base}v1/providers/{REGISTRY}/"),
+        &format!("{base}v1/modules/{REGISTRY}/"),
+    )
+}
+
+/// `terraform init` in a fresh directory holding [`root_tf`]; the directory and the output.
+async fn init(terraform: &Terraform) -> (TempDir, TerraformOutput) {
+    let root = root_module(&root_tf());
+    let out = terraform.init(root.path()).await;
+    (root, out)
+}
+
+/// Every regular file under `dir` (`.git` skipped), relative path → content.
+fn files_of(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    files_under(dir)
+        .into_iter()
+        .filter(|p| !p.components().any(|c| c.as_os_str() == ".git"))
+        .map(|p| {
+            let rel = p.strip_prefix(dir).unwrap().to_str().unwrap().to_owned();
+            (rel, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+/// Checks that `root`'s installed modules hold exactly the origin's files, each version as
+/// called; returns the manifest's `Key → (Dir, Version)`.
+fn assert_installed(root: &Path, origin: &FakeOrigin) {
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(root.join(".terraform/modules/modules.json")).unwrap(),
+    )
+    .unwrap();
+    let installed: BTreeMap<&str, (&str, &str)> = manifest["Modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["Key"].as_str().unwrap(),
+                (
+                    m["Dir"].as_str().unwrap(),
+                    m["Version"].as_str().unwrap_or_default(),
+                ),
+            )
+        })
+        .collect();
+    let wanted = CALLS
+        .iter()
+        .map(|(call, name, version)| (*call, *name, *version))
+        .chain([("rel.child", "leaf", "1.0.0")]);
+    for (key, name, version) in wanted {
+        let (dir, got_version) = installed
+            .get(key)
+            .unwrap_or_else(|| panic!("module {key} not installed: {manifest}"));
+        assert_eq!(*got_version, version, "{key}");
+        assert_eq!(
+            files_of(&root.join(dir)),
+            origin.module_files("acme", name, "test", version),
+            "{key}: the installed files are not the origin's"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_installs_every_source_form_through_the_mirror_then_from_its_cache_alone() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    // Only provender is reachable for the CLI: git has no CA for the origin.
+    let terraform = Terraform::new(&ca, &through(&mirror.url));
+
+    let (first, out) = init(&terraform).await;
+    out.assert_success();
+    assert_installed(first.path(), &origin);
+    terraform
+        .run(first.path(), &["validate", "-no-color"])
+        .await
+        .assert_success();
+    assert!(origin.count(RequestKind::Git) >= 2, "git was used");
+    // One download answer per module version; provender sends nothing else for providers.
+    assert_eq!(origin.count(RequestKind::ModuleDownload), 8);
+
+    // A fresh directory: versions and packages come from the cache; the origin hears nothing.
+    origin.reset_counts();
+    let (second, out) = init(&terraform).await;
+    out.assert_success();
+    assert_installed(second.path(), &origin);
+    assert_eq!(origin.total_requests(), 0, "{:?}", origin.requests());
+
+    // A restart on the same cache, the origin unreachable: the cache alone serves.
+    let closed: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let cache_dir = mirror.cache_dir.clone();
+    let restarted = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&cache_dir),
+            connect_to: Some(closed),
+            ..Default::default()
+        },
+    )
+    .await;
+    origin.stop().await;
+    let terraform = Terraform::new(&ca, &through(&restarted.url));
+    let (third, out) = init(&terraform).await;
+    out.assert_success();
+    let manifest = std::fs::read_to_string(third.path().join(".terraform/modules/modules.json"));
+    assert!(manifest.unwrap().contains("\"rel.child\""));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_git_tag_moved_upstream_does_not_change_the_cached_package() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let download = mirror.url(&format!(
+        "v1/modules/{REGISTRY}/acme/gitmod/test/1.0.0/download"
+    ));
+    let first = get(&client, &download).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text());
+    let location = first.headers["x-terraform-get"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    // OpenTofu reads the same location from the JSON body.
+    assert_eq!(first.json()["location"], location.as_str());
+    assert!(location.contains("?checksum=sha256:"), "{location}");
+    let package = get(&client, &mirror.url(location.split('?').next().unwrap())).await;
+    assert_eq!(package.status, StatusCode::OK);
+    let before = origin.git_commit("acme", "gitmod", "test", "1.0.0");
+
+    let moved = origin.move_tag(
+        "acme",
+        "gitmod",
+        "test",
+        "1.0.0",
+        &[("main.tf", b"output \"moved\" { value = true }\n".as_slice())],
+    );
+    assert_ne!(moved, before);
+    let again = get(&client, &download).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(
+        again.headers["x-terraform-get"], first.headers["x-terraform-get"],
+        "same checksum, same package"
+    );
+    let served = get(&client, &mirror.url(location.split('?').next().unwrap())).await;
+    assert_eq!(served.body, package.body);
+
+    // Terraform, from a fresh directory, gets the original content.
+    let terraform = Terraform::new(&ca, &through(&mirror.url));
+    let root = root_module(
+        "module \"git\" {\n  source  = \"acme/gitmod/test\"\n  version = \"1.0.0\"\n}\n",
+    );
+    terraform.init(root.path()).await.assert_success();
+    assert_eq!(
+        files_of(&root.path().join(".terraform/modules/git")),
+        origin.module_files("acme", "gitmod", "test", "1.0.0")
+    );
+
+    // The record names the commit the tag had when it was fetched.
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(mirror.cache_dir.join(format!(
+            "modules/{REGISTRY}/acme/gitmod/test/1.0.0/module.json"
+        )))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["source"]["commit"], before.as_str(), "{record}");
+}
+
+/// Module packages (and their records) in a cache directory.
+fn cached_modules(cache: &Path) -> Vec<PathBuf> {
+    files_under(&cache.join("modules"))
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "versions.json"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_origins_get_a_clear_error_and_leave_nothing_behind() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: "[modules]\nmax_unpacked_size = \"64 MiB\"\nmax_git_size = \"4 MiB\"\ngit_timeout = \"20s\"\n",
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let download = mirror.url(&format!(
+        "v1/modules/{REGISTRY}/acme/net/test/1.0.0/download"
+    ));
+
+    let cases: Vec<(Fault, StatusCode, &str)> = vec![
+        (
+            Fault::HostileModule(HostileModule::DotDot),
+            StatusCode::BAD_GATEWAY,
+            "..",
+        ),
+        (
+            Fault::HostileModule(HostileModule::AbsolutePath),
+            StatusCode::BAD_GATEWAY,
+            "absolute",
+        ),
+        (
+            Fault::HostileModule(HostileModule::Symlink),
+            StatusCode::BAD_GATEWAY,
+            "secrets.tf",
+        ),
+        (
+            Fault::HostileModule(HostileModule::GzipBomb),
+            StatusCode::BAD_GATEWAY,
+            "modules.max_unpacked_size",
+        ),
+        (
+            Fault::HostileModule(HostileModule::RedirectLoop),
+            StatusCode::BAD_GATEWAY,
+            "redirect",
+        ),
+        (
+            Fault::HostileModule(HostileModule::EndlessGit),
+            StatusCode::BAD_GATEWAY,
+            "modules.max_git_size",
+        ),
+        (
+            Fault::ModuleLocation("https://127.0.0.1:1/x.tar.gz"),
+            StatusCode::BAD_GATEWAY,
+            "127.0.0.1",
+        ),
+        (
+            Fault::ModuleLocation("https://localhost/x.tar.gz"),
+            StatusCode::BAD_GATEWAY,
+            "localhost",
+        ),
+        (
+            Fault::ModuleLocation("git::ssh://git@example.com/acme/net.git"),
+            StatusCode::BAD_GATEWAY,
+            "git::ssh",
+        ),
+        (
+            Fault::ModuleLocation("file:///etc/passwd"),
+            StatusCode::BAD_GATEWAY,
+            "file:///etc/passwd",
+        ),
+    ];
+    for (fault, status, names) in cases {
+        let what = format!("{fault:?}");
+        origin.clear_faults();
+        origin.set_fault(fault);
+        let got = get(&client, &download).await;
+        assert_eq!(got.status, status, "{what}: {}", got.text());
+        assert!(
+            got.content_type().starts_with("application/json"),
+            "{what}: {}",
+            got.content_type()
+        );
+        let message = got.message();
+        assert!(
+            message.contains(names),
+            "{what}: the error should name {names:?}: {message}"
+        );
+        assert!(got.headers.get("x-terraform-get").is_none(), "{what}");
+        assert_eq!(
+            cached_modules(&mirror.cache_dir),
+            Vec::<PathBuf>::new(),
+            "{what}"
+        );
+        assert_eq!(mirror.staging_files(), Vec::<PathBuf>::new(), "{what}");
+    }
+    assert!(
+        origin.endless_git_bytes_sent() < 64 << 20,
+        "the git fetch was stopped early: {} bytes",
+        origin.endless_git_bytes_sent()
+    );
+
+    // The origin behaves again: the same version installs cleanly.
+    origin.clear_faults();
+    let got = get(&client, &download).await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.text());
+    assert_eq!(cached_modules(&mirror.cache_dir).len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_modules_and_hosts_get_json_errors() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    for (path, status) in [
+        (
+            format!("v1/modules/{REGISTRY}/acme/nope/test/versions"),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            format!("v1/modules/{REGISTRY}/acme/net/test/9.9.9/download"),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "v1/modules/example.com/acme/net/test/versions".to_owned(),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            format!("v1/modules/{REGISTRY}/acme/net/test/not-a-version/download"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!("v1/modules/{REGISTRY}/acme/net/test/9.9.9/module.tar.gz"),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let got = get(&client, &mirror.url(&path)).await;
+        assert_eq!(got.status, status, "{path}: {}", got.text());
+        assert!(!got.message().is_empty(), "{path}: {}", got.text());
+    }
+    let versions = get(
+        &client,
+        &mirror.url(&format!("v1/modules/{REGISTRY}/acme/net/test/versions")),
+    )
+    .await;
+    assert_eq!(versions.status, StatusCode::OK);
+    assert_eq!(
+        versions.json(),
+        serde_json::json!({"modules": [{"versions": [{"version": "1.0.0"}, {"version": "1.1.0"}]}]})
+    );
+    // Discovery on the mirror itself names both protocols.
+    let discovery = get(&client, &mirror.root_url("/.well-known/terraform.json")).await;
+    assert_eq!(discovery.status, StatusCode::OK);
+    let doc = discovery.json();
+    assert!(
+        doc["modules.v1"]
+            .as_str()
+            .unwrap()
+            .ends_with("v1/modules/-/"),
+        "{doc}"
+    );
+    assert!(
+        doc["providers.v1"]
+            .as_str()
+            .unwrap()
+            .ends_with("v1/providers/-/"),
+        "{doc}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn modules_cross_an_air_gap_with_seed_export_import_and_verify() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let online = work.path().join("online");
+    let cfg = config_file(work.path(), "online.toml", &online, origin.addr(), &ca, "");
+    let cfg = path_str(&cfg);
+
+    // Seed from a configuration that was never initialised: its registry module calls are
+    // resolved, fetched and read (rel calls leaf), plus one given on the command line.
+    let config_dir = root_module(&root_tf());
+    let seeded = provender(&[
+        "seed",
+        "--config",
+        cfg,
+        "--module",
+        "acme/net/test@1.1.0",
+        path_str(config_dir.path()),
+    ])
+    .await;
+    seeded.ok();
+    let ls = provender(&["ls", "--config", cfg, "--json"]).await;
+    ls.ok();
+    let listed: Vec<Value> = serde_json::from_str(&ls.stdout).unwrap();
+    let mut seen: Vec<String> = listed
+        .iter()
+        .filter(|r| r["kind"] == "module")
+        .map(|r| {
+            format!(
+                "{}@{}",
+                r["module"].as_str().unwrap(),
+                r["version"].as_str().unwrap()
+            )
+        })
+        .collect();
+    seen.sort();
+    let mut expected: Vec<String> = CALLS
+        .iter()
+        .map(|(_, name, version)| format!("{REGISTRY}/acme/{name}/test@{version}"))
+        .chain([
+            format!("{REGISTRY}/acme/leaf/test@1.0.0"),
+            format!("{REGISTRY}/acme/net/test@1.1.0"),
+        ])
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected, "{}", ls.stdout);
+    let table = provender(&["ls", "--config", cfg]).await;
+    table.ok();
+    assert!(
+        table.stdout.contains("acme/gitmod/test"),
+        "{}",
+        table.stdout
+    );
+
+    // Export a signed bundle, import it into an empty cache, serve that cache sealed.
+    let bundle = work.path().join("modules.bundle");
+    provender(&["export", "--config", cfg, "--bundle", path_str(&bundle)])
+        .await
+        .ok();
+    let offline = work.path().join("offline");
+    let sealed = sealed_config(work.path(), "offline.toml", &offline, &ca);
+    let imported = provender(&["import", "--config", path_str(&sealed), path_str(&bundle)]).await;
+    imported.ok();
+    assert!(imported.out().contains("module"), "{}", imported.out());
+    origin.stop().await;
+    let closed: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let dummy = self::origin(&ca).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &dummy,
+        MirrorOptions {
+            cache_dir: Some(&offline),
+            connect_to: Some(closed),
+            extra_upstream: "offline = true",
+            ..Default::default()
+        },
+    )
+    .await;
+    let terraform = Terraform::new(&ca, &through(&mirror.url));
+    let (root, out) = init(&terraform).await;
+    out.assert_success();
+    assert_eq!(dummy.total_requests(), 0);
+    let manifest = std::fs::read_to_string(root.path().join(".terraform/modules/modules.json"));
+    assert!(manifest.unwrap().contains("\"rel.child\""));
+
+    // verify re-hashes packages; a damaged one is quarantined and reported.
+    let offline_cfg = path_str(&sealed);
+    provender(&["verify", "--config", offline_cfg]).await.ok();
+    let package = offline.join(format!(
+        "modules/{REGISTRY}/acme/net/test/1.0.0/module.tar.gz"
+    ));
+    let mut bytes = std::fs::read(&package).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&package, bytes).unwrap();
+    let found = provender(&["verify", "--config", offline_cfg]).await;
+    found.fails(1);
+    assert!(found.out().contains("acme/net/test"), "{}", found.out());
+    assert!(!package.exists(), "the damaged package is out of service");
+}
