@@ -21,7 +21,7 @@ use url::Url;
 
 use crate::support::origin::{
     DownloadAnswer, ENDLESS_GIT_REF, FakeOrigin, Fault, GZIP_BOMB_UNPACKED, HostileModule,
-    ModuleSource, ModuleSpec, RequestKind,
+    ModuleSource, ModuleSpec, RequestKind, ZIP_BOMB_UNPACKED,
 };
 use crate::support::pki::TestCa;
 use crate::support::{Terraform, https_client, install_crypto_provider, poll, tf_config, within};
@@ -721,6 +721,15 @@ async fn module_fixture_hostile_answers() {
     .unwrap();
     assert_eq!(unpacked[1], ("zeros.bin".to_owned(), GZIP_BOMB_UNPACKED));
     const { assert!(GZIP_BOMB_UNPACKED > 64 << 20) };
+
+    // The zip bomb: small, and 256 MiB of zeros inside, as its directory says.
+    let zip_bomb = fetch(HostileModule::ZipBomb).await;
+    assert!(zip_bomb.len() < 2 << 20, "{} bytes", zip_bomb.len());
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip_bomb)).unwrap();
+    assert_eq!(
+        archive.by_name("zeros.bin").unwrap().size(),
+        ZIP_BOMB_UNPACKED
+    );
 
     // The loop redirects to itself.
     let path = HostileModule::RedirectLoop.path();

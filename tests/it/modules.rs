@@ -8,7 +8,7 @@
 //! - a second `init` in a fresh directory sends the origin nothing; with the origin gone, and
 //!   after a restart on the same cache, `init` still works;
 //! - a git tag moved upstream does not change what is served;
-//! - hostile origins (`..` and absolute entries, links out of the tree, a gzip bomb, a redirect
+//! - hostile origins (`..` and absolute entries, links out of the tree, gzip and zip bombs, a redirect
 //!   loop, endless git, private addresses) get a clear JSON error and leave nothing in the
 //!   cache;
 //! - `seed`, `ls`, `export --bundle`, `import` and `verify` carry modules into an offline mirror
@@ -299,6 +299,11 @@ async fn hostile_origins_get_a_clear_error_and_leave_nothing_behind() {
         ),
         (
             Fault::HostileModule(HostileModule::GzipBomb),
+            StatusCode::BAD_GATEWAY,
+            "modules.max_unpacked_size",
+        ),
+        (
+            Fault::HostileModule(HostileModule::ZipBomb),
             StatusCode::BAD_GATEWAY,
             "modules.max_unpacked_size",
         ),

@@ -68,6 +68,7 @@ mod modules;
 
 pub use modules::{
     DownloadAnswer, ENDLESS_GIT_REF, GZIP_BOMB_UNPACKED, HostileModule, ModuleSource, ModuleSpec,
+    ZIP_BOMB_UNPACKED,
 };
 
 use self::git::GitRepos;

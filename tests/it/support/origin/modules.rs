@@ -25,6 +25,10 @@ pub(super) const MTIME: u64 = 1_704_164_646;
 /// itself stays around 1 MiB.
 pub const GZIP_BOMB_UNPACKED: u64 = 1 << 30;
 
+/// How many bytes of zeros the zip bomb's `zeros.bin` expands to (256 MiB, deflated to
+/// about 250 KiB).
+pub const ZIP_BOMB_UNPACKED: u64 = 256 << 20;
+
 /// The tag of the only version of the endless git repository.
 pub const ENDLESS_GIT_REF: &str = "v1.0.0";
 
@@ -288,6 +292,9 @@ pub enum HostileModule {
     Symlink,
     /// A ~1 MiB tar.gz with `main.tf` and `zeros.bin`, [`GZIP_BOMB_UNPACKED`] bytes of zeros.
     GzipBomb,
+    /// A `.zip` with `main.tf` and `zeros.bin`, [`ZIP_BOMB_UNPACKED`] bytes of zeros, whose
+    /// central directory states that size honestly.
+    ZipBomb,
     /// An archive URL that answers `302 Found` pointing at itself, forever.
     RedirectLoop,
     /// A git repository (`/git/endless.git`, tag [`ENDLESS_GIT_REF`]) whose upload-pack
@@ -297,11 +304,12 @@ pub enum HostileModule {
 
 impl HostileModule {
     /// Every hostile package.
-    pub const ALL: [HostileModule; 6] = [
+    pub const ALL: [HostileModule; 7] = [
         HostileModule::DotDot,
         HostileModule::AbsolutePath,
         HostileModule::Symlink,
         HostileModule::GzipBomb,
+        HostileModule::ZipBomb,
         HostileModule::RedirectLoop,
         HostileModule::EndlessGit,
     ];
@@ -313,6 +321,7 @@ impl HostileModule {
             HostileModule::AbsolutePath => "/modarchives/hostile/absolute.tar.gz",
             HostileModule::Symlink => "/modarchives/hostile/symlink.tar.gz",
             HostileModule::GzipBomb => "/modarchives/hostile/bomb.tar.gz",
+            HostileModule::ZipBomb => "/modarchives/hostile/bomb.zip",
             HostileModule::RedirectLoop => "/modarchives/hostile/loop.tar.gz",
             HostileModule::EndlessGit => "/git/endless.git",
         }
@@ -349,6 +358,10 @@ impl HostileModule {
                 TarEntry::symlink("secrets.tf", "../../../../../../etc/passwd"),
             ],
             HostileModule::GzipBomb => return Some(gzip_bomb().clone()),
+            HostileModule::ZipBomb => {
+                static BOMB: OnceLock<Bytes> = OnceLock::new();
+                return Some(BOMB.get_or_init(zip_bomb).clone());
+            }
             HostileModule::RedirectLoop | HostileModule::EndlessGit => return None,
         };
         Some(Bytes::from(tar_gz(&entries)))
@@ -431,6 +444,25 @@ pub(super) fn tar_gz(entries: &[TarEntry]) -> Vec<u8> {
         .expect("finish tar")
         .finish()
         .expect("finish gzip")
+}
+
+/// A zip of `main.tf` and [`ZIP_BOMB_UNPACKED`] zeros in `zeros.bin`, deflated.
+fn zip_bomb() -> Bytes {
+    use std::io::Write;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .compression_level(Some(9))
+        .large_file(false);
+    zip.start_file("main.tf", options).unwrap();
+    zip.write_all(b"# A hostile test package: zeros.bin expands to 256 MiB.\n")
+        .unwrap();
+    zip.start_file("zeros.bin", options).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..(ZIP_BOMB_UNPACKED >> 20) {
+        zip.write_all(&zeros).unwrap();
+    }
+    Bytes::from(zip.finish().unwrap().into_inner())
 }
 
 /// The gzip bomb's bytes, built once per test process (in milliseconds: the compressed form
