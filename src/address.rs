@@ -223,6 +223,17 @@ pub struct Version {
 }
 
 impl Version {
+    /// The OCI tag of this version: tags cannot hold `+`, so build metadata follows `_`.
+    pub fn oci_tag(&self) -> String {
+        self.to_string().replace('+', "_")
+    }
+
+    /// The version an OCI tag names, or `None` when it names none (as OpenTofu reads tags:
+    /// `latest` or `linux_amd64` are no versions).
+    pub fn from_oci_tag(tag: &str) -> Option<Version> {
+        Version::parse(&tag.replace('_', "+")).ok()
+    }
+
     /// Parses a version exactly as it appears in mirror request paths: three numeric parts.
     pub fn parse(input: &str) -> Result<Version, AddressError> {
         Self::parse_inner(input, false)
@@ -603,6 +614,97 @@ impl fmt::Display for ModuleAddr {
     }
 }
 
+/// What an OCI distribution request names, parsed from the path below `/v2/`. The repository
+/// is a provider: `<hostname>/<namespace>/<type>` (what the `oci_mirror` template
+/// `"mirror.example.com/${hostname}/${namespace}/${type}"` makes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OciPath {
+    /// `<repo>/tags/list`
+    Tags(ProviderAddr),
+    /// `<repo>/manifests/<reference>`
+    Manifest(ProviderAddr, OciReference),
+    /// `<repo>/blobs/sha256:<hex>`
+    Blob(ProviderAddr, String),
+}
+
+/// A manifest reference: a tag (a version, `+` written `_`) or a `sha256:` digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OciReference {
+    Tag(Version),
+    /// Lowercase hex SHA-256.
+    Digest(String),
+}
+
+/// Why an OCI path names nothing this mirror serves, in the distribution API's terms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OciPathError {
+    /// The repository name is not a provider address (`NAME_INVALID`).
+    #[error("{0}")]
+    Name(String),
+    /// The tag is not a version (`MANIFEST_UNKNOWN`: OpenTofu skips such tags).
+    #[error("{0}")]
+    Tag(String),
+    /// The digest is not `sha256:` and 64 hex digits (`DIGEST_INVALID`).
+    #[error("{0}")]
+    Digest(String),
+    /// No such endpoint (`NOT_FOUND`, plain 404).
+    #[error("{0}")]
+    Endpoint(String),
+}
+
+impl OciPath {
+    /// Parses the part of a request path below `/v2/`.
+    pub fn parse(path: &str) -> Result<OciPath, OciPathError> {
+        let (repo, op, arg) = if let Some(repo) = path.strip_suffix("/tags/list") {
+            (repo, "tags", "")
+        } else if let Some((repo, reference)) = path.rsplit_once("/manifests/") {
+            (repo, "manifests", reference)
+        } else if let Some((repo, digest)) = path.rsplit_once("/blobs/") {
+            (repo, "blobs", digest)
+        } else {
+            return Err(OciPathError::Endpoint(format!(
+                "/v2/{path}: not an endpoint of this registry (tags/list, manifests, blobs)"
+            )));
+        };
+        let addr = match repo.split('/').collect::<Vec<_>>().as_slice() {
+            [host, ns, ty] => provider_from_segments(host, ns, ty)
+                .map_err(|e| OciPathError::Name(format!("repository {repo:?}: {e}")))?,
+            _ => {
+                return Err(OciPathError::Name(format!(
+                    "repository {repo:?}: expected <hostname>/<namespace>/<type>, as the \
+                     oci_mirror template \"<mirror>/${{hostname}}/${{namespace}}/${{type}}\" makes"
+                )));
+            }
+        };
+        let sha256 = |digest: &str| match digest.strip_prefix("sha256:") {
+            Some(hex)
+                if hex.len() == 64
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+            {
+                Ok(hex.to_string())
+            }
+            _ => Err(OciPathError::Digest(format!(
+                "{digest:?} is not a sha256 digest (sha256: and 64 lowercase hex digits)"
+            ))),
+        };
+        match op {
+            "tags" => Ok(OciPath::Tags(addr)),
+            "blobs" => Ok(OciPath::Blob(addr, sha256(arg)?)),
+            _ if arg.contains(':') => {
+                Ok(OciPath::Manifest(addr, OciReference::Digest(sha256(arg)?)))
+            }
+            _ => match Version::from_oci_tag(arg) {
+                Some(v) => Ok(OciPath::Manifest(addr, OciReference::Tag(v))),
+                None => Err(OciPathError::Tag(format!(
+                    "tag {arg:?} names no version of {addr}"
+                ))),
+            },
+        }
+    }
+}
+
 /// A request to the module registry facade, below `<base>v1/modules/`: `:hostname/` followed
 /// by the module registry protocol's own paths, plus the archives the mirror serves itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -726,6 +828,69 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oci_paths_name_a_provider_and_what_of_it() {
+        let foo = ProviderAddr::new("registry.opentofu.org", "hashicorp", "aws").unwrap();
+        let hex = "ab".repeat(32);
+        assert_eq!(
+            OciPath::parse("registry.opentofu.org/hashicorp/aws/tags/list"),
+            Ok(OciPath::Tags(foo.clone()))
+        );
+        assert_eq!(
+            OciPath::parse("registry.opentofu.org/hashicorp/aws/manifests/5.0.0_b.1"),
+            Ok(OciPath::Manifest(
+                foo.clone(),
+                OciReference::Tag(Version::parse("5.0.0+b.1").unwrap())
+            ))
+        );
+        assert_eq!(
+            OciPath::parse(&format!(
+                "registry.opentofu.org/hashicorp/aws/manifests/sha256:{hex}"
+            )),
+            Ok(OciPath::Manifest(
+                foo.clone(),
+                OciReference::Digest(hex.clone())
+            ))
+        );
+        assert_eq!(
+            OciPath::parse(&format!(
+                "registry.opentofu.org/hashicorp/aws/blobs/sha256:{hex}"
+            )),
+            Ok(OciPath::Blob(foo, hex.clone()))
+        );
+        for (path, kind) in [
+            ("hashicorp/aws/tags/list", "name"),
+            ("a/b/c/d/tags/list", "name"),
+            ("registry.opentofu.org/hashi..corp/aws/tags/list", "name"),
+            (
+                "registry.opentofu.org/hashicorp/aws/manifests/latest",
+                "tag",
+            ),
+            (
+                "registry.opentofu.org/hashicorp/aws/manifests/sha256:AB",
+                "digest",
+            ),
+            (
+                "registry.opentofu.org/hashicorp/aws/blobs/sha512:ab",
+                "digest",
+            ),
+            (
+                "registry.opentofu.org/hashicorp/aws/referrers/x",
+                "endpoint",
+            ),
+            ("_catalog", "endpoint"),
+        ] {
+            let got = match OciPath::parse(path) {
+                Err(OciPathError::Name(_)) => "name",
+                Err(OciPathError::Tag(_)) => "tag",
+                Err(OciPathError::Digest(_)) => "digest",
+                Err(OciPathError::Endpoint(_)) => "endpoint",
+                Ok(p) => panic!("{path} parsed as {p:?}"),
+            };
+            assert_eq!(got, kind, "{path}");
+        }
+    }
 
     #[test]
     fn hostnames_are_normalised() {

@@ -316,6 +316,47 @@ impl AuthSettings {
         }
     }
 
+    /// Checks the credentials an OCI client sends to the token endpoint: `Basic` with one of
+    /// the tokens as the password (any user name), or `Bearer` with one of the tokens. Returns
+    /// the token, which the client then presents as its bearer token.
+    pub fn check_token_request(&self, authorization: Option<&[u8]>) -> Result<String, Denied> {
+        let basic = authorization
+            .and_then(|v| {
+                v.strip_prefix(b"Basic ")
+                    .or_else(|| v.strip_prefix(b"basic "))
+            })
+            .map(|b| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(b.trim_ascii())
+                    .ok()
+                    .and_then(|d| String::from_utf8(d).ok())
+                    .and_then(|d| d.split_once(':').map(|(_, password)| password.to_string()))
+                    .ok_or_else(|| {
+                        Denied::Unauthorized("the Basic credentials are malformed".into())
+                    })
+            });
+        let token = match basic {
+            Some(password) => password?,
+            None => {
+                let value = authorization.ok_or_else(|| {
+                    Denied::Unauthorized(
+                        "this mirror requires credentials: one of its tokens as the password (oci_credentials)".into(),
+                    )
+                })?;
+                String::from_utf8_lossy(
+                    value
+                        .strip_prefix(b"Bearer ")
+                        .or_else(|| value.strip_prefix(b"bearer "))
+                        .unwrap_or(value)
+                        .trim_ascii(),
+                )
+                .into_owned()
+            }
+        };
+        self.check_bearer(Some(format!("Bearer {token}").as_bytes()))?;
+        Ok(token)
+    }
+
     /// The query string (`exp=...&sig=...`) that lets an archive at `path` be downloaded
     /// without a token until `now + url_ttl`. `path` is the archive's canonical path below the
     /// base path, e.g. `registry.terraform.io/hashicorp/random/terraform-provider-random_...zip`.

@@ -238,6 +238,14 @@ impl std::io::Write for HashWriter<'_> {
     }
 }
 
+/// Whether `s` is a well-formed `h1:` hash: the prefix and a base64 SHA-256.
+pub fn is_h1(s: &str) -> bool {
+    use base64::Engine as _;
+    s.strip_prefix("h1:")
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .is_some_and(|d| d.len() == 32)
+}
+
 /// `zh:` form of a SHA-256 digest given as lowercase hex.
 pub fn zh(sha256_hex: &str) -> String {
     format!("zh:{sha256_hex}")

@@ -9,7 +9,7 @@ use prometheus::{
 };
 
 /// Every `reason` of `provender_verification_failures_total`.
-pub const VERIFICATION_REASONS: [&str; 15] = [
+pub const VERIFICATION_REASONS: [&str; 16] = [
     "archive_checksum",
     "shasums_mismatch",
     "shasums_missing",
@@ -25,6 +25,7 @@ pub const VERIFICATION_REASONS: [&str; 15] = [
     "module_checksum",
     "unusable_module_package",
     "cached_module_mismatch",
+    "reported_h1_mismatch",
 ];
 
 /// Every metric the mirror exports.
@@ -75,7 +76,7 @@ impl Metrics {
             cache_lookups: IntCounterVec::new(
                 Opts::new(
                     "provender_cache_lookups_total",
-                    "Cache lookups by kind (index, version, archive) and result (hit, miss, stale, negative_hit).",
+                    "Cache lookups by kind (index, version, archive, module_versions, module_archive, oci_manifest) and result (hit, miss, joined, stale, negative_hit).",
                 ),
                 &["kind", "result"],
             )
@@ -205,6 +206,7 @@ impl Metrics {
                 &["hit", "miss", "stale", "negative_hit"][..],
             ),
             ("module_archive", &["hit", "miss", "joined"][..]),
+            ("oci_manifest", &["hit", "miss"][..]),
         ] {
             for result in results {
                 self.cache_lookups.with_label_values(&[kind, result]);

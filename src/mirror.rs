@@ -28,6 +28,7 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::metrics::Metrics;
+use crate::records::oci::ProviderImage;
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexRecord, ModuleRecord, ModuleVersions, Package, SumsRef,
     VersionRecord, docs,
@@ -38,9 +39,11 @@ use crate::upstream::{Operation, Upstream};
 mod facade;
 mod fill;
 mod modules;
+mod oci;
 
 pub use fill::Fill;
 pub use modules::{ModuleAnswer, ModulePackage};
+pub use oci::{OciBlob, OciBlobHead, empty_config};
 
 /// An archive on its way to a client: from the store, or from a download in progress.
 pub struct ArchiveBody {
@@ -111,6 +114,9 @@ pub struct Mirror {
     module_flights: Flights<(ModuleAddr, Version), ModuleRecord>,
     /// When each cached git package's reference was last checked against its origin.
     ref_checks: Mutex<HashMap<(ModuleAddr, Version), std::time::Instant>>,
+    /// Provider versions rendered as OCI documents.
+    oci_images: moka::future::Cache<(ProviderAddr, Version), Arc<ProviderImage>>,
+    oci_image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>>,
 }
 
 impl Mirror {
@@ -154,6 +160,8 @@ impl Mirror {
             module_list_flights: Flights::default(),
             module_flights: Flights::default(),
             ref_checks: Mutex::new(HashMap::new()),
+            oci_images: moka::future::Cache::builder().max_capacity(entries).build(),
+            oci_image_flights: Flights::default(),
         }))
     }
 

@@ -8,11 +8,14 @@
 //!
 //! **Documents** are the JSON a client is served, rendered from records by the types in
 //! [`docs`]: the network mirror protocol's `index.json` and `<version>.json` (also written by
-//! `export`, read by `import`) and the registry facade's version list and download metadata.
+//! `export`, read by `import`) and the registry facade's version list and download metadata;
+//! and in [`oci`], a provider version as the OCI documents OpenTofu's `oci_mirror` reads.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+pub mod oci;
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::trust::{SignatureKind, Trust};
@@ -112,6 +115,15 @@ pub struct Package {
     /// `h1:` hash, once provender has processed the archive.
     #[serde(default)]
     pub h1: Option<String>,
+    /// The archive's size in bytes: the stored archive's once there is one, before that what
+    /// the origin stated (its registry's `packages` extension, or a `HEAD` of the download
+    /// URL). OCI manifests need it before anything is downloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The `h1:` the origin registry reported in its `packages` extension. Never served as
+    /// such: it is compared with the `h1:` computed from the archive once that is hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_h1: Option<String>,
 }
 
 /// Everything the mirror knows about one provider version.

@@ -45,6 +45,8 @@ pub enum Operation {
     Shasums,
     Signature,
     Archive,
+    /// A `HEAD` of an archive's download URL, for its size.
+    ArchiveSize,
     ModuleVersions,
     ModuleDownload,
     ModuleArchive,
@@ -60,6 +62,7 @@ impl Operation {
             Operation::Shasums => "shasums",
             Operation::Signature => "signature",
             Operation::Archive => "archive",
+            Operation::ArchiveSize => "archive_size",
             Operation::ModuleVersions => "module_versions",
             Operation::ModuleDownload => "module_download",
             Operation::ModuleArchive => "module_archive",
@@ -529,7 +532,11 @@ impl Upstream {
         url: &Url,
         timeout: Duration,
     ) -> Result<reqwest::Response> {
-        let mut req = self.http.get(url.clone()).timeout(timeout);
+        let method = match op {
+            Operation::ArchiveSize => reqwest::Method::HEAD,
+            _ => reqwest::Method::GET,
+        };
+        let mut req = self.http.request(method, url.clone()).timeout(timeout);
         if matches!(op, Operation::Discovery) {
             req = req.header(reqwest::header::ACCEPT, "application/json");
         }

@@ -1,4 +1,5 @@
-//! Provider metadata: version lists and per-version download metadata.
+//! Provider metadata: version lists and per-version download metadata, and the OCI documents
+//! rendered from them.
 //!
 //! Records live in two bounded moka caches (the hot path never touches the store) and are
 //! persisted as JSON under `metadata/` in the store, so a restarted server (or another replica
@@ -6,12 +7,14 @@
 //! freshness of version lists is decided by the mirror from each record's `fetched_at`, and
 //! version records are immutable.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::records::{IndexRecord, VersionRecord};
+use crate::records::oci::{BlobLink, Document};
+use crate::records::{IndexRecord, Package, VersionRecord};
 use crate::storage::{Key, Result, Storage};
 
 type VersionKey = (ProviderAddr, Version);
@@ -24,12 +27,25 @@ pub struct MetaStore {
     updates: tokio::sync::Mutex<()>,
     pub indexes: moka::future::Cache<ProviderAddr, Arc<IndexRecord>>,
     pub versions: moka::future::Cache<VersionKey, Arc<VersionRecord>>,
+    /// OCI manifests by their SHA-256 (immutable: a digest names one content).
+    oci_manifests: moka::future::Cache<(ProviderAddr, String), Document>,
 }
 
 /// The key of a provider's metadata file `name`.
 fn key_of(addr: &ProviderAddr, name: &str) -> Key {
     Key::new([
         "metadata",
+        addr.hostname.as_str(),
+        &addr.namespace,
+        &addr.type_,
+        name,
+    ])
+}
+
+/// The key of a provider's OCI object `name`.
+fn oci_key(addr: &ProviderAddr, name: &str) -> Key {
+    Key::new([
+        "oci",
         addr.hostname.as_str(),
         &addr.namespace,
         &addr.type_,
@@ -50,7 +66,64 @@ impl MetaStore {
             versions: moka::future::Cache::builder()
                 .max_capacity(capacity)
                 .build(),
+            oci_manifests: moka::future::Cache::builder()
+                .max_capacity(capacity)
+                .build(),
         }
+    }
+
+    /// Keeps an OCI manifest or index under its digest, so that a request by digest finds it
+    /// on any replica and after a restart. Written before anything that names it is served.
+    pub async fn write_oci_manifest(&self, addr: &ProviderAddr, doc: &Document) -> Result<()> {
+        let key = oci_key(addr, &format!("manifest-{}.json", doc.sha256));
+        if self.storage.head(&key).await?.is_none() {
+            self.storage.write(&key, doc.bytes.clone()).await?;
+        }
+        self.oci_manifests
+            .insert((addr.clone(), doc.sha256.clone()), doc.clone())
+            .await;
+        Ok(())
+    }
+
+    /// The OCI manifest or index whose SHA-256 is `sha256`, if one was kept (and still has
+    /// that digest).
+    pub async fn read_oci_manifest(&self, addr: &ProviderAddr, sha256: &str) -> Option<Document> {
+        let key = (addr.clone(), sha256.to_string());
+        if let Some(doc) = self.oci_manifests.get(&key).await {
+            return Some(doc);
+        }
+        let stored = oci_key(addr, &format!("manifest-{sha256}.json"));
+        let bytes = match self.storage.read(&stored).await {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!("cannot read a kept OCI manifest: {e}");
+                return None;
+            }
+        };
+        let doc = Document::parse(bytes).filter(|d| d.sha256 == sha256);
+        if doc.is_none() {
+            tracing::warn!(key = %stored, "ignoring a kept OCI manifest that is not what its name says");
+        }
+        let doc = doc?;
+        self.oci_manifests.insert(key, doc.clone()).await;
+        Some(doc)
+    }
+
+    /// Records which archive the layer digest `sha256` is.
+    pub async fn write_oci_blob(
+        &self,
+        addr: &ProviderAddr,
+        sha256: &str,
+        link: &BlobLink,
+    ) -> Result<()> {
+        self.write_json(oci_key(addr, &format!("blob-{sha256}.json")), link)
+            .await
+    }
+
+    /// Which archive the layer digest `sha256` is, if recorded.
+    pub async fn read_oci_blob(&self, addr: &ProviderAddr, sha256: &str) -> Option<BlobLink> {
+        self.read_json(oci_key(addr, &format!("blob-{sha256}.json")))
+            .await
     }
 
     /// The persisted version list, if any (unreadable records are logged and ignored).
@@ -115,13 +188,57 @@ impl MetaStore {
             .await
     }
 
-    /// Records the `h1:` hash of a committed archive in its version record (memory and store).
-    pub async fn set_h1(
+    /// Records what a committed archive showed, its `h1:` hash and its size, in its version
+    /// record (memory and store).
+    pub async fn set_archive_facts(
         &self,
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
         h1: &str,
+        size: u64,
+    ) -> Result<()> {
+        self.update_packages(addr, version, |packages| {
+            let Some(pkg) = packages.get_mut(platform) else {
+                return false;
+            };
+            if pkg.h1.as_deref() == Some(h1) && pkg.size == Some(size) {
+                return false;
+            }
+            pkg.h1 = Some(h1.to_string());
+            pkg.size = Some(size);
+            true
+        })
+        .await
+    }
+
+    /// Records archive sizes the origin stated, for packages whose size is not known yet.
+    pub async fn set_stated_sizes(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        sizes: &[(Platform, u64)],
+    ) -> Result<()> {
+        self.update_packages(addr, version, |packages| {
+            let mut changed = false;
+            for (platform, size) in sizes {
+                if let Some(pkg) = packages.get_mut(platform).filter(|p| p.size.is_none()) {
+                    pkg.size = Some(*size);
+                    changed = true;
+                }
+            }
+            changed
+        })
+        .await
+    }
+
+    /// Changes a version record's packages with `change` (which says whether it changed
+    /// anything), one update at a time, and stores the new record.
+    async fn update_packages(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        change: impl FnOnce(&mut BTreeMap<Platform, Package>) -> bool,
     ) -> Result<()> {
         let _serialised = self.updates.lock().await;
         let key = (addr.clone(), version.clone());
@@ -132,13 +249,9 @@ impl MetaStore {
         let Some(mut rec) = current else {
             return Ok(());
         };
-        let Some(pkg) = rec.packages.get_mut(platform) else {
-            return Ok(());
-        };
-        if pkg.h1.as_deref() == Some(h1) {
+        if !change(&mut rec.packages) {
             return Ok(());
         }
-        pkg.h1 = Some(h1.to_string());
         self.write_version(addr, version, &rec).await?;
         self.versions.insert(key, Arc::new(rec)).await;
         Ok(())
@@ -190,6 +303,8 @@ mod tests {
             shasums_signature_url: "https://x/S.sig".into(),
             signing_keys: vec![],
             h1: None,
+            size: None,
+            reported_h1: None,
         };
         let rec = VersionRecord {
             fetched_at: 1,
@@ -201,7 +316,10 @@ mod tests {
         };
         store.write_version(&addr, &v, &rec).await.unwrap();
         assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);
-        store.set_h1(&addr, &v, &linux, "h1:abc").await.unwrap();
+        store
+            .set_archive_facts(&addr, &v, &linux, "h1:abc", 7)
+            .await
+            .unwrap();
         let back = store.read_version(&addr, &v).await.unwrap();
         assert_eq!(back.packages[&linux].h1.as_deref(), Some("h1:abc"));
         assert!(back.covers(|_| true));

@@ -435,9 +435,17 @@ impl Mirror {
                 Error::from(e)
             })?;
         self.archive_committed(key, size).await;
+        if let Some(reported) = pkg.reported_h1.as_deref().filter(|r| *r != h1) {
+            // The archive is the signed one; the registry's statement about it is wrong.
+            self.metrics
+                .verification_failures
+                .with_label_values(&["reported_h1_mismatch"])
+                .inc();
+            tracing::error!(archive = %key, computed = %h1, %reported, "the origin registry reports another h1: for this archive; serving the computed one");
+        }
         if let Err(e) = self
             .meta
-            .set_h1(&key.addr, &key.version, &key.platform, &h1)
+            .set_archive_facts(&key.addr, &key.version, &key.platform, &h1, size)
             .await
         {
             tracing::warn!(archive = %key, "cannot record h1 in version metadata: {e}");

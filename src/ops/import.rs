@@ -942,8 +942,11 @@ async fn admit(
                 shasums_signature_url: String::new(),
                 signing_keys: Vec::new(),
                 h1: None,
+                size: None,
+                reported_h1: None,
             });
             pkg.h1 = Some(a.info.h1.clone());
+            pkg.size = Some(a.info.size);
             packages.insert(a.key.platform.clone(), pkg);
         }
         let existing = meta.read_version(&vi.addr, &vi.version).await;

@@ -3,6 +3,7 @@
 //! Turns an HTTP request into a call on [`Mirror`] and its result into a response: JSON documents
 //! as `application/json`, archives streamed from the store with `Content-Length`, `ETag` and
 //! `Last-Modified`, and every failure as a JSON error body with the status its [`Error`] carries.
+//! The OCI distribution API (`/v2/`) is answered by [`oci`], in that API's terms.
 //! Records `provender_http_*` metrics for every request, and with `server.access_log` one log
 //! line per request.
 
@@ -26,6 +27,8 @@ use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 use crate::mirror::{ArchiveBody, ArchiveHead, Served};
 
+mod oci;
+
 /// Response body: a buffer or a stream from the archive store.
 pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
@@ -47,6 +50,7 @@ enum Route {
     Version,
     Archive,
     Module,
+    Oci,
     Discovery,
     Registry,
     Page,
@@ -64,6 +68,7 @@ impl Route {
             Route::Archive => "archive",
             Route::Registry => "registry",
             Route::Module => "module",
+            Route::Oci => "oci",
             Route::Discovery => "discovery",
             Route::Page => "page",
             Route::Metrics => "metrics",
@@ -173,6 +178,11 @@ impl App {
             "/.well-known/terraform.json" => Route::Discovery,
             _ => Route::Other,
         };
+        // The OCI distribution API lives at `/v2/` on the host, whatever the base path, with its
+        // own error format and authentication challenge.
+        if path == "/v2" || path.starts_with("/v2/") {
+            return (Route::Oci, Ok(self.oci(req).await));
+        }
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));
         }

@@ -5,6 +5,8 @@
 //! fuzzed) without a network. Hostile shapes never panic: entries Terraform would skip are
 //! skipped (with the reason returned for logging), anything else is a [`DocumentError`].
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -199,6 +201,15 @@ struct RawDownload {
     shasums_url: Option<String>,
     shasums_signature_url: Option<String>,
     signing_keys: Option<RawSigningKeys>,
+    /// OpenTofu's registry extension: every platform's hashes and size.
+    packages: Option<BTreeMap<String, RawPackageEntry>>,
+}
+
+#[derive(Deserialize)]
+struct RawPackageEntry {
+    #[serde(default)]
+    hashes: Vec<String>,
+    package_size: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -265,8 +276,18 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<Package, Docum
             })
         })
         .collect();
+    let (size, reported_h1) = match raw
+        .packages
+        .as_ref()
+        .and_then(|p| p.get(&platform.to_string()))
+    {
+        Some(entry) => package_claims(entry, platform, &shasum)?,
+        None => (None, None),
+    };
     Ok(Package {
         h1: None,
+        size,
+        reported_h1,
         protocols: protocols_of(raw.protocols.as_ref()),
         filename,
         download_url: field("download_url", raw.download_url)?,
@@ -275,6 +296,36 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<Package, Docum
         shasums_signature_url: field("shasums_signature_url", raw.shasums_signature_url)?,
         signing_keys,
     })
+}
+
+/// What a registry's `packages` extension states about `platform`'s archive: its size and
+/// `h1:`. Its `zh:`, when given, must be the `shasum`, and its size positive, as OpenTofu
+/// requires; a registry contradicting itself is not believed on anything.
+fn package_claims(
+    entry: &RawPackageEntry,
+    platform: &Platform,
+    shasum: &str,
+) -> Result<(Option<u64>, Option<String>), DocumentError> {
+    let claim = |what: &str| {
+        doc_err(format!(
+            "download metadata for {platform}: \"packages\" {what}"
+        ))
+    };
+    if let Some(zh) = entry.hashes.iter().find_map(|h| h.strip_prefix("zh:")) {
+        if !zh.eq_ignore_ascii_case(shasum) {
+            return Err(claim(&format!("lists zh:{zh}, but \"shasum\" is {shasum}")));
+        }
+    }
+    if entry.package_size == Some(0) {
+        return Err(claim("gives a package_size of 0"));
+    }
+    let h1 = entry.hashes.iter().find(|h| h.starts_with("h1:")).cloned();
+    if let Some(h1) = &h1 {
+        if !crate::hash::is_h1(h1) {
+            return Err(claim(&format!("lists a malformed hash {h1:?}")));
+        }
+    }
+    Ok((entry.package_size, h1))
 }
 
 #[cfg(test)]

@@ -98,6 +98,37 @@ impl Upstream {
         }
     }
 
+    /// The size of the archive at `url` as its origin states it (`Content-Length` of a `HEAD`),
+    /// without downloading it. `Ok(None)`: the origin does not say.
+    pub async fn archive_size(&self, host: &Hostname, url: &str) -> Result<Option<u64>> {
+        let op = Operation::ArchiveSize;
+        let url = Url::parse(url)
+            .map_err(|e| UpstreamError::BadDocument(format!("invalid archive URL {url:?}: {e}")))?;
+        self.check_url(host, &url)?;
+        let started = Instant::now();
+        let result = self
+            .send(host, op, &url, self.settings.request_timeout)
+            .await
+            .and_then(|resp| match resp.status() {
+                reqwest::StatusCode::OK => Ok(resp
+                    .headers()
+                    .get(reqwest::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())),
+                status => Err(UpstreamError::status_of(op, &url, status)),
+            });
+        self.observe(host, op, started);
+        self.count(
+            host,
+            op,
+            match &result {
+                Ok(_) => Outcome::Ok,
+                Err(e) => e.outcome(),
+            },
+        );
+        result
+    }
+
     /// Starts a provider archive download from `url` (for a package of registry `host`) and
     /// returns it once the origin answered 200.
     pub async fn archive(&self, host: &Hostname, url: &str) -> Result<ArchiveDownload> {

@@ -4,6 +4,7 @@
 //!   over HTTP/1.1 (a short body on a closed connection) nor HTTP/2 (a reset stream), for an
 //!   archive just above the 64 KiB response-head threshold and for one of several MiB;
 //! - `curl`, which checks `Content-Length`, reports the transfer as failed over both protocols;
+//! - the same holds for the OCI mirror's layer blobs, which are the same archives;
 //! - nothing is cached and no staging file is left.
 
 use std::time::Duration;
@@ -110,9 +111,53 @@ async fn curl(ca_file: &std::path::Path, url: &str, http2: bool) -> (Option<i32>
     (status.code(), written)
 }
 
+/// Which of the mirror's ways to an archive the clients take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// The network mirror's archive URL.
+    NetworkMirror,
+    /// The OCI mirror's layer blob (the tag resolved first, as OCI clients do).
+    Oci,
+}
+
+/// How many times the origin was asked for an archive's bytes (`HEAD`s for sizes aside).
+fn archive_downloads(origin: &FakeOrigin) -> usize {
+    origin
+        .requests()
+        .iter()
+        .filter(|r| r.kind == Some(RequestKind::Archive) && r.method == "GET")
+        .count()
+}
+
+/// The URL of the linux_amd64 layer blob of `acme/<ty>` 1.0.0, found as OCI clients find it.
+async fn oci_blob_url(mirror: &TestMirror, c: &reqwest::Client, ty: &str) -> String {
+    let repo = format!("{REGISTRY}/acme/{ty}");
+    let json = async |path: String| -> serde_json::Value {
+        let resp = within("OCI document", c.get(mirror.root_url(&path)).send())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap()
+    };
+    let index = json(format!("/v2/{repo}/manifests/1.0.0")).await;
+    let manifest = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let manifest = json(format!("/v2/{repo}/manifests/{manifest}")).await;
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+    mirror.root_url(&format!("/v2/{repo}/blobs/{layer}"))
+}
+
 /// The origin alters the last 10 bytes of `acme/<ty>` archives of `payload` bytes; the mirror
 /// reaches it through a throttle passing `rate` bytes a second, so that joiners join.
-async fn tampered_tail_reaches_no_client(ty: &str, payload: usize, rate: u64, http: HttpVersion) {
+async fn tampered_tail_reaches_no_client(
+    ty: &str,
+    payload: usize,
+    rate: u64,
+    http: HttpVersion,
+    via: Via,
+) {
     let ca = TestCa::new();
     let origin = FakeOrigin::start(
         &ca,
@@ -136,11 +181,14 @@ async fn tampered_tail_reaches_no_client(ty: &str, payload: usize, rate: u64, ht
         },
     )
     .await;
-    let url = mirror.url(&format!(
-        "{REGISTRY}/acme/{ty}/terraform-provider-{ty}_1.0.0_linux_amd64.zip"
-    ));
     let http2 = http == HttpVersion::HTTP_2;
     let c = client(&ca, http);
+    let url = match via {
+        Via::NetworkMirror => mirror.url(&format!(
+            "{REGISTRY}/acme/{ty}/terraform-provider-{ty}_1.0.0_linux_amd64.zip"
+        )),
+        Via::Oci => oci_blob_url(&mirror, &c, ty).await,
+    };
 
     let ca_dir = tempfile::tempdir().unwrap();
     let ca_file = ca.write_ca(ca_dir.path());
@@ -152,7 +200,7 @@ async fn tampered_tail_reaches_no_client(ty: &str, payload: usize, rate: u64, ht
     eventually(
         "the leader's download reaches the origin",
         Duration::from_secs(10),
-        || origin.count(RequestKind::Archive) == 1,
+        || archive_downloads(&origin) == 1,
     )
     .await;
     let mut joiners = Vec::new();
@@ -193,11 +241,7 @@ async fn tampered_tail_reaches_no_client(ty: &str, payload: usize, rate: u64, ht
     );
     assert!(written <= size - 10, "curl wrote {written} of {size} bytes");
 
-    assert_eq!(
-        origin.count(RequestKind::Archive),
-        1,
-        "one download, shared"
-    );
+    assert_eq!(archive_downloads(&origin), 1, "one download, shared");
     let m = mirror.metrics(&c).await;
     assert!(
         sample(
@@ -225,20 +269,84 @@ async fn tampered_tail_reaches_no_client(ty: &str, payload: usize, rate: u64, ht
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_tail_just_above_the_head_threshold_fails_over_http1() {
-    tampered_tail_reaches_no_client("edge", 66 * KIB, 24 * KIB as u64, HttpVersion::HTTP_11).await;
+    tampered_tail_reaches_no_client(
+        "edge",
+        66 * KIB,
+        24 * KIB as u64,
+        HttpVersion::HTTP_11,
+        Via::NetworkMirror,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_tail_just_above_the_head_threshold_fails_over_http2() {
-    tampered_tail_reaches_no_client("edge", 66 * KIB, 24 * KIB as u64, HttpVersion::HTTP_2).await;
+    tampered_tail_reaches_no_client(
+        "edge",
+        66 * KIB,
+        24 * KIB as u64,
+        HttpVersion::HTTP_2,
+        Via::NetworkMirror,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_tail_of_several_mib_fails_over_http1() {
-    tampered_tail_reaches_no_client("large", 4 * MIB, 2 * MIB as u64, HttpVersion::HTTP_11).await;
+    tampered_tail_reaches_no_client(
+        "large",
+        4 * MIB,
+        2 * MIB as u64,
+        HttpVersion::HTTP_11,
+        Via::NetworkMirror,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_tail_of_several_mib_fails_over_http2() {
-    tampered_tail_reaches_no_client("large", 4 * MIB, 2 * MIB as u64, HttpVersion::HTTP_2).await;
+    tampered_tail_reaches_no_client(
+        "large",
+        4 * MIB,
+        2 * MIB as u64,
+        HttpVersion::HTTP_2,
+        Via::NetworkMirror,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oci_layer_with_a_tampered_tail_fails_over_http1() {
+    tampered_tail_reaches_no_client(
+        "large",
+        4 * MIB,
+        2 * MIB as u64,
+        HttpVersion::HTTP_11,
+        Via::Oci,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oci_layer_with_a_tampered_tail_fails_over_http2() {
+    tampered_tail_reaches_no_client(
+        "large",
+        4 * MIB,
+        2 * MIB as u64,
+        HttpVersion::HTTP_2,
+        Via::Oci,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_oci_layer_with_a_tampered_tail_is_refused_over_http2() {
+    tampered_tail_reaches_no_client(
+        "edge",
+        66 * KIB,
+        24 * KIB as u64,
+        HttpVersion::HTTP_2,
+        Via::Oci,
+    )
+    .await;
 }

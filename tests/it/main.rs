@@ -8,6 +8,7 @@ mod integrity;
 mod mirror;
 mod module_fixture_smoke;
 mod modules;
+mod oci;
 mod operations;
 mod ops;
 mod origin_smoke;

@@ -101,6 +101,9 @@ pub struct ProviderSpec {
     /// Extra entries added to every archive as given (`None`: a directory entry), for tests of
     /// hostile archives; see [`ProviderSpec::with_entry`].
     pub extra_entries: Vec<(String, Option<Vec<u8>>)>,
+    /// Whether download metadata carries the OpenTofu registry's `packages` extension (every
+    /// platform's `zh:` and `h1:` hashes and size).
+    pub packages_extension: bool,
 }
 
 impl ProviderSpec {
@@ -117,7 +120,14 @@ impl ProviderSpec {
             with_dir_entries: ty == "dirs",
             payload_bytes: 0,
             extra_entries: Vec::new(),
+            packages_extension: false,
         }
+    }
+
+    /// Download metadata carries the `packages` extension, as registry.opentofu.org sends it.
+    pub fn with_packages_extension(mut self) -> Self {
+        self.packages_extension = true;
+        self
     }
 
     /// Adds an entry named `name` (a directory when `content` is `None`) to every archive.
@@ -272,6 +282,10 @@ pub enum Fault {
     AlteredSums,
     /// Download metadata lists no signing keys.
     NoSigningKeys,
+    /// The `packages` extension states every archive one byte larger than it is.
+    WrongPackageSize,
+    /// The `packages` extension lists another (well-formed) `h1:` for every archive.
+    WrongReportedH1,
     /// Discovery answers this `modules.v1` value instead of `/v1/modules/` (only an origin
     /// serving modules lists `modules.v1` at all).
     ModulesV1(&'static str),
@@ -301,6 +315,8 @@ impl Fault {
             | (Fault::SignedByUnlistedKey, Fault::SignedByUnlistedKey)
             | (Fault::AlteredSums, Fault::AlteredSums)
             | (Fault::NoSigningKeys, Fault::NoSigningKeys)
+            | (Fault::WrongPackageSize, Fault::WrongPackageSize)
+            | (Fault::WrongReportedH1, Fault::WrongReportedH1)
             | (Fault::ModulesV1(_), Fault::ModulesV1(_)) => true,
             // One location rule at a time: a hostile package replaces a given location.
             (
@@ -1400,6 +1416,32 @@ fn answer(
                     }],
                 },
             });
+            if fixtures.specs[&(ns.clone(), ty.clone())].packages_extension {
+                let extension: serde_json::Map<String, serde_json::Value> = release
+                    .packages
+                    .iter()
+                    .map(|((os, arch), p)| {
+                        let mut size = p.archive.len() as u64;
+                        if faults.contains(&Fault::WrongPackageSize) {
+                            size += 1;
+                        }
+                        let h1 = if faults.contains(&Fault::WrongReportedH1) {
+                            format!(
+                                "h1:{}",
+                                base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+                            )
+                        } else {
+                            p.h1_zip.clone()
+                        };
+                        let hashes = json!([format!("zh:{}", p.sha256_hex), h1]);
+                        (
+                            format!("{os}_{arch}"),
+                            json!({ "hashes": hashes, "package_size": size }),
+                        )
+                    })
+                    .collect();
+                body["packages"] = serde_json::Value::Object(extension);
+            }
             for fault in faults {
                 match fault {
                     Fault::DownloadUrl(url) => body["download_url"] = json!(url),

@@ -1,0 +1,270 @@
+//! The cache as an OCI registry for OpenTofu's `oci_mirror`: the same verified records and
+//! archives as the network mirror, in the distribution API's shape.
+//!
+//! - **tags** are the provider's versions (the same version list as `index.json`);
+//! - a **tag** names the version's image index, rendered from its verified version record (see
+//!   [`crate::records::oci`]). Every layer needs its archive's size before anything is
+//!   downloaded: the stored archive's, else what the origin stated (its registry's `packages`
+//!   extension, else a `HEAD` of the download URL, recorded), else, for an origin that will not
+//!   say, the archive is fetched first. An index never leaves out a platform the mirror serves;
+//!   a platform whose size cannot be learnt fails the request.
+//! - the manifests are kept in the store under their digests, and each layer digest is linked to
+//!   its archive, before the tag is answered, so requests by digest work on every replica;
+//! - a **layer blob** is the archive itself, served by [`Mirror::archive`]: the same fill,
+//!   verification, hold-back, trust policy and offline rules as the network mirror.
+//!
+//! If an archive turns out to have another size than the origin stated, its record is corrected
+//! when it is stored and the documents are rendered again (new digests); a client holding the
+//! old manifest fails on the size and asks again.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::{ArchiveHead, Mirror, Served};
+use crate::address::{OciReference, Platform, ProviderAddr, Version};
+use crate::error::{Error, Result};
+use crate::records::oci::{self, BlobLink, Document, Layer, ProviderImage};
+use crate::records::{ArchiveKey, VersionRecord};
+
+/// A blob as served: the empty config, or a provider archive.
+pub enum OciBlob {
+    Config,
+    Archive(Served),
+}
+
+/// What a `HEAD` of a blob answers.
+pub enum OciBlobHead {
+    Config,
+    Archive(ArchiveHead),
+}
+
+impl Mirror {
+    /// The tags of a provider's repository: its versions, in lexical order.
+    pub async fn oci_tags(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<String>> {
+        let index = self.versions(addr).await?;
+        let mut tags: Vec<String> = index.versions.iter().map(|v| v.version.oci_tag()).collect();
+        tags.sort();
+        Ok(tags)
+    }
+
+    /// A manifest or index, by tag or digest.
+    pub async fn oci_manifest(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        reference: &OciReference,
+    ) -> Result<Document> {
+        match reference {
+            OciReference::Tag(version) => Ok(self.oci_image(addr, version).await?.index.clone()),
+            OciReference::Digest(sha256) => {
+                self.check_host(addr)?;
+                let found = self.meta.read_oci_manifest(addr, sha256).await;
+                self.metrics
+                    .lookup("oci_manifest", if found.is_some() { "hit" } else { "miss" });
+                found.ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "{addr} has no manifest sha256:{sha256} (resolve a tag first)"
+                    ))
+                })
+            }
+        }
+    }
+
+    /// A blob: the empty config, or a layer (an archive, fetched if needed).
+    pub async fn oci_blob(self: &Arc<Self>, addr: &ProviderAddr, sha256: &str) -> Result<OciBlob> {
+        if sha256 == oci::EMPTY_DIGEST_HEX {
+            self.check_host(addr)?;
+            return Ok(OciBlob::Config);
+        }
+        let key = self.oci_layer(addr, sha256).await?;
+        let served = self.archive(&key.addr, &key.version, &key.platform).await?;
+        Ok(OciBlob::Archive(served))
+    }
+
+    /// What a `HEAD` of a blob answers, without downloading anything.
+    pub async fn oci_blob_head(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        sha256: &str,
+    ) -> Result<OciBlobHead> {
+        if sha256 == oci::EMPTY_DIGEST_HEX {
+            self.check_host(addr)?;
+            return Ok(OciBlobHead::Config);
+        }
+        let key = self.oci_layer(addr, sha256).await?;
+        let mut head = self
+            .archive_head(&key.addr, &key.version, &key.platform)
+            .await?;
+        if head.size.is_none() {
+            let rec = self.version_record(&key.addr, &key.version).await?;
+            head.size = rec.packages.get(&key.platform).and_then(|p| p.size);
+        }
+        Ok(OciBlobHead::Archive(head))
+    }
+
+    /// The archive a layer digest names: from its link, checked against the version record.
+    async fn oci_layer(self: &Arc<Self>, addr: &ProviderAddr, sha256: &str) -> Result<ArchiveKey> {
+        self.check_host(addr)?;
+        let unknown = || {
+            Error::NotFound(format!(
+                "{addr} has no blob sha256:{sha256} (resolve a tag first)"
+            ))
+        };
+        let link = self
+            .meta
+            .read_oci_blob(addr, sha256)
+            .await
+            .ok_or_else(unknown)?;
+        let rec = self.version_record(addr, &link.version).await?;
+        match rec.packages.get(&link.platform) {
+            Some(pkg) if pkg.shasum == sha256 => Ok(ArchiveKey {
+                addr: addr.clone(),
+                version: link.version,
+                platform: link.platform,
+            }),
+            _ => Err(unknown()),
+        }
+    }
+
+    /// The OCI documents of a version, rendered from its verified record (one flight per
+    /// version) and kept in the store before they are handed out.
+    pub async fn oci_image(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<Arc<ProviderImage>> {
+        self.check_host(addr)?;
+        let rec = self.version_record(addr, version).await?;
+        let key = (addr.clone(), version.clone());
+        if let Some(image) = self.oci_images.get(&key).await {
+            if self.still_describes(&image, &rec) {
+                self.metrics.lookup("oci_manifest", "hit");
+                return Ok(image);
+            }
+        }
+        self.metrics.lookup("oci_manifest", "miss");
+        let this = self.clone();
+        let (a, v) = key.clone();
+        let work = move || async move {
+            let image = Arc::new(this.render_image(&a, &v).await?);
+            this.oci_images.insert((a, v), image.clone()).await;
+            Ok(image)
+        };
+        self.oci_image_flights.run(key, work).await.0
+    }
+
+    /// Whether `image` was rendered from what `rec` says now (sizes get corrected).
+    fn still_describes(&self, image: &ProviderImage, rec: &VersionRecord) -> bool {
+        let served = self.served_platforms(rec);
+        image.layers.len() == served.len()
+            && image.layers.iter().all(|l| {
+                rec.packages
+                    .get(&l.platform)
+                    .is_some_and(|p| p.shasum == l.sha256 && p.size.is_none_or(|s| s == l.size))
+            })
+    }
+
+    /// The platforms of a version this mirror serves.
+    fn served_platforms(&self, rec: &VersionRecord) -> Vec<Platform> {
+        rec.packages
+            .keys()
+            .filter(|p| self.settings.upstream.platform_allowed(p))
+            .cloned()
+            .collect()
+    }
+
+    async fn render_image(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<ProviderImage> {
+        let rec = self.version_record(addr, version).await?;
+        let platforms = self.served_platforms(&rec);
+        if platforms.is_empty() {
+            return Err(Error::NotFound(format!(
+                "{addr} {version} has no package for a platform this mirror serves"
+            )));
+        }
+        let sized = futures_util::stream::iter(platforms)
+            .map(|platform| {
+                let rec = &rec;
+                async move {
+                    let size = self.layer_size(addr, version, rec, &platform).await?;
+                    Ok::<_, Error>((platform, size))
+                }
+            })
+            .buffer_unordered(self.settings.upstream.concurrency)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
+        let stated: Vec<(Platform, u64)> = sized
+            .iter()
+            .filter(|(p, _)| rec.packages.get(p).is_some_and(|pkg| pkg.size.is_none()))
+            .cloned()
+            .collect();
+        if !stated.is_empty() {
+            self.meta.set_stated_sizes(addr, version, &stated).await?;
+        }
+        let layers: Vec<Layer> = sized
+            .into_iter()
+            .map(|(platform, size)| Layer {
+                sha256: rec.packages[&platform].shasum.clone(),
+                platform,
+                size,
+            })
+            .collect();
+        let image = oci::render(addr, version, &layers);
+        // What a tag's answer names must be findable by digest first, on every replica.
+        for (layer, (_, manifest)) in image.layers.iter().zip(&image.manifests) {
+            let link = BlobLink {
+                version: version.clone(),
+                platform: layer.platform.clone(),
+            };
+            self.meta.write_oci_blob(addr, &layer.sha256, &link).await?;
+            self.meta.write_oci_manifest(addr, manifest).await?;
+        }
+        self.meta.write_oci_manifest(addr, &image.index).await?;
+        Ok(image)
+    }
+
+    /// An archive's size: the stored archive's, else recorded, else what its origin states,
+    /// else (an origin that does not say) the archive is fetched to learn it.
+    async fn layer_size(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        rec: &VersionRecord,
+        platform: &Platform,
+    ) -> Result<u64> {
+        let key = self.archive_key(addr, version, platform)?;
+        if let Some(info) = self.archive_info(&key).await? {
+            return Ok(info.size);
+        }
+        let pkg = &rec.packages[platform];
+        if let Some(size) = pkg.size {
+            return Ok(size);
+        }
+        if !self.settings.upstream.offline && !pkg.download_url.is_empty() {
+            match self
+                .upstream
+                .archive_size(&addr.hostname, &pkg.download_url)
+                .await
+            {
+                Ok(Some(size)) => return Ok(size),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(archive = %key, "the origin does not tell the size ({e}); fetching the archive")
+                }
+            }
+        }
+        let (info, _) = self.ensure_archive(addr, version, platform).await?;
+        Ok(info.size)
+    }
+}
+
+/// The bytes of the empty config blob.
+pub fn empty_config() -> Bytes {
+    Bytes::from_static(oci::EMPTY_CONFIG)
+}
