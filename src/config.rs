@@ -27,6 +27,80 @@ pub struct Config {
     pub bundles: BundlesConfig,
     pub configurations: ConfigurationsConfig,
     pub modules: ModulesConfig,
+    pub complete_hashes: CompleteHashesConfig,
+}
+
+/// `[complete_hashes]`: the background job that learns every platform's `h1:` of a version
+/// once any of it is requested.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompleteHashesConfig {
+    pub enabled: bool,
+    /// Archives fetched at once.
+    pub concurrency: usize,
+    /// Bytes per second the job may download, all its archives together (0: no limit). A client
+    /// asking for an archive the job is fetching lifts the limit for that archive.
+    pub max_bandwidth: bytesize::ByteSize,
+    /// Versions waiting at most; more are dropped (and counted) until there is room.
+    pub queue: usize,
+}
+
+impl Default for CompleteHashesConfig {
+    fn default() -> Self {
+        CompleteHashesConfig {
+            enabled: true,
+            concurrency: 2,
+            max_bandwidth: bytesize::ByteSize::mib(20),
+            queue: 1000,
+        }
+    }
+}
+
+/// `[complete_hashes]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompleteHashesSettings {
+    pub enabled: bool,
+    pub concurrency: usize,
+    /// Bytes per second; `None`: no limit.
+    pub max_bandwidth: Option<std::num::NonZeroU32>,
+    pub queue: usize,
+}
+
+impl CompleteHashesConfig {
+    fn validate(&self) -> Result<CompleteHashesSettings, ConfigError> {
+        if !(1..=64).contains(&self.concurrency) {
+            return Err(invalid(
+                "complete_hashes.concurrency",
+                format!("{} is not between 1 and 64", self.concurrency),
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.queue) {
+            return Err(invalid(
+                "complete_hashes.queue",
+                format!("{} is not between 1 and 1000000", self.queue),
+            ));
+        }
+        let bandwidth = self.max_bandwidth.as_u64();
+        if bandwidth != 0 && bandwidth < 64 * 1024 {
+            return Err(invalid(
+                "complete_hashes.max_bandwidth",
+                format!(
+                    "{} a second is too little to fetch archives (at least 64 KiB, or 0 for no limit)",
+                    self.max_bandwidth
+                ),
+            ));
+        }
+        let max_bandwidth = match u32::try_from(bandwidth) {
+            Ok(b) => std::num::NonZeroU32::new(b),
+            Err(_) => None,
+        };
+        Ok(CompleteHashesSettings {
+            enabled: self.enabled,
+            concurrency: self.concurrency,
+            max_bandwidth,
+            queue: self.queue,
+        })
+    }
 }
 
 /// `[modules]`: the module registry facade.
@@ -457,6 +531,7 @@ impl Config {
             auth: self.auth.validate()?,
             bundles: self.bundles.validate()?,
             tool: self.configurations.validate()?,
+            complete_hashes: self.complete_hashes.validate()?,
         })
     }
 }
@@ -1076,6 +1151,7 @@ pub struct Settings {
     /// `configurations.tool`: the CLI configuration directories are written for.
     pub tool: Tool,
     pub modules: ModuleSettings,
+    pub complete_hashes: CompleteHashesSettings,
 }
 
 /// `[modules]`, validated.

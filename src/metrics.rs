@@ -48,6 +48,10 @@ pub struct Metrics {
     pub cache_evictions: IntCounter,
     pub cache_max_size: IntGauge,
     pub fills_in_flight: IntGauge,
+    pub hash_job_queue: IntGauge,
+    pub hash_job_archives: IntCounterVec,
+    pub hash_job_bytes: IntCounter,
+    pub hash_job_dropped: IntCounter,
     pub hash_duration: Histogram,
     pub tls_not_after: IntGauge,
     pub tls_reloads: IntCounterVec,
@@ -146,6 +150,30 @@ impl Metrics {
                 "Archive downloads from origins in progress.",
             )
             .unwrap(),
+            hash_job_queue: IntGauge::new(
+                "provender_hash_job_queue",
+                "Versions waiting for the background job to learn every platform's h1 (complete_hashes).",
+            )
+            .unwrap(),
+            hash_job_archives: IntCounterVec::new(
+                Opts::new(
+                    "provender_hash_job_archives_total",
+                    "Archives the background hash job dealt with, by result (hashed: it fetched and hashed \
+                     the archive; present: the cache had it, or a client's download got it; failed).",
+                ),
+                &["result"],
+            )
+            .unwrap(),
+            hash_job_bytes: IntCounter::new(
+                "provender_hash_job_bytes_total",
+                "Archive bytes the background hash job downloaded.",
+            )
+            .unwrap(),
+            hash_job_dropped: IntCounter::new(
+                "provender_hash_job_dropped_total",
+                "Versions the background hash job did not take because its queue was full (complete_hashes.queue).",
+            )
+            .unwrap(),
             hash_duration: Histogram::with_opts(
                 HistogramOpts::new("provender_h1_hash_duration_seconds", "Time to compute an archive's h1 hash.")
                     .buckets(vec![0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
@@ -190,6 +218,10 @@ impl Metrics {
         r.register(Box::new(m.tls_reloads.clone())).unwrap();
         r.register(Box::new(m.cache_max_size.clone())).unwrap();
         r.register(Box::new(m.fills_in_flight.clone())).unwrap();
+        r.register(Box::new(m.hash_job_queue.clone())).unwrap();
+        r.register(Box::new(m.hash_job_archives.clone())).unwrap();
+        r.register(Box::new(m.hash_job_bytes.clone())).unwrap();
+        r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
         m.start_at_zero();
         m
     }
@@ -221,6 +253,9 @@ impl Metrics {
         self.policy_refusals.with_label_values(&["min_trust"]);
         for result in ["ok", "error"] {
             self.tls_reloads.with_label_values(&[result]);
+        }
+        for result in ["hashed", "present", "failed"] {
+            self.hash_job_archives.with_label_values(&[result]);
         }
     }
 

@@ -38,6 +38,7 @@ use crate::upstream::{Operation, Upstream};
 
 mod facade;
 mod fill;
+mod hash_job;
 mod modules;
 mod oci;
 
@@ -117,6 +118,8 @@ pub struct Mirror {
     /// Provider versions rendered as OCI documents.
     oci_images: moka::future::Cache<(ProviderAddr, Version), Arc<ProviderImage>>,
     oci_image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>>,
+    /// The complete-hashes job's queue, once the server started it.
+    hash_queue: std::sync::OnceLock<hash_job::HashQueue>,
 }
 
 impl Mirror {
@@ -162,6 +165,7 @@ impl Mirror {
             ref_checks: Mutex::new(HashMap::new()),
             oci_images: moka::future::Cache::builder().max_capacity(entries).build(),
             oci_image_flights: Flights::default(),
+            hash_queue: std::sync::OnceLock::new(),
         }))
     }
 
@@ -277,6 +281,14 @@ impl Mirror {
             let trust = self.archive_trust(&key, &found.info).await;
             self.admit(&key, trust)?;
             self.metrics.lookup("archive", "hit");
+            if let Some(rec) = self
+                .meta
+                .versions
+                .get(&(addr.clone(), version.clone()))
+                .await
+            {
+                self.want_hashes(addr, version, &rec);
+            }
             self.served(trust);
             let size = found.info.size;
             let mut body = ArchiveBody::from(found);
@@ -699,6 +711,7 @@ impl Mirror {
             .trust
             .admit(addr, rec.weakest_trust())
             .map_err(|r| self.refused(addr, version, r, "version"))?;
+        self.want_hashes(addr, version, &rec);
         Ok(rec)
     }
 

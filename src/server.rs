@@ -104,6 +104,7 @@ impl Server {
             }
         };
         crate::reverify::spawn(&mirror, metrics.clone(), settings.cache.reverify_interval);
+        mirror.start_hash_job();
         watch_certificate(&cert, settings.server.tls_reload_interval, metrics.clone());
         let usage_mirror = mirror.clone();
         tokio::spawn(async move {

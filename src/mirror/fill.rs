@@ -16,12 +16,16 @@
 //! archive is in and checked if it is smaller, so a mismatch in a small archive is a plain 502.
 //! On a match the fill goes on to fsync, compute `h1:` and commit the archive to the store.
 //!
+//! A fill the background job starts ([`super::hash_job`]) downloads within the job's bandwidth
+//! until a client asks for the same archive; from then on it runs at full speed.
+//!
 //! If writing the staging file fails (a full disk), the fill keeps going with the rest of the
 //! bytes held in memory, so clients are still served; the archive is then not cached. At most
 //! `cache.max_fill_memory` bytes are held that way: beyond it the fill fails with a 507 (or a
 //! cut-off body), and nothing is cached.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -38,6 +42,7 @@ use crate::records::{ArchiveInfo, ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
 use super::Mirror;
+use super::hash_job::Bandwidth;
 
 /// How many bytes are gathered before they are written out and offered to readers.
 const WRITE_CHUNK: usize = 64 * 1024;
@@ -85,10 +90,20 @@ pub struct Fill {
     progress: watch::Sender<Progress>,
     /// Chunks that could not be written to disk, in order, starting at `on_disk`.
     memory: Mutex<Vec<Bytes>>,
+    /// For a background fill: the bandwidth it shares, until a client wants the archive.
+    limit: Option<Arc<Bandwidth>>,
+    /// Set when a client reads this fill: it then runs at full speed.
+    wanted: AtomicBool,
 }
 
 impl Fill {
-    fn new(key: ArchiveKey, sha256: String, trust: SignatureKind) -> Fill {
+    fn new(
+        key: ArchiveKey,
+        sha256: String,
+        trust: SignatureKind,
+        wanted: bool,
+        limit: Option<Arc<Bandwidth>>,
+    ) -> Fill {
         Fill {
             key,
             sha256,
@@ -96,6 +111,18 @@ impl Fill {
             started_at: SystemTime::now(),
             progress: watch::channel(Progress::default()).0,
             memory: Mutex::new(Vec::new()),
+            wanted: AtomicBool::new(wanted),
+            limit,
+        }
+    }
+
+    /// Waits until `bytes` more may be downloaded: at once for a fill a client reads, else
+    /// within the background job's bandwidth.
+    async fn pace(&self, bytes: usize) {
+        if let Some(limit) = &self.limit {
+            if !self.wanted.load(Ordering::Relaxed) {
+                limit.take(bytes).await;
+            }
         }
     }
 
@@ -268,11 +295,43 @@ impl Mirror {
         pkg: &Package,
         trust: SignatureKind,
     ) -> (Arc<Fill>, bool) {
+        self.fill_with(key, pkg, trust, true, None)
+    }
+
+    /// Like [`fill_for`](Self::fill_for), for the background job: a fill it starts downloads
+    /// within `limit` until a client joins it; joining a client's fill changes nothing.
+    pub(super) fn background_fill(
+        self: &Arc<Self>,
+        key: &ArchiveKey,
+        pkg: &Package,
+        trust: SignatureKind,
+        limit: Option<Arc<Bandwidth>>,
+    ) -> (Arc<Fill>, bool) {
+        self.fill_with(key, pkg, trust, false, limit)
+    }
+
+    fn fill_with(
+        self: &Arc<Self>,
+        key: &ArchiveKey,
+        pkg: &Package,
+        trust: SignatureKind,
+        client: bool,
+        limit: Option<Arc<Bandwidth>>,
+    ) -> (Arc<Fill>, bool) {
         let mut fills = self.fills.lock().expect("fill table lock");
         if let Some(fill) = fills.get(key) {
+            if client {
+                fill.wanted.store(true, Ordering::Relaxed);
+            }
             return (fill.clone(), false);
         }
-        let fill = Arc::new(Fill::new(key.clone(), pkg.shasum.clone(), trust));
+        let fill = Arc::new(Fill::new(
+            key.clone(),
+            pkg.shasum.clone(),
+            trust,
+            client,
+            limit,
+        ));
         fills.insert(key.clone(), fill.clone());
         self.metrics.fills_in_flight.inc();
         tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone()));
@@ -359,6 +418,7 @@ impl Mirror {
         let streamed: Result<String> = async {
             while let Some(chunk) = body.next().await {
                 let chunk = chunk?;
+                fill.pace(chunk.len()).await;
                 size += chunk.len() as u64;
                 hasher.update(&chunk);
                 pending.extend_from_slice(&chunk);

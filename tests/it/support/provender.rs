@@ -47,6 +47,9 @@ pub struct MirrorOptions<'a> {
     pub extra_toml: &'a str,
     /// Give [`REGISTRY`] no `connect_to`: it is reached by name (through `upstream.proxy`).
     pub by_name: bool,
+    /// The background complete-hashes job: off (`None`, so that origin request counts are
+    /// the clients' own), or on with these `[complete_hashes]` keys.
+    pub hash_job: Option<&'a str>,
 }
 
 impl TestMirror {
@@ -177,10 +180,17 @@ allowed_hosts = [{allowed_hosts}]
 ca_file = "{ca}"
 {extra_upstream}
 
+[complete_hashes]
+{hash_job}
+
 {pinned}
 
 {extra_toml}
 "#,
+        hash_job = match opts.hash_job {
+            Some(keys) => format!("enabled = true\n{keys}"),
+            None => "enabled = false".to_string(),
+        },
         pinned = if opts.by_name {
             String::new()
         } else {
