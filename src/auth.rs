@@ -89,15 +89,15 @@ impl AuthConfig {
     pub fn validate(&self) -> Result<AuthSettings, ConfigError> {
         let mut digests = Vec::new();
         for (i, t) in self.tokens.iter().enumerate() {
-            check_token(t).map_err(|m| invalid(&format!("auth.tokens[{i}]"), m))?;
+            check_token(t).map_err(|e| invalid(&format!("auth.tokens[{i}]"), e.to_string()))?;
             digests.push(digest(t.as_bytes()));
         }
         if let Some(path) = &self.token_file {
             for (line, t) in read_token_file(path)? {
-                check_token(&t).map_err(|m| {
+                check_token(&t).map_err(|e| {
                     invalid(
                         "auth.token_file",
-                        format!("{} line {line}: {m}", path.display()),
+                        format!("{} line {line}: {e}", path.display()),
                     )
                 })?;
                 digests.push(digest(t.as_bytes()));
@@ -151,12 +151,21 @@ impl AuthConfig {
     }
 }
 
-fn check_token(t: &str) -> Result<(), String> {
+/// Why a client token is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum TokenError {
+    #[error("must be at least 16 characters")]
+    TooShort,
+    #[error("may contain only printable ASCII without spaces")]
+    NotPrintable,
+}
+
+fn check_token(t: &str) -> Result<(), TokenError> {
     if t.len() < 16 {
-        return Err("must be at least 16 characters".into());
+        return Err(TokenError::TooShort);
     }
     if !t.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("may contain only printable ASCII without spaces".into());
+        return Err(TokenError::NotPrintable);
     }
     Ok(())
 }

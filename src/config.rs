@@ -420,13 +420,15 @@ pub struct ProxyUrl(pub Url);
 pub struct ProxyText(String);
 
 impl ProxyText {
-    fn parse(&self) -> Result<ProxyUrl, String> {
-        let url = Url::parse(&self.0).map_err(|e| format!("not a URL: {e}"))?;
+    fn parse(&self) -> Result<ProxyUrl, ConfigError> {
+        let url = Url::parse(&self.0).map_err(|e| invalid(PROXY_KEY, format!("not a URL: {e}")))?;
         let proxy = ProxyUrl(url);
         proxy.check()?;
         Ok(proxy)
     }
 }
+
+const PROXY_KEY: &str = "upstream.proxy";
 
 impl std::fmt::Debug for ProxyText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -454,22 +456,18 @@ impl std::fmt::Debug for ProxyUrl {
 }
 
 impl ProxyUrl {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), ConfigError> {
         let url = &self.0;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "{self}: the proxy must be an http:// or https:// URL"
-            ));
-        }
-        if url.host_str().is_none_or(str::is_empty) {
-            return Err(format!("{self}: names no host"));
-        }
-        if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-            return Err(format!(
-                "{self}: give only scheme, optional credentials, host and port"
-            ));
-        }
-        Ok(())
+        let problem = if !matches!(url.scheme(), "http" | "https") {
+            "the proxy must be an http:// or https:// URL"
+        } else if url.host_str().is_none_or(str::is_empty) {
+            "names no host"
+        } else if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            "give only scheme, optional credentials, host and port"
+        } else {
+            return Ok(());
+        };
+        Err(invalid(PROXY_KEY, format!("{self}: {problem}")))
     }
 }
 
@@ -809,12 +807,7 @@ impl UpstreamConfig {
         if u.concurrency == 0 {
             return Err(invalid("upstream.concurrency", "must be at least 1"));
         }
-        let proxy = u
-            .proxy
-            .as_ref()
-            .map(ProxyText::parse)
-            .transpose()
-            .map_err(|m| invalid("upstream.proxy", m))?;
+        let proxy = u.proxy.as_ref().map(ProxyText::parse).transpose()?;
         let mut allowed_hosts = Vec::new();
         for (i, h) in u.allowed_hosts.iter().enumerate() {
             let host = Hostname::parse(h)
@@ -839,9 +832,7 @@ impl UpstreamConfig {
                 ));
             }
             let connect_to = match &hc.connect_to {
-                Some(addr) => Some(
-                    parse_connect_to(addr).map_err(|m| invalid(format!("{key}.connect_to"), m))?,
-                ),
+                Some(addr) => Some(parse_connect_to(&format!("{key}.connect_to"), addr)?),
                 None => None,
             };
             if hc
@@ -926,7 +917,7 @@ impl UpstreamConfig {
             .as_deref()
             .map(str::parse::<crate::trust::SignatureKind>)
             .transpose()
-            .map_err(|m| invalid("upstream.min_trust", m))?;
+            .map_err(|e| invalid("upstream.min_trust", e.to_string()))?;
         let trust = crate::trust::TrustPolicy {
             require_signature: u.require_signature,
             require_signature_for: hosts
@@ -1040,7 +1031,7 @@ impl BundlesConfig {
         for (i, k) in self.trusted_keys.iter().enumerate() {
             trusted_site_keys.push(
                 crate::trust::site::SitePublicKey::parse(k)
-                    .map_err(|m| invalid(format!("bundles.trusted_keys[{i}]"), m))?,
+                    .map_err(|e| invalid(format!("bundles.trusted_keys[{i}]"), e.to_string()))?,
             );
         }
         if let Some(path) = &self.signing_key_file {
@@ -1112,9 +1103,13 @@ fn with_trailing_slash(mut url: url::Url) -> url::Url {
     url
 }
 
-fn parse_connect_to(s: &str) -> Result<SocketAddr, String> {
-    s.parse::<SocketAddr>()
-        .map_err(|_| format!("{s:?} is not an IP address and port like 127.0.0.1:9443"))
+fn parse_connect_to(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse::<SocketAddr>().map_err(|_| {
+        invalid(
+            key,
+            format!("{s:?} is not an IP address and port like 127.0.0.1:9443"),
+        )
+    })
 }
 
 /// Where the server's certificate comes from.

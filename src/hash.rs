@@ -49,6 +49,8 @@ impl Default for HashLimits {
 /// Why an archive could not be hashed.
 #[derive(Debug, thiserror::Error)]
 pub enum HashError {
+    #[error("cannot read the archive: {0}")]
+    Io(#[from] std::io::Error),
     #[error("not a readable zip archive: {0}")]
     Zip(#[from] zip::result::ZipError),
     #[error("reading zip entry {name:?}: {source}")]
@@ -62,6 +64,8 @@ pub enum HashError {
         "zip entry name {0:?} is absolute, contains NUL or a \"..\" element; Terraform refuses to unpack it"
     )]
     UnsafeName(String),
+    #[error("zip entry {0:?} escapes the package directory")]
+    EscapesPackage(String),
     #[error("zip directory entry {0:?} carries data, which Terraform cannot read")]
     DirectoryWithData(String),
     #[error("zip lists the same entry name more than once")]
@@ -131,13 +135,13 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
 /// `zip_h1` is the zip's own `h1:`, returned as is, without reading any content, when
 /// extracting changes nothing: no directory entries, every name already clean and unique.
 /// What is read is not bounded: give it only archives already hashed within [`HashLimits`].
-pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, String> {
-    let mut zip = zip::ZipArchive::new(reader).map_err(|e| format!("not a readable zip: {e}"))?;
+pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, HashError> {
+    let mut zip = zip::ZipArchive::new(reader)?;
     // Clean name -> index of its last entry (extraction overwrites earlier ones).
     let mut files: BTreeMap<String, usize> = BTreeMap::new();
     let mut plain = true;
     for i in 0..zip.len() {
-        let entry = zip.by_index_raw(i).map_err(|e| e.to_string())?;
+        let entry = zip.by_index_raw(i)?;
         let raw = String::from_utf8_lossy(entry.name_raw()).to_string();
         if raw.ends_with('/') {
             plain = false;
@@ -147,7 +151,7 @@ pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, S
         for part in raw.split('/') {
             match part {
                 "" | "." => {}
-                ".." => return Err(format!("zip entry {raw:?} escapes the package directory")),
+                ".." => return Err(HashError::EscapesPackage(raw.clone())),
                 p => parts.push(p),
             }
         }
@@ -163,14 +167,15 @@ pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, S
     let mut buf = vec![0u8; 64 * 1024];
     for (name, index) in &files {
         if name.contains('\n') {
-            return Err(format!("zip entry {name:?} contains a newline"));
+            return Err(HashError::NewlineInName(name.clone()));
         }
-        let mut entry = zip.by_index(*index).map_err(|e| e.to_string())?;
+        let mut entry = zip.by_index(*index)?;
         let mut hasher = Sha256::new();
         loop {
-            let n = entry
-                .read(&mut buf)
-                .map_err(|e| format!("reading {name}: {e}"))?;
+            let n = entry.read(&mut buf).map_err(|source| HashError::Entry {
+                name: name.clone(),
+                source,
+            })?;
             if n == 0 {
                 break;
             }
@@ -525,6 +530,7 @@ mod tests {
         assert!(
             h1_installed(Cursor::new(bad), "h1:x")
                 .unwrap_err()
+                .to_string()
                 .contains("escapes")
         );
     }

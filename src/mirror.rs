@@ -79,6 +79,20 @@ pub enum Served {
 /// How long a pre-signed archive URL handed out by `cache.redirect_downloads` works.
 const REDIRECT_TTL: Duration = Duration::from_secs(15 * 60);
 
+/// How long the readiness check waits for the cache.
+const NOT_READY_AFTER: Duration = Duration::from_secs(5);
+
+/// Why the cache cannot serve now (`/readyz` answers 503 with this as its reason).
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("the cache's store cannot be read and written: {0}")]
+    Store(crate::storage::StorageError),
+    #[error("downloads cannot be staged: {0}")]
+    Staging(std::io::Error),
+    #[error("the cache did not answer within {}s", NOT_READY_AFTER.as_secs())]
+    Timeout,
+}
+
 impl From<StoredArchive> for ArchiveBody {
     fn from(a: StoredArchive) -> ArchiveBody {
         ArchiveBody {
@@ -526,21 +540,18 @@ impl Mirror {
 
     /// Whether the cache can serve now: archives and metadata can be read, and downloads can be
     /// staged. The error names what failed.
-    pub async fn check_storage(&self) -> std::result::Result<(), String> {
+    pub async fn check_storage(&self) -> std::result::Result<(), NotReady> {
         let checks = async {
             self.store
                 .storage()
                 .probe()
                 .await
-                .map_err(|e| format!("the cache's store cannot be read and written: {e}"))?;
-            self.staging
-                .probe()
-                .await
-                .map_err(|e| format!("downloads cannot be staged: {e}"))
+                .map_err(NotReady::Store)?;
+            self.staging.probe().await.map_err(NotReady::Staging)
         };
-        match tokio::time::timeout(Duration::from_secs(5), checks).await {
+        match tokio::time::timeout(NOT_READY_AFTER, checks).await {
             Ok(result) => result,
-            Err(_) => Err("the cache did not answer within 5s".into()),
+            Err(_) => Err(NotReady::Timeout),
         }
     }
 

@@ -10,6 +10,12 @@
 //! Every command opens the same [`Mirror`] as `serve` (same `--config`, cache directory,
 //! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
 //! when anything failed. Progress bars go to stderr and only when it is a terminal.
+//!
+//! Errors are typed where they arise ([`inputs::InputError`], [`bundle::BundleError`], each
+//! command's own); what stops a command is an [`OpsError`]: `Usage` for what the operator must
+//! fix (a configuration, argument or input file: exit code 78), `Failed` for anything else
+//! (exit code 1). A failure of one item (an archive, a module) is reported in the summary and
+//! the command goes on.
 
 pub mod bundle;
 pub mod configuration;
@@ -37,6 +43,7 @@ use crate::config::Settings;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 use crate::records::{ArchiveInfo, ArchiveKey};
+use crate::storage::StorageError;
 
 /// The operator subcommands (flattened into the top-level command line).
 #[derive(clap::Subcommand)]
@@ -136,6 +143,13 @@ impl From<anyhow::Error> for OpsError {
     }
 }
 
+/// A bad input file or argument is the operator's to fix.
+impl From<inputs::InputError> for OpsError {
+    fn from(e: inputs::InputError) -> Self {
+        OpsError::Usage(e.to_string())
+    }
+}
+
 /// Shorthand for a usage error.
 pub fn usage(msg: impl Into<String>) -> OpsError {
     OpsError::Usage(msg.into())
@@ -158,32 +172,58 @@ pub fn open_mirror(settings: Settings) -> Result<(Arc<Mirror>, Staging), OpsErro
     Ok((mirror, staging))
 }
 
+/// Why a cached archive could not be copied out of the store for an operator command.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("opening the cached archive: {0}")]
+    Store(#[from] StorageError),
+    #[error("the archive is not in the cache")]
+    Missing,
+    /// A local file operation: what it was for, and why it failed.
+    #[error("{doing}: {source}")]
+    Local {
+        doing: &'static str,
+        source: std::io::Error,
+    },
+}
+
 /// Copies a cached archive into a staging file (for work that needs a seekable local file),
 /// returning the file and the SHA-256 and size of what was copied.
 pub async fn local_copy(
     mirror: &Mirror,
     staging: &Staging,
     key: &ArchiveKey,
-) -> Result<(StagedFile, String, u64), String> {
-    let stored = mirror
-        .store()
-        .open(key)
-        .await
-        .map_err(|e| format!("opening the cached archive: {e}"))?
-        .ok_or_else(|| "the archive is not in the cache".to_string())?;
+) -> Result<(StagedFile, String, u64), CopyError> {
+    let local = |doing| move |source| CopyError::Local { doing, source };
+    let stored = mirror.store().open(key).await?.ok_or(CopyError::Missing)?;
     let (staged, file) = staging
         .create()
         .await
-        .map_err(|e| format!("creating a staging file: {e}"))?;
+        .map_err(local("creating a staging file"))?;
     let mut hashing = crate::hash::HashingReader::new(stored.into_reader());
     let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
     let size = tokio::io::copy(&mut hashing, &mut out)
         .await
-        .map_err(|e| format!("copying the cached archive: {e}"))?;
+        .map_err(local("copying the cached archive"))?;
     tokio::io::AsyncWriteExt::flush(&mut out)
         .await
-        .map_err(|e| format!("writing a staging file: {e}"))?;
+        .map_err(local("writing a staging file"))?;
     Ok((staged, hashing.finish(), size))
+}
+
+/// A cached object whose bytes are not those its record describes (`provender verify` takes it
+/// out of service).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{what}: cached {kind} has SHA-256 {sha256}, its record says {recorded} (run provender verify)"
+)]
+pub struct Damaged {
+    /// Which object: an archive's key, `module <address> <version>`.
+    pub what: String,
+    /// `archive` or `package`.
+    pub kind: &'static str,
+    pub sha256: String,
+    pub recorded: String,
 }
 
 /// `Err` unless `sha256`, computed from a cached archive's bytes, is the one its record holds.
@@ -191,14 +231,16 @@ pub fn check_recorded_sha256(
     key: &ArchiveKey,
     sha256: &str,
     recorded: &ArchiveInfo,
-) -> Result<(), String> {
+) -> Result<(), Damaged> {
     if sha256 == recorded.sha256 {
         return Ok(());
     }
-    Err(format!(
-        "{key}: cached archive has SHA-256 {sha256}, its record says {} (run provender verify)",
-        recorded.sha256
-    ))
+    Err(Damaged {
+        what: key.to_string(),
+        kind: "archive",
+        sha256: sha256.to_string(),
+        recorded: recorded.sha256.clone(),
+    })
 }
 
 /// The platforms a command works on: `--platform` values (each checked against the
@@ -222,11 +264,6 @@ pub fn select_platforms(
         }
     }
     Ok(out)
-}
-
-/// Parses a `--platform` value.
-pub fn parse_platform(s: &str) -> Result<Platform, String> {
-    Platform::parse(s).map_err(|e| e.to_string())
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.

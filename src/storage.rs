@@ -40,13 +40,37 @@ pub enum StorageSettings {
 /// Opens the store `settings` describe. Makes no request to an object store.
 pub fn open(
     settings: &StorageSettings,
-) -> std::result::Result<std::sync::Arc<dyn Storage>, String> {
+) -> std::result::Result<std::sync::Arc<dyn Storage>, OpenError> {
     Ok(match settings {
-        StorageSettings::Disk(dir) => std::sync::Arc::new(
-            DiskStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?,
-        ),
+        StorageSettings::Disk(dir) => {
+            std::sync::Arc::new(DiskStorage::new(dir.clone()).map_err(|source| {
+                OpenError::Local {
+                    path: dir.clone(),
+                    source,
+                }
+            })?)
+        }
         StorageSettings::Object(os) => std::sync::Arc::new(ObjectStorage::new(os)?),
     })
+}
+
+/// Why a store could not be opened (before any request is made to it).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A local file or directory: the disk store's root, an object store's `ca_file`.
+    #[error("{}: {source}", path.display())]
+    Local {
+        path: std::path::PathBuf,
+        source: io::Error,
+    },
+    #[error("{}: not a PEM bundle: {source}", path.display())]
+    NotPem {
+        path: std::path::PathBuf,
+        source: object_store::Error,
+    },
+    /// The object store client refused the settings.
+    #[error("{0}")]
+    Client(object_store::Error),
 }
 
 /// A path in the store, e.g. `archives/registry.terraform.io/hashicorp/aws/5.0.0/x.zip`.

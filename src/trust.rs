@@ -96,17 +96,20 @@ impl std::fmt::Display for SignatureKind {
 }
 
 impl std::str::FromStr for SignatureKind {
-    type Err = String;
+    type Err = UnknownTrustLevel;
 
-    fn from_str(s: &str) -> Result<SignatureKind, String> {
+    fn from_str(s: &str) -> Result<SignatureKind, UnknownTrustLevel> {
         SignatureKind::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                format!("{s:?} is not one of unverified, unsigned, community, partner, official")
-            })
+            .ok_or_else(|| UnknownTrustLevel(s.to_string()))
     }
 }
+
+/// A trust level's name that is none of [`SignatureKind`]'s (e.g. in `upstream.min_trust`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not one of unverified, unsigned, community, partner, official")]
+pub struct UnknownTrustLevel(pub String);
 
 /// The verified signature of one version (the weakest, if its packages use several SHA256SUMS).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,7 +128,7 @@ pub enum TrustError {
     #[error("the SHA256SUMS signature file is not a binary OpenPGP signature: {0}")]
     MalformedSignature(String),
     #[error("signing key #{index} from the origin is unusable: {reason}")]
-    BadSigningKey { index: usize, reason: String },
+    BadSigningKey { index: usize, reason: KeyError },
     #[error("the SHA256SUMS signature does not verify under key {key_id}: {reason}")]
     BadSignature { key_id: String, reason: String },
     #[error("SHA256SUMS is signed by key {issuer}, which is not among the origin's signing keys")]
@@ -170,18 +173,29 @@ enum Check {
     Invalid(String, String),
 }
 
+/// Why armored text is not a usable set of OpenPGP public keys.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("larger than {MAX_ARMOR_LEN} bytes")]
+    TooLarge,
+    /// The OpenPGP parser's complaint (kept as text: [`TrustError`] is cloned to every waiting
+    /// client, and the parser's error cannot be).
+    #[error("not an OpenPGP key: {0}")]
+    NotAKey(String),
+    #[error("holds no public key")]
+    Empty,
+}
+
 impl Keyring {
-    fn parse(armor: &str) -> Result<Keyring, String> {
+    fn parse(armor: &str) -> Result<Keyring, KeyError> {
         if armor.len() > MAX_ARMOR_LEN {
-            return Err(format!("larger than {MAX_ARMOR_LEN} bytes"));
+            return Err(KeyError::TooLarge);
         }
-        let (keys, _) = SignedPublicKey::from_string_many(armor)
-            .map_err(|e| format!("not an OpenPGP key: {e}"))?;
-        let keys: Vec<SignedPublicKey> = keys
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("not an OpenPGP key: {e}"))?;
+        let not_a_key = |e: pgp::errors::Error| KeyError::NotAKey(e.to_string());
+        let (keys, _) = SignedPublicKey::from_string_many(armor).map_err(not_a_key)?;
+        let keys: Vec<SignedPublicKey> = keys.collect::<Result<_, _>>().map_err(not_a_key)?;
         if keys.is_empty() {
-            return Err("holds no public key".into());
+            return Err(KeyError::Empty);
         }
         Ok(Keyring { keys })
     }
@@ -241,7 +255,7 @@ impl Verifier {
     }
 
     /// A verifier with other official and partner keys (tests use throw-away ones).
-    pub fn new(official_armor: &str, partners_armor: &str) -> Result<Verifier, String> {
+    pub fn new(official_armor: &str, partners_armor: &str) -> Result<Verifier, KeyError> {
         Ok(Verifier {
             official: Keyring::parse(official_armor)?,
             partners: Keyring::parse(partners_armor)?,
@@ -339,7 +353,8 @@ impl Verifier {
         if key.trust_signature.len() > MAX_ARMOR_LEN {
             return Err(bad(format!("larger than {MAX_ARMOR_LEN} bytes")));
         }
-        let author = dearmor(&key.ascii_armor).map_err(&bad)?;
+        let author = dearmor(&key.ascii_armor)
+            .map_err(|e| bad(format!("cannot decode the signing key's armor: {e}")))?;
         let (sig, _) = DetachedSignature::from_string(&key.trust_signature)
             .map_err(|e| bad(format!("not an armored OpenPGP signature: {e}")))?;
         match self.partners.check(&sig, &author) {
@@ -518,13 +533,12 @@ pub fn sums_lookup(sums: &[u8], filename: &str) -> Option<String> {
 }
 
 /// The binary body of the first armored block in `armor`.
-fn dearmor(armor: &str) -> Result<Vec<u8>, String> {
+fn dearmor(armor: &str) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut out = Vec::new();
     pgp::armor::Dearmor::new(armor.as_bytes())
         .take(MAX_ARMOR_LEN as u64)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("cannot decode the signing key's armor: {e}"))?;
+        .read_to_end(&mut out)?;
     Ok(out)
 }
 

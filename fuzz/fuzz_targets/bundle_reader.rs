@@ -1,11 +1,11 @@
 //! A bundle is carried in from outside: its tar stream, its manifest and its signature entry
-//! are read as `import` reads them (archives hashed into nothing instead of staged). Never a
-//! panic; an archive is handed over only when it is an entry the manifest names, and only its
-//! declared size is read.
+//! are read as `import` reads them (archives and module packages hashed into nothing instead of
+//! staged). Never a panic; a payload is handed over only when it is an entry the manifest names,
+//! and only its declared size is read.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use provender::ops::bundle::{Manifest, copy_hashing, walk};
+use provender::ops::bundle::{Manifest, Payload, copy_hashing, walk};
 
 fuzz_target!(|data: &[u8]| {
     let _ = Manifest::parse(data);
@@ -15,14 +15,17 @@ fuzz_target!(|data: &[u8]| {
         &mut failed,
         |head| {
             assert!(Manifest::parse(&head.manifest_bytes).is_ok());
-            Ok(())
+            Ok::<(), std::io::Error>(())
         },
-        |entry, _, _, body| {
-            let (sha, size) = copy_hashing(body, &mut std::io::sink(), entry.size)
-                .map_err(|e| e.to_string())?;
-            assert!(size <= entry.size + 1);
-            if size != entry.size || sha != entry.sha256 {
-                return Err("does not match".into());
+        |payload, body| {
+            let (size, sha256) = match payload {
+                Payload::Archive(entry, _, _) => (entry.size, &entry.sha256),
+                Payload::Module(entry, _) => (entry.size, &entry.sha256),
+            };
+            let (sha, read) = copy_hashing(body, &mut std::io::sink(), size)?;
+            assert!(read <= size + 1);
+            if read != size || &sha != sha256 {
+                return Err(std::io::Error::other("does not match"));
             }
             Ok(())
         },

@@ -19,7 +19,7 @@
 //!
 //! A bundle comes from outside, so [`walk`] reads it as hostile input: every size is bounded,
 //! every path must be one the manifest puts in the layout, every entry must be a regular file,
-//! named once.
+//! named once. What is wrong is a [`BundleError`]: the entry, and why.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
@@ -44,6 +44,32 @@ pub const ORIGIN_DIR: &str = "provender-origin";
 pub const SIGNATURE_NAME: &str = "provender-bundle.json.sig";
 /// Largest manifest, signature, mirror JSON document or checksum file accepted.
 pub const MAX_DOCUMENT: u64 = 64 << 20;
+
+/// Why a bundle, or one entry of it, is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{entry}: {problem}")]
+pub struct BundleError {
+    /// The entry by its name in the bundle (the manifest's own problems are
+    /// `provender-bundle.json`'s), or the part of the bundle that could not be read
+    /// (`manifest`, `reading`, `entry name`, `not a tar bundle`).
+    pub entry: String,
+    /// Why.
+    pub problem: String,
+}
+
+impl BundleError {
+    pub fn new(entry: impl Into<String>, problem: impl std::fmt::Display) -> BundleError {
+        BundleError {
+            entry: entry.into(),
+            problem: problem.to_string(),
+        }
+    }
+
+    /// A problem with the manifest (what it says, not how it was read).
+    fn manifest(problem: impl std::fmt::Display) -> BundleError {
+        BundleError::new(MANIFEST_NAME, problem)
+    }
+}
 
 /// What a bundle holds, with every hash.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,12 +113,12 @@ pub fn module_path(addr: &crate::address::ModuleAddr, version: &Version) -> Stri
 }
 
 /// Parses a manifest module `source`, which must be the full `host/namespace/name/system` form.
-pub fn parse_module_source(source: &str) -> Result<crate::address::ModuleAddr, String> {
-    let addr = crate::address::ModuleAddr::parse_in(source, "-").map_err(|e| e.to_string())?;
+pub fn parse_module_source(source: &str) -> Result<crate::address::ModuleAddr, BundleError> {
+    let addr = crate::address::ModuleAddr::parse_in(source, "-").map_err(BundleError::manifest)?;
     if addr.to_string() != source {
-        return Err(format!(
+        return Err(BundleError::manifest(format!(
             "module source {source:?} is not in canonical host/namespace/name/system form"
-        ));
+        )));
     }
     Ok(addr)
 }
@@ -187,7 +213,7 @@ pub fn version_json<'a>(entries: impl IntoIterator<Item = MirrorEntry<'a>>) -> V
 
 impl Manifest {
     /// The mirror JSON documents a bundle with this manifest carries, by path.
-    pub fn mirror_documents(&self) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    pub fn mirror_documents(&self) -> Result<BTreeMap<String, Vec<u8>>, BundleError> {
         let mut by_provider: BTreeMap<ProviderAddr, Vec<&BundleVersion>> = BTreeMap::new();
         for v in &self.versions {
             let addr = parse_source(&v.source)?;
@@ -226,48 +252,46 @@ pub enum Expect {
 impl Manifest {
     /// Parses a manifest and checks that it is one this build reads and that every entry it
     /// names is where the layout puts it.
-    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
-        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, BundleError> {
+        let manifest: Manifest = serde_json::from_slice(bytes).map_err(BundleError::manifest)?;
         if manifest.format != FORMAT || manifest.format_version != FORMAT_VERSION {
-            return Err(format!(
+            return Err(BundleError::manifest(format!(
                 "format {:?} version {} is not {FORMAT} version {FORMAT_VERSION}",
                 manifest.format, manifest.format_version
-            ));
+            )));
         }
         let mut seen = BTreeSet::new();
         for v in &manifest.versions {
             let at = format!("{} {}", v.source, v.version);
             let addr = parse_source(&v.source)?;
             if !seen.insert((addr.clone(), v.version.clone())) {
-                return Err(format!("{at} is listed twice"));
+                return Err(BundleError::manifest(format!("{at} is listed twice")));
             }
-            check_version_entry(&addr, v).map_err(|e| format!("{at}: {e}"))?;
+            check_version_entry(&at, &addr, v)?;
         }
         let mut modules = BTreeSet::new();
         for m in &manifest.modules {
             let at = format!("module {} {}", m.source, m.version);
             let addr = parse_module_source(&m.source)?;
             if !modules.insert((addr.clone(), m.version.clone())) {
-                return Err(format!("{at} is listed twice"));
+                return Err(BundleError::manifest(format!("{at} is listed twice")));
             }
-            if m.path != module_path(&addr, &m.version) {
-                return Err(format!(
-                    "{at}: path {:?} is not where the layout puts it",
-                    m.path
-                ));
-            }
-            if m.sha256.len() != 64 || !m.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("{at}: sha256 {:?} is not 64 hex digits", m.sha256));
-            }
-            if m.record.sha256 != m.sha256 || m.record.size != m.size {
-                return Err(format!("{at}: its record describes another package"));
-            }
+            let problem = if m.path != module_path(&addr, &m.version) {
+                format!("path {:?} is not where the layout puts it", m.path)
+            } else if m.sha256.len() != 64 || !m.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                format!("sha256 {:?} is not 64 hex digits", m.sha256)
+            } else if m.record.sha256 != m.sha256 || m.record.size != m.size {
+                "its record describes another package".to_string()
+            } else {
+                continue;
+            };
+            return Err(BundleError::manifest(format!("{at}: {problem}")));
         }
         Ok(manifest)
     }
 
     /// Every entry the bundle must hold after the manifest and its signature, by path.
-    pub fn expected(&self) -> Result<HashMap<String, Expect>, String> {
+    pub fn expected(&self) -> Result<HashMap<String, Expect>, BundleError> {
         let mut expected = HashMap::new();
         for (vi, v) in self.versions.iter().enumerate() {
             for (ai, a) in v.archives.iter().enumerate() {
@@ -294,40 +318,46 @@ impl Manifest {
     }
 }
 
-/// Checks that a manifest entry names things where the layout puts them.
-fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), String> {
+/// Checks that a manifest entry (`at`: its source and version) names things where the layout
+/// puts them.
+fn check_version_entry(
+    at: &str,
+    addr: &ProviderAddr,
+    v: &BundleVersion,
+) -> Result<(), BundleError> {
+    let bad = |problem: String| BundleError::manifest(format!("{at}: {problem}"));
     let mut platforms = BTreeSet::new();
     for a in &v.archives {
         if !platforms.insert(&a.platform) {
-            return Err(format!("platform {} is listed twice", a.platform));
+            return Err(bad(format!("platform {} is listed twice", a.platform)));
         }
         if a.path != addr.archive_path(&v.version, &a.platform) {
-            return Err(format!(
+            return Err(bad(format!(
                 "archive path {:?} is not where the layout puts it",
                 a.path
-            ));
+            )));
         }
         if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!(
+            return Err(bad(format!(
                 "{}: sha256 {:?} is not 64 hex digits",
                 a.path, a.sha256
-            ));
+            )));
         }
         if !a.h1.starts_with("h1:") {
-            return Err(format!("{}: h1 {:?} is not an h1: hash", a.path, a.h1));
+            return Err(bad(format!("{}: h1 {:?} is not an h1: hash", a.path, a.h1)));
         }
         if let Some(pkg) = &a.origin {
             if pkg.shasum != a.sha256 {
-                return Err(format!(
+                return Err(bad(format!(
                     "{}: the origin's shasum {} differs from the manifest's sha256 {}",
                     a.path, pkg.shasum, a.sha256
-                ));
+                )));
             }
             if v.sums.iter().all(|s| s.reference.url != pkg.shasums_url) {
-                return Err(format!(
+                return Err(bad(format!(
                     "{}: the origin's SHA256SUMS it refers to is not in the bundle",
                     a.path
-                ));
+                )));
             }
         }
     }
@@ -335,21 +365,30 @@ fn check_version_entry(addr: &ProviderAddr, v: &BundleVersion) -> Result<(), Str
         if s.path != sums_path(addr, &v.version, k, false)
             || s.signature_path != sums_path(addr, &v.version, k, true)
         {
-            return Err(format!("checksum file {k} is not where the layout puts it"));
+            return Err(bad(format!(
+                "checksum file {k} is not where the layout puts it"
+            )));
         }
     }
     Ok(())
 }
 
-/// Reads at most `limit` bytes; more is an error.
-pub fn read_limited(reader: &mut impl Read, limit: u64) -> Result<Vec<u8>, String> {
+/// Reads at most `limit` bytes of the entry `entry`; more is an error.
+pub fn read_limited(
+    reader: &mut impl Read,
+    limit: u64,
+    entry: &str,
+) -> Result<Vec<u8>, BundleError> {
     let mut out = Vec::new();
     reader
         .take(limit + 1)
         .read_to_end(&mut out)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| BundleError::new(entry, e))?;
     if out.len() as u64 > limit {
-        return Err(format!("larger than {limit} bytes"));
+        return Err(BundleError::new(
+            entry,
+            format!("larger than {limit} bytes"),
+        ));
     }
     Ok(out)
 }
@@ -376,20 +415,21 @@ pub enum Payload<'a> {
 /// Reads a bundle from `reader`, checking every entry against its manifest: documents byte for
 /// byte, checksum files by SHA-256, and each archive and module package through
 /// `payload(which, body)`, which must check it against its manifest entry. `head` sees the
-/// manifest and its signature before any other entry is read; an error from it stops the walk. Problems are pushed to `failed` as
-/// (what, why); the walk goes on where it can, so one run reports them all. Returns the head
-/// and the checksum files when the head could be read.
-pub fn walk(
+/// manifest and its signature before any other entry is read; an error from it stops the walk.
+/// Problems are pushed to `failed`, each naming its entry; the walk goes on where it can, so
+/// one run reports them all. Returns the head and the checksum files when the head could be
+/// read.
+pub fn walk<E: std::fmt::Display>(
     reader: impl Read,
-    failed: &mut Vec<(String, String)>,
-    head: impl FnOnce(&Head) -> Result<(), String>,
-    mut payload: impl FnMut(Payload<'_>, &mut dyn Read) -> Result<(), String>,
+    failed: &mut Vec<BundleError>,
+    head: impl FnOnce(&Head) -> Result<(), E>,
+    mut payload: impl FnMut(Payload<'_>, &mut dyn Read) -> Result<(), E>,
 ) -> Option<(Head, SumsFiles)> {
     let mut tar = tar::Archive::new(reader);
     let mut entries = match tar.entries() {
         Ok(e) => e,
         Err(e) => {
-            failed.push(("not a tar bundle".into(), e.to_string()));
+            failed.push(BundleError::new("not a tar bundle", e));
             return None;
         }
     };
@@ -403,35 +443,35 @@ pub fn walk(
         Some(Ok(mut entry)) => {
             let name = entry_name(&entry);
             if name != MANIFEST_NAME {
-                failed.push((
-                    "manifest".into(),
+                failed.push(BundleError::new(
+                    "manifest",
                     format!("the first entry is {name:?}, not {MANIFEST_NAME}"),
                 ));
                 return None;
             }
-            let parsed = read_limited(&mut entry, MAX_DOCUMENT)
+            let parsed = read_limited(&mut entry, MAX_DOCUMENT, MANIFEST_NAME)
                 .and_then(|b| Manifest::parse(&b).map(|m| (m, b)));
             match parsed {
                 Ok(m) => m,
                 Err(e) => {
-                    failed.push((MANIFEST_NAME.into(), e));
+                    failed.push(e);
                     return None;
                 }
             }
         }
         Some(Err(e)) => {
-            failed.push(("not a tar bundle".into(), e.to_string()));
+            failed.push(BundleError::new("not a tar bundle", e));
             return None;
         }
         None => {
-            failed.push(("manifest".into(), "the bundle is empty".into()));
+            failed.push(BundleError::new("manifest", "the bundle is empty"));
             return None;
         }
     };
     let mut expected = match manifest.expected() {
         Ok(e) => e,
         Err(e) => {
-            failed.push((MANIFEST_NAME.into(), e));
+            failed.push(e);
             return None;
         }
     };
@@ -440,12 +480,12 @@ pub fn walk(
     let mut signature = None;
     if let Some(Ok(entry)) = &mut second {
         if entry_name(entry) == SIGNATURE_NAME {
-            match read_limited(entry, MAX_DOCUMENT)
-                .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-            {
+            match read_limited(entry, MAX_DOCUMENT, SIGNATURE_NAME).and_then(|b| {
+                serde_json::from_slice(&b).map_err(|e| BundleError::new(SIGNATURE_NAME, e))
+            }) {
                 Ok(sig) => signature = Some(sig),
                 Err(e) => {
-                    failed.push((SIGNATURE_NAME.into(), e));
+                    failed.push(e);
                     return None;
                 }
             }
@@ -458,7 +498,7 @@ pub fn walk(
         signature,
     };
     if let Err(e) = head(&head_read) {
-        failed.push((MANIFEST_NAME.into(), e));
+        failed.push(BundleError::new(MANIFEST_NAME, e));
         return None;
     }
 
@@ -467,31 +507,41 @@ pub fn walk(
         let mut entry = match entry {
             Ok(e) => e,
             Err(e) => {
-                failed.push(("reading".into(), e.to_string()));
+                failed.push(BundleError::new("reading", e));
                 break;
             }
         };
         let name = match entry.path() {
             Ok(p) => p.to_string_lossy().to_string(),
             Err(e) => {
-                failed.push(("entry name".into(), e.to_string()));
+                failed.push(BundleError::new("entry name", e));
                 continue;
             }
         };
         let Some(expect) = expected.remove(&name) else {
-            failed.push((name, "not named by the manifest (or present twice)".into()));
+            failed.push(BundleError::new(
+                name,
+                "not named by the manifest (or present twice)",
+            ));
             continue;
         };
         if entry.header().entry_type() != tar::EntryType::Regular {
-            failed.push((name, "not a regular file".into()));
+            failed.push(BundleError::new(name, "not a regular file"));
             continue;
         }
         let checked = match expect {
-            Expect::Document(want) => match read_limited(&mut entry, MAX_DOCUMENT) {
-                Ok(got) if got == want => Ok(()),
-                Ok(_) => Err("does not match the manifest's hashes".to_string()),
-                Err(e) => Err(e),
-            },
+            Expect::Document(want) => {
+                read_limited(&mut entry, MAX_DOCUMENT, &name).and_then(|got| {
+                    if got == want {
+                        Ok(())
+                    } else {
+                        Err(BundleError::new(
+                            &name,
+                            "does not match the manifest's hashes",
+                        ))
+                    }
+                })
+            }
             Expect::Sums { v, s, signature } => {
                 let meta = &head_read.manifest.versions[v].sums[s];
                 let want = if signature {
@@ -499,47 +549,52 @@ pub fn walk(
                 } else {
                     &meta.sha256
                 };
-                read_limited(&mut entry, MAX_DOCUMENT).and_then(|got| {
+                read_limited(&mut entry, MAX_DOCUMENT, &name).and_then(|got| {
                     let sha = crate::hash::sha256_hex(&got);
                     if &sha == want {
                         sums.insert((v, s, signature), got);
                         Ok(())
                     } else {
-                        Err(format!("SHA-256 is {sha}, the manifest says {want}"))
+                        Err(BundleError::new(
+                            &name,
+                            format!("SHA-256 is {sha}, the manifest says {want}"),
+                        ))
                     }
                 })
             }
             Expect::Archive { v, a } => payload(
                 Payload::Archive(&head_read.manifest.versions[v].archives[a], v, a),
                 &mut entry,
-            ),
+            )
+            .map_err(|e| BundleError::new(&name, e)),
             Expect::Module { m } => payload(
                 Payload::Module(&head_read.manifest.modules[m], m),
                 &mut entry,
-            ),
+            )
+            .map_err(|e| BundleError::new(&name, e)),
         };
         if let Err(e) = checked {
-            failed.push((name, e));
+            failed.push(e);
         }
     }
     let mut missing: Vec<String> = expected.into_keys().collect();
     missing.sort();
     for m in missing {
-        failed.push((
+        failed.push(BundleError::new(
             m,
-            "named by the manifest but missing from the bundle".into(),
+            "named by the manifest but missing from the bundle",
         ));
     }
     Some((head_read, sums))
 }
 
 /// Parses a manifest `source`, which must be the full `host/namespace/type` form.
-pub fn parse_source(source: &str) -> Result<ProviderAddr, String> {
-    let addr = ProviderAddr::parse(source).map_err(|e| e.to_string())?;
+pub fn parse_source(source: &str) -> Result<ProviderAddr, BundleError> {
+    let addr = ProviderAddr::parse(source).map_err(BundleError::manifest)?;
     if addr.to_string() != source {
-        return Err(format!(
+        return Err(BundleError::manifest(format!(
             "source {source:?} is not in canonical host/namespace/type form"
-        ));
+        )));
     }
     Ok(addr)
 }
@@ -569,10 +624,12 @@ pub fn copy_hashing(
 
 /// The `h1:` hash of a zip file on disk, within `limits` (the configuration's
 /// [`Settings::hash_limits`](crate::config::Settings::hash_limits), as when `serve` fetches).
-pub fn h1_of_file(path: &Path, limits: crate::hash::HashLimits) -> Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+pub fn h1_of_file(
+    path: &Path,
+    limits: crate::hash::HashLimits,
+) -> Result<String, crate::hash::HashError> {
+    let file = std::fs::File::open(path)?;
     crate::hash::h1_zip(io::BufReader::with_capacity(256 * 1024, file), limits)
-        .map_err(|e| e.to_string())
 }
 
 /// Writes a tar stream asynchronously: ustar headers from the `tar` crate, bodies streamed.

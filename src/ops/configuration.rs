@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::inputs::{Wanted, read_text};
+use super::inputs::{InputError, Wanted, read_text};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::config::Tool;
 use crate::constraints::Constraints;
@@ -66,7 +66,7 @@ pub struct WantedModule {
 
 /// Reads what the configuration rooted at `root` needs. Installed modules are looked up in
 /// Terraform's data directory: `TF_DATA_DIR`, else `.terraform`, relative to `root`.
-pub fn read_configuration(root: &Path, tool: Tool) -> Result<Configuration, String> {
+pub fn read_configuration(root: &Path, tool: Tool) -> Result<Configuration, InputError> {
     let data_dir = std::env::var_os("TF_DATA_DIR")
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from(".terraform"), PathBuf::from);
@@ -78,23 +78,26 @@ pub fn read_configuration_with(
     root: &Path,
     data_dir: &Path,
     tool: Tool,
-) -> Result<Configuration, String> {
+) -> Result<Configuration, InputError> {
     let installed = installed_modules(&root.join(data_dir))?;
     let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
     let mut modules = Vec::new();
-    // (module key as in modules.json, directory, how it was reached)
-    let mut pending = vec![(String::new(), root.to_path_buf(), String::new())];
+    // (module key as in modules.json, directory, the call that reached it)
+    let mut pending: Vec<(String, PathBuf, Option<String>)> =
+        vec![(String::new(), root.to_path_buf(), None)];
     while let Some((key, dir, via)) = pending.pop() {
         if key.split('.').count() > MAX_DEPTH {
-            return Err(format!(
-                "{}: modules nested more than {MAX_DEPTH} deep (does a module call itself?)",
-                root.display()
-            ));
+            return Err(InputError::new(format!(
+                "modules nested more than {MAX_DEPTH} deep (does a module call itself?)"
+            ))
+            .in_file(root));
         }
-        let module = read_module(&dir, key.is_empty(), tool).map_err(|e| format!("{via}{e}"))?;
-        module
-            .add_to(&mut found, tool)
-            .map_err(|e| format!("{via}{e}"))?;
+        let reached = |e: InputError| match &via {
+            Some(call) => e.via(call),
+            None => e,
+        };
+        let module = read_module(&dir, key.is_empty(), tool).map_err(reached)?;
+        module.add_to(&mut found, tool).map_err(reached)?;
         let calls = module
             .files
             .iter()
@@ -105,14 +108,17 @@ pub fn read_configuration_with(
             } else {
                 format!("{key}.{}", call.name)
             };
-            let via = format!("module.{child_key} (called in {}): ", file.display());
+            let via = format!("module.{child_key} (called in {})", file.display());
+            let version = || {
+                Constraints::parse(call.version.as_deref().unwrap_or(""))
+                    .map_err(|e| InputError::new(e).at("version").via(&via))
+            };
             let registry = registry_module(&call.source, tool)
                 .and_then(|a| ModuleAddr::parse_in(&a, tool.default_registry()).ok());
             let child_dir = match local_path(&call.source) {
                 Some(relative) => dir.join(relative),
                 None if registry.is_some() && !installed.contains_key(&child_key) => {
-                    let constraints = Constraints::parse(call.version.as_deref().unwrap_or(""))
-                        .map_err(|e| format!("{via}version: {e}"))?;
+                    let constraints = version()?;
                     modules.push(WantedModule {
                         addr: registry.expect("checked above"),
                         constraints,
@@ -123,21 +129,22 @@ pub fn read_configuration_with(
                 }
                 None => {
                     let record = installed.get(&child_key).ok_or_else(|| {
-                        format!(
-                            "{via}source {:?} is not installed; run `terraform init` (or \
+                        InputError::new(format!(
+                            "source {:?} is not installed; run `terraform init` (or \
                              `terraform get`) in {} first, or name its providers with --provider",
                             call.source,
                             root.display()
-                        )
+                        ))
+                        .via(&via)
                     })?;
-                    record
-                        .check(call, tool)
-                        .map_err(|e| format!("{via}{e}; run `terraform init` again"))?;
+                    record.check(call, tool).map_err(|mut e| {
+                        e.problem.push_str("; run `terraform init` again");
+                        e.via(&via)
+                    })?;
                     if let Some(addr) = registry {
                         modules.push(WantedModule {
                             addr,
-                            constraints: Constraints::parse(call.version.as_deref().unwrap_or(""))
-                                .map_err(|e| format!("{via}version: {e}"))?,
+                            constraints: version()?,
                             installed: record
                                 .version
                                 .as_deref()
@@ -148,7 +155,7 @@ pub fn read_configuration_with(
                     root.join(&record.dir)
                 }
             };
-            pending.push((child_key, child_dir, via));
+            pending.push((child_key, child_dir, Some(via)));
         }
     }
     Ok(Configuration {
@@ -182,25 +189,25 @@ impl Installed {
     /// Whether this installation still answers `call`. Checked for registry modules, whose
     /// recorded source is the call's in its long form and whose version must meet the call's
     /// constraint; other sources are recorded in a normalised form this does not reproduce.
-    fn check(&self, call: &CallFacts, tool: Tool) -> Result<(), String> {
+    fn check(&self, call: &CallFacts, tool: Tool) -> Result<(), InputError> {
         let Some(address) = registry_module(&call.source, tool) else {
             return Ok(());
         };
         if self.source != address {
-            return Err(format!(
+            return Err(InputError::new(format!(
                 "source {:?} was {:?} when the module was installed",
                 call.source, self.source
-            ));
+            )));
         }
         if let (Some(wanted), Some(installed)) = (&call.version, &self.version) {
-            let constraints =
-                Constraints::parse(wanted).map_err(|e| format!("version {wanted:?}: {e}"))?;
+            let constraints = Constraints::parse(wanted)
+                .map_err(|e| InputError::new(e).at(format!("version {wanted:?}")))?;
             let version = Version::parse(installed)
-                .map_err(|e| format!("installed version {installed:?}: {e}"))?;
+                .map_err(|e| InputError::new(e).at(format!("installed version {installed:?}")))?;
             if !constraints.allows(&version) {
-                return Err(format!(
+                return Err(InputError::new(format!(
                     "version {wanted:?} does not allow the installed version {installed}"
-                ));
+                )));
             }
         }
         Ok(())
@@ -231,7 +238,7 @@ fn registry_module(source: &str, tool: Tool) -> Option<String> {
 }
 
 /// `modules/modules.json` in the data directory: module key -> installation.
-fn installed_modules(data_dir: &Path) -> Result<HashMap<String, Installed>, String> {
+fn installed_modules(data_dir: &Path) -> Result<HashMap<String, Installed>, InputError> {
     #[derive(Deserialize)]
     struct Manifest {
         #[serde(rename = "Modules", default)]
@@ -243,7 +250,7 @@ fn installed_modules(data_dir: &Path) -> Result<HashMap<String, Installed>, Stri
     }
     let text = read_text(&path)?;
     let manifest: Manifest =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| InputError::new(e).in_file(&path))?;
     Ok(manifest
         .modules
         .into_iter()
@@ -305,9 +312,9 @@ fn configuration_file(name: &str, tool: Tool) -> Option<(&str, &'static str, boo
 
 /// Reads a module directory; the root module must hold configuration files, a child module may
 /// hold none.
-fn read_module(dir: &Path, root: bool, tool: Tool) -> Result<Module, String> {
+fn read_module(dir: &Path, root: bool, tool: Tool) -> Result<Module, InputError> {
     let names: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .map_err(|e| InputError::new(e).in_file(dir))?
         .filter_map(|e| e.ok())
         .filter(|e| e.path().is_file())
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -333,7 +340,7 @@ fn read_module(dir: &Path, root: bool, tool: Tool) -> Result<Module, String> {
                                configuration?"
             }
         };
-        return Err(format!("{}: no {expected}", dir.display()));
+        return Err(InputError::new(format!("no {expected}")).in_file(dir));
     }
     let mut files = Vec::new();
     for (path, overrides) in paths {
@@ -343,7 +350,7 @@ fn read_module(dir: &Path, root: bool, tool: Tool) -> Result<Module, String> {
         } else {
             facts_hcl(&text)
         }
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| e.in_file(&path))?;
         files.push(ModuleFile {
             path,
             facts,
@@ -355,7 +362,11 @@ fn read_module(dir: &Path, root: bool, tool: Tool) -> Result<Module, String> {
 
 impl Module {
     /// Adds this module's requirements to `found`, combining constraints per provider.
-    fn add_to(&self, found: &mut BTreeMap<ProviderAddr, Wanted>, tool: Tool) -> Result<(), String> {
+    fn add_to(
+        &self,
+        found: &mut BTreeMap<ProviderAddr, Wanted>,
+        tool: Tool,
+    ) -> Result<(), InputError> {
         let registry = tool.default_registry();
         // Local name -> (source, version, file), primary files first, then overrides.
         let mut declared: BTreeMap<&str, (&Option<String>, &Option<String>, &Path)> =
@@ -364,12 +375,12 @@ impl Module {
         for file in self.files.iter().filter(|f| !f.overrides) {
             for block in &file.facts.required {
                 if let Some(first) = block_in {
-                    return Err(format!(
-                        "{}: a second required_providers block (the first is in {}); \
+                    return Err(InputError::new(format!(
+                        "a second required_providers block (the first is in {}); \
                          Terraform allows one per module",
-                        file.path.display(),
                         first.display()
-                    ));
+                    ))
+                    .in_file(&file.path));
                 }
                 block_in = Some(&file.path);
                 for (name, source, version) in block {
@@ -384,38 +395,45 @@ impl Module {
         }
         let mut local_names: HashMap<&str, ProviderAddr> = HashMap::new();
         for (name, (source, version, file)) in declared {
-            let at = format!("{}: required_providers.{name}", file.display());
+            let bad = |field: &str, e: &dyn std::fmt::Display| {
+                InputError::new(e)
+                    .at(format!("required_providers.{name}.{field}"))
+                    .in_file(file)
+            };
             let source = source
                 .clone()
                 .unwrap_or_else(|| format!("hashicorp/{name}"));
-            let addr = ProviderAddr::parse_in(&source, registry)
-                .map_err(|e| format!("{at}.source: {e}"))?;
+            let addr = ProviderAddr::parse_in(&source, registry).map_err(|e| bad("source", &e))?;
             let constraints = Constraints::parse(version.as_deref().unwrap_or(""))
-                .map_err(|e| format!("{at}.version: {e}"))?;
+                .map_err(|e| bad("version", &e))?;
             local_names.insert(name, addr.clone());
             require(found, addr, &constraints, file);
         }
-        let implied = |name: &str, at: &str| match local_names.get(name) {
+        let implied = |name: &str, file: &Path| match local_names.get(name) {
             Some(addr) => Ok(addr.clone()),
-            None => ProviderAddr::parse_in(&format!("hashicorp/{name}"), registry)
-                .map_err(|e| format!("{at}: {e}")),
+            None => ProviderAddr::parse_in(&format!("hashicorp/{name}"), registry).map_err(|e| {
+                InputError::new(e)
+                    .at(format!("provider {name:?}"))
+                    .in_file(file)
+            }),
         };
         for file in &self.files {
             for (name, version) in &file.facts.provider_versions {
-                let at = format!("{}: provider {name:?}", file.path.display());
-                let addr = implied(name, &at)?;
-                let constraints =
-                    Constraints::parse(version).map_err(|e| format!("{at}.version: {e}"))?;
+                let addr = implied(name, &file.path)?;
+                let constraints = Constraints::parse(version).map_err(|e| {
+                    InputError::new(e)
+                        .at(format!("provider {name:?}.version"))
+                        .in_file(&file.path)
+                })?;
                 require(found, addr, &constraints, &file.path);
             }
             for name in &file.facts.used {
                 if name == "terraform" || local_names.contains_key(name.as_str()) {
                     continue;
                 }
-                let at = format!("{}: provider {name:?}", file.path.display());
                 require(
                     found,
-                    implied(name, &at)?,
+                    implied(name, &file.path)?,
                     &Constraints::default(),
                     &file.path,
                 );
@@ -460,14 +478,14 @@ fn local_name_of_type(type_name: &str, provider: Option<&str>) -> String {
 
 const RESOURCE_BLOCKS: [&str; 3] = ["resource", "data", "ephemeral"];
 
-fn facts_hcl(text: &str) -> Result<FileFacts, String> {
-    let body = hcl::parse(text).map_err(|e| format!("not valid HCL: {e}"))?;
+fn facts_hcl(text: &str) -> Result<FileFacts, InputError> {
+    let body = hcl::parse(text).map_err(|e| InputError::new(format!("not valid HCL: {e}")))?;
     let mut facts = FileFacts::default();
     hcl_blocks(&body, &mut facts)?;
     Ok(facts)
 }
 
-fn hcl_blocks(body: &hcl::Body, facts: &mut FileFacts) -> Result<(), String> {
+fn hcl_blocks(body: &hcl::Body, facts: &mut FileFacts) -> Result<(), InputError> {
     let label = |b: &hcl::Block| b.labels().first().map(|l| l.as_str().to_string());
     let attr = |b: &hcl::Block, key: &str| {
         b.body()
@@ -527,7 +545,7 @@ fn hcl_blocks(body: &hcl::Body, facts: &mut FileFacts) -> Result<(), String> {
             "module" => {
                 let Some(name) = label(block) else { continue };
                 let Some(source) = literal(block, "source") else {
-                    return Err(format!("module.{name}.source must be a literal string"));
+                    return Err(not_literal(&format!("module.{name}.source")));
                 };
                 let version = literal(block, "version");
                 facts.calls.push(CallFacts {
@@ -551,7 +569,7 @@ fn hcl_root_name(expr: &hcl::Expression) -> Option<String> {
     }
 }
 
-fn hcl_requirement(name: &str, expr: &hcl::Expression) -> Result<Requirement, String> {
+fn hcl_requirement(name: &str, expr: &hcl::Expression) -> Result<Requirement, InputError> {
     let name = name.to_string();
     match expr {
         // Terraform 0.12 style: `aws = "~> 3.0"`.
@@ -567,9 +585,7 @@ fn hcl_requirement(name: &str, expr: &hcl::Expression) -> Result<Requirement, St
                 };
                 let string = |what: &str| match value {
                     hcl::Expression::String(s) => Ok(s.clone()),
-                    _ => Err(format!(
-                        "required_providers.{name}.{what} must be a literal string"
-                    )),
+                    _ => Err(not_literal(&format!("required_providers.{name}.{what}"))),
                 };
                 match key.as_str() {
                     "source" => source = Some(string("source")?),
@@ -580,10 +596,18 @@ fn hcl_requirement(name: &str, expr: &hcl::Expression) -> Result<Requirement, St
             }
             Ok((name, source, version))
         }
-        _ => Err(format!(
-            "required_providers.{name} must be an object with source and version"
-        )),
+        _ => Err(not_a_requirement(&name)),
     }
+}
+
+fn not_literal(place: &str) -> InputError {
+    InputError::new(format!("{place} must be a literal string"))
+}
+
+fn not_a_requirement(name: &str) -> InputError {
+    InputError::new(format!(
+        "required_providers.{name} must be an object with source and version"
+    ))
 }
 
 /// In Terraform's JSON syntax a block may be an object or an array of objects.
@@ -608,18 +632,21 @@ fn labelled(v: &Value) -> Vec<(&str, &Value)> {
     out
 }
 
-fn facts_json(text: &str) -> Result<FileFacts, String> {
-    let doc: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+fn facts_json(text: &str) -> Result<FileFacts, InputError> {
+    let doc: Value =
+        serde_json::from_str(text).map_err(|e| InputError::new(format!("not valid JSON: {e}")))?;
     let mut facts = FileFacts::default();
     json_blocks(&doc, &mut facts)?;
     Ok(facts)
 }
 
-fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), String> {
+fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), InputError> {
     for terraform in as_list(&doc["terraform"]) {
         for req in as_list(&terraform["required_providers"]) {
             let Some(map) = req.as_object() else {
-                return Err("terraform.required_providers must be an object".into());
+                return Err(InputError::new(
+                    "terraform.required_providers must be an object",
+                ));
             };
             let mut entries = Vec::new();
             for (name, value) in map {
@@ -629,11 +656,7 @@ fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), String> {
                     Value::Object(_) => {
                         entries.push((name.clone(), field("source"), field("version")))
                     }
-                    _ => {
-                        return Err(format!(
-                            "required_providers.{name} must be an object with source and version"
-                        ));
-                    }
+                    _ => return Err(not_a_requirement(name)),
                 }
             }
             facts.required.push(entries);
@@ -670,7 +693,7 @@ fn json_blocks(doc: &Value, facts: &mut FileFacts) -> Result<(), String> {
     }
     for (name, body) in labelled(&doc["module"]) {
         let Some(source) = body.get("source").and_then(Value::as_str) else {
-            return Err(format!("module.{name}.source must be a literal string"));
+            return Err(not_literal(&format!("module.{name}.source")));
         };
         facts.calls.push(CallFacts {
             name: name.to_string(),
@@ -819,7 +842,9 @@ resource "foo_thing" "x" { name = "${var.a}" }
             "main.tofu",
             &required("aws", "hashicorp/aws", "~> 5.0"),
         );
-        let e = read_configuration(tofu_only.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(tofu_only.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("Terraform configuration"), "{e}");
         assert_eq!(shown_for(tofu_only.path(), Tool::OpenTofu).len(), 1);
     }
@@ -939,7 +964,9 @@ module "inner" { source = "../inner" }
             "main.tf",
             &main.replace("example/vpc/aws", "git::https://example.com/vpc.git"),
         );
-        let missing = read_configuration(root, Tool::Terraform).unwrap_err();
+        let missing = read_configuration(root, Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(
             missing.contains("module.vpc") && missing.contains("terraform init"),
             "{missing}"
@@ -977,7 +1004,9 @@ module "inner" { source = "../inner" }
         // Edited since `terraform init`: Terraform refuses, and so does this.
         let main = std::fs::read_to_string(root.join("main.tf")).unwrap();
         write(root, "main.tf", &main.replace("\"1.2.3\"", "\"~> 2.0\""));
-        let e = read_configuration(root, Tool::Terraform).unwrap_err();
+        let e = read_configuration(root, Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("module.vpc") && e.contains("does not allow the installed version 1.2.3"),
             "{e}"
@@ -987,7 +1016,9 @@ module "inner" { source = "../inner" }
             "main.tf",
             &main.replace("example/vpc/aws", "other/vpc/aws"),
         );
-        let e = read_configuration(root, Tool::Terraform).unwrap_err();
+        let e = read_configuration(root, Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("was \"registry.terraform.io/example/vpc/aws\""),
             "{e}"
@@ -1040,7 +1071,9 @@ module "inner" { source = "../inner" }
     fn errors_name_the_file_or_the_module() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "bad.tf", "terraform { required_providers {");
-        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bad.tf") && e.contains("HCL"), "{e}");
 
         write(
@@ -1048,7 +1081,9 @@ module "inner" { source = "../inner" }
             "bad.tf",
             "terraform {\n required_providers {\n x = { source = \"a/b\", version = \"~>\" }\n }\n}\n",
         );
-        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("bad.tf") && e.contains("required_providers.x.version"),
             "{e}"
@@ -1059,11 +1094,15 @@ module "inner" { source = "../inner" }
             "bad.tf",
             "module \"gone\" { source = \"./nowhere\" }\n",
         );
-        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("module.gone") && e.contains("nowhere"), "{e}");
 
         write(dir.path(), "bad.tf", "module \"me\" { source = \"./\" }\n");
-        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nested more than"), "{e}");
 
         // One required_providers block per module, as in Terraform.
@@ -1077,7 +1116,9 @@ module "inner" { source = "../inner" }
             "versions.tf",
             "terraform {\n required_providers {\n y = { source = \"a/c\" }\n }\n}\n",
         );
-        let e = read_configuration(dir.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(dir.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("versions.tf") && e.contains("second required_providers block"),
             "{e}"
@@ -1085,7 +1126,9 @@ module "inner" { source = "../inner" }
         std::fs::remove_file(dir.path().join("versions.tf")).unwrap();
 
         let empty = tempfile::tempdir().unwrap();
-        let e = read_configuration(empty.path(), Tool::Terraform).unwrap_err();
+        let e = read_configuration(empty.path(), Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no *.tf"), "{e}");
     }
 }

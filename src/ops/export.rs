@@ -9,13 +9,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::bundle::{self, BundleArchive, BundleSums, BundleVersion, Manifest, MirrorEntry};
+use super::bundle::{
+    self, BundleArchive, BundleError, BundleSums, BundleVersion, Manifest, MirrorEntry,
+};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{StoredArchive, StoredModule};
 use crate::constraints::Constraints;
 use crate::mirror::Mirror;
 use crate::records::{ArchiveInfo, ArchiveKey};
+use crate::storage::StorageError;
 use crate::trust::site::SiteKey;
 
 /// `provender export`
@@ -40,7 +43,7 @@ pub struct ExportArgs {
     )]
     pub modules: Vec<String>,
     /// Export only these platforms (repeatable; default: every cached platform).
-    #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
+    #[arg(long = "platform", short = 'p', value_parser = Platform::parse)]
     pub platforms: Vec<Platform>,
     /// Write one bundle file (tar with a manifest of every hash) instead of a directory.
     #[arg(long, value_name = "FILE", conflicts_with = "dir")]
@@ -52,6 +55,40 @@ pub struct ExportArgs {
     /// The mirror directory to write (created if needed; existing files are replaced).
     #[arg(value_name = "DIR", required_unless_present = "bundle")]
     pub dir: Option<PathBuf>,
+}
+
+/// Why an export, or one archive or package of it, failed.
+#[derive(Debug, thiserror::Error)]
+enum ExportError {
+    /// The store failed on an object: what was being done, and why.
+    #[error("{what}: {source}")]
+    Store { what: String, source: StorageError },
+    #[error("{0} vanished from the cache")]
+    Vanished(String),
+    /// A local file, or copying into one: where or what, and why.
+    #[error("{at}: {source}")]
+    Io { at: String, source: std::io::Error },
+    #[error("{0}")]
+    Damaged(#[from] super::Damaged),
+    /// The manifest this export built does not hold together (a bug).
+    #[error("{0}")]
+    Bundle(#[from] BundleError),
+    #[error("{}: not a file name", .0.display())]
+    NotAFileName(PathBuf),
+}
+
+impl ExportError {
+    /// A local I/O failure, named by where or what.
+    fn io(at: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> ExportError {
+        let at = at.to_string();
+        move |source| ExportError::Io { at, source }
+    }
+
+    /// A store failure, named by what was being done.
+    fn store(what: impl std::fmt::Display) -> impl FnOnce(StorageError) -> ExportError {
+        let what = what.to_string();
+        move |source| ExportError::Store { what, source }
+    }
 }
 
 /// One cached archive chosen for export.
@@ -141,7 +178,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let mut filters = Vec::new();
     for p in &args.providers {
-        let w = super::inputs::parse_provider_arg(p, settings.tool).map_err(usage)?;
+        let w = super::inputs::parse_provider_arg(p, settings.tool)?;
         filters.push((w.addr, w.constraints));
     }
     let key_file = args
@@ -149,17 +186,17 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         .clone()
         .or_else(|| settings.bundles.signing_key_file.clone());
     let site_key = match (&args.bundle, &key_file) {
-        (Some(_), Some(path)) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| e.to_string())
-                .and_then(|pem| SiteKey::from_pem(&pem))
-                .map_err(|e| usage(format!("site key {}: {e}", path.display())))?,
-        ),
+        (Some(_), Some(path)) => {
+            let unusable =
+                |e: &dyn std::fmt::Display| usage(format!("site key {}: {e}", path.display()));
+            let pem = std::fs::read_to_string(path).map_err(|e| unusable(&e))?;
+            Some(SiteKey::from_pem(&pem).map_err(|e| unusable(&e))?)
+        }
         _ => None,
     };
     let mut module_filters = Vec::new();
     for m in &args.modules {
-        let w = super::inputs::parse_module_arg(m, settings.tool).map_err(usage)?;
+        let w = super::inputs::parse_module_arg(m, settings.tool)?;
         module_filters.push((w.addr, w.constraints));
     }
     let (mirror, _) = super::open_mirror(settings)?;
@@ -220,20 +257,20 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                 println!("  {addr} {version}: {}", platforms.join(", "));
             }
         }
-        Err(e) => failed.push(("export".into(), e)),
+        Err(e) => failed.push(("export".into(), e.to_string())),
     }
     super::print_failures(&failed);
     Ok(Outcome::from_failures(failed.len()))
 }
 
 /// Opens a chosen archive in the store.
-async fn open_chosen(mirror: &Arc<Mirror>, key: &ArchiveKey) -> Result<StoredArchive, String> {
+async fn open_chosen(mirror: &Arc<Mirror>, key: &ArchiveKey) -> Result<StoredArchive, ExportError> {
     mirror
         .store()
         .open(key)
         .await
-        .map_err(|e| format!("opening {key}: {e}"))?
-        .ok_or_else(|| format!("{key} vanished from the cache"))
+        .map_err(ExportError::store(format_args!("opening {key}")))?
+        .ok_or_else(|| ExportError::Vanished(key.to_string()))
 }
 
 /// Copies one archive out of the store into `out`, checking its SHA-256 on the way.
@@ -242,13 +279,13 @@ async fn copy_archive(
     key: &ArchiveKey,
     info: &ArchiveInfo,
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
-) -> Result<(), String> {
+) -> Result<(), ExportError> {
     let stored = open_chosen(mirror, key).await?;
     let mut hashing = crate::hash::HashingReader::new(stored.into_reader());
     tokio::io::copy(&mut hashing, out)
         .await
-        .map_err(|e| format!("copying {key}: {e}"))?;
-    super::check_recorded_sha256(key, &hashing.finish(), info)
+        .map_err(ExportError::io(format_args!("copying {key}")))?;
+    Ok(super::check_recorded_sha256(key, &hashing.finish(), info)?)
 }
 
 async fn write_dir(
@@ -257,8 +294,8 @@ async fn write_dir(
     root: &Path,
     bytes: u64,
     failed: &mut Vec<(String, String)>,
-) -> Result<String, String> {
-    std::fs::create_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))?;
+) -> Result<String, ExportError> {
+    std::fs::create_dir_all(root).map_err(ExportError::io(root.display()))?;
     let bar = progress(bytes, "exporting", true);
     let mut exported: BTreeMap<ProviderAddr, Vec<Version>> = BTreeMap::new();
     for ((addr, version), chosen) in selection {
@@ -268,7 +305,7 @@ async fn write_dir(
             let target = root.join(addr.archive_path(version, &c.key.platform));
             match export_archive(mirror, &c.key, &c.info, &target).await {
                 Ok(()) => entries.push(c),
-                Err(e) => failed.push((c.key.to_string(), e)),
+                Err(e) => failed.push((c.key.to_string(), e.to_string())),
             }
             bar.inc(c.info.size);
         }
@@ -322,7 +359,7 @@ async fn write_bundle(
     file: &Path,
     bytes: u64,
     site_key: Option<&SiteKey>,
-) -> Result<String, String> {
+) -> Result<String, ExportError> {
     // The manifest comes first, so gather everything it says before writing any archive.
     let mut manifest = Manifest {
         format: bundle::FORMAT.into(),
@@ -426,16 +463,16 @@ async fn write_bundle(
     };
     let name = file
         .file_name()
-        .ok_or_else(|| format!("{}: not a file name", file.display()))?
+        .ok_or_else(|| ExportError::NotAFileName(file.to_path_buf()))?
         .to_string_lossy()
         .to_string();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = async {
         let out = tokio::fs::File::create(&tmp)
             .await
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            .map_err(ExportError::io(tmp.display()))?;
         let mut tar = bundle::TarWriter::new(tokio::io::BufWriter::with_capacity(256 * 1024, out));
-        let io = |e: std::io::Error| format!("{}: {e}", file.display());
+        let io = |e| ExportError::io(file.display())(e);
         tar.append_bytes(bundle::MANIFEST_NAME, &manifest_bytes)
             .await
             .map_err(io)?;
@@ -459,7 +496,7 @@ async fn write_bundle(
                 let sha = tar
                     .append(&path, c.info.size, &mut stored.into_reader())
                     .await
-                    .map_err(|e| format!("{key}: {e}"))?;
+                    .map_err(ExportError::io(key))?;
                 super::check_recorded_sha256(key, &sha, &c.info)?;
                 bar.inc(c.info.size);
             }
@@ -472,17 +509,20 @@ async fn write_bundle(
                 .module_store()
                 .open(&addr, &m.version)
                 .await
-                .map_err(|e| format!("{what}: {e}"))?
-                .ok_or_else(|| format!("{what} vanished from the cache"))?;
+                .map_err(ExportError::store(&what))?
+                .ok_or_else(|| ExportError::Vanished(what.clone()))?;
             let sha = tar
                 .append(&m.path, m.size, &mut object.into_reader())
                 .await
-                .map_err(|e| format!("{what}: {e}"))?;
+                .map_err(ExportError::io(&what))?;
             if sha != m.sha256 {
-                return Err(format!(
-                    "{what}: cached package has SHA-256 {sha}, its record says {} (run provender verify)",
-                    m.sha256
-                ));
+                return Err(super::Damaged {
+                    what,
+                    kind: "package",
+                    sha256: sha,
+                    recorded: m.sha256.clone(),
+                }
+                .into());
             }
         }
         for (path, doc) in &sums_files {
@@ -509,11 +549,11 @@ async fn export_archive(
     key: &ArchiveKey,
     info: &ArchiveInfo,
     target: &Path,
-) -> Result<(), String> {
+) -> Result<(), ExportError> {
     let dir = target.parent().expect("mirror paths have a parent");
     tokio::fs::create_dir_all(dir)
         .await
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(ExportError::io(dir.display()))?;
     let name = target
         .file_name()
         .expect("mirror paths have a file name")
@@ -522,15 +562,15 @@ async fn export_archive(
     let result = async {
         let mut file = tokio::fs::File::create(&tmp)
             .await
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            .map_err(ExportError::io(tmp.display()))?;
         copy_archive(mirror, key, info, &mut file).await?;
         file.sync_all()
             .await
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+            .map_err(ExportError::io(tmp.display()))?;
         drop(file);
         tokio::fs::rename(&tmp, target)
             .await
-            .map_err(|e| format!("{}: {e}", target.display()))
+            .map_err(ExportError::io(target.display()))
     }
     .await;
     if result.is_err() {
@@ -539,10 +579,10 @@ async fn export_archive(
     result
 }
 
-async fn write_small(path: &Path, bytes: Vec<u8>) -> Result<(), String> {
+async fn write_small(path: &Path, bytes: Vec<u8>) -> Result<(), ExportError> {
     let path_owned = path.to_path_buf();
     tokio::task::spawn_blocking(move || crate::cache::write_atomic(&path_owned, &bytes))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        .map_err(ExportError::io(path.display()))
 }

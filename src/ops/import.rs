@@ -35,14 +35,14 @@ use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::cache::{ModuleStore, StagedFile, Staging};
-use crate::hash::HashLimits;
+use crate::hash::{HashError, HashLimits};
 use crate::mirror::Mirror;
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef,
     VersionRecord, docs,
 };
-use crate::trust::site::{Custody, SitePublicKey};
-use crate::trust::{SignatureKind, Trust, TrustPolicy, Verifier};
+use crate::trust::site::{Custody, CustodyError, SitePublicKey};
+use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
 
 /// `provender import`
 #[derive(clap::Args, Debug)]
@@ -84,6 +84,82 @@ struct VersionImport {
 }
 
 type Failures = Vec<(String, String)>;
+
+/// Why a source, or an archive or module package in it, is not admitted; or, once everything
+/// was verified, why admitting stopped.
+#[derive(Debug, thiserror::Error)]
+enum ImportError {
+    /// A local file operation: what it was for, and why it failed.
+    #[error("{doing}: {source}")]
+    Local {
+        doing: String,
+        source: std::io::Error,
+    },
+    /// What the source holds is not what its manifest promises: what, as found, as promised.
+    #[error("{what} is {found}, the manifest says {promised}")]
+    Mismatch {
+        what: &'static str,
+        found: String,
+        promised: String,
+    },
+    #[error("unusable zip: {0}")]
+    UnusableZip(#[from] HashError),
+    #[error("the package {0}")]
+    Package(#[from] crate::package::PackError),
+    #[error("the package is not in the canonical form (packed again it is {repacked})")]
+    NotCanonical { repacked: String },
+    /// A mirror directory's `<version>.json` lists no hash for an archive.
+    #[error("no hashes are listed for it, so it cannot be checked")]
+    NothingListed,
+    #[error("listed hash {0:?} is of an unknown kind")]
+    UnknownHashKind(String),
+    #[error("listed hash {listed} does not match (the archive's are {h1} and zh:{sha256})")]
+    ListedMismatch {
+        listed: String,
+        h1: String,
+        sha256: String,
+    },
+    /// The trust policy refuses it, as `serve` would.
+    #[error("{0}")]
+    Policy(#[from] Refusal),
+    #[error(
+        "no origin signature covers it and no trusted site vouches for it; pass \
+         --allow-unverified to admit it as unverified"
+    )]
+    Unvouched,
+    /// The bundle's signature by a trusted site does not verify: refused even with
+    /// `--allow-unverified`.
+    #[error("{0}")]
+    Custody(#[from] CustodyError),
+    /// No trusted site signed the bundle (why), and `--allow-unverified` was not given.
+    #[error(
+        "{0}: only bundles signed by a site in bundles.trusted_keys are imported (pass \
+         --allow-unverified to import it anyway)"
+    )]
+    UntrustedBundle(String),
+    /// The store failed while admitting: on what, and why.
+    #[error("{what}: {source}")]
+    Store {
+        what: String,
+        source: crate::storage::StorageError,
+    },
+}
+
+impl ImportError {
+    /// A local file operation's failure, named by what it was for.
+    fn local(doing: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> ImportError {
+        let doing = doing.to_string();
+        move |source| ImportError::Local { doing, source }
+    }
+
+    /// A store failure while admitting, named by what was being done.
+    fn store(
+        what: impl std::fmt::Display,
+    ) -> impl FnOnce(crate::storage::StorageError) -> ImportError {
+        let what = what.to_string();
+        move |source| ImportError::Store { what, source }
+    }
+}
 
 /// Runs `provender import`.
 pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
@@ -218,23 +294,15 @@ fn check_module(
     checker: &Checker,
     reader: &mut dyn Read,
     meta: &bundle::BundleModule,
-) -> Result<StagedFile, String> {
+) -> Result<StagedFile, ImportError> {
     let (file, sha, size) = stage(checker, reader, meta.size)?;
-    if size != meta.size {
-        return Err(format!("{size} bytes, the manifest says {}", meta.size));
-    }
-    if sha != meta.sha256 {
-        return Err(format!(
-            "SHA-256 is {sha}, the manifest says {}",
-            meta.sha256
-        ));
-    }
+    check_size_and_sha256(size, &sha, meta.size, &meta.sha256)?;
     let scratch = checker
         .staging
         .scratch_dir()
-        .map_err(|e| format!("creating a scratch directory: {e}"))?;
+        .map_err(ImportError::local("creating a scratch directory"))?;
     let unpacked = scratch.path().join("unpacked");
-    std::fs::create_dir(&unpacked).map_err(|e| format!("creating a scratch directory: {e}"))?;
+    std::fs::create_dir(&unpacked).map_err(ImportError::local("creating a scratch directory"))?;
     let mut hasher = Sha256Writer::default();
     crate::package::repack(
         file.path(),
@@ -244,15 +312,36 @@ fn check_module(
         meta.record.subdir.as_deref(),
         checker.module_limits,
         &mut hasher,
-    )
-    .map_err(|e| format!("the package {e}"))?;
+    )?;
     let again = hasher.finish();
     if again != sha {
-        return Err(format!(
-            "the package is not in the canonical form (packed again it is {again})"
-        ));
+        return Err(ImportError::NotCanonical { repacked: again });
     }
     Ok(file)
+}
+
+/// `Err` unless what was staged has the size and SHA-256 its manifest entry promises.
+fn check_size_and_sha256(
+    size: u64,
+    sha256: &str,
+    promised_size: u64,
+    promised_sha256: &str,
+) -> Result<(), ImportError> {
+    if size != promised_size {
+        return Err(ImportError::Mismatch {
+            what: "size",
+            found: format!("{size} bytes"),
+            promised: format!("{promised_size} bytes"),
+        });
+    }
+    if sha256 != promised_sha256 {
+        return Err(ImportError::Mismatch {
+            what: "SHA-256",
+            found: sha256.to_string(),
+            promised: promised_sha256.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// A writer that only computes the SHA-256 of what is written.
@@ -303,7 +392,7 @@ async fn module_conflicts(mirror: &Arc<Mirror>, modules: &[VerifiedModule]) -> F
 async fn admit_modules(
     mirror: &Arc<Mirror>,
     modules: Vec<VerifiedModule>,
-) -> Result<(Vec<String>, Vec<String>), String> {
+) -> Result<(Vec<String>, Vec<String>), ImportError> {
     let (mut added, mut present) = (Vec::new(), Vec::new());
     for m in modules {
         let what = format!("{} {}", m.addr, m.version);
@@ -311,7 +400,7 @@ async fn admit_modules(
         if store
             .record(&m.addr, &m.version)
             .await
-            .map_err(|e| format!("module {what}: {e}"))?
+            .map_err(ImportError::store(format_args!("module {what}")))?
             .is_some()
         {
             present.push(what);
@@ -320,10 +409,12 @@ async fn admit_modules(
         store
             .commit(&m.addr, &m.version, m.staged, &m.record)
             .await
-            .map_err(|e| format!("storing module {what}: {e}"))?;
+            .map_err(ImportError::store(format_args!("storing module {what}")))?;
         list_module_version(store, &m.addr, &m.version)
             .await
-            .map_err(|e| format!("module {what}: writing the version list: {e}"))?;
+            .map_err(ImportError::store(format_args!(
+                "module {what}: writing the version list"
+            )))?;
         added.push(what);
     }
     Ok((added, present))
@@ -392,14 +483,10 @@ struct Rules {
 
 impl Rules {
     /// Whether an archive of `addr` at level `kind` may be admitted.
-    fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), String> {
-        self.trust.admit(addr, kind).map_err(|r| r.to_string())?;
+    fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), ImportError> {
+        self.trust.admit(addr, kind)?;
         if kind == SignatureKind::Unverified && !self.allow_unverified {
-            return Err(
-                "no origin signature covers it and no trusted site vouches for it; \
-                        pass --allow-unverified to admit it as unverified"
-                    .into(),
-            );
+            return Err(ImportError::Unvouched);
         }
         Ok(())
     }
@@ -422,38 +509,35 @@ fn stage(
     checker: &Checker,
     reader: &mut dyn Read,
     limit: u64,
-) -> Result<(StagedFile, String, u64), String> {
+) -> Result<(StagedFile, String, u64), ImportError> {
     let (staged, file) = checker
         .handle
         .block_on(checker.staging.create())
-        .map_err(|e| format!("creating a staging file: {e}"))?;
+        .map_err(ImportError::local("creating a staging file"))?;
     let file = checker.handle.block_on(file.into_std());
     let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
     let (sha, size) =
-        bundle::copy_hashing(reader, &mut out, limit).map_err(|e| format!("reading: {e}"))?;
+        bundle::copy_hashing(reader, &mut out, limit).map_err(ImportError::local("reading"))?;
     let file = out
         .into_inner()
-        .map_err(|e| format!("writing a staging file: {e}"))?;
+        .map_err(|e| ImportError::local("writing a staging file")(e.into_error()))?;
     file.sync_all()
-        .map_err(|e| format!("syncing a staging file: {e}"))?;
+        .map_err(ImportError::local("syncing a staging file"))?;
     Ok((staged, sha, size))
 }
 
 /// Who vouches for a bundle, from its head: refused outright when a trusted site's signature
 /// does not verify, and when no trusted site signed it unless `--allow-unverified` is given.
-fn custody(rules: &Rules, head: &Head) -> Result<Custody, String> {
+fn custody(rules: &Rules, head: &Head) -> Result<Custody, ImportError> {
     let custody = match &head.signature {
-        Some(sig) => sig
-            .custody(&head.manifest_bytes, &rules.trusted_sites)
-            .map_err(|e| e.to_string())?,
+        Some(sig) => sig.custody(&head.manifest_bytes, &rules.trusted_sites)?,
         None => Custody::Untrusted("the bundle is not signed".into()),
     };
-    match &custody {
-        Custody::Untrusted(why) if !rules.allow_unverified => Err(format!(
-            "{why}: only bundles signed by a site in bundles.trusted_keys are imported \
-             (pass --allow-unverified to import it anyway)"
-        )),
-        _ => Ok(custody),
+    match custody {
+        Custody::Untrusted(why) if !rules.allow_unverified => {
+            Err(ImportError::UntrustedBundle(why))
+        }
+        custody => Ok(custody),
     }
 }
 
@@ -474,13 +558,13 @@ fn from_bundle(
     let mut vouched = None;
     let mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)> = HashMap::new();
     let mut staged_modules: HashMap<usize, StagedFile> = HashMap::new();
-    let mut problems = Failures::new();
+    let mut problems = Vec::new();
     let walked = bundle::walk(
         reader,
         &mut problems,
         |head| {
             vouched = Some(custody(checker.rules, head)?);
-            Ok(())
+            Ok::<(), ImportError>(())
         },
         |payload, body| match payload {
             bundle::Payload::Archive(entry, v, a) => {
@@ -496,8 +580,11 @@ fn from_bundle(
             }
         },
     );
-    let at = |what: String| format!("{shown}: {what}");
-    failed.extend(problems.into_iter().map(|(what, why)| (at(what), why)));
+    failed.extend(
+        problems
+            .into_iter()
+            .map(|e| (format!("{shown}: {}", e.entry), e.problem)),
+    );
     let (Some((head, sums)), Some(custody)) = (walked, vouched) else {
         return (Vec::new(), Vec::new(), None);
     };
@@ -529,21 +616,16 @@ fn check_archive(
     checker: &Checker,
     reader: &mut dyn Read,
     meta: &bundle::BundleArchive,
-) -> Result<(StagedFile, ArchiveInfo), String> {
+) -> Result<(StagedFile, ArchiveInfo), ImportError> {
     let (file, sha, size) = stage(checker, reader, meta.size)?;
-    if size != meta.size {
-        return Err(format!("{size} bytes, the manifest says {}", meta.size));
-    }
-    if sha != meta.sha256 {
-        return Err(format!(
-            "SHA-256 is {sha}, the manifest says {}",
-            meta.sha256
-        ));
-    }
-    let h1 = bundle::h1_of_file(file.path(), checker.limits)
-        .map_err(|e| format!("unusable zip: {e}"))?;
+    check_size_and_sha256(size, &sha, meta.size, &meta.sha256)?;
+    let h1 = bundle::h1_of_file(file.path(), checker.limits)?;
     if h1 != meta.h1 {
-        return Err(format!("h1 is {h1}, the manifest says {}", meta.h1));
+        return Err(ImportError::Mismatch {
+            what: "h1",
+            found: h1,
+            promised: meta.h1.clone(),
+        });
     }
     let info = ArchiveInfo {
         sha256: sha,
@@ -620,7 +702,7 @@ fn bundle_versions(
                 None => SignatureKind::Unverified,
             };
             if let Err(why) = rules.admit(&addr, kind) {
-                failed.push(fail(why));
+                failed.push(fail(why.to_string()));
                 continue;
             }
             info.trust = Some(kind);
@@ -663,10 +745,10 @@ fn zip_bytes(dir: &Path) -> u64 {
     total
 }
 
-fn subdirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+fn subdirs(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
         if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             out.push((
                 entry.file_name().to_string_lossy().to_string(),
@@ -692,7 +774,7 @@ fn from_dir(checker: &Checker, root: &Path, failed: &mut Failures) -> Vec<Versio
     let hosts = match subdirs(root) {
         Ok(h) => h,
         Err(e) => {
-            failed.push((root.display().to_string(), e));
+            failed.push((root.display().to_string(), e.to_string()));
             return out;
         }
     };
@@ -710,7 +792,7 @@ fn from_dir(checker: &Checker, root: &Path, failed: &mut Failures) -> Vec<Versio
                     }
                 };
                 if let Err(why) = checker.rules.admit(&addr, SignatureKind::Unverified) {
-                    failed.push((dir.display().to_string(), why));
+                    failed.push((dir.display().to_string(), why.to_string()));
                     continue;
                 }
                 out.extend(provider_from_dir(checker, &addr, &dir, failed));
@@ -757,8 +839,8 @@ fn provider_from_dir(
             }
         };
         let doc: docs::MirrorVersion = match std::fs::read(&doc_path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(serde_json::Error::io)
+            .and_then(|b| serde_json::from_slice(&b))
         {
             Ok(d) => d,
             Err(e) => {
@@ -810,7 +892,7 @@ fn provider_from_dir(
                     info,
                     origin: None,
                 }),
-                Err(e) => failed.push((zip_path.display().to_string(), e)),
+                Err(e) => failed.push((zip_path.display().to_string(), e.to_string())),
             }
         }
         if !archives.is_empty() {
@@ -837,25 +919,26 @@ fn check_listed(
     checker: &Checker,
     zip: &Path,
     hashes: &[String],
-) -> Result<(StagedFile, ArchiveInfo), String> {
+) -> Result<(StagedFile, ArchiveInfo), ImportError> {
     if hashes.is_empty() {
-        return Err("no hashes are listed for it, so it cannot be checked".into());
+        return Err(ImportError::NothingListed);
     }
-    let file = std::fs::File::open(zip).map_err(|e| e.to_string())?;
+    let file = std::fs::File::open(zip).map_err(ImportError::local("opening"))?;
     let mut reader = BufReader::new(checker.bar.wrap_read(file));
     let (staged, sha, size) = stage(checker, &mut reader, u64::MAX - 1)?;
-    let h1 = bundle::h1_of_file(staged.path(), checker.limits)
-        .map_err(|e| format!("unusable zip: {e}"))?;
+    let h1 = bundle::h1_of_file(staged.path(), checker.limits)?;
     for listed in hashes {
         let ok = match listed.split_once(':') {
             Some(("h1", _)) => listed == &h1,
             Some(("zh", hex)) => hex == sha,
-            _ => return Err(format!("listed hash {listed:?} is of an unknown kind")),
+            _ => return Err(ImportError::UnknownHashKind(listed.clone())),
         };
         if !ok {
-            return Err(format!(
-                "listed hash {listed} does not match (the archive's are {h1} and zh:{sha})"
-            ));
+            return Err(ImportError::ListedMismatch {
+                listed: listed.clone(),
+                h1,
+                sha256: sha,
+            });
         }
     }
     Ok((
@@ -911,7 +994,7 @@ type Admitted = Vec<(ArchiveKey, u64)>;
 async fn admit(
     mirror: &Arc<Mirror>,
     imports: Vec<VersionImport>,
-) -> Result<(Admitted, Admitted), String> {
+) -> Result<(Admitted, Admitted), ImportError> {
     let (mut added, mut present) = (Vec::new(), Vec::new());
     let meta = mirror.meta();
     let mut index_updates: BTreeMap<ProviderAddr, Vec<IndexVersion>> = BTreeMap::new();
@@ -922,7 +1005,7 @@ async fn admit(
                 .store()
                 .info(&a.key)
                 .await
-                .map_err(|e| format!("{}: {e}", a.key))?;
+                .map_err(ImportError::store(&a.key))?;
             if have.is_some() {
                 present.push((a.key.clone(), a.info.size));
             } else {
@@ -930,7 +1013,7 @@ async fn admit(
                     .store()
                     .commit(&a.key, a.staged, &a.info)
                     .await
-                    .map_err(|e| format!("storing {}: {e}", a.key))?;
+                    .map_err(ImportError::store(format_args!("storing {}", a.key)))?;
                 added.push((a.key.clone(), a.info.size));
             }
             let mut pkg = a.origin.unwrap_or_else(|| Package {
@@ -958,9 +1041,7 @@ async fn admit(
             sums: Vec::new(),
             rendered: Default::default(),
         });
-        let ctx = |what: &str, e: crate::storage::StorageError| {
-            format!("{} {}: {what}: {e}", vi.addr, vi.version)
-        };
+        let ctx = |what: &str| ImportError::store(format!("{} {}: {what}", vi.addr, vi.version));
         for (r, doc, sig) in vi.sums {
             if rec.sums_index(&r.url).is_some() {
                 continue;
@@ -968,10 +1049,10 @@ async fn admit(
             let n = rec.sums.len();
             meta.write_sums(&vi.addr, &vi.version, n, false, doc.into())
                 .await
-                .map_err(|e| ctx("writing SHA256SUMS", e))?;
+                .map_err(ctx("writing SHA256SUMS"))?;
             meta.write_sums(&vi.addr, &vi.version, n, true, sig.into())
                 .await
-                .map_err(|e| ctx("writing the SHA256SUMS signature", e))?;
+                .map_err(ctx("writing the SHA256SUMS signature"))?;
             rec.sums.push(r);
         }
         let platforms: Vec<Platform> = packages.keys().cloned().collect();
@@ -995,7 +1076,7 @@ async fn admit(
         if existing.as_ref() != Some(&rec) {
             meta.write_version(&vi.addr, &vi.version, &rec)
                 .await
-                .map_err(|e| ctx("writing the version record", e))?;
+                .map_err(ctx("writing the version record"))?;
         }
         index_updates
             .entry(vi.addr.clone())
@@ -1032,7 +1113,9 @@ async fn admit(
         if existing.as_ref() != Some(&rec) {
             meta.write_index(&addr, &rec)
                 .await
-                .map_err(|e| format!("{addr}: writing the version list: {e}"))?;
+                .map_err(ImportError::store(format_args!(
+                    "{addr}: writing the version list"
+                )))?;
         }
     }
     added.sort_by_key(|a| a.0.to_string());

@@ -10,6 +10,9 @@
 //!
 //! A short source (`hashicorp/aws`) means the default registry of the [`Tool`] the inputs are
 //! for: `registry.terraform.io` for Terraform, `registry.opentofu.org` for OpenTofu.
+//!
+//! Whatever is wrong with an input is an [`InputError`] naming the input and the place in it,
+//! for the configuration reader and the lock file parser as well.
 
 use std::path::{Path, PathBuf};
 
@@ -32,10 +35,72 @@ pub struct Wanted {
     pub from: String,
 }
 
+/// Why an input cannot be used: a configuration, a lock file, a provider list, or a
+/// `--provider` / `--module` value. Always the operator's to fix (commands exit with 78). The
+/// message names the input and the place in it, e.g. `providers.toml: providers[0].source:
+/// ...`, or for a file of a module a configuration calls, `module.vpc (called in main.tf):
+/// .terraform/modules/vpc/main.tf: not valid HCL: ...`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct InputError {
+    /// The module call through which a configuration reached the input.
+    pub via: Option<String>,
+    /// The file, directory or argument (`--provider "acme@1"`); `None` while the error is with
+    /// a reader of text that does not know where the text came from.
+    pub input: Option<String>,
+    /// Where in the input: a key path (`providers[0].source`), a block (`provider "..."`).
+    pub at: Option<String>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for part in [&self.via, &self.input, &self.at].into_iter().flatten() {
+            write!(f, "{part}: ")?;
+        }
+        f.write_str(&self.problem)
+    }
+}
+
+impl InputError {
+    /// `problem`, not yet placed.
+    pub fn new(problem: impl std::fmt::Display) -> InputError {
+        InputError {
+            via: None,
+            input: None,
+            at: None,
+            problem: problem.to_string(),
+        }
+    }
+
+    /// Placed in the input at `place` (unless already placed).
+    pub fn at(mut self, place: impl Into<String>) -> InputError {
+        self.at.get_or_insert_with(|| place.into());
+        self
+    }
+
+    /// In the input `input`, a path or an argument (unless already known).
+    pub fn input(mut self, input: impl std::fmt::Display) -> InputError {
+        self.input.get_or_insert_with(|| input.to_string());
+        self
+    }
+
+    /// In the file or directory at `path` (unless already known).
+    pub fn in_file(self, path: &Path) -> InputError {
+        self.input(path.display())
+    }
+
+    /// Reached through the module call `call` (unless already known).
+    pub fn via(mut self, call: &str) -> InputError {
+        self.via.get_or_insert_with(|| call.to_string());
+        self
+    }
+}
+
 /// Reads one positional input (file or directory): the providers it names, and for a
 /// configuration the registry modules it calls.
-pub fn read_input(path: &Path, tool: Tool) -> Result<Configuration, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read_input(path: &Path, tool: Tool) -> Result<Configuration, InputError> {
+    let meta = std::fs::metadata(path).map_err(|e| InputError::new(e).in_file(path))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
@@ -44,8 +109,7 @@ pub fn read_input(path: &Path, tool: Tool) -> Result<Configuration, String> {
         super::configuration::read_configuration(path, tool)
     } else if name.ends_with(".lock.hcl") {
         let text = read_text(path)?;
-        let lock = super::lockfile::LockFile::parse(&text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let lock = super::lockfile::LockFile::parse(&text).map_err(|e| e.in_file(path))?;
         let providers = lock
             .providers
             .into_values()
@@ -66,24 +130,23 @@ pub fn read_input(path: &Path, tool: Tool) -> Result<Configuration, String> {
             modules: Vec::new(),
         })
     } else {
-        Err(format!(
-            "{}: cannot tell what this is; expected a configuration directory, a *.lock.hcl file, \
+        Err(InputError::new(
+            "cannot tell what this is; expected a configuration directory, a *.lock.hcl file, \
              or a *.toml / *.json provider list",
-            path.display()
-        ))
+        )
+        .in_file(path))
     }
 }
 
 /// Parses a `--provider SOURCE[@CONSTRAINT]` value.
-pub fn parse_provider_arg(arg: &str, tool: Tool) -> Result<Wanted, String> {
+pub fn parse_provider_arg(arg: &str, tool: Tool) -> Result<Wanted, InputError> {
     let (source, constraint) = match arg.split_once('@') {
         Some((s, c)) => (s.trim(), c),
         None => (arg.trim(), ""),
     };
-    let addr = ProviderAddr::parse_in(source, tool.default_registry())
-        .map_err(|e| format!("--provider {arg:?}: {e}"))?;
-    let constraints =
-        Constraints::parse(constraint).map_err(|e| format!("--provider {arg:?}: {e}"))?;
+    let bad = |e: &dyn std::fmt::Display| InputError::new(e).input(format!("--provider {arg:?}"));
+    let addr = ProviderAddr::parse_in(source, tool.default_registry()).map_err(|e| bad(&e))?;
+    let constraints = Constraints::parse(constraint).map_err(|e| bad(&e))?;
     Ok(Wanted {
         addr,
         constraints,
@@ -93,15 +156,14 @@ pub fn parse_provider_arg(arg: &str, tool: Tool) -> Result<Wanted, String> {
 }
 
 /// Parses a `--module SOURCE[@CONSTRAINT]` value (`[hostname/]namespace/name/system`).
-pub fn parse_module_arg(arg: &str, tool: Tool) -> Result<WantedModule, String> {
+pub fn parse_module_arg(arg: &str, tool: Tool) -> Result<WantedModule, InputError> {
     let (source, constraint) = match arg.split_once('@') {
         Some((s, c)) => (s.trim(), c),
         None => (arg.trim(), ""),
     };
-    let addr = ModuleAddr::parse_in(source, tool.default_registry())
-        .map_err(|e| format!("--module {arg:?}: {e}"))?;
-    let constraints =
-        Constraints::parse(constraint).map_err(|e| format!("--module {arg:?}: {e}"))?;
+    let bad = |e: &dyn std::fmt::Display| InputError::new(e).input(format!("--module {arg:?}"));
+    let addr = ModuleAddr::parse_in(source, tool.default_registry()).map_err(|e| bad(&e))?;
+    let constraints = Constraints::parse(constraint).map_err(|e| bad(&e))?;
     Ok(WantedModule {
         addr,
         constraints,
@@ -116,7 +178,7 @@ pub fn read_all(
     providers: &[String],
     modules: &[String],
     tool: Tool,
-) -> Result<Configuration, String> {
+) -> Result<Configuration, InputError> {
     let mut out = Configuration::default();
     for p in paths {
         let read = read_input(p, tool)?;
@@ -132,8 +194,8 @@ pub fn read_all(
     Ok(out)
 }
 
-pub(super) fn read_text(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+pub(super) fn read_text(path: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(path).map_err(|e| InputError::new(e).in_file(path))
 }
 
 #[derive(Deserialize)]
@@ -158,53 +220,53 @@ enum OneOrMany {
     Many(Vec<String>),
 }
 
-fn read_list(path: &Path, tool: Tool) -> Result<Vec<Wanted>, String> {
+fn read_list(path: &Path, tool: Tool) -> Result<Vec<Wanted>, InputError> {
     let text = read_text(path)?;
-    let shown = path.display();
+    let unreadable = |e: &dyn std::fmt::Display, expected: &str| {
+        let e = e.to_string();
+        InputError::new(format!("{}; expected {expected}", e.trim_end())).in_file(path)
+    };
     let list: ListFile = if path.extension().is_some_and(|e| e == "toml") {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct TomlList {
             providers: Vec<ListEntry>,
         }
-        let parsed: TomlList = toml::from_str(&text).map_err(|e| {
-            format!(
-                "{shown}: {}; expected [[providers]] tables with source and versions",
-                e.to_string().trim_end()
-            )
-        })?;
+        let parsed: TomlList = toml::from_str(&text)
+            .map_err(|e| unreadable(&e, "[[providers]] tables with source and versions"))?;
         ListFile::Table {
             providers: parsed.providers,
         }
     } else {
-        serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "{shown}: {e}; expected {{\"providers\": [{{\"source\": ..., \"versions\": ...}}]}}"
-            )
-        })?
+        serde_json::from_str(&text)
+            .map_err(|e| unreadable(&e, r#"{"providers": [{"source": ..., "versions": ...}]}"#))?
     };
     let entries = match list {
         ListFile::Table { providers } | ListFile::Bare(providers) => providers,
     };
     let mut out = Vec::new();
     for (i, entry) in entries.into_iter().enumerate() {
-        let at = format!("{shown}: providers[{i}]");
+        let bad = |field: &str, e: &dyn std::fmt::Display| {
+            InputError::new(e)
+                .at(format!("providers[{i}].{field}"))
+                .in_file(path)
+        };
         let addr = ProviderAddr::parse_in(&entry.source, tool.default_registry())
-            .map_err(|e| format!("{at}.source: {e}"))?;
+            .map_err(|e| bad("source", &e))?;
         let constraints = match entry.versions {
             None => vec![String::new()],
             Some(OneOrMany::One(s)) => vec![s],
             Some(OneOrMany::Many(v)) if v.is_empty() => {
-                return Err(format!("{at}.versions: empty list"));
+                return Err(bad("versions", &"empty list"));
             }
             Some(OneOrMany::Many(v)) => v,
         };
         for c in constraints {
             out.push(Wanted {
                 addr: addr.clone(),
-                constraints: Constraints::parse(&c).map_err(|e| format!("{at}.versions: {e}"))?,
+                constraints: Constraints::parse(&c).map_err(|e| bad("versions", &e))?,
                 locked: None,
-                from: shown.to_string(),
+                from: path.display().to_string(),
             });
         }
     }
@@ -253,11 +315,15 @@ mod tests {
             r#"{"providers": [{"source": "acme/foo", "version": "1"}]}"#,
         )
         .unwrap();
-        let e = read_input(&json_path, Tool::Terraform).unwrap_err();
+        let e = read_input(&json_path, Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("providers.json"), "{e}");
 
         std::fs::write(&toml_path, "[[providers]]\nsource = \"acme//foo\"\n").unwrap();
-        let e = read_input(&toml_path, Tool::Terraform).unwrap_err();
+        let e = read_input(&toml_path, Tool::Terraform)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("providers[0].source"), "{e}");
     }
 

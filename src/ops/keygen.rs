@@ -23,7 +23,7 @@ pub struct KeygenArgs {
 
 /// Runs `provender keygen`.
 pub fn run(args: KeygenArgs) -> Result<Outcome, OpsError> {
-    let (pem, key) = SiteKey::generate().map_err(|e| OpsError::Failed(anyhow::anyhow!(e)))?;
+    let (pem, key) = SiteKey::generate().map_err(|e| OpsError::Failed(e.into()))?;
     let public = key.public().to_string();
     let mut pub_path = args.output.clone().into_os_string();
     pub_path.push(".pub");

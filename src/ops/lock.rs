@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::inputs::{self, Wanted};
+use super::inputs::{self, InputError, Wanted};
 use super::lockfile::{LockFile, LockedProvider};
 use super::seed::{self, Job};
 use super::{CommonArgs, OpsError, Outcome, usage};
@@ -40,7 +40,7 @@ pub struct LockArgs {
     pub common: CommonArgs,
     /// Platform to record an h1: hash for (repeatable). Default: the configuration's
     /// upstream.platforms.
-    #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
+    #[arg(long = "platform", short = 'p', value_parser = Platform::parse)]
     pub platforms: Vec<Platform>,
     /// Which CLI the configurations are for: it decides the registry of short sources
     /// (`hashicorp/aws`) and whether `*.tofu` files are read. Default: configurations.tool.
@@ -89,14 +89,12 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
         }
     };
     let existing = match std::fs::read_to_string(&output) {
-        Ok(text) => {
-            LockFile::parse(&text).map_err(|e| usage(format!("{}: {e}", output.display())))?
-        }
+        Ok(text) => LockFile::parse(&text).map_err(|e| e.in_file(&output))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => LockFile::default(),
-        Err(e) => return Err(usage(format!("{}: {e}", output.display()))),
+        Err(e) => return Err(InputError::new(e).in_file(&output).into()),
     };
     let tool = args.tool.unwrap_or(settings.tool);
-    let inputs = inputs::read_all(&args.inputs, &args.providers, &[], tool).map_err(usage)?;
+    let inputs = inputs::read_all(&args.inputs, &args.providers, &[], tool)?;
     let mut wanted = inputs.providers;
     if wanted.is_empty() && inputs.modules.is_empty() {
         // Re-lock what the file already has, for the requested platforms.
@@ -204,7 +202,7 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
                 ));
                 lock.providers.insert(addr, entry);
             }
-            Err(e) => failed.push((format!("{addr} {version}"), e)),
+            Err(e) => failed.push((format!("{addr} {version}"), e.to_string())),
         }
     }
     if !failed.is_empty() {
@@ -233,6 +231,31 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
     Ok(Outcome::Success)
 }
 
+/// Why a provider version's hashes could not be gathered.
+#[derive(Debug, thiserror::Error)]
+enum HashesError {
+    /// The mirror could not provide its version record.
+    #[error("{0}")]
+    Mirror(#[from] crate::error::Error),
+    /// The store failed on it: what was read, and why.
+    #[error("{what}: {source}")]
+    Store {
+        what: String,
+        source: crate::storage::StorageError,
+    },
+    #[error("{0} is not in the cache")]
+    NotCached(ArchiveKey),
+    #[error("{0}")]
+    Copy(#[from] super::CopyError),
+    #[error("{0}")]
+    Damaged(#[from] super::Damaged),
+    #[error("{key}: {source}")]
+    Hash {
+        key: ArchiveKey,
+        source: crate::hash::HashError,
+    },
+}
+
 /// The `h1:` hashes of `platforms` and the `zh:` set of one provider version.
 async fn hashes_for(
     mirror: &Arc<Mirror>,
@@ -240,11 +263,8 @@ async fn hashes_for(
     addr: &ProviderAddr,
     version: &Version,
     platforms: &[Platform],
-) -> Result<BTreeSet<String>, String> {
-    let rec = mirror
-        .version_info(addr, version)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<BTreeSet<String>, HashesError> {
+    let rec = mirror.version_info(addr, version).await?;
     let mut hashes = BTreeSet::new();
     for platform in platforms {
         let key = ArchiveKey {
@@ -256,20 +276,26 @@ async fn hashes_for(
             .store()
             .info(&key)
             .await
-            .map_err(|e| format!("{key}: {e}"))?
-            .ok_or_else(|| format!("{key} is not in the cache"))?;
+            .map_err(|source| HashesError::Store {
+                what: key.to_string(),
+                source,
+            })?
+            .ok_or_else(|| HashesError::NotCached(key.clone()))?;
         let (copy, sha, _) = super::local_copy(mirror, staging, &key).await?;
         super::check_recorded_sha256(&key, &sha, &info)?;
         let path = copy.path().to_path_buf();
         let recorded = info.h1.clone();
         let h1 = tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+            let file = std::fs::File::open(&path)?;
             let reader = std::io::BufReader::with_capacity(256 * 1024, file);
             crate::hash::h1_installed(reader, &recorded)
         })
         .await
-        .map_err(|e| format!("hashing task failed: {e}"))?
-        .map_err(|e| format!("{key}: {e}"))?;
+        .unwrap_or_else(|e| Err(std::io::Error::other(e).into()))
+        .map_err(|source| HashesError::Hash {
+            key: key.clone(),
+            source,
+        })?;
         hashes.insert(h1);
     }
     let mut from_sums = false;
@@ -286,7 +312,10 @@ async fn hashes_for(
             .meta()
             .read_sums(addr, version, n, false)
             .await
-            .map_err(|e| format!("{addr} {version}: reading SHA256SUMS: {e}"))?;
+            .map_err(|source| HashesError::Store {
+                what: format!("{addr} {version}: reading SHA256SUMS"),
+                source,
+            })?;
         if let Some(doc) = doc {
             from_sums = true;
             hashes.extend(sums_hashes(&doc));

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::inputs::InputError;
 use crate::address::{ProviderAddr, Version};
 use crate::constraints::Constraints;
 
@@ -32,9 +33,10 @@ pub struct LockFile {
 }
 
 impl LockFile {
-    /// Parses lock file text. Errors say which block or attribute is wrong.
-    pub fn parse(text: &str) -> Result<LockFile, String> {
-        let body = hcl::parse(text).map_err(|e| format!("not valid HCL: {e}"))?;
+    /// Parses lock file text. Errors say which block or attribute is wrong; the caller adds
+    /// the file ([`InputError::in_file`]).
+    pub fn parse(text: &str) -> Result<LockFile, InputError> {
+        let body = hcl::parse(text).map_err(|e| InputError::new(format!("not valid HCL: {e}")))?;
         let mut out = LockFile::default();
         for block in body.blocks() {
             if block.identifier() != "provider" {
@@ -43,14 +45,18 @@ impl LockFile {
                 continue;
             }
             let [label] = block.labels() else {
-                return Err("a provider block needs exactly one label (its address)".into());
+                return Err(InputError::new(
+                    "a provider block needs exactly one label (its address)",
+                ));
             };
             let source = label.as_str();
-            let at = format!("provider {source:?}");
-            let addr = ProviderAddr::parse(source).map_err(|e| format!("{at}: {e}"))?;
+            let bad = |problem: &dyn std::fmt::Display| {
+                InputError::new(problem).at(format!("provider {source:?}"))
+            };
+            let addr = ProviderAddr::parse(source).map_err(|e| bad(&e))?;
             if source.split('/').count() != 3 {
-                return Err(format!(
-                    "{at}: a lock file names providers in full (host/namespace/type)"
+                return Err(bad(
+                    &"a lock file names providers in full (host/namespace/type)",
                 ));
             }
             let mut version = None;
@@ -59,28 +65,27 @@ impl LockFile {
             for attr in block.body().attributes() {
                 let string = |e: &hcl::Expression, what: &str| match e {
                     hcl::Expression::String(s) => Ok(s.clone()),
-                    _ => Err(format!("{at}: {what} must be a string")),
+                    _ => Err(bad(&format!("{what} must be a string"))),
                 };
                 match attr.key() {
                     "version" => {
                         let text = string(attr.expr(), "version")?;
-                        version =
-                            Some(Version::parse_lenient(&text).map_err(|e| format!("{at}: {e}"))?);
+                        version = Some(Version::parse_lenient(&text).map_err(|e| bad(&e))?);
                     }
                     "constraints" => {
                         constraints = Constraints::parse(&string(attr.expr(), "constraints")?)
-                            .map_err(|e| format!("{at}: {e}"))?;
+                            .map_err(|e| bad(&e))?;
                     }
                     "hashes" => {
                         let hcl::Expression::Array(items) = attr.expr() else {
-                            return Err(format!("{at}: hashes must be a list of strings"));
+                            return Err(bad(&"hashes must be a list of strings"));
                         };
                         for item in items {
                             let h = string(item, "each hash")?;
                             if !h.contains(':') {
-                                return Err(format!(
-                                    "{at}: {h:?} is not a hash like h1:... or zh:..."
-                                ));
+                                return Err(bad(&format!(
+                                    "{h:?} is not a hash like h1:... or zh:..."
+                                )));
                             }
                             hashes.insert(h);
                         }
@@ -88,7 +93,7 @@ impl LockFile {
                     _ => {}
                 }
             }
-            let version = version.ok_or_else(|| format!("{at}: no version"))?;
+            let version = version.ok_or_else(|| bad(&"no version"))?;
             out.providers.insert(
                 addr.clone(),
                 LockedProvider {
@@ -164,15 +169,25 @@ provider "registry.terraform.io/acme/foo" {
 
     #[test]
     fn refuses_what_it_cannot_use() {
-        let e = LockFile::parse("provider \"acme/foo\" {\n version = \"1.0.0\"\n}\n").unwrap_err();
+        let e = LockFile::parse("provider \"acme/foo\" {\n version = \"1.0.0\"\n}\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("in full"), "{e}");
-        let e = LockFile::parse("provider \"a.io/acme/foo\" {\n hashes = []\n}\n").unwrap_err();
+        let e = LockFile::parse("provider \"a.io/acme/foo\" {\n hashes = []\n}\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no version"), "{e}");
         let e = LockFile::parse(
             "provider \"a.io/acme/foo\" {\n version = \"1.0.0\"\n hashes = [\"x\"]\n}\n",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("not a hash"), "{e}");
-        assert!(LockFile::parse("provider {").unwrap_err().contains("HCL"));
+        assert!(
+            LockFile::parse("provider {")
+                .unwrap_err()
+                .to_string()
+                .contains("HCL")
+        );
     }
 }

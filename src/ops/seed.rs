@@ -17,10 +17,11 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use super::configuration::WantedModule;
-use super::inputs::{self, Wanted};
+use super::inputs::{self, InputError, Wanted};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::config::Tool;
+use crate::constraints::Constraints;
 use crate::mirror::Mirror;
 
 /// `provender seed`
@@ -36,7 +37,7 @@ pub struct SeedArgs {
     pub common: CommonArgs,
     /// Platform to fetch, e.g. linux_amd64 (repeatable). Default: the configuration's
     /// upstream.platforms, or every platform the origin offers.
-    #[arg(long = "platform", short = 'p', value_parser = super::parse_platform)]
+    #[arg(long = "platform", short = 'p', value_parser = Platform::parse)]
     pub platforms: Vec<Platform>,
     /// Which CLI the configurations are for: it decides the registry of short sources
     /// (`hashicorp/aws`) and whether `*.tofu` files are read. Default: configurations.tool.
@@ -57,40 +58,61 @@ pub struct SeedArgs {
     pub inputs: Vec<PathBuf>,
 }
 
+/// Why a wanted provider or module could not be seeded (reported per item; the command goes
+/// on).
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    /// The mirror could not provide it (an origin, the store, a policy), as a client would be
+    /// told.
+    #[error("{0}")]
+    Mirror(#[from] crate::error::Error),
+    /// The origin lists no version that meets the constraints.
+    #[error("no version matches {} (listed: {})", shown_constraints(.constraints), shown_versions(.listed))]
+    NoMatch {
+        constraints: Constraints,
+        listed: Vec<Version>,
+    },
+    /// A local file operation on a module's package: what it was for, and why it failed.
+    #[error("{doing}: {source}")]
+    Local {
+        doing: String,
+        source: std::io::Error,
+    },
+    #[error("reading the module's configuration: {0}")]
+    ModuleConfiguration(InputError),
+}
+
+fn shown_constraints(c: &Constraints) -> String {
+    if c.is_empty() {
+        "any version".to_string()
+    } else {
+        format!("\"{c}\"")
+    }
+}
+
+fn shown_versions(listed: &[Version]) -> String {
+    if listed.is_empty() {
+        return "none".to_string();
+    }
+    let names: Vec<&str> = listed.iter().map(Version::as_str).collect();
+    names.join(", ")
+}
+
 /// Resolves one wanted provider to a version: the lock file's pin, else the newest listed
 /// version meeting the constraint.
-pub async fn resolve(mirror: &Arc<Mirror>, wanted: &Wanted) -> Result<Version, String> {
+pub async fn resolve(mirror: &Arc<Mirror>, wanted: &Wanted) -> Result<Version, SeedError> {
     if let Some(v) = &wanted.locked {
         return Ok(v.clone());
     }
-    let index = mirror
-        .versions(&wanted.addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let listed: Vec<&Version> = index.versions.iter().map(|v| &v.version).collect();
-    wanted
-        .constraints
-        .newest(listed.iter().copied())
-        .cloned()
-        .ok_or_else(|| {
-            let shown = if wanted.constraints.is_empty() {
-                "any version".to_string()
-            } else {
-                format!("\"{}\"", wanted.constraints)
-            };
-            format!(
-                "no version matches {shown} (listed: {})",
-                if listed.is_empty() {
-                    "none".to_string()
-                } else {
-                    listed
-                        .iter()
-                        .map(|v| v.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            )
-        })
+    let index = mirror.versions(&wanted.addr).await?;
+    let listed = index.versions.iter().map(|v| &v.version);
+    match wanted.constraints.newest(listed.clone()) {
+        Some(v) => Ok(v.clone()),
+        None => Err(SeedError::NoMatch {
+            constraints: wanted.constraints.clone(),
+            listed: listed.cloned().collect(),
+        }),
+    }
 }
 
 /// How one wanted provider is described in messages.
@@ -140,7 +162,7 @@ pub async fn plan(
             Ok(v) => {
                 versions.insert((w.addr.clone(), v));
             }
-            Err(e) => failed.push((describe(w), e)),
+            Err(e) => failed.push((describe(w), e.to_string())),
         }
     }
     let mut jobs = BTreeSet::new();
@@ -281,7 +303,7 @@ pub async fn fetch_modules(
                 providers.extend(config.providers);
                 queue.extend(config.modules);
             }
-            Err(e) => failed.push((format!("module {label}"), e)),
+            Err(e) => failed.push((format!("module {label}"), e.to_string())),
         }
     }
     report.added.sort();
@@ -296,22 +318,23 @@ async fn read_package(
     version: &Version,
     subdir: Option<&str>,
     tool: Tool,
-) -> Result<super::configuration::Configuration, String> {
-    let package = mirror
-        .module_package(addr, version)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<super::configuration::Configuration, SeedError> {
+    let local = |doing: &dyn std::fmt::Display| {
+        let doing = doing.to_string();
+        move |source| SeedError::Local { doing, source }
+    };
+    let package = mirror.module_package(addr, version).await?;
     let scratch = mirror
         .scratch_dir()
-        .map_err(|e| format!("creating a scratch directory: {e}"))?;
+        .map_err(local(&"creating a scratch directory"))?;
     let archive = scratch.path().join("module.tar.gz");
     let mut out = tokio::fs::File::create(&archive)
         .await
-        .map_err(|e| format!("{}: {e}", archive.display()))?;
+        .map_err(local(&archive.display()))?;
     let mut reader = tokio_util::io::StreamReader::new(package.body);
     tokio::io::copy(&mut reader, &mut out)
         .await
-        .map_err(|e| format!("reading the cached package: {e}"))?;
+        .map_err(local(&"reading the cached package"))?;
     drop(out);
     let root = scratch.path().join("module");
     let (from, into) = (archive.clone(), root.clone());
@@ -320,14 +343,14 @@ async fn read_package(
         tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(&into)
     })
     .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("unpacking the cached package: {e}"))?;
+    .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    .map_err(local(&"unpacking the cached package"))?;
     let dir = match subdir {
         Some(sub) => root.join(sub),
         None => root,
     };
     super::configuration::read_configuration_with(&dir, std::path::Path::new(".terraform"), tool)
-        .map_err(|e| format!("reading the module's configuration: {e}"))
+        .map_err(SeedError::ModuleConfiguration)
 }
 
 /// Runs `provender seed`.
@@ -335,8 +358,7 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let platforms = super::select_platforms(&settings, &args.platforms)?;
     let tool = args.tool.unwrap_or(settings.tool);
-    let inputs =
-        inputs::read_all(&args.inputs, &args.providers, &args.modules, tool).map_err(usage)?;
+    let inputs = inputs::read_all(&args.inputs, &args.providers, &args.modules, tool)?;
     if inputs.providers.is_empty() && inputs.modules.is_empty() {
         return Err(usage(
             "nothing to seed: give configuration directories, lock files, provider lists, \

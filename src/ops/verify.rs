@@ -29,35 +29,67 @@ pub struct VerifyArgs {
     pub concurrency: Option<u16>,
 }
 
+/// Why a cached archive fails verification.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error("no readable record (.zip.json) beside the archive")]
+    NoRecord,
+    #[error("{0}")]
+    Unreadable(#[from] super::CopyError),
+    /// It differs from its record: in what, as found, as recorded.
+    #[error("{what} is {found}, its record says {recorded}")]
+    Differs {
+        what: &'static str,
+        found: String,
+        recorded: String,
+    },
+    #[error("unusable zip: {0}")]
+    UnusableZip(#[from] crate::hash::HashError),
+    /// Its SHA-256 is not the `shasum` its origin published, in the mirror's words.
+    #[error("{0}")]
+    Origin(String),
+}
+
 /// Checks one archive; `Err` says why it no longer matches.
 async fn check(
     mirror: &Mirror,
     staging: &Staging,
     key: &ArchiveKey,
     info: Option<&ArchiveInfo>,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let Some(info) = info else {
-        return Err("no readable record (.zip.json) beside the archive".into());
+        return Err(Failure::NoRecord);
     };
     let (copy, sha, size) = super::local_copy(mirror, staging, key).await?;
     if size != info.size {
-        return Err(format!("{size} bytes, its record says {}", info.size));
+        return Err(Failure::Differs {
+            what: "size",
+            found: format!("{size} bytes"),
+            recorded: format!("{} bytes", info.size),
+        });
     }
     if sha != info.sha256 {
-        return Err(format!("SHA-256 is {sha}, its record says {}", info.sha256));
+        return Err(Failure::Differs {
+            what: "SHA-256",
+            found: sha,
+            recorded: info.sha256.clone(),
+        });
     }
     let path = copy.path().to_path_buf();
     let limits = mirror.settings().upstream.hash_limits();
     let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path, limits))
         .await
-        .map_err(|e| format!("hashing task failed: {e}"))?
-        .map_err(|e| format!("unusable zip: {e}"))?;
+        .unwrap_or_else(|e| Err(std::io::Error::other(e).into()))?;
     drop(copy);
     if h1 != info.h1 {
-        return Err(format!("h1 is {h1}, its record says {}", info.h1));
+        return Err(Failure::Differs {
+            what: "h1",
+            found: h1,
+            recorded: info.h1.clone(),
+        });
     }
     match mirror.origin_disagrees(key, &sha).await {
-        Some(problem) => Err(problem),
+        Some(problem) => Err(Failure::Origin(problem)),
         None => Ok(()),
     }
 }

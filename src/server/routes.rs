@@ -122,7 +122,7 @@ impl App {
                 Ok(()) => {
                     return json_response(StatusCode::OK, br#"{"status":"ready"}"#.to_vec());
                 }
-                Err(reason) => ("unavailable", reason),
+                Err(e) => ("unavailable", e.to_string()),
             }
         };
         tracing::warn!(status, "not ready: {reason}");

@@ -26,7 +26,7 @@ use object_store::signer::Signer;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use tokio::io::AsyncReadExt;
 
-use super::{Key, Object, ObjectMeta, Result, Storage, StorageError};
+use super::{Key, Object, ObjectMeta, OpenError, Result, Storage, StorageError};
 
 /// Objects up to this size go up in one PUT; larger ones in a multipart upload of such parts.
 const PART_SIZE: usize = 8 << 20;
@@ -103,7 +103,7 @@ impl std::fmt::Debug for ObjectStorage {
 impl ObjectStorage {
     /// Connects to the bucket described by `settings` (credentials from the environment). Makes
     /// no request; [`Storage::probe`] does.
-    pub fn new(settings: &ObjectStoreSettings) -> std::result::Result<ObjectStorage, String> {
+    pub fn new(settings: &ObjectStoreSettings) -> std::result::Result<ObjectStorage, OpenError> {
         crate::tls::install_crypto_provider();
         let mut options = ClientOptions::new()
             .with_allow_http(settings.allow_http)
@@ -111,9 +111,16 @@ impl ObjectStorage {
             .with_connect_timeout(Duration::from_secs(10))
             .with_read_timeout(Duration::from_secs(60));
         if let Some(path) = &settings.ca_file {
-            let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let certs = object_store::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| format!("{}: not a PEM bundle: {e}", path.display()))?;
+            let pem = std::fs::read(path).map_err(|source| OpenError::Local {
+                path: path.clone(),
+                source,
+            })?;
+            let certs = object_store::Certificate::from_pem_bundle(&pem).map_err(|source| {
+                OpenError::NotPem {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
             for cert in certs {
                 options = options.with_root_certificate(cert);
             }
@@ -137,7 +144,7 @@ impl ObjectStorage {
                             .with_access_key_id(&key.access_key_id)
                             .with_secret_access_key(&key.secret_access_key);
                     }
-                    let s3 = Arc::new(b.build().map_err(|e| e.to_string())?);
+                    let s3 = Arc::new(b.build().map_err(OpenError::Client)?);
                     (s3.clone(), Some(s3))
                 }
                 Provider::Gcs => {
@@ -147,7 +154,7 @@ impl ObjectStorage {
                     if let Some(endpoint) = &settings.endpoint {
                         b = b.with_url(endpoint);
                     }
-                    let gcs = Arc::new(b.build().map_err(|e| e.to_string())?);
+                    let gcs = Arc::new(b.build().map_err(OpenError::Client)?);
                     (gcs.clone(), Some(gcs))
                 }
                 Provider::Azure => {
@@ -157,7 +164,7 @@ impl ObjectStorage {
                     if let Some(endpoint) = &settings.endpoint {
                         b = b.with_url(endpoint);
                     }
-                    let azure = Arc::new(b.build().map_err(|e| e.to_string())?);
+                    let azure = Arc::new(b.build().map_err(OpenError::Client)?);
                     (azure.clone(), Some(azure))
                 }
             };

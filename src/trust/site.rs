@@ -25,16 +25,20 @@ pub struct SitePublicKey([u8; 32]);
 
 impl SitePublicKey {
     /// Parses `ed25519:<base64>`.
-    pub fn parse(text: &str) -> Result<SitePublicKey, String> {
-        let b64 = text.trim().strip_prefix("ed25519:").ok_or_else(|| {
-            format!("{text:?} is not a site public key (ed25519:<base64>, from provender keygen)")
-        })?;
+    pub fn parse(text: &str) -> Result<SitePublicKey, SiteKeyError> {
+        let b64 = text
+            .trim()
+            .strip_prefix("ed25519:")
+            .ok_or_else(|| SiteKeyError::NotAPublicKey(text.to_string()))?;
         let bytes = B64
             .decode(b64)
-            .map_err(|e| format!("{text:?}: not base64: {e}"))?;
+            .map_err(|source| SiteKeyError::PublicKeyNotBase64 {
+                text: text.to_string(),
+                source,
+            })?;
         let bytes: [u8; 32] = bytes
             .try_into()
-            .map_err(|_| format!("{text:?}: an Ed25519 public key has 32 bytes"))?;
+            .map_err(|_| SiteKeyError::PublicKeyLength(text.to_string()))?;
         Ok(SitePublicKey(bytes))
     }
 
@@ -67,24 +71,24 @@ pub struct SiteKey(Ed25519KeyPair);
 
 impl SiteKey {
     /// A new key pair: the private key as PEM, and the key.
-    pub fn generate() -> Result<(String, SiteKey), String> {
+    pub fn generate() -> Result<(String, SiteKey), SiteKeyError> {
         let rng = ring::rand::SystemRandom::new();
-        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
-            .map_err(|_| "cannot generate an Ed25519 key".to_string())?;
+        let pkcs8 =
+            Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| SiteKeyError::CannotGenerate)?;
         let key = SiteKey::from_pkcs8(pkcs8.as_ref())?;
         Ok((pem(PEM_LABEL, pkcs8.as_ref()), key))
     }
 
     /// Reads a private key written by [`SiteKey::generate`] (`provender keygen`).
-    pub fn from_pem(text: &str) -> Result<SiteKey, String> {
+    pub fn from_pem(text: &str) -> Result<SiteKey, SiteKeyError> {
         let der = unpem(PEM_LABEL, text)?;
         SiteKey::from_pkcs8(&der)
     }
 
-    fn from_pkcs8(der: &[u8]) -> Result<SiteKey, String> {
+    fn from_pkcs8(der: &[u8]) -> Result<SiteKey, SiteKeyError> {
         Ed25519KeyPair::from_pkcs8_maybe_unchecked(der)
             .map(SiteKey)
-            .map_err(|e| format!("not an Ed25519 PKCS#8 private key: {e}"))
+            .map_err(SiteKeyError::NotPkcs8)
     }
 
     /// The matching public key.
@@ -112,6 +116,29 @@ impl std::fmt::Debug for SiteKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SiteKey({})", self.public().id())
     }
+}
+
+/// Why a site key (public or private) cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SiteKeyError {
+    #[error("{0:?} is not a site public key (ed25519:<base64>, from provender keygen)")]
+    NotAPublicKey(String),
+    #[error("{text:?}: not base64: {source}")]
+    PublicKeyNotBase64 {
+        text: String,
+        source: base64::DecodeError,
+    },
+    #[error("{0:?}: an Ed25519 public key has 32 bytes")]
+    PublicKeyLength(String),
+    #[error("cannot generate an Ed25519 key")]
+    CannotGenerate,
+    /// The PEM wrapping of a private key: the line that is missing.
+    #[error("no {0} line")]
+    NoPemLine(String),
+    #[error("not base64: {0}")]
+    PemNotBase64(base64::DecodeError),
+    #[error("not an Ed25519 PKCS#8 private key: {0}")]
+    NotPkcs8(ring::error::KeyRejected),
 }
 
 /// The signature entry of a bundle (`provender-bundle.json.sig`).
@@ -159,7 +186,8 @@ impl ManifestSignature {
                 self.algorithm
             )));
         }
-        let key = SitePublicKey::parse(&self.public_key).map_err(CustodyError::Malformed)?;
+        let key = SitePublicKey::parse(&self.public_key)
+            .map_err(|e| CustodyError::Malformed(e.to_string()))?;
         let signature = B64
             .decode(&self.signature)
             .map_err(|e| CustodyError::Malformed(format!("signature is not base64: {e}")))?;
@@ -188,22 +216,22 @@ fn pem(label: &str, der: &[u8]) -> String {
     out
 }
 
-fn unpem(label: &str, text: &str) -> Result<Vec<u8>, String> {
+fn unpem(label: &str, text: &str) -> Result<Vec<u8>, SiteKeyError> {
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
     let start = text
         .find(&begin)
-        .ok_or_else(|| format!("no {begin} line"))?
+        .ok_or_else(|| SiteKeyError::NoPemLine(begin.clone()))?
         + begin.len();
     let stop = text[start..]
         .find(&end)
-        .ok_or_else(|| format!("no {end} line"))?
+        .ok_or_else(|| SiteKeyError::NoPemLine(end.clone()))?
         + start;
     let body: String = text[start..stop]
         .chars()
         .filter(|c| !c.is_whitespace())
         .collect();
-    B64.decode(body).map_err(|e| format!("not base64: {e}"))
+    B64.decode(body).map_err(SiteKeyError::PemNotBase64)
 }
 
 #[cfg(test)]
@@ -245,11 +273,13 @@ mod tests {
         assert!(
             SitePublicKey::parse("rsa:abc")
                 .unwrap_err()
+                .to_string()
                 .contains("rsa:abc")
         );
         assert!(
             SitePublicKey::parse("ed25519:AAAA")
                 .unwrap_err()
+                .to_string()
                 .contains("32 bytes")
         );
         assert!(SiteKey::from_pem("nothing").is_err());
