@@ -275,7 +275,7 @@ impl Mirror {
         platform: &Platform,
     ) -> Result<Served> {
         let key = self.archive_key(addr, version, platform)?;
-        if let Some(fill) = self.fill_in_progress(&key) {
+        if let Some(fill) = self.join_fill(&key) {
             self.admit(&key, fill.trust)?;
             self.metrics.lookup("archive", "joined");
             return self.body_from_fill(fill).await.map(Served::Body);

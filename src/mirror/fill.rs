@@ -358,6 +358,14 @@ impl Mirror {
         }
     }
 
+    /// The fill in progress for `key`, joined by a client: from now on it downloads at full
+    /// speed even if the complete-hashes job started it.
+    pub(super) fn join_fill(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
+        let fill = self.fill_in_progress(key)?;
+        fill.wanted.store(true, Ordering::Relaxed);
+        Some(fill)
+    }
+
     /// The fill in progress for `key`, if any.
     pub(super) fn fill_in_progress(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
         self.fills

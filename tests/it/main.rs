@@ -4,6 +4,7 @@ mod support;
 
 mod custody;
 mod deploy;
+mod hashes;
 mod integrity;
 mod mirror;
 mod module_fixture_smoke;

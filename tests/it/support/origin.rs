@@ -419,6 +419,8 @@ impl FakeOrigin {
             git,
             location_authority: Mutex::new(None),
             counts: Default::default(),
+            archives_in_flight: Default::default(),
+            archives_peak: Default::default(),
             total: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -462,6 +464,12 @@ impl FakeOrigin {
         self.shared.counts[kind.index()].load(Ordering::SeqCst)
     }
 
+    /// The most archive requests this origin was answering at once (an injected
+    /// [`Fault::Delay`] keeps each one open for its duration).
+    pub fn archives_peak(&self) -> usize {
+        self.shared.archives_peak.load(Ordering::SeqCst)
+    }
+
     /// How many requests of any kind (unknown paths included) arrived.
     pub fn total_requests(&self) -> usize {
         self.shared.total.load(Ordering::SeqCst)
@@ -479,6 +487,7 @@ impl FakeOrigin {
             counter.store(0, Ordering::SeqCst);
         }
         self.shared.total.store(0, Ordering::SeqCst);
+        self.shared.archives_peak.store(0, Ordering::SeqCst);
         log.clear();
     }
 
@@ -741,6 +750,9 @@ struct Shared {
     location_authority: Mutex<Option<String>>,
     counts: [AtomicUsize; RequestKind::EVERY.len()],
     total: AtomicUsize,
+    /// Archive requests being answered now, and the most there ever were at once.
+    archives_in_flight: AtomicUsize,
+    archives_peak: AtomicUsize,
     faults: Mutex<Vec<Fault>>,
     log: Mutex<Vec<RecordedRequest>>,
 }
@@ -1184,6 +1196,7 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<OriginBody>
     let route = Route::parse(req.uri().path());
     let kind = route.kind();
     shared.record(kind, &req);
+    let _in_flight = (kind == Some(RequestKind::Archive)).then(|| ArchiveInFlight::enter(shared));
 
     let faults = shared.faults();
     if let Some(kind) = kind
@@ -1217,6 +1230,23 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<OriginBody>
         return Response::from_parts(parts, Full::new(Bytes::new()).boxed());
     }
     response.map(BodyExt::boxed)
+}
+
+/// Counts an archive request as in flight while it lives (through any injected delay).
+struct ArchiveInFlight<'a>(&'a Shared);
+
+impl<'a> ArchiveInFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.archives_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.archives_peak.fetch_max(now, Ordering::SeqCst);
+        ArchiveInFlight(shared)
+    }
+}
+
+impl Drop for ArchiveInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.archives_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The answer a fault injects for a request of `kind` (delays apply first), if any.

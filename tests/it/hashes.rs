@@ -1,0 +1,377 @@
+//! The complete-hashes job (`[complete_hashes]`): once any part of a version is requested,
+//! every platform's `h1:` appears in `<version>.json` without a client downloading it.
+//! - the hashes equal what `terraform providers mirror` computes for each platform straight
+//!   from the origin, and each archive is fetched from the origin once (a later client gets
+//!   it from the cache);
+//! - the job keeps to its concurrency (the origin never answers more of its archive requests
+//!   at once) and its bandwidth (a version cannot be hashed faster than the limit allows);
+//! - a client asking for an archive the throttled job is fetching is not held to the job's
+//!   bandwidth;
+//! - an `h1:` the origin's `packages` extension states wrongly is counted as a verification
+//!   failure and never served: the computed one is;
+//! - with `upstream.offline` the job does not run.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::http::get;
+use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::tf_config::{self, FOO, local_platform_and, root_module};
+use crate::support::{Terraform, https_client, poll, sample};
+
+/// The local platform plus three others.
+fn platforms() -> Vec<(&'static str, &'static str)> {
+    local_platform_and(&[
+        ("linux", "amd64"),
+        ("darwin", "arm64"),
+        ("windows", "amd64"),
+    ])
+}
+
+fn platform_names() -> Vec<String> {
+    platforms()
+        .iter()
+        .map(|(o, a)| format!("{o}_{a}"))
+        .collect()
+}
+
+fn h1_of(doc: &Value, platform: &str) -> Option<String> {
+    doc["archives"][platform]["hashes"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .find(|h| h.starts_with("h1:"))
+        .map(str::to_string)
+}
+
+/// Requests `acme/foo`'s `<version>.json` until it lists an `h1:` for every platform (within
+/// `limit`); returns it and when that was first seen.
+async fn complete_document(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    version: &str,
+    limit: Duration,
+) -> Value {
+    let url = mirror.url(&format!("{REGISTRY}/acme/foo/{version}.json"));
+    poll(limit, async || {
+        let got = get(client, &url).await;
+        assert_eq!(got.status, 200, "{url}");
+        let doc = got.json();
+        platform_names()
+            .iter()
+            .all(|p| h1_of(&doc, p).is_some())
+            .then_some(doc)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{url}: some platform still has no h1 after {limit:?}"))
+}
+
+async fn origin(ca: &TestCa, spec: ProviderSpec) -> FakeOrigin {
+    FakeOrigin::start(ca, &[REGISTRY], vec![spec]).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            hash_job: Some(""),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+
+    // One request for the version document, no archive: the job does the rest.
+    let url = mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json"));
+    let first = get(&client, &url).await;
+    assert_eq!(first.status, 200);
+    let ours = complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        p.len(),
+        "each platform's archive fetched once"
+    );
+
+    // Terraform's own hashes, mirroring every platform straight from the origin.
+    let direct_out = tempfile::tempdir().unwrap();
+    let work = root_module(FOO);
+    let direct = Terraform::new(&ca, &tf_config::registry_host(&origin.providers_v1_url()));
+    let platform_args: Vec<String> = platform_names()
+        .iter()
+        .map(|p| format!("-platform={p}"))
+        .collect();
+    let mut args: Vec<&str> = vec!["providers", "mirror", "-no-color"];
+    args.extend(platform_args.iter().map(String::as_str));
+    args.push(direct_out.path().to_str().unwrap());
+    direct.run(work.path(), &args).await.assert_success();
+    let terraforms: Value = serde_json::from_slice(
+        &std::fs::read(
+            direct_out
+                .path()
+                .join(format!("{REGISTRY}/acme/foo/1.1.0.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for name in platform_names() {
+        let expected = h1_of(&terraforms, &name).expect("terraform wrote an h1");
+        assert_eq!(
+            h1_of(&ours, &name),
+            Some(expected),
+            "{name}: the job's h1 vs terraform's"
+        );
+    }
+
+    let metrics = mirror.metrics(&client).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_hash_job_archives_total{result=\"hashed\"}"
+        ),
+        p.len() as u64
+    );
+    assert_eq!(sample(&metrics, "provender_hash_job_queue"), 0);
+    assert!(sample(&metrics, "provender_hash_job_bytes_total") > 0);
+
+    // A client's download afterwards comes from the cache.
+    origin.reset_counts();
+    let (os, arch) = p[1];
+    let zip = get(
+        &client,
+        &mirror.url(&format!(
+            "{REGISTRY}/acme/foo/{}",
+            origin.filename("acme", "foo", "1.1.0", os, arch)
+        )),
+    )
+    .await;
+    assert_eq!(zip.status, 200);
+    assert_eq!(zip.body, origin.archive("acme", "foo", "1.1.0", os, arch));
+    assert_eq!(origin.count(RequestKind::Archive), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_job_keeps_to_its_concurrency_and_bandwidth() {
+    let ca = TestCa::new();
+    let p = local_platform_and(&[
+        ("linux", "amd64"),
+        ("linux", "arm64"),
+        ("darwin", "arm64"),
+        ("windows", "amd64"),
+        ("freebsd", "amd64"),
+    ]);
+    let payload = 64 * 1024;
+    let origin = origin(
+        &ca,
+        ProviderSpec::new("acme", "foo", &["1.1.0"], &p).with_payload(payload),
+    )
+    .await;
+    // Each archive request stays open a while, so the job's downloads overlap at the origin.
+    origin.set_fault(Fault::Delay {
+        kind: RequestKind::Archive,
+        millis: 400,
+    });
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            hash_job: Some("concurrency = 2\nmax_bandwidth = \"64 KiB\""),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+
+    let started = Instant::now();
+    let first = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
+    )
+    .await;
+    assert_eq!(first.status, 200);
+    complete_document(&client, &mirror, "1.1.0", Duration::from_secs(60)).await;
+    let took = started.elapsed();
+
+    assert_eq!(origin.count(RequestKind::Archive), p.len());
+    assert_eq!(
+        origin.archives_peak(),
+        2,
+        "the job fetches two archives at once, never more"
+    );
+    // Every archive holds `payload` incompressible bytes; all of them pass through one budget
+    // of 64 KiB a second, of which the first second's worth may go at once.
+    let total = (payload * p.len()) as f64;
+    let least = Duration::from_secs_f64((total - 64.0 * 1024.0) / (64.0 * 1024.0));
+    assert!(
+        took >= least,
+        "{} archives of {payload} bytes hashed in {took:?}, faster than 64 KiB/s allows ({least:?})",
+        p.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_is_not_held_to_the_jobs_bandwidth() {
+    let ca = TestCa::new();
+    let p = local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")]);
+    // At the job's 64 KiB a second, one of these archives takes half a minute.
+    let payload = 2 * 1024 * 1024;
+    let origin = origin(
+        &ca,
+        ProviderSpec::new("acme", "foo", &["1.1.0"], &p).with_payload(payload),
+    )
+    .await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            hash_job: Some("concurrency = 2\nmax_bandwidth = \"64 KiB\""),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
+    )
+    .await;
+    assert_eq!(doc.status, 200);
+    // Wait until the job is fetching every platform, then ask for one of them.
+    poll(Duration::from_secs(10), async || {
+        (origin.count(RequestKind::Archive) == p.len()).then_some(())
+    })
+    .await
+    .expect("the job started fetching");
+    let (os, arch) = p[0];
+    let started = Instant::now();
+    let zip = get(
+        &client,
+        &mirror.url(&format!(
+            "{REGISTRY}/acme/foo/{}",
+            origin.filename("acme", "foo", "1.1.0", os, arch)
+        )),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(zip.status, 200);
+    assert_eq!(zip.body, origin.archive("acme", "foo", "1.1.0", os, arch));
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        p.len(),
+        "the client joined the job's download"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "the client took {took:?}: held to the job's 64 KiB/s it would take over 30 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_h1_from_the_packages_extension_is_counted_and_never_served() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(
+        &ca,
+        ProviderSpec::new("acme", "foo", &["1.1.0"], &p).with_packages_extension(),
+    )
+    .await;
+    origin.set_fault(Fault::WrongReportedH1);
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            hash_job: Some(""),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let first = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
+    )
+    .await;
+    assert_eq!(first.status, 200);
+    for name in platform_names() {
+        assert_eq!(
+            h1_of(&first.json(), &name),
+            None,
+            "{name}: an h1 the origin states is not served before it is checked"
+        );
+    }
+    let doc = complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
+    for (os, arch) in &p {
+        assert_eq!(
+            h1_of(&doc, &format!("{os}_{arch}")),
+            Some(origin.h1_zip("acme", "foo", "1.1.0", os, arch)),
+            "{os}_{arch}: the computed h1"
+        );
+    }
+    let metrics = mirror.metrics(&client).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_verification_failures_total{reason=\"reported_h1_mismatch\"}"
+        ),
+        p.len() as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn offline_the_job_does_not_run() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let cache = tempfile::tempdir().unwrap();
+    let client = https_client(&ca, &[]);
+    let (os, arch) = p[0];
+    let archive_url = |m: &TestMirror| {
+        m.url(&format!(
+            "{REGISTRY}/acme/foo/{}",
+            origin.filename("acme", "foo", "1.1.0", os, arch)
+        ))
+    };
+
+    // Online with the job off: one platform cached, the others not.
+    let mut online = TestMirror::start_on(&ca, &origin, cache.path()).await;
+    assert_eq!(get(&client, &archive_url(&online)).await.status, 200);
+    online.stop().await;
+
+    let mut offline = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(cache.path()),
+            extra_upstream: "offline = true",
+            hash_job: Some(""),
+            ..Default::default()
+        },
+    )
+    .await;
+    origin.reset_counts();
+    let url = offline.url(&format!("{REGISTRY}/acme/foo/1.1.0.json"));
+    assert_eq!(get(&client, &url).await.status, 200);
+    assert_eq!(get(&client, &archive_url(&offline)).await.status, 200);
+    // Online, the job finishes this version well within this time (see above).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let doc = get(&client, &url).await.json();
+    let hashed: Vec<String> = platform_names()
+        .into_iter()
+        .filter(|p| h1_of(&doc, p).is_some())
+        .collect();
+    assert_eq!(hashed, vec![format!("{os}_{arch}")]);
+    assert_eq!(origin.total_requests(), 0, "nothing asked of the origin");
+    let metrics = offline.metrics(&client).await;
+    for result in ["hashed", "present", "failed"] {
+        let series = format!("provender_hash_job_archives_total{{result=\"{result}\"}}");
+        assert_eq!(sample(&metrics, &series), 0, "{series}");
+    }
+    offline.stop().await;
+}
