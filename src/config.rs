@@ -1327,6 +1327,14 @@ mod tests {
         let text = include_str!("../config.toml.example");
         let cfg = Config::from_toml(text).unwrap();
         assert_eq!(cfg.server.listen, "127.0.0.1:8443");
+        // The values it shows are the defaults.
+        let documented = cfg.validate().unwrap();
+        let defaults = Config::from_toml("").unwrap().validate().unwrap();
+        assert_eq!(documented.complete_hashes, defaults.complete_hashes);
+        assert_eq!(
+            documented.complete_hashes.max_bandwidth.map(|b| b.get()),
+            Some(20 * 1024 * 1024)
+        );
     }
 
     #[test]

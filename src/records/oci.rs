@@ -26,6 +26,10 @@ pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+jso
 pub const PROVIDER_ARTIFACT_TYPE: &str = "application/vnd.opentofu.provider";
 /// `artifactType` of one platform's manifest.
 pub const TARGET_ARTIFACT_TYPE: &str = "application/vnd.opentofu.provider-target";
+/// `artifactType` of the layer holding the provider zip. OpenTofu's `oci_mirror` picks the layer
+/// by its media type alone, but OpenTofu's own packaging sets this too (as its test registry
+/// shows), and a client that also checks it finds it.
+pub const PACKAGE_ARTIFACT_TYPE: &str = "application/vnd.opentofu.providerpkg";
 /// Media type of the layer holding the provider zip.
 pub const ZIP_MEDIA_TYPE: &str = "archive/zip";
 /// The empty config blob (`{}`), its media type and digest.
@@ -177,7 +181,7 @@ pub fn render(addr: &ProviderAddr, version: &Version, layers: &[Layer]) -> Provi
                 &layer.sha256,
                 layer.size,
                 Some(&layer.platform),
-                None,
+                Some(PACKAGE_ARTIFACT_TYPE),
             )
             .annotations(title);
             let manifest = ImageManifestBuilder::default()
@@ -292,6 +296,7 @@ mod tests {
         let layers = linux["layers"].as_array().unwrap();
         assert_eq!(layers.len(), 1);
         assert_eq!(layers[0]["mediaType"], ZIP_MEDIA_TYPE);
+        assert_eq!(layers[0]["artifactType"], PACKAGE_ARTIFACT_TYPE);
         assert_eq!(layers[0]["digest"], format!("sha256:{}", "a".repeat(64)));
         assert_eq!(layers[0]["size"], 10);
         assert_eq!(
@@ -303,8 +308,7 @@ mod tests {
 
     /// The platform manifest OpenTofu's own end-to-end test registry serves for a provider zip
     /// (`e2etest/testdata/oci-provider-mirror`, `foo` 1.0.0 linux/amd64), field by field. Ours
-    /// differs only where the client reads nothing: the layer names its file in an annotation
-    /// instead of carrying an `artifactType`.
+    /// adds only an annotation naming the layer's file (for oras and other generic clients).
     #[test]
     fn a_platform_manifest_matches_opentofus_test_registry() {
         let addr = ProviderAddr::new("example.com", "test", "foo").unwrap();
@@ -341,10 +345,28 @@ mod tests {
                 "mediaType": "archive/zip",
                 "digest": format!("sha256:{zip}"),
                 "size": 268,
-                "platform": {"architecture": "amd64", "os": "linux"}
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "artifactType": "application/vnd.opentofu.providerpkg"
             }]
         });
         assert_eq!(ours, theirs);
+
+        // The index in the form of that registry's `foo` 1.0.0 index (its manifests are ours).
+        let index: serde_json::Value = serde_json::from_slice(&image.index.bytes).unwrap();
+        let manifest = &image.manifests[0].1;
+        let theirs = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "artifactType": "application/vnd.opentofu.provider",
+            "manifests": [{
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest.digest(),
+                "size": manifest.bytes.len(),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "artifactType": "application/vnd.opentofu.provider-target"
+            }]
+        });
+        assert_eq!(index, theirs);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The deployment artefacts in `deploy/`, checked with the real tools:
 //! - the alert rules pass `promtool check rules` and their unit tests (`promtool test rules`);
 //! - a real scrape of a running provender passes `promtool check metrics`, and every metric the
-//!   Grafana dashboard and the alert rules query is one it exports (a renamed metric fails);
+//!   Grafana dashboard and the alert rules query is one it exports (a renamed metric fails),
+//!   and README.md's metrics table names every metric it exports;
 //! - the Helm chart lints and renders (default values and the object-store example), its YAML
 //!   parses, and the configuration it renders is one provender accepts;
 //! - the YAML under `deploy/` passes yamllint;
@@ -163,6 +164,17 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() {
             "{file} queries metrics provender does not export: {unknown:?}"
         );
     }
+
+    // The README's metrics table names every metric, so operators can look each one up.
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let undocumented: Vec<&String> = exported
+        .iter()
+        .filter(|name| !readme.contains(&format!("| `{name}` |")))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "README.md's metrics table lacks {undocumented:?}"
+    );
 }
 
 /// `config.toml` of the ConfigMap in rendered chart output.
