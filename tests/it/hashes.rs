@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::support::http::Got;
 use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
-use crate::support::tf_config::{self, FOO, local_platform_and, root_module};
-use crate::support::{Terraform, https_client, poll, sample};
+use crate::support::tf_config::{self, FOO, local_platform_and, platform_names, root_module};
+use crate::support::{Terraform, h1_of, https_client, poll, sample};
 
 /// The local platform plus three others.
 fn platforms() -> Vec<(&'static str, &'static str)> {
@@ -29,22 +30,6 @@ fn platforms() -> Vec<(&'static str, &'static str)> {
         ("darwin", "arm64"),
         ("windows", "amd64"),
     ])
-}
-
-fn platform_names() -> Vec<String> {
-    platforms()
-        .iter()
-        .map(|(o, a)| format!("{o}_{a}"))
-        .collect()
-}
-
-fn h1_of(doc: &Value, platform: &str) -> Option<String> {
-    doc["archives"][platform]["hashes"]
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_str)
-        .find(|h| h.starts_with("h1:"))
-        .map(str::to_string)
 }
 
 /// Requests `acme/foo`'s `<version>.json` until it lists an `h1:` for every platform (within
@@ -60,7 +45,7 @@ async fn complete_document(
         let got = get(client, &url).await;
         assert_eq!(got.status, 200, "{url}");
         let doc = got.json();
-        platform_names()
+        platform_names(&platforms())
             .iter()
             .all(|p| h1_of(&doc, p).is_some())
             .then_some(doc)
@@ -73,26 +58,44 @@ async fn origin(ca: &TestCa, spec: ProviderSpec) -> FakeOrigin {
     FakeOrigin::start(ca, &[REGISTRY], vec![spec]).await
 }
 
+/// provender with the job on, configured by these `[complete_hashes]` keys.
+async fn mirror_with_job(ca: &TestCa, origin: &FakeOrigin, keys: &str) -> TestMirror {
+    let opts = MirrorOptions {
+        hash_job: Some(keys),
+        ..Default::default()
+    };
+    TestMirror::start_with(ca, origin, opts).await
+}
+
+/// `acme/foo` 1.1.0's `<version>.json`: the request that sets the job going.
+async fn version_document(client: &reqwest::Client, mirror: &TestMirror) -> Got {
+    let got = get(
+        client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    got
+}
+
+/// The URL of `acme/foo` 1.1.0's archive for `os_arch` on `mirror`.
+fn archive_url(mirror: &TestMirror, origin: &FakeOrigin, (os, arch): (&str, &str)) -> String {
+    mirror.url(&format!(
+        "{REGISTRY}/acme/foo/{}",
+        origin.filename("acme", "foo", "1.1.0", os, arch)
+    ))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
     let ca = TestCa::new();
     let p = platforms();
     let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            hash_job: Some(""),
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = mirror_with_job(&ca, &origin, "").await;
     let client = https_client(&ca, &[]);
 
     // One request for the version document, no archive: the job does the rest.
-    let url = mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json"));
-    let first = get(&client, &url).await;
-    assert_eq!(first.status, 200);
+    version_document(&client, &mirror).await;
     let ours = complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
     assert_eq!(
         origin.count(RequestKind::Archive),
@@ -104,7 +107,7 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
     let direct_out = tempfile::tempdir().unwrap();
     let work = root_module(FOO);
     let direct = Terraform::new(&ca, &tf_config::registry_host(&origin.providers_v1_url()));
-    let platform_args: Vec<String> = platform_names()
+    let platform_args: Vec<String> = platform_names(&platforms())
         .iter()
         .map(|p| format!("-platform={p}"))
         .collect();
@@ -121,7 +124,7 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
         .unwrap(),
     )
     .unwrap();
-    for name in platform_names() {
+    for name in platform_names(&platforms()) {
         let expected = h1_of(&terraforms, &name).expect("terraform wrote an h1");
         assert_eq!(
             h1_of(&ours, &name),
@@ -144,14 +147,7 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
     // A client's download afterwards comes from the cache.
     origin.reset_counts();
     let (os, arch) = p[1];
-    let zip = get(
-        &client,
-        &mirror.url(&format!(
-            "{REGISTRY}/acme/foo/{}",
-            origin.filename("acme", "foo", "1.1.0", os, arch)
-        )),
-    )
-    .await;
+    let zip = get(&client, &archive_url(&mirror, &origin, (os, arch))).await;
     assert_eq!(zip.status, 200);
     assert_eq!(zip.body, origin.archive("acme", "foo", "1.1.0", os, arch));
     assert_eq!(origin.count(RequestKind::Archive), 0);
@@ -178,24 +174,11 @@ async fn the_job_keeps_to_its_concurrency_and_bandwidth() {
         kind: RequestKind::Archive,
         millis: 400,
     });
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            hash_job: Some("concurrency = 2\nmax_bandwidth = \"64 KiB\""),
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = mirror_with_job(&ca, &origin, "concurrency = 2\nmax_bandwidth = \"64 KiB\"").await;
     let client = https_client(&ca, &[]);
 
     let started = Instant::now();
-    let first = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
-    )
-    .await;
-    assert_eq!(first.status, 200);
+    version_document(&client, &mirror).await;
     complete_document(&client, &mirror, "1.1.0", Duration::from_secs(60)).await;
     let took = started.elapsed();
 
@@ -227,22 +210,9 @@ async fn a_client_is_not_held_to_the_jobs_bandwidth() {
         ProviderSpec::new("acme", "foo", &["1.1.0"], &p).with_payload(payload),
     )
     .await;
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            hash_job: Some("concurrency = 2\nmax_bandwidth = \"64 KiB\""),
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = mirror_with_job(&ca, &origin, "concurrency = 2\nmax_bandwidth = \"64 KiB\"").await;
     let client = https_client(&ca, &[]);
-    let doc = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
-    )
-    .await;
-    assert_eq!(doc.status, 200);
+    version_document(&client, &mirror).await;
     // Wait until the job is fetching every platform, then ask for one of them.
     poll(Duration::from_secs(10), async || {
         (origin.count(RequestKind::Archive) == p.len()).then_some(())
@@ -251,14 +221,7 @@ async fn a_client_is_not_held_to_the_jobs_bandwidth() {
     .expect("the job started fetching");
     let (os, arch) = p[0];
     let started = Instant::now();
-    let zip = get(
-        &client,
-        &mirror.url(&format!(
-            "{REGISTRY}/acme/foo/{}",
-            origin.filename("acme", "foo", "1.1.0", os, arch)
-        )),
-    )
-    .await;
+    let zip = get(&client, &archive_url(&mirror, &origin, (os, arch))).await;
     let took = started.elapsed();
     assert_eq!(zip.status, 200);
     assert_eq!(zip.body, origin.archive("acme", "foo", "1.1.0", os, arch));
@@ -283,23 +246,10 @@ async fn a_wrong_h1_from_the_packages_extension_is_counted_and_never_served() {
     )
     .await;
     origin.set_fault(Fault::WrongReportedH1);
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            hash_job: Some(""),
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = mirror_with_job(&ca, &origin, "").await;
     let client = https_client(&ca, &[]);
-    let first = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
-    )
-    .await;
-    assert_eq!(first.status, 200);
-    for name in platform_names() {
+    let first = version_document(&client, &mirror).await;
+    for name in platform_names(&platforms()) {
         assert_eq!(
             h1_of(&first.json(), &name),
             None,
@@ -332,16 +282,15 @@ async fn offline_the_job_does_not_run() {
     let cache = tempfile::tempdir().unwrap();
     let client = https_client(&ca, &[]);
     let (os, arch) = p[0];
-    let archive_url = |m: &TestMirror| {
-        m.url(&format!(
-            "{REGISTRY}/acme/foo/{}",
-            origin.filename("acme", "foo", "1.1.0", os, arch)
-        ))
-    };
 
     // Online with the job off: one platform cached, the others not.
     let mut online = TestMirror::start_on(&ca, &origin, cache.path()).await;
-    assert_eq!(get(&client, &archive_url(&online)).await.status, 200);
+    assert_eq!(
+        get(&client, &archive_url(&online, &origin, p[0]))
+            .await
+            .status,
+        200
+    );
     online.stop().await;
 
     let mut offline = TestMirror::start_with(
@@ -358,11 +307,16 @@ async fn offline_the_job_does_not_run() {
     origin.reset_counts();
     let url = offline.url(&format!("{REGISTRY}/acme/foo/1.1.0.json"));
     assert_eq!(get(&client, &url).await.status, 200);
-    assert_eq!(get(&client, &archive_url(&offline)).await.status, 200);
+    assert_eq!(
+        get(&client, &archive_url(&offline, &origin, p[0]))
+            .await
+            .status,
+        200
+    );
     // Online, the job finishes this version well within this time (see above).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let doc = get(&client, &url).await.json();
-    let hashed: Vec<String> = platform_names()
+    let hashed: Vec<String> = platform_names(&platforms())
         .into_iter()
         .filter(|p| h1_of(&doc, p).is_some())
         .collect();

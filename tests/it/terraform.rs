@@ -17,9 +17,9 @@ use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{REGISTRY, TestMirror};
 use crate::support::tf_config::{
-    self, FOO_BAR_DIRS, local_platform, local_platform_and, root_module,
+    self, FOO_BAR_DIRS, local_platform, local_platform_and, platform_names, root_module,
 };
-use crate::support::{Terraform, https_client, init_fresh, poll};
+use crate::support::{Terraform, h1_of, https_client, init_fresh, poll};
 
 /// The local platform plus three others, as `(os, arch)` pairs.
 fn platforms() -> Vec<(&'static str, &'static str)> {
@@ -91,22 +91,6 @@ async fn mirror_document(
     })
     .await
     .unwrap_or_else(|| panic!("{url}: h1 missing for some of {platforms:?}"))
-}
-
-fn platform_names() -> Vec<String> {
-    platforms()
-        .iter()
-        .map(|(o, a)| format!("{o}_{a}"))
-        .collect()
-}
-
-fn h1_of(doc: &Value, platform: &str) -> Option<String> {
-    doc["archives"][platform]["hashes"]
-        .as_array()?
-        .iter()
-        .filter_map(Value::as_str)
-        .find(|h| h.starts_with("h1:"))
-        .map(str::to_string)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -218,7 +202,8 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
         };
         let terraforms = read(direct_out.path());
         let through = read(via_out.path());
-        let ours = mirror_document(&client, &mirror, ty, version, &platform_names()).await;
+        let ours =
+            mirror_document(&client, &mirror, ty, version, &platform_names(&platforms())).await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
             let expected = h1_of(&terraforms, &p)
@@ -252,7 +237,14 @@ async fn providers_mirror_and_lock_agree_with_terraforms_own_hashes() {
     for (source, hashes) in lock_hashes(lock_dir.path()) {
         let ty = source.rsplit('/').next().unwrap().to_string();
         let version = installed_version(&ty);
-        let ours = mirror_document(&client, &mirror, &ty, version, &platform_names()).await;
+        let ours = mirror_document(
+            &client,
+            &mirror,
+            &ty,
+            version,
+            &platform_names(&platforms()),
+        )
+        .await;
         for (os, arch) in platforms() {
             let p = format!("{os}_{arch}");
             let h1 = if ty == "dirs" {

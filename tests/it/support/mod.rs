@@ -120,6 +120,16 @@ pub fn sample(metrics: &str, series: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The `h1:` hash a network-mirror `<version>.json` lists for `platform` (`os_arch`), if any.
+pub fn h1_of(doc: &serde_json::Value, platform: &str) -> Option<String> {
+    doc["archives"][platform]["hashes"]
+        .as_array()?
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .find(|h| h.starts_with("h1:"))
+        .map(str::to_string)
+}
+
 /// A reqwest client that trusts only `ca`, ignores proxy settings and resolves each
 /// `(host, addr)` pair to `addr` (a URL without a port then connects to `addr`'s port).
 pub fn https_client(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::Client {

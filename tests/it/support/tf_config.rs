@@ -86,3 +86,8 @@ pub fn local_platform_and(
     }
     all
 }
+
+/// `os_arch` names of `(os, arch)` pairs.
+pub fn platform_names(platforms: &[(&str, &str)]) -> Vec<String> {
+    platforms.iter().map(|(o, a)| format!("{o}_{a}")).collect()
+}
