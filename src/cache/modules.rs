@@ -65,6 +65,15 @@ pub struct StoredModule {
     pub record: Option<ModuleRecord>,
     pub size: u64,
     pub modified: std::time::SystemTime,
+    /// Last time the package was served, where the backend knows it.
+    pub last_used: Option<std::time::SystemTime>,
+}
+
+impl StoredModule {
+    /// When the package was last served or, if later, stored.
+    pub fn last_use(&self) -> std::time::SystemTime {
+        crate::storage::last_use(self.modified, self.last_used)
+    }
 }
 
 impl ModuleStore {
@@ -192,6 +201,7 @@ impl ModuleStore {
                 record,
                 size: o.size,
                 modified: o.modified,
+                last_used: o.last_used,
             });
         }
         Ok(out)
@@ -224,5 +234,10 @@ impl ModuleStore {
         self.records.invalidate(&(addr.clone(), version.clone()));
         self.storage.delete(&record_key(addr, version)).await?;
         self.storage.delete(&package_key(addr, version)).await
+    }
+
+    /// Records that a module version's package was just served.
+    pub async fn touch(&self, addr: &ModuleAddr, version: &Version) {
+        self.storage.touch(&package_key(addr, version)).await
     }
 }
