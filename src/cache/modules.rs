@@ -236,6 +236,26 @@ impl ModuleStore {
         self.storage.delete(&package_key(addr, version)).await
     }
 
+    /// Drops a version from the module's cached version list (deleting the list when none is
+    /// left), for a mirror that serves only what it holds. Returns whether it was listed.
+    pub async fn unlist(&self, addr: &ModuleAddr, version: &Version) -> Result<bool> {
+        self.versions.invalidate(addr).await;
+        let Some(mut rec) = self.read_versions(addr).await else {
+            return Ok(false);
+        };
+        let before = rec.versions.len();
+        rec.versions.retain(|v| v != version);
+        if rec.versions.len() == before {
+            return Ok(false);
+        }
+        if rec.versions.is_empty() {
+            self.storage.delete(&versions_key(addr)).await?;
+        } else {
+            self.write_versions(addr, &rec).await?;
+        }
+        Ok(true)
+    }
+
     /// Records that a module version's package was just served.
     pub async fn touch(&self, addr: &ModuleAddr, version: &Version) {
         self.storage.touch(&package_key(addr, version)).await
