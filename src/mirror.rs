@@ -194,7 +194,10 @@ impl Mirror {
             budget.load(
                 entries
                     .into_iter()
-                    .map(|e| (e.key, e.size, e.last_used.unwrap_or(e.modified)))
+                    .map(|e| {
+                        let used = e.last_use();
+                        (e.key, e.size, used)
+                    })
                     .collect(),
             );
             self.evict().await;
@@ -287,6 +290,7 @@ impl Mirror {
                 if let Some(url) = self.store.signed_url(&key, REDIRECT_TTL).await? {
                     self.metrics.lookup("archive", "hit");
                     self.served(trust);
+                    self.record_use(&key);
                     return Ok(Served::Redirect(url));
                 }
             }
@@ -306,11 +310,10 @@ impl Mirror {
             self.served(trust);
             let size = found.info.size;
             let mut body = ArchiveBody::from(found);
+            self.record_use(&key);
             if let Some(budget) = &self.budget {
                 // Held by the response body: an archive being read is never evicted.
                 let lease = budget.lease(&key, size);
-                let (store, key) = (self.store.clone(), key.clone());
-                tokio::spawn(async move { store.touch(&key).await });
                 body.stream = body
                     .stream
                     .map(move |chunk| {
@@ -326,6 +329,13 @@ impl Mirror {
         self.metrics
             .lookup("archive", if leader { "miss" } else { "joined" });
         self.body_from_fill(fill).await.map(Served::Body)
+    }
+
+    /// Records in the store, in the background, that a stored archive was served (for the
+    /// budget after a restart, and for `provender prune`).
+    fn record_use(&self, key: &ArchiveKey) {
+        let (store, key) = (self.store.clone(), key.clone());
+        tokio::spawn(async move { store.touch(&key).await });
     }
 
     /// The trust level of a stored archive: from its record, or for records written before

@@ -5,6 +5,8 @@
 //! - `import`: admit a bundle or a mirror directory after checking every hash;
 //! - `lock`: write `.terraform.lock.hcl` with `h1:` for chosen platforms and the `zh:` set;
 //! - `ls` and `verify`: list the cache; re-hash it and quarantine what no longer matches;
+//! - `prune`: remove provider and module versions not used for a given time, keeping what lock
+//!   files, configurations or lists pin;
 //! - `keygen`: a site key that signs bundles, so that importers know who made them.
 //!
 //! Every command opens the same [`Mirror`] as `serve` (same `--config`, cache directory,
@@ -26,6 +28,7 @@ pub mod keygen;
 pub mod lock;
 pub mod lockfile;
 pub mod ls;
+pub mod prune;
 pub mod seed;
 pub mod verify;
 
@@ -63,6 +66,9 @@ pub enum OpsCommand {
     Ls(ls::LsArgs),
     /// Re-hash every cached archive; quarantine those that no longer match their record.
     Verify(verify::VerifyArgs),
+    /// Remove provider and module versions not used for a given time, keeping what lock files,
+    /// configurations or provider lists pin.
+    Prune(prune::PruneArgs),
     /// Make a site key for signing bundles (`export --bundle`) and print its public key.
     Keygen(keygen::KeygenArgs),
 }
@@ -89,6 +95,7 @@ pub fn run(command: OpsCommand) -> ExitCode {
             OpsCommand::Lock(a) => lock::run(a).await,
             OpsCommand::Ls(a) => ls::run(a).await,
             OpsCommand::Verify(a) => verify::run(a).await,
+            OpsCommand::Prune(a) => prune::run(a).await,
             OpsCommand::Keygen(a) => keygen::run(a),
         }
     });

@@ -13,6 +13,12 @@
 //! Neither offers a lock. Writers of one key always write the same verified bytes (an archive is
 //! named by what its origin signed; a record is derived from it), so concurrent writers, on one
 //! machine or on several replicas, are harmless: the last one wins with the same content.
+//!
+//! Each backend also records when an object was last *used* ([`Storage::touch`], called when
+//! the object is served), the way it can: the disk backend in the file's access time (its own
+//! reads do not change it), an object store in an empty marker object `<key>.used` whose
+//! modification time is the last use (written at most once an hour per object and process).
+//! Listings report it as [`ObjectMeta::last_used`] and never list the markers themselves.
 
 mod disk;
 mod object;
@@ -130,9 +136,51 @@ impl std::fmt::Display for Key {
 pub struct ObjectMeta {
     pub key: Key,
     pub size: u64,
+    /// When it was written (fetched or imported).
     pub modified: SystemTime,
-    /// When it was last read, where the backend records that (disk: the access time).
+    /// When it was last used ([`Storage::touch`]), where the backend knows: disk always (the
+    /// access time), object stores in listings (the time of its `.used` marker).
     pub last_used: Option<SystemTime>,
+}
+
+impl ObjectMeta {
+    /// When the object was last used or, if later, written: the time `provender prune` and the
+    /// `cache.max_size` budget go by.
+    pub fn last_use(&self) -> SystemTime {
+        last_use(self.modified, self.last_used)
+    }
+}
+
+/// The later of when an object was written and when it was last used.
+pub fn last_use(modified: SystemTime, last_used: Option<SystemTime>) -> SystemTime {
+    last_used.map_or(modified, |used| used.max(modified))
+}
+
+/// The suffix of an object store's marker of an object's last use.
+const USE_MARKER: &str = ".used";
+
+/// Folds the last-use markers of a listing into the objects they mark (markers of objects that
+/// are gone are dropped).
+fn fold_use_markers(listed: Vec<ObjectMeta>) -> Vec<ObjectMeta> {
+    let (markers, mut objects): (Vec<ObjectMeta>, Vec<ObjectMeta>) = listed
+        .into_iter()
+        .partition(|o| o.key.as_str().ends_with(USE_MARKER));
+    let at: std::collections::HashMap<String, usize> = objects
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.key.as_str().to_string(), i))
+        .collect();
+    for marker in markers {
+        let marked = marker.key.as_str().trim_end_matches(USE_MARKER);
+        if let Some(&i) = at.get(marked) {
+            let o = &mut objects[i];
+            o.last_used = Some(
+                o.last_used
+                    .map_or(marker.modified, |t| t.max(marker.modified)),
+            );
+        }
+    }
+    objects
 }
 
 /// An object opened for reading.
@@ -236,7 +284,8 @@ pub trait Storage: Send + Sync + 'static {
     /// Checks that the store can be read and written now (for readiness).
     async fn probe(&self) -> Result<()>;
 
-    /// Records that an object was just read, where the backend keeps such a thing.
+    /// Records that an object was just used (served to a client). Best effort: a failure is
+    /// not reported, and a backend may skip a call that follows another closely.
     async fn touch(&self, _key: &Key) {}
 
     /// A URL a client may fetch the object from directly for `ttl`, where the backend can sign

@@ -42,8 +42,15 @@ pub struct StoredEntry {
     pub info: Option<ArchiveInfo>,
     pub size: u64,
     pub modified: SystemTime,
-    /// Last time the archive was read, where the backend knows it.
+    /// Last time the archive was served, where the backend knows it.
     pub last_used: Option<SystemTime>,
+}
+
+impl StoredEntry {
+    /// When the archive was last served or, if later, stored.
+    pub fn last_use(&self) -> SystemTime {
+        crate::storage::last_use(self.modified, self.last_used)
+    }
 }
 
 /// The archives in a store.
@@ -203,7 +210,7 @@ impl Archives {
         Ok(out)
     }
 
-    /// Deletes an archive (eviction). Returns whether it was there.
+    /// Deletes an archive (eviction, `provender prune`). Returns whether it was there.
     pub async fn remove(&self, key: &ArchiveKey) -> Result<bool> {
         self.records.invalidate(key);
         // The record first: without it the zip is not served.
@@ -234,7 +241,8 @@ impl Archives {
         )))
     }
 
-    /// Records that an archive was just read (orders evictions after a restart).
+    /// Records that an archive was just served (orders evictions after a restart; what
+    /// `provender prune` goes by).
     pub async fn touch(&self, key: &ArchiveKey) {
         self.storage.touch(&zip_key(key)).await
     }

@@ -31,6 +31,16 @@ pub struct MetaStore {
     oci_manifests: moka::future::Cache<(ProviderAddr, String), Document>,
 }
 
+/// The key of a provider's metadata directory.
+fn key_of_provider(addr: &ProviderAddr) -> Key {
+    Key::new([
+        "metadata",
+        addr.hostname.as_str(),
+        &addr.namespace,
+        &addr.type_,
+    ])
+}
+
 /// The key of a provider's metadata file `name`.
 fn key_of(addr: &ProviderAddr, name: &str) -> Key {
     Key::new([
@@ -153,6 +163,50 @@ impl MetaStore {
     ) -> Result<()> {
         self.write_json(key_of(addr, &format!("{version}.json")), rec)
             .await
+    }
+
+    /// Deletes a version's record, then the SHA256SUMS copies it refers to (the reverse of the
+    /// order they were written in). Returns whether there was a record.
+    pub async fn remove_version(&self, addr: &ProviderAddr, version: &Version) -> Result<bool> {
+        let _serialised = self.updates.lock().await;
+        self.versions
+            .invalidate(&(addr.clone(), version.clone()))
+            .await;
+        let had = self
+            .storage
+            .delete(&key_of(addr, &format!("{version}.json")))
+            .await?;
+        let sums = format!("{version}.SHA256SUMS.");
+        for o in self.storage.list(&key_of_provider(addr)).await? {
+            if o.key
+                .segments()
+                .last()
+                .is_some_and(|name| name.starts_with(&sums))
+            {
+                self.storage.delete(&o.key).await?;
+            }
+        }
+        Ok(had)
+    }
+
+    /// Drops a version from the provider's cached version list (deleting the list when none is
+    /// left), for a mirror that serves only what it holds. Returns whether it was listed.
+    pub async fn unlist(&self, addr: &ProviderAddr, version: &Version) -> Result<bool> {
+        self.indexes.invalidate(addr).await;
+        let Some(mut rec) = self.read_index(addr).await else {
+            return Ok(false);
+        };
+        let before = rec.versions.len();
+        rec.versions.retain(|v| &v.version != version);
+        if rec.versions.len() == before {
+            return Ok(false);
+        }
+        if rec.versions.is_empty() {
+            self.storage.delete(&key_of(addr, "index.json")).await?;
+        } else {
+            self.write_index(addr, &rec).await?;
+        }
+        Ok(true)
     }
 
     fn sums_key(addr: &ProviderAddr, version: &Version, n: usize, signature: bool) -> Key {

@@ -65,6 +65,15 @@ pub struct StoredModule {
     pub record: Option<ModuleRecord>,
     pub size: u64,
     pub modified: std::time::SystemTime,
+    /// Last time the package was served, where the backend knows it.
+    pub last_used: Option<std::time::SystemTime>,
+}
+
+impl StoredModule {
+    /// When the package was last served or, if later, stored.
+    pub fn last_use(&self) -> std::time::SystemTime {
+        crate::storage::last_use(self.modified, self.last_used)
+    }
 }
 
 impl ModuleStore {
@@ -192,6 +201,7 @@ impl ModuleStore {
                 record,
                 size: o.size,
                 modified: o.modified,
+                last_used: o.last_used,
             });
         }
         Ok(out)
@@ -224,5 +234,30 @@ impl ModuleStore {
         self.records.invalidate(&(addr.clone(), version.clone()));
         self.storage.delete(&record_key(addr, version)).await?;
         self.storage.delete(&package_key(addr, version)).await
+    }
+
+    /// Drops a version from the module's cached version list (deleting the list when none is
+    /// left), for a mirror that serves only what it holds. Returns whether it was listed.
+    pub async fn unlist(&self, addr: &ModuleAddr, version: &Version) -> Result<bool> {
+        self.versions.invalidate(addr).await;
+        let Some(mut rec) = self.read_versions(addr).await else {
+            return Ok(false);
+        };
+        let before = rec.versions.len();
+        rec.versions.retain(|v| v != version);
+        if rec.versions.len() == before {
+            return Ok(false);
+        }
+        if rec.versions.is_empty() {
+            self.storage.delete(&versions_key(addr)).await?;
+        } else {
+            self.write_versions(addr, &rec).await?;
+        }
+        Ok(true)
+    }
+
+    /// Records that a module version's package was just served.
+    pub async fn touch(&self, addr: &ModuleAddr, version: &Version) {
+        self.storage.touch(&package_key(addr, version)).await
     }
 }

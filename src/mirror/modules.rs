@@ -185,7 +185,19 @@ impl Mirror {
     }
 
     /// `v1/modules/:hostname/:namespace/:name/:system/:version/module.tar.gz`: the cached
-    /// package (fetched first if the cache does not have it).
+    /// package (fetched first if the cache does not have it), recorded as used.
+    pub async fn serve_module_package(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<ModulePackage> {
+        let package = self.module_package(addr, version).await?;
+        let (this, addr, version) = (self.clone(), addr.clone(), version.clone());
+        tokio::spawn(async move { this.modules.touch(&addr, &version).await });
+        Ok(package)
+    }
+
+    /// A module version's cached package (fetched first if the cache does not have it).
     pub async fn module_package(
         self: &Arc<Self>,
         addr: &ModuleAddr,

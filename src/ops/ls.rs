@@ -1,8 +1,8 @@
 //! `provender ls`: what the cache holds, one line per archive, grouped by provider and version,
 //! with sizes, the trust level of each archive's origin signature (official, partner,
-//! community, unsigned, unverified), and the last time each archive was read (where the file
-//! system records it); then one line per cached module version, with where it came from (for
-//! git sources, the commit the reference resolved to).
+//! community, unsigned, unverified), and its last use (when it was last served or, if later,
+//! stored: what `provender prune` goes by); then one line per cached module version, with its
+//! last use and where it came from (for git sources, the commit the reference resolved to).
 
 use std::time::SystemTime;
 
@@ -53,7 +53,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
-    let module_rows: Vec<[String; 4]> = modules
+    let module_rows: Vec<[String; 5]> = modules
         .iter()
         .map(|m| {
             let source = match &m.record {
@@ -69,6 +69,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 m.addr.to_string(),
                 m.version.to_string(),
                 human_bytes(m.size),
+                when(Some(m.last_use())),
                 source,
             ]
         })
@@ -84,6 +85,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 "source": m.record.as_ref().map(|r| &r.source),
                 "subdir": m.record.as_ref().and_then(|r| r.subdir.clone()),
                 "modified": when(Some(m.modified)),
+                "last_used": when(Some(m.last_use())),
             })
         });
         let rows: Vec<serde_json::Value> = entries
@@ -100,7 +102,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                     "h1": e.info.as_ref().map(|i| i.h1.clone()),
                     "trust": (*trust != "-").then_some(trust),
                     "modified": when(Some(e.modified)),
-                    "last_used": e.last_used.map(|t| when(Some(t))),
+                    "last_used": when(Some(e.last_use())),
                 })
             })
             .chain(module_objects)
@@ -125,7 +127,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 e.key.platform.to_string(),
                 size,
                 trust.to_string(),
-                when(e.last_used.or(Some(e.modified))),
+                when(Some(e.last_use())),
             ]
         })
         .collect();
@@ -141,7 +143,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
     print_table(&header, &rows);
     if !module_rows.is_empty() {
         println!();
-        let header = ["MODULE", "VERSION", "SIZE", "SOURCE"].map(String::from);
+        let header = ["MODULE", "VERSION", "SIZE", "LAST USED", "SOURCE"].map(String::from);
         print_table(&header, &module_rows);
     }
     let versions: std::collections::BTreeSet<_> = entries
@@ -168,7 +170,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
 }
 
 /// Prints rows under a header, in columns as wide as their widest cell.
-fn print_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) {
+pub(super) fn print_table<const N: usize>(header: &[String; N], rows: &[[String; N]]) {
     let mut widths = header.clone().map(|h| h.len());
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {

@@ -312,7 +312,7 @@ pub async fn fetch_modules(
 }
 
 /// Unpacks a cached module package into a scratch directory and reads its configuration.
-async fn read_package(
+pub(super) async fn read_package(
     mirror: &Arc<Mirror>,
     addr: &ModuleAddr,
     version: &Version,

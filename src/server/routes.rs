@@ -402,7 +402,7 @@ impl App {
                 resp
             }
             ModulePath::Archive(addr, version) => {
-                let package = m.module_package(&addr, &version).await?;
+                let package = m.serve_module_package(&addr, &version).await?;
                 let head = ArchiveHead {
                     sha256: package.sha256,
                     size: Some(package.size),

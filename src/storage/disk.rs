@@ -4,6 +4,10 @@
 //! target's directory, is fsynced, renamed into place, and the directory fsynced: a crash
 //! leaves the old file or the new one, plus at most a temporary file that the next start
 //! removes (see [`crate::cache::remove_temp_files`]).
+//!
+//! An object's last use is its file's access time, set by [`Storage::touch`]. Reading an object
+//! does not change it where the system allows (Linux `O_NOATIME`, for the file's owner), so
+//! re-verification, exports and the like do not count as use.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -12,6 +16,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use tokio::io::AsyncReadExt;
 
 use super::{Key, Object, ObjectMeta, Result, Storage, StorageError};
 
@@ -67,6 +72,22 @@ fn absent<T>(r: io::Result<T>) -> io::Result<Option<T>> {
     }
 }
 
+/// Opens a file for reading without counting the read as a use: its access time is left alone
+/// where the system allows that (Linux: `O_NOATIME`, for the file's owner and privileged
+/// processes; otherwise the file is opened as usual).
+async fn open_unused(path: &Path) -> io::Result<tokio::fs::File> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut options = tokio::fs::OpenOptions::new();
+        options.read(true).custom_flags(libc::O_NOATIME);
+        match options.open(path).await {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {}
+            other => return other,
+        }
+    }
+    tokio::fs::File::open(path).await
+}
+
 /// Moves `from` to `to` (same file system), creating `to`'s directory and making the rename
 /// durable. Across file systems the bytes are copied to a temporary file beside `to` first.
 fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
@@ -100,14 +121,20 @@ impl Storage for DiskStorage {
 
     async fn read(&self, key: &Key) -> Result<Option<Bytes>> {
         let path = self.path_of(key);
-        absent(tokio::fs::read(&path).await)
+        let read = async {
+            let mut file = open_unused(&path).await?;
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).await?;
+            Ok(bytes)
+        };
+        absent(read.await)
             .map(|b| b.map(Bytes::from))
             .map_err(|e| self.err(key, &e))
     }
 
     async fn open(&self, key: &Key) -> Result<Option<Object>> {
         let path = self.path_of(key);
-        let file = absent(tokio::fs::File::open(&path).await).map_err(|e| self.err(key, &e))?;
+        let file = absent(open_unused(&path).await).map_err(|e| self.err(key, &e))?;
         let Some(file) = file else {
             return Ok(None);
         };
@@ -211,10 +238,15 @@ impl Storage for DiskStorage {
 
     async fn touch(&self, key: &Key) {
         let path = self.path_of(key);
-        let _ = tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::options().write(true).open(&path)?;
-            file.set_times(std::fs::FileTimes::new().set_accessed(SystemTime::now()))
+        // Setting a time needs the file's owner, not write access: a read-only file works too.
+        let set = tokio::task::spawn_blocking(move || {
+            std::fs::File::open(&path)?
+                .set_times(std::fs::FileTimes::new().set_accessed(SystemTime::now()))
         })
-        .await;
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)));
+        if let Err(e) = set {
+            tracing::debug!(%key, "cannot record the object's use: {e}");
+        }
     }
 }

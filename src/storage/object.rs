@@ -8,6 +8,11 @@
 //! writes are not relied on (some S3-compatible stores ignore them): every writer of a key
 //! writes the same verified bytes.
 //!
+//! An object's last use is an empty marker object beside it, `<key>.used` (see
+//! [`Storage::touch`]), written only while the object is there and at most once an hour per
+//! object and process; listings fold the markers into the objects they mark, and deleting or
+//! moving an object deletes its marker.
+//!
 //! Credentials come from the usual places of each cloud: for S3 the `AWS_*` environment
 //! variables, web identity (IRSA), the ECS container endpoint, then instance metadata; for GCS
 //! `GOOGLE_SERVICE_ACCOUNT` / application default credentials; for Azure the `AZURE_*`
@@ -26,10 +31,16 @@ use object_store::signer::Signer;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use tokio::io::AsyncReadExt;
 
-use super::{Key, Object, ObjectMeta, OpenError, Result, Storage, StorageError};
+use super::{
+    Key, Object, ObjectMeta, OpenError, Result, Storage, StorageError, USE_MARKER, fold_use_markers,
+};
 
 /// Objects up to this size go up in one PUT; larger ones in a multipart upload of such parts.
 const PART_SIZE: usize = 8 << 20;
+
+/// How long after writing an object's use marker this process writes it again at the earliest:
+/// the granularity of last use on an object store.
+const TOUCH_EVERY: Duration = Duration::from_secs(3600);
 
 /// Which cloud's API the bucket speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +103,8 @@ pub struct ObjectStorage {
     signer: Option<Arc<dyn Signer>>,
     prefix: String,
     name: String,
+    /// Objects whose use marker this process wrote less than [`TOUCH_EVERY`] ago.
+    touched: moka::sync::Cache<Key, ()>,
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -177,6 +190,10 @@ impl ObjectStorage {
             signer,
             prefix: settings.prefix.clone(),
             name,
+            touched: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(TOUCH_EVERY)
+                .build(),
         })
     }
 
@@ -215,6 +232,18 @@ impl ObjectStorage {
                 message,
             },
         }
+    }
+
+    /// The marker of `key`'s last use.
+    fn marker(&self, key: &Key) -> StorePath {
+        self.path(&key.with_suffix(USE_MARKER))
+    }
+
+    /// Deletes the marker of `key`'s last use, if any (best effort: an orphaned marker is
+    /// never listed).
+    async fn forget_use(&self, key: &Key) {
+        self.touched.invalidate(key);
+        let _ = self.store.delete(&self.marker(key)).await;
     }
 
     fn meta_of(&self, key: Key, meta: &object_store::ObjectMeta) -> ObjectMeta {
@@ -350,16 +379,23 @@ impl Storage for ObjectStorage {
         if self.head(key).await?.is_none() {
             return Ok(false);
         }
-        match self.store.delete(&self.path(key)).await {
+        let deleted = match self.store.delete(&self.path(key)).await {
             Ok(()) => Ok(true),
             Err(e) if not_found(&e) => Ok(false),
             Err(e) => Err(self.err(key, &e)),
+        };
+        if deleted.is_ok() {
+            self.forget_use(key).await;
         }
+        deleted
     }
 
     async fn rename(&self, from: &Key, to: &Key) -> Result<bool> {
         match self.store.rename(&self.path(from), &self.path(to)).await {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.forget_use(from).await;
+                Ok(true)
+            }
             Err(e) if not_found(&e) => Ok(false),
             Err(e) => Err(self.err(from, &e)),
         }
@@ -373,10 +409,12 @@ impl Storage for ObjectStorage {
             .try_collect()
             .await
             .map_err(|e| self.err(prefix, &e))?;
-        let mut out: Vec<ObjectMeta> = listed
-            .iter()
-            .filter_map(|m| Some(self.meta_of(self.key_of(&m.location)?, m)))
-            .collect();
+        let mut out = fold_use_markers(
+            listed
+                .iter()
+                .filter_map(|m| Some(self.meta_of(self.key_of(&m.location)?, m)))
+                .collect(),
+        );
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
@@ -396,6 +434,29 @@ impl Storage for ObjectStorage {
                 key: key.to_string(),
                 message: "an object just written cannot be read back".into(),
             }),
+        }
+    }
+
+    async fn touch(&self, key: &Key) {
+        if self.touched.contains_key(key) {
+            return;
+        }
+        self.touched.insert(key.clone(), ());
+        // No marker for an object that is gone (removed while it was being served): it would
+        // be left behind, unlisted, for good.
+        let written = match self.head(key).await {
+            Ok(Some(_)) => self
+                .store
+                .put(&self.marker(key), PutPayload::new())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Ok(None) => Err("the object is gone".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = written {
+            tracing::debug!(%key, "cannot record the object's use: {e}");
+            self.touched.invalidate(key);
         }
     }
 

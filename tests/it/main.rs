@@ -13,6 +13,7 @@ mod oci;
 mod operations;
 mod ops;
 mod origin_smoke;
+mod prune;
 mod replicas;
 mod resilience;
 mod security;

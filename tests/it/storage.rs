@@ -6,16 +6,20 @@
 //! - a crash between upload and commit: the archive's bytes without its record are not served,
 //!   and the next commit works;
 //! - a partial read (a reader that stops early) leaves the object whole for the next reader;
-//! - the probe, and a key layout that round-trips through listings.
+//! - the probe, and a key layout that round-trips through listings;
+//! - last use: `touch` records it, listings report it (an object store's `.used` markers are
+//!   never listed as objects), it leaves with a deleted or moved object, and on disk reading
+//!   an object is not a use.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use provender::address::{Platform, ProviderAddr, Version};
 use provender::cache::{Archives, Staging};
 use provender::records::{ArchiveInfo, ArchiveKey};
-use provender::storage::{DiskStorage, Key, ObjectStorage, Storage};
+use provender::storage::{DiskStorage, Key, ObjectMeta, ObjectStorage, Storage};
 use tokio::io::AsyncWriteExt;
 
 use crate::support::garage::Garage;
@@ -184,6 +188,133 @@ async fn complies(storage: Arc<dyn Storage>) {
     );
 }
 
+/// The keys of a listing under `prefix`.
+async fn listed(storage: &dyn Storage, prefix: &str) -> Vec<ObjectMeta> {
+    within("list", storage.list(&key(prefix))).await.unwrap()
+}
+
+fn keys_of(listed: &[ObjectMeta]) -> Vec<&str> {
+    listed.iter().map(|m| m.key.as_str()).collect()
+}
+
+/// Last use, as every backend records it. `markers`: the backend keeps it in marker objects
+/// (object stores), so an object never touched has none.
+async fn records_last_use(storage: Arc<dyn Storage>, markers: bool) {
+    let scratch = tempfile::tempdir().unwrap();
+    // Object stores keep whole seconds.
+    let before = SystemTime::now() - Duration::from_secs(2);
+    let (used, other) = (
+        key("archives/h/n/t/3.0.0/used.zip"),
+        key("archives/h/n/t/3.0.0/other.zip"),
+    );
+    for (k, name) in [(&used, "used"), (&other, "other")] {
+        let file = staged(scratch.path(), name, name.as_bytes());
+        storage.put_file(k, &file).await.unwrap();
+    }
+    let prefix = "archives/h/n/t/3.0.0";
+    let first = listed(storage.as_ref(), prefix).await;
+    assert_eq!(keys_of(&first), [other.as_str(), used.as_str()]);
+    for m in &first {
+        assert!(m.last_use() >= before, "stored counts as used: {m:?}");
+        if markers {
+            assert_eq!(m.last_used, None, "never touched: {m:?}");
+        }
+    }
+
+    within("touch", storage.touch(&used)).await;
+    // A second touch soon after is allowed to be skipped, and must not fail.
+    within("touch again", storage.touch(&used)).await;
+    let touched = listed(storage.as_ref(), prefix).await;
+    assert_eq!(
+        keys_of(&touched),
+        [other.as_str(), used.as_str()],
+        "no marker is listed as an object"
+    );
+    assert!(
+        touched[1].last_used.is_some_and(|t| t >= before),
+        "{touched:?}"
+    );
+    if markers {
+        assert_eq!(
+            touched[0].last_used, None,
+            "only the touched object: {touched:?}"
+        );
+    }
+    assert!(storage.head(&used).await.unwrap().is_some());
+
+    // Moved (quarantine) or deleted, an object's last use goes with it.
+    let moved = key("quarantine/h/n/t/3.0.0/used.zip.1");
+    assert!(storage.rename(&used, &moved).await.unwrap());
+    assert_eq!(
+        keys_of(&listed(storage.as_ref(), prefix).await),
+        [other.as_str()]
+    );
+    let quarantined = listed(storage.as_ref(), "quarantine/h/n/t").await;
+    assert_eq!(keys_of(&quarantined), [moved.as_str()]);
+    if markers {
+        assert_eq!(quarantined[0].last_used, None, "{quarantined:?}");
+    }
+    assert!(storage.delete(&moved).await.unwrap());
+    storage.touch(&other).await;
+    assert!(storage.delete(&other).await.unwrap());
+    assert!(listed(storage.as_ref(), prefix).await.is_empty());
+    // Stored again, it starts afresh: no use left over from the deleted one.
+    let file = staged(scratch.path(), "again", b"again");
+    storage.put_file(&other, &file).await.unwrap();
+    let again = listed(storage.as_ref(), prefix).await;
+    assert_eq!(keys_of(&again), [other.as_str()]);
+    if markers {
+        assert_eq!(again[0].last_used, None, "{again:?}");
+    }
+    // Touching what is not there is no error, and creates nothing.
+    storage.touch(&used).await;
+    assert_eq!(
+        keys_of(&listed(storage.as_ref(), prefix).await),
+        [other.as_str()]
+    );
+    assert!(storage.delete(&other).await.unwrap());
+}
+
+/// On disk the last use is the file's access time: provender's own reads leave it alone (Linux
+/// `O_NOATIME`, for the file's owner, which the test is), `touch` sets it.
+async fn disk_reads_are_not_uses(dir: &std::path::Path) {
+    let storage = DiskStorage::new(dir.to_path_buf()).unwrap();
+    let k = key("archives/h/n/t/4.0.0/old.zip");
+    storage
+        .write(&k, Bytes::from_static(b"an old archive"))
+        .await
+        .unwrap();
+    let long_ago = SystemTime::now() - Duration::from_secs(100 * 86_400);
+    std::fs::File::open(storage.path_of(&k))
+        .unwrap()
+        .set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(long_ago)
+                .set_modified(long_ago),
+        )
+        .unwrap();
+    let aged = storage.head(&k).await.unwrap().unwrap();
+    assert!(
+        aged.last_use() < long_ago + Duration::from_secs(1),
+        "{aged:?}"
+    );
+    // Streamed whole, and read whole: both leave the last use where it was.
+    assert!(read_all(&storage, &k).await.unwrap() == b"an old archive");
+    assert_eq!(storage.read(&k).await.unwrap().unwrap(), "an old archive");
+    assert_eq!(
+        storage.list(&key("archives")).await.unwrap(),
+        std::slice::from_ref(&aged)
+    );
+    let before = SystemTime::now() - Duration::from_secs(1);
+    storage.touch(&k).await;
+    let used = storage.head(&k).await.unwrap().unwrap();
+    assert!(used.last_use() >= before, "{used:?}");
+    assert_eq!(
+        used.modified, aged.modified,
+        "touch changes only the access time"
+    );
+}
+
 fn archive_key() -> ArchiveKey {
     ArchiveKey {
         addr: ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap(),
@@ -237,7 +368,9 @@ async fn the_disk_backend_complies() {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn Storage> = Arc::new(DiskStorage::new(dir.path().join("store")).unwrap());
     complies(storage.clone()).await;
-    crash_between_upload_and_commit(storage).await;
+    crash_between_upload_and_commit(storage.clone()).await;
+    records_last_use(storage, false).await;
+    disk_reads_are_not_uses(&dir.path().join("reads")).await;
     assert!(
         crate::support::provender::files_under(&dir.path().join("store"))
             .iter()
@@ -260,7 +393,8 @@ async fn a_garage_bucket_complies() {
         "s3://provender-compliance/replica-set/one/"
     );
     complies(storage.clone()).await;
-    crash_between_upload_and_commit(storage).await;
+    crash_between_upload_and_commit(storage.clone()).await;
+    records_last_use(storage, true).await;
     // Nothing escaped the prefix.
     let other = Arc::new(ObjectStorage::new(&garage.settings("")).unwrap());
     let all = other.list(&key("replica-set")).await.unwrap();

@@ -1,0 +1,563 @@
+//! `provender prune`: remove the provider versions and module versions the cache has not used
+//! for a while, keeping whatever given lock files, configurations or lists pin.
+//!
+//! - **Used** means served to a client, or stored (fetched from an origin, or imported). Every
+//!   archive and module package has a last use: the later of when it was stored and when it was
+//!   last served, as the store records it (see [`crate::storage`]: the disk backend in the
+//!   file's access time, which provender's own reads leave alone; an object store in a
+//!   `<key>.used` marker, written at most once an hour per object and replica). `seed`,
+//!   `lock`, `export`, `verify` and re-verification read the cache without using it, and a
+//!   `seed` or `import` that finds a version already cached leaves its last use as it was.
+//! - **A provider version** goes only as a whole: when none of its cached archives (every
+//!   platform) was used within `--unused-for`. A module version goes when its package was not.
+//! - **Pins** come from `--keep` inputs, read by the same readers as `seed`
+//!   ([`super::inputs`]): a lock file keeps exactly the versions it records; a configuration
+//!   directory or a provider list keeps every cached version its constraints allow (what
+//!   `terraform init` could still choose), and a configuration's registry modules likewise
+//!   (the installed version, else every cached version the call allows), with the providers and
+//!   modules the kept cached modules need in turn. A pinned version keeps every platform.
+//! - **Removal** goes through the stores the server uses: each archive record first, then its
+//!   zip ([`crate::cache::Archives::remove`]), so no reader finds half an archive; then the
+//!   version's record (`<version>.json`) and its SHA256SUMS copies, which the mirror rebuilds
+//!   from the origin if the version is asked for again. With `upstream.offline`, where the
+//!   cache is all there is, the version also leaves the cached version list (`index.json`,
+//!   or a module's `versions.json`), so that the mirror stops offering it; with an origin, the
+//!   list is the origin's and is left to its own refresh.
+//!   The OCI documents under `oci/` stay: they are small, and describe what the origin
+//!   published rather than what the cache holds.
+//! - `--dry-run` decides the same way, prints the same table marked as a dry run, and changes
+//!   nothing.
+//! - `--unused-for` must be longer than zero (a typo must not empty the cache); a bad or
+//!   missing value is a usage error (exit code 78, as for a bad input of the other commands).
+//!
+//! A server running on the same cache keeps working: a request for a removed archive finds no
+//! record and fetches it again (or, offline, answers 404). Until it restarts it may still offer
+//! removed versions from the lists and records it holds in memory. A version served between
+//! the scan and its removal is removed all the same; its next request fetches it again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::configuration::WantedModule;
+use super::inputs::{self, Wanted};
+use super::{CommonArgs, OpsError, Outcome, human_bytes, usage};
+use crate::address::{ModuleAddr, ProviderAddr, Version};
+use crate::cache::{StoredEntry, StoredModule};
+use crate::config::Tool;
+use crate::mirror::Mirror;
+
+/// `provender prune`
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+A provider version is removed when none of its cached archives was used (served to a client, \
+fetched or imported) within --unused-for; a module version when its package was not. On disk \
+the last use is the file's access time, which provender sets when it serves an archive; on an \
+object store it is a marker object provender writes beside it (at most hourly).\n\n\
+--keep INPUT pins versions: a *.lock.hcl file keeps exactly its versions; a configuration \
+directory or a *.toml / *.json provider list keeps every cached version its constraints allow. \
+A pinned version keeps every platform.\n\n\
+A removed version's record and SHA256SUMS copies go too; with upstream.offline it also leaves \
+the cached version list. A server running on the same cache fetches a removed archive again \
+when asked (offline: 404) and may offer removed versions until it restarts.\n\n\
+Example: provender prune --config provender.toml --unused-for 90d --keep ./infra \
+--keep other/.terraform.lock.hcl --dry-run")]
+pub struct PruneArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Remove what has not been used for this long, e.g. 90d, 12w, 2160h (required).
+    #[arg(long, value_name = "DURATION")]
+    pub unused_for: Option<String>,
+    /// Keep what this input pins: a lock file, a configuration directory, or a provider list
+    /// (repeatable).
+    #[arg(long = "keep", value_name = "INPUT")]
+    pub keep: Vec<PathBuf>,
+    /// Which CLI the configurations are for: it decides the registry of short sources
+    /// (`hashicorp/aws`) and whether `*.tofu` files are read. Default: configurations.tool.
+    #[arg(long, value_enum, value_name = "TOOL")]
+    pub tool: Option<Tool>,
+    /// List what would be removed, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the `--keep` inputs pin.
+#[derive(Default)]
+struct Pins {
+    providers: Vec<Wanted>,
+    modules: Vec<WantedModule>,
+}
+
+impl Pins {
+    fn keeps_provider(&self, addr: &ProviderAddr, version: &Version) -> bool {
+        self.providers.iter().any(|w| {
+            &w.addr == addr
+                && match &w.locked {
+                    Some(locked) => locked == version,
+                    None => w.constraints.allows(version),
+                }
+        })
+    }
+
+    fn keeps_module(&self, addr: &ModuleAddr, version: &Version) -> bool {
+        self.modules.iter().any(|m| {
+            &m.addr == addr
+                && match &m.installed {
+                    Some(installed) => installed == version,
+                    None => m.constraints.allows(version),
+                }
+        })
+    }
+}
+
+/// A version unused for the period that a `--keep` input pins.
+enum Pinned {
+    Provider(ProviderAddr, Version),
+    Module(ModuleAddr, Version),
+}
+
+impl std::fmt::Display for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pinned::Provider(addr, version) => write!(f, "{addr} {version}"),
+            Pinned::Module(addr, version) => write!(f, "module {addr} {version}"),
+        }
+    }
+}
+
+impl Pinned {
+    fn to_json(&self) -> serde_json::Value {
+        match self {
+            Pinned::Provider(addr, version) => serde_json::json!({
+                "kind": "provider",
+                "provider": addr.to_string(),
+                "version": version.to_string(),
+            }),
+            Pinned::Module(addr, version) => serde_json::json!({
+                "kind": "module",
+                "module": addr.to_string(),
+                "version": version.to_string(),
+            }),
+        }
+    }
+}
+
+/// One thing to remove.
+enum Removal {
+    /// A provider version, with every cached archive of it.
+    Provider {
+        addr: ProviderAddr,
+        version: Version,
+        archives: Vec<StoredEntry>,
+    },
+    /// A module version's package.
+    Module(StoredModule),
+}
+
+impl Removal {
+    fn size(&self) -> u64 {
+        match self {
+            Removal::Provider { archives, .. } => archives.iter().map(|a| a.size).sum(),
+            Removal::Module(m) => m.size,
+        }
+    }
+}
+
+/// Runs `provender prune`.
+pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
+    let unused_for = parse_unused_for(args.unused_for.as_deref())?;
+    let settings = super::load_settings(&args.common)?;
+    let tool = args.tool.unwrap_or(settings.tool);
+    let keep = inputs::read_all(&args.keep, &[], &[], tool)?;
+    let offline = settings.upstream.offline;
+    let (mirror, _) = super::open_mirror(settings)?;
+    let cutoff = SystemTime::now()
+        .checked_sub(unused_for)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+
+    let archives = mirror
+        .store()
+        .scan()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
+    let modules = mirror
+        .module_store()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
+    let mut pins = Pins {
+        providers: keep.providers,
+        modules: Vec::new(),
+    };
+    pin_modules(&mirror, &modules, keep.modules, tool, &mut pins).await?;
+
+    let mut versions: BTreeMap<(ProviderAddr, Version), Vec<StoredEntry>> = BTreeMap::new();
+    for a in archives {
+        versions
+            .entry((a.key.addr.clone(), a.key.version.clone()))
+            .or_default()
+            .push(a);
+    }
+    let mut plan = Vec::new();
+    let mut pinned = Vec::new();
+    for ((addr, version), mut archives) in versions {
+        let last_use = archives.iter().map(StoredEntry::last_use).max();
+        if last_use.is_none_or(|used| used >= cutoff) {
+            continue;
+        }
+        if pins.keeps_provider(&addr, &version) {
+            pinned.push(Pinned::Provider(addr, version));
+            continue;
+        }
+        archives.sort_by(|a, b| a.key.platform.cmp(&b.key.platform));
+        plan.push(Removal::Provider {
+            addr,
+            version,
+            archives,
+        });
+    }
+    let mut modules = modules;
+    modules.sort_by(|a, b| (&a.addr, &a.version).cmp(&(&b.addr, &b.version)));
+    for m in modules {
+        if m.last_use() >= cutoff {
+            continue;
+        }
+        if pins.keeps_module(&m.addr, &m.version) {
+            pinned.push(Pinned::Module(m.addr, m.version));
+            continue;
+        }
+        plan.push(Removal::Module(m));
+    }
+
+    let mut failed = Vec::new();
+    let removed = if args.dry_run {
+        plan
+    } else {
+        remove(&mirror, plan, offline, &mut failed).await
+    };
+    let report = Report {
+        dry_run: args.dry_run,
+        unused_for: args.unused_for.as_deref().unwrap_or_default(),
+        cutoff,
+        removed: &removed,
+        pinned: &pinned,
+        failed: &failed,
+    };
+    if args.json {
+        report.print_json();
+    } else {
+        report.print_table();
+    }
+    Ok(Outcome::from_failures(failed.len()))
+}
+
+/// Reads `--unused-for`: a duration longer than zero, in humantime's notation (`90d`, `12w`,
+/// `2160h`, `3months`).
+fn parse_unused_for(text: Option<&str>) -> Result<Duration, OpsError> {
+    let Some(text) = text else {
+        return Err(usage(
+            "give --unused-for DURATION (e.g. 90d): what has not been used for that long is \
+             removed",
+        ));
+    };
+    let duration = humantime::parse_duration(text).map_err(|e| {
+        usage(format!(
+            "--unused-for {text:?}: {e}; expected a duration such as 90d, 12w or 2160h"
+        ))
+    })?;
+    if duration.is_zero() {
+        return Err(usage(format!(
+            "--unused-for {text:?}: must be longer than zero (to keep only what --keep pins, \
+             give a short time such as 1s)"
+        )));
+    }
+    Ok(duration)
+}
+
+/// Adds to `pins` the module versions the `--keep` inputs pin, and what the cached ones among
+/// them need in turn (read from their packages, as `seed` reads a module it fetched).
+async fn pin_modules(
+    mirror: &Arc<Mirror>,
+    cached: &[StoredModule],
+    wanted: Vec<WantedModule>,
+    tool: Tool,
+    pins: &mut Pins,
+) -> Result<(), OpsError> {
+    let mut read: BTreeSet<(ModuleAddr, Version)> = BTreeSet::new();
+    let mut queue = wanted;
+    while let Some(w) = queue.pop() {
+        let needs_reading: Vec<&StoredModule> = if w.installed.is_some() {
+            // Installed: its providers and modules were read in place with the configuration.
+            Vec::new()
+        } else {
+            cached
+                .iter()
+                .filter(|m| m.addr == w.addr && w.constraints.allows(&m.version))
+                .collect()
+        };
+        pins.modules.push(w);
+        for m in needs_reading {
+            let Some(record) = &m.record else { continue };
+            if !read.insert((m.addr.clone(), m.version.clone())) {
+                continue;
+            }
+            let config = super::seed::read_package(
+                mirror,
+                &m.addr,
+                &m.version,
+                record.subdir.as_deref(),
+                tool,
+            )
+            .await
+            .map_err(|e| {
+                OpsError::Failed(anyhow::anyhow!(
+                    "module {} {} is kept, but what it needs cannot be told: {e}; nothing was \
+                     removed",
+                    m.addr,
+                    m.version
+                ))
+            })?;
+            pins.providers.extend(config.providers);
+            queue.extend(config.modules);
+        }
+    }
+    Ok(())
+}
+
+/// Removes what `plan` lists; returns what was removed, and adds what could not be to `failed`.
+async fn remove(
+    mirror: &Arc<Mirror>,
+    plan: Vec<Removal>,
+    offline: bool,
+    failed: &mut Vec<(String, String)>,
+) -> Vec<Removal> {
+    let mut removed = Vec::new();
+    for item in plan {
+        match item {
+            Removal::Provider {
+                addr,
+                version,
+                archives,
+            } => {
+                let (mut gone, mut left) = (Vec::new(), 0);
+                for a in archives {
+                    match mirror.store().remove(&a.key).await {
+                        Ok(_) => gone.push(a),
+                        Err(e) => {
+                            failed.push((a.key.to_string(), e.to_string()));
+                            left += 1;
+                        }
+                    }
+                }
+                // Metadata goes only with the last archive it describes.
+                if left == 0 {
+                    let what = format!("{addr} {version}");
+                    if let Err(e) = mirror.meta().remove_version(&addr, &version).await {
+                        failed.push((what.clone(), format!("removing the version record: {e}")));
+                    }
+                    if offline {
+                        if let Err(e) = mirror.meta().unlist(&addr, &version).await {
+                            failed.push((what, format!("updating the version list: {e}")));
+                        }
+                    }
+                }
+                if !gone.is_empty() {
+                    removed.push(Removal::Provider {
+                        addr,
+                        version,
+                        archives: gone,
+                    });
+                }
+            }
+            Removal::Module(m) => {
+                let what = format!("module {} {}", m.addr, m.version);
+                let store = mirror.module_store();
+                if let Err(e) = store.remove(&m.addr, &m.version).await {
+                    failed.push((what, e.to_string()));
+                    continue;
+                }
+                if offline {
+                    if let Err(e) = store.unlist(&m.addr, &m.version).await {
+                        failed.push((what, format!("updating the version list: {e}")));
+                    }
+                }
+                removed.push(Removal::Module(m));
+            }
+        }
+    }
+    removed
+}
+
+/// What a run removed (or, dry, would remove), for people or machines.
+struct Report<'a> {
+    dry_run: bool,
+    unused_for: &'a str,
+    cutoff: SystemTime,
+    removed: &'a [Removal],
+    /// Versions unused for the period that a `--keep` input pins.
+    pinned: &'a [Pinned],
+    failed: &'a [(String, String)],
+}
+
+fn when(t: SystemTime) -> String {
+    if t > SystemTime::UNIX_EPOCH {
+        humantime::format_rfc3339_seconds(t).to_string()
+    } else {
+        "-".into()
+    }
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl Report<'_> {
+    fn freed(&self) -> u64 {
+        self.removed.iter().map(Removal::size).sum()
+    }
+
+    /// One table row per archive and per module version.
+    fn rows(&self) -> Vec<[String; 5]> {
+        let mut rows = Vec::new();
+        for item in self.removed {
+            match item {
+                Removal::Provider {
+                    addr,
+                    version,
+                    archives,
+                } => rows.extend(archives.iter().map(|a| {
+                    [
+                        addr.to_string(),
+                        version.to_string(),
+                        a.key.platform.to_string(),
+                        human_bytes(a.size),
+                        when(a.last_use()),
+                    ]
+                })),
+                Removal::Module(m) => rows.push([
+                    format!("module {}", m.addr),
+                    m.version.to_string(),
+                    "-".into(),
+                    human_bytes(m.size),
+                    when(m.last_use()),
+                ]),
+            }
+        }
+        rows
+    }
+
+    fn print_table(&self) {
+        let (title, verb) = if self.dry_run {
+            ("prune (dry run)", "would be removed")
+        } else {
+            ("prune", "removed")
+        };
+        if self.dry_run {
+            println!("{title}: nothing is changed; a run would remove what is listed");
+        }
+        let rows = self.rows();
+        if !rows.is_empty() {
+            let header = [
+                "PROVIDER / MODULE",
+                "VERSION",
+                "PLATFORM",
+                "SIZE",
+                "LAST USED",
+            ]
+            .map(String::from);
+            super::ls::print_table(&header, &rows);
+        }
+        let versions = self
+            .removed
+            .iter()
+            .filter(|r| matches!(r, Removal::Provider { .. }))
+            .count();
+        let archives: usize = self
+            .removed
+            .iter()
+            .map(|r| match r {
+                Removal::Provider { archives, .. } => archives.len(),
+                Removal::Module(_) => 0,
+            })
+            .sum();
+        let modules = self.removed.len() - versions;
+        let freed = if self.dry_run {
+            format!("{} would be freed", human_bytes(self.freed()))
+        } else {
+            format!("{} freed", human_bytes(self.freed()))
+        };
+        println!(
+            "{title}: {} of {} and {} unused for {} {verb}, {freed}",
+            plural(archives, "archive", "archives"),
+            plural(versions, "provider version", "provider versions"),
+            plural(modules, "module version", "module versions"),
+            self.unused_for,
+        );
+        if !self.pinned.is_empty() {
+            println!(
+                "kept by --keep, though unused for {} ({}):",
+                self.unused_for,
+                self.pinned.len()
+            );
+            for p in self.pinned {
+                println!("  {p}");
+            }
+        }
+        super::print_failures(self.failed);
+    }
+
+    fn print_json(&self) {
+        let removed: Vec<serde_json::Value> = self
+            .removed
+            .iter()
+            .flat_map(|item| match item {
+                Removal::Provider {
+                    addr,
+                    version,
+                    archives,
+                } => archives
+                    .iter()
+                    .map(|a| {
+                        serde_json::json!({
+                            "kind": "provider",
+                            "provider": addr.to_string(),
+                            "version": version.to_string(),
+                            "platform": a.key.platform.to_string(),
+                            "size": a.size,
+                            "last_used": when(a.last_use()),
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+                Removal::Module(m) => vec![serde_json::json!({
+                    "kind": "module",
+                    "module": m.addr.to_string(),
+                    "version": m.version.to_string(),
+                    "size": m.size,
+                    "last_used": when(m.last_use()),
+                })],
+            })
+            .collect();
+        let failed: Vec<serde_json::Value> = self
+            .failed
+            .iter()
+            .map(|(what, why)| serde_json::json!({ "what": what, "why": why }))
+            .collect();
+        let doc = serde_json::json!({
+            "dry_run": self.dry_run,
+            "unused_for": self.unused_for,
+            "cutoff": when(self.cutoff),
+            "removed": removed,
+            "bytes_freed": self.freed(),
+            "kept": self.pinned.iter().map(Pinned::to_json).collect::<Vec<_>>(),
+            "failed": failed,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("JSON of strings and numbers")
+        );
+    }
+}
