@@ -359,12 +359,16 @@ async fn a_wrong_stated_size_is_corrected_once_the_archive_is_stored() {
     )
     .await;
     assert_eq!(blob.body, zip);
-    let corrected = crate::support::poll(std::time::Duration::from_secs(10), async || {
-        let (digest, index, _) = document(&client, &mirror, repo, "3.0.0", INDEX).await;
-        (digest != first).then_some(index)
+    // The correction lands just after the blob's body ends, so it can fall between a HEAD and
+    // a GET: wait for it with GETs alone, then read the (now settled) documents.
+    let tag = mirror.root_url(&format!("/v2/{repo}/manifests/3.0.0"));
+    crate::support::poll(std::time::Duration::from_secs(10), async || {
+        let got = get(&client, &tag).await;
+        (header(&got, "docker-content-digest") != first).then_some(())
     })
     .await
     .expect("the index is rendered again with the true size");
+    let (_, corrected, _) = document(&client, &mirror, repo, "3.0.0", INDEX).await;
     let (manifest_digest, _) = layer_of(&corrected);
     let (_, manifest, _) = document(&client, &mirror, repo, &manifest_digest, MANIFEST).await;
     assert_eq!(
