@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Helpers for bench/run.sh: parse wrk output, and print the table of figures.
+"""Helpers for bench/run.sh and bench/storage.sh: parse wrk output, and print the figures.
 
   report.py wrk FILE        -> "rps p50_ms p99_ms errors requests" from one `wrk --latency` output
-  report.py table RESULTS   -> the figures table (markdown) from "name value" lines
+  report.py table RESULTS   -> bench/run.sh's figures (markdown) from "name value" lines
+  report.py storage RESULTS -> bench/storage.sh's figures (markdown): object store against disk
 
 RESULTS holds one "name value" pair per line; a name given several times (repeated runs) is
 reported as the median of its values.
@@ -223,7 +224,158 @@ def table(path):
     print("\n".join(out))
 
 
+def storage(path):
+    """bench/storage.sh: the s3 backend (Garage) against the disk backend; ratio = s3 / disk."""
+    r, raw = load(path)
+    out = []
+
+    def get(name):
+        return r.get(name)
+
+    def fmt(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    def ratio(a, b):
+        return None if a is None or b in (None, 0) else a / b
+
+    def n_of(name):
+        return len(raw.get(name, []))
+
+    size = get("size.big.mib")
+
+    # Warm archives.
+    streams = sorted({int(k.split(".")[1][1:]) for k in r if k.startswith("dl.s")})
+    if streams:
+        out.append(f"### Warm archive download ({fmt(size, '.0f')} MiB archive, curl)\n")
+        out.append("| streams | disk MiB/s | object store MiB/s | ratio | provender CPU s/GiB disk / object store "
+                   "| Garage CPU s/GiB behind provender | Garage alone (pre-signed URL) MiB/s | Garage alone CPU s/GiB |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        for s in streams:
+            d, o = get(f"dl.s{s}.disk.mibps"), get(f"dl.s{s}.s3.mibps")
+            out.append(f"| {s} | {fmt(d, '.0f')} | {fmt(o, '.0f')} | {fmt(ratio(o, d), '.2f')} | "
+                       f"{fmt(get(f'dl.s{s}.disk.cpu_s'), '.2f')} / {fmt(get(f'dl.s{s}.s3.cpu_s'), '.2f')} | "
+                       f"{fmt(get(f'dl.s{s}.s3.garage_s'), '.2f')} | {fmt(get(f'dl.s{s}.store.mibps'), '.0f')} | "
+                       f"{fmt(get(f'dl.s{s}.store.garage_s'), '.2f')} |")
+        d, o, g = get("warm.disk.ttfb"), get("warm.s3.ttfb"), get("warm.store.ttfb")
+        if d is not None and o is not None:
+            out.append(f"| 1, time to first byte ms | {d * 1e3:.1f} | {o * 1e3:.1f} | {fmt(ratio(o, d), '.2f')} | | | "
+                       f"{fmt(g and g * 1e3, '.1f')} | |")
+        out.append(f"\nAggregate throughput of all streams; median of {n_of(f'dl.s{streams[0]}.disk.mibps')} runs "
+                   "(time to first byte: one download per run, new connection). ratio = object store / disk. "
+                   "CPU s/GiB: CPU time per GiB served, of provender and of Garage. \"Garage alone\": the same "
+                   "object straight from Garage by the pre-signed URL of `cache.redirect_downloads` (plain HTTP, "
+                   "no TLS, no provender).\n")
+
+    # Warm metadata.
+    docs = [d for d in ("version", "index") if any(k.startswith(f"meta.{d}.") for k in r)]
+    if docs:
+        out.append("### Warm metadata (wrk, HTTP/1.1 keep-alive over TLS 1.3)\n")
+        out.append("| document | conns | disk req/s | object store req/s | ratio | disk p50 / p99 ms "
+                   "| object store p50 / p99 ms | p99 ratio | provender CPU µs/req disk / object store "
+                   "| Garage CPU µs/req | socket errors |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        conns = []
+        for d in docs:
+            conns = sorted({int(k.split(".")[2][1:]) for k in r if k.startswith(f"meta.{d}.")})
+            for c in conns:
+                k = f"meta.{d}.c{c}"
+                dr, orr = get(f"{k}.disk.rps"), get(f"{k}.s3.rps")
+                d99, o99 = get(f"{k}.disk.p99"), get(f"{k}.s3.p99")
+                errs = int(sum(raw.get(f"{k}.disk.errors", []) + raw.get(f"{k}.s3.errors", [])))
+                name = "`:version.json`" if d == "version" else "`index.json`"
+                out.append(
+                    f"| {name} | {c} | {fmt(dr, '.0f')} | {fmt(orr, '.0f')} | {fmt(ratio(orr, dr), '.2f')} | "
+                    f"{fmt(get(f'{k}.disk.p50'), '.2f')} / {fmt(d99, '.2f')} | "
+                    f"{fmt(get(f'{k}.s3.p50'), '.2f')} / {fmt(o99, '.2f')} | {fmt(ratio(o99, d99), '.2f')} | "
+                    f"{fmt(get(f'{k}.disk.cpu_us'), '.1f')} / {fmt(get(f'{k}.s3.cpu_us'), '.1f')} | "
+                    f"{fmt(get(f'{k}.s3.garage_us'), '.2f')} | {errs} |")
+        out.append(f"\nMedian of {n_of(f'meta.{docs[0]}.c{conns[0]}.disk.rps')} rounds; every answer was "
+                   "2xx (the script stops on any other). Socket errors: all runs added up.\n")
+
+    # Cold miss.
+    if get("cold.direct.total") is not None:
+        out.append(f"### Cold miss of the {fmt(size, '.0f')} MiB archive (curl, one client, loopback origin)\n")
+        out.append("| path | time to first byte s | total s | MiB/s | total vs direct | stored (from request) s "
+                   "| stored vs disk |")
+        out.append("|---|---|---|---|---|---|---|")
+        direct = get("cold.direct.total")
+        for key, label in (("direct", "straight from the origin"),
+                           ("disk", "through provender, disk backend"),
+                           ("s3", "through provender, object store")):
+            n = f"cold.{key}"
+            if get(f"{n}.total") is None:
+                continue
+            out.append(f"| {label} | {fmt(get(f'{n}.ttfb'), '.4f')} | {fmt(get(f'{n}.total'), '.3f')} | "
+                       f"{fmt(get(f'{n}.mibps'), '.0f')} | {fmt(ratio(get(f'{n}.total'), direct), '.2f')} | "
+                       f"{fmt(get(f'{n}.commit'), '.3f')} | "
+                       f"{fmt(ratio(get(f'{n}.commit'), get('cold.disk.commit')), '.2f')} |")
+        out.append("")
+        out.append("| after the client's last byte, until stored | disk | object store |")
+        out.append("|---|---|---|")
+        after = {}
+        for key in ("disk", "s3"):
+            n = f"cold.{key}"
+            if raw.get(f"{n}.commit"):
+                after[key] = statistics.median(c - t for c, t in zip(raw[f"{n}.commit"], raw[f"{n}.total"]))
+        for label, values in (
+                ("time s", (after.get("disk"), after.get("s3"))),
+                ("of which the h1 step s (`provender_h1_hash_duration_seconds`)",
+                 (get("cold.disk.h1"), get("cold.s3.h1"))),
+                ("provender CPU s", (get("cold.disk.after_cpu"), get("cold.s3.after_cpu"))),
+                ("Garage CPU s", (None, get("cold.s3.after_garage_cpu")))):
+            out.append(f"| {label} | {fmt(values[0], '.3f')} | {fmt(values[1], '.3f')} |")
+        out.append(f"\nMedian of {n_of('cold.direct.total')} runs, the order of the two backends alternating. "
+                   "\"Stored\": from the archive request until provender has no fill in progress "
+                   "(`provender_fills_in_flight` 0: downloaded, verified, fsynced, h1 computed, archive and "
+                   "record written to the backend), polled every 10 ms.\n")
+
+    # Fresh replica.
+    if get("replica.first.total") is not None:
+        out.append("### A fresh replica on the same bucket (new process, empty local directory, origin unreachable)\n")
+        out.append("| request (new connection each) | disk, warm | object store, warm | fresh replica | replica / object store warm |")
+        out.append("|---|---|---|---|---|")
+        for key, label in (("index", "`big/index.json`, total ms"), ("version", "`big/1.0.0.json`, total ms")):
+            d, o, p = (get(f"first.{key}.{s}") for s in ("disk", "s3", "replica"))
+            out.append(f"| {label} | {fmt(d and d * 1e3, '.1f')} | {fmt(o and o * 1e3, '.1f')} | "
+                       f"{fmt(p and p * 1e3, '.1f')} | {fmt(ratio(p, o), '.2f')} |")
+        for key, label, scale, spec in (("ttfb", "archive, time to first byte ms", 1e3, ".1f"),
+                                        ("total", "archive, total s", 1, ".3f"),
+                                        ("mibps", "archive, MiB/s", 1, ".0f")):
+            d, o = get(f"warm.disk.{key}"), get(f"warm.s3.{key}")
+            p, p2 = get(f"replica.first.{key}"), get(f"replica.second.{key}")
+            out.append(f"| {label} | {fmt(d and d * scale, spec)} | {fmt(o and o * scale, spec)} | "
+                       f"{fmt(p and p * scale, spec)} (second: {fmt(p2 and p2 * scale, spec)}) | "
+                       f"{fmt(ratio(p, o), '.2f')} |")
+        out.append(f"\nMedian of {n_of('replica.first.total')} fresh replicas (warm columns: the warm "
+                   "archive runs above). The replica's origin refuses connections, so each answer came "
+                   "from the bucket.\n")
+
+    # Memory.
+    if get("rss.disk.idle") is not None:
+        out.append("### Memory (VmRSS / VmHWM, KiB)\n")
+        out.append("| state | disk | object store |")
+        out.append("|---|---|---|")
+        for key, label in (("idle", "provender idle, just started (VmRSS)"),
+                           ("warm", "provender idle after the warm benchmarks (VmRSS)"),
+                           ("dl", "provender peak, 100 concurrent downloads of the archive (VmHWM)")):
+            out.append(f"| {label} | {fmt(get(f'rss.disk.{key}'), '.0f')} | {fmt(get(f'rss.s3.{key}'), '.0f')} |")
+        if get("rss.replica") is not None:
+            out.append(f"| fresh replica after serving the documents and the archive twice (VmRSS) | - | "
+                       f"{fmt(get('rss.replica'), '.0f')} |")
+        if get("rss.garage") is not None:
+            out.append(f"| Garage, peak over the run (VmHWM) | - | {fmt(get('rss.garage'), '.0f')} |")
+        out.append("")
+        d, o = get("dl100.disk.mibps"), get("dl100.s3.mibps")
+        if d is not None and o is not None:
+            out.append(f"Aggregate throughput of the 100 downloads: disk {d:.0f} MiB/s, object store "
+                       f"{o:.0f} MiB/s ({fmt(ratio(o, d), '.2f')}x).  ")
+        if get("garage.data.mib") is not None:
+            out.append(f"Garage's data directory after warming: {fmt(get('garage.data.mib'), '.0f')} MiB.")
+        out.append("")
+    print("\n".join(out))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("wrk", "table"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("wrk", "table", "storage"):
         sys.exit(__doc__)
-    {"wrk": wrk, "table": table}[sys.argv[1]](sys.argv[2])
+    {"wrk": wrk, "table": table, "storage": storage}[sys.argv[1]](sys.argv[2])

@@ -16,19 +16,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-QUICK=0 BUILD=1 CRITERION=1 KEEP=0 OUT=""
-while [ $# -gt 0 ]; do
-    case $1 in
-        --quick) QUICK=1 ;;
-        --skip-build) BUILD=0 ;;
-        --skip-criterion) CRITERION=0 ;;
-        --keep) KEEP=1 ;;
-        --out) OUT=$2; shift ;;
-        -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-        *) echo "unknown argument: $1 (see --help)" >&2; exit 64 ;;
-    esac
-    shift
-done
+source bench/lib.sh
+
+CRITERION=1
+bench_option() { case $1 in --skip-criterion) CRITERION=0 ;; *) return 1 ;; esac; }
+bench_args "$@"
 
 if [ $QUICK = 1 ]; then
     BIG_MIB=24 MID_MIB=6 DURATION=3 ROUNDS=1 REPS=2 COLD_REPS=1 TF_REPS=1 MEM_REPS=1 H1_MIB=16
@@ -42,100 +34,12 @@ STREAMS=(1 4)
 CLIENTS=100     # concurrent downloads for the memory figures
 LINK=50m        # bandwidth of the rate-limited origin (nginx limit_rate: 50 MiB/s)
 TERRAFORM=/usr/local/bin/terraform
-HOST=registry.terraform.io
 
-log() { printf '\n==> %s\n' "$*" >&2; }
-die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
-
-# ---------------------------------------------------------------------------------------------
-# Tools
-# ---------------------------------------------------------------------------------------------
-apt_install() {
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-    else
-        die "missing $*: install it and rerun"
-    fi
-}
-NGINX=$(command -v nginx || true)
-[ -n "$NGINX" ] || [ ! -x /usr/sbin/nginx ] || NGINX=/usr/sbin/nginx
-if [ -z "$NGINX" ]; then apt_install nginx; NGINX=$(command -v nginx || echo /usr/sbin/nginx); fi
-command -v wrk >/dev/null || apt_install wrk
-command -v gpg >/dev/null || apt_install gnupg
-for tool in openssl curl python3 gpgconf; do
-    command -v $tool >/dev/null || die "$tool is needed"
-done
+bench_tools
 [ -x "$TERRAFORM" ] || die "the h1 reference and the static mirror need terraform at $TERRAFORM"
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-# ---------------------------------------------------------------------------------------------
-# Work directory and clean-up: every process started here is recorded and stopped on exit.
-# ---------------------------------------------------------------------------------------------
-WORK=$(mktemp -d -t provender-bench.XXXXXX)
-chmod 755 "$WORK" # nginx workers run as an unprivileged user and read the files served
-RESULTS=$WORK/results
-: >"$RESULTS"
-PIDS=()
-cleanup() {
-    local status=$?
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    [ -d "$WORK/gnupg" ] && GNUPGHOME=$WORK/gnupg gpgconf --kill all 2>/dev/null || true
-    if [ $KEEP = 1 ]; then
-        echo "work directory kept: $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-    exit $status
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-record() { echo "$1 $2" >>"$RESULTS"; }
-now() { date +%s.%N; }
-elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.4f}')" "$1" "$2"; }
-calc() { python3 -c "import sys; print(eval(sys.argv[1]))" "$1"; }
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
-wait_port() {
-    local port=$1 pid=$2 i
-    for i in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-        kill -0 "$pid" 2>/dev/null || return 1
-        sleep 0.05
-    done
-    return 1
-}
-status_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
-
-# ---------------------------------------------------------------------------------------------
-# Build
-# ---------------------------------------------------------------------------------------------
-LOAD_START=$(cut -d' ' -f1 /proc/loadavg)
-log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), \
-$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo); load $(cut -d' ' -f1-3 /proc/loadavg)"
-if python3 -c "import sys; sys.exit(float(sys.argv[1]) < 1.0)" "$LOAD_START"; then
-    echo "warning: load average $LOAD_START: other processes compete for the CPU; figures will be noisy" >&2
-fi
-if [ $BUILD = 1 ]; then
-    log "cargo build --release"
-    cargo build --release --locked
-fi
-REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || REVISION="$REVISION (with uncommitted changes)"
-PROVENDER=$ROOT/target/release/provender
-[ -x "$PROVENDER" ] || die "no $PROVENDER (run without --skip-build)"
+bench_workdir provender-bench
+bench_machine
+bench_build
 
 if [ $CRITERION = 1 ]; then
     log "criterion: h1 hashing (cargo bench --bench h1, ${H1_MIB} MiB payloads)"
@@ -156,108 +60,17 @@ EOF
 fi
 
 # ---------------------------------------------------------------------------------------------
-# PKI: one throw-away CA; one server certificate for every server here.
+# PKI, and the origin registry (bench/fixtures.py) served by nginx.
 # ---------------------------------------------------------------------------------------------
-log "test CA and server certificate (openssl)"
-PKI=$WORK/pki
-mkdir -m 700 "$PKI"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-    -subj "/CN=provender bench CA" -keyout "$PKI/ca-key.pem" -out "$PKI/ca.pem" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
-    2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$HOST" \
-    -keyout "$PKI/server-key.pem" -out "$PKI/server.csr" 2>/dev/null
-printf '%s\n' "subjectAltName=DNS:$HOST,DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
-    "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >"$PKI/server.ext"
-openssl x509 -req -in "$PKI/server.csr" -CA "$PKI/ca.pem" -CAkey "$PKI/ca-key.pem" \
-    -CAcreateserial -days 2 -extfile "$PKI/server.ext" -out "$PKI/server.pem" 2>/dev/null
-CA=$PKI/ca.pem CERT=$PKI/server.pem KEY=$PKI/server-key.pem
-
-# ---------------------------------------------------------------------------------------------
-# The origin registry: static files, signed with a throw-away gpg key, served by nginx.
-# ---------------------------------------------------------------------------------------------
-log "origin fixtures: small provider (8 versions x 5 platforms), ${MID_MIB} MiB and ${BIG_MIB} MiB archives"
-mkdir -m 700 "$WORK/gnupg"
-python3 bench/fixtures.py --out "$WORK/origin" --gnupghome "$WORK/gnupg" \
-    --big-mib "$BIG_MIB" --mid-mib "$MID_MIB"
-GNUPGHOME=$WORK/gnupg gpgconf --kill all 2>/dev/null || true
-BIG_ZIP=terraform-provider-big_1.0.0_linux_amd64.zip
-MID_ZIP=terraform-provider-mid_1.0.0_linux_amd64.zip
-BIG_BYTES=$(stat -c %s "$WORK/origin/files/bench/big/1.0.0/$BIG_ZIP")
-MID_BYTES=$(stat -c %s "$WORK/origin/files/bench/mid/1.0.0/$MID_ZIP")
-record size.big.mib "$(calc "$BIG_BYTES / 2**20")"
-record size.mid.mib "$(calc "$MID_BYTES / 2**20")"
-
+bench_pki
+bench_origin "$BIG_MIB" "$MID_MIB"
 read -r ORIGIN_PORT LIMITED_PORT MIRROR_PORT PROVENDER_PORT COLD_PORT <<<"$(free_ports 5)"
-
-# nginx with the settings both nginx instances share: TLS 1.3 only, keep-alive, no access log.
-nginx_conf() { # name port root workers extra-server-config
-    local dir=$WORK/nginx-$1
-    mkdir -p "$dir"
-    cat >"$dir/nginx.conf" <<EOF
-daemon off;
-master_process on;
-worker_processes $4;
-worker_rlimit_nofile 16384;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir/body;
-  proxy_temp_path $dir/proxy;
-  fastcgi_temp_path $dir/fastcgi;
-  uwsgi_temp_path $dir/uwsgi;
-  scgi_temp_path $dir/scgi;
-  sendfile on;
-  # Over TLS without kernel TLS sendfile does not apply: nginx reads files into these buffers.
-  # 256 KiB, like provender's reads (the default, 2 x 32 KiB, is slower for large archives).
-  output_buffers 2 256k;
-  tcp_nopush on;
-  tcp_nodelay on;
-  keepalive_timeout 65s;
-  keepalive_requests 1000000;
-  types {
-    application/json json;
-    application/zip zip;
-  }
-  default_type application/octet-stream;
-  server {
-    listen 127.0.0.1:$2 ssl;
-    server_name $HOST localhost;
-    ssl_certificate $CERT;
-    ssl_certificate_key $KEY;
-    ssl_protocols TLSv1.3;
-    ssl_session_cache shared:SSL:10m;
-    root $3;
-$5
-  }
-}
-EOF
-}
-# Starts nginx in the foreground of a background job; sets STARTED to its master's pid.
-start_nginx() { # name port
-    local dir=$WORK/nginx-$1
-    "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" </dev/null >/dev/null 2>&1 &
-    STARTED=$!
-    PIDS+=("$STARTED")
-    wait_port "$2" "$STARTED" || { cat "$dir/error.log" >&2; die "nginx $1 did not start"; }
-}
-
-log "origin: nginx on 127.0.0.1:$ORIGIN_PORT"
-nginx_conf origin "$ORIGIN_PORT" "$WORK/origin" 1 \
-    "    location /v1/providers/ { default_type application/json; }"
-start_nginx origin "$ORIGIN_PORT"
+start_origin origin "$ORIGIN_PORT"
 ORIGIN=https://127.0.0.1:$ORIGIN_PORT
 # The same origin behind a link of $LINK per connection (nginx limit_rate), like a fast
 # internet connection to a public registry.
-log "origin with limit_rate $LINK: nginx on 127.0.0.1:$LIMITED_PORT"
-nginx_conf origin-limited "$LIMITED_PORT" "$WORK/origin" 1 \
-    "    limit_rate $LINK;
-    location /v1/providers/ { default_type application/json; }"
-start_nginx origin-limited "$LIMITED_PORT"
+start_origin origin-limited "$LIMITED_PORT" "limit_rate $LINK"
 LIMITED=https://127.0.0.1:$LIMITED_PORT
-curl -sSf --cacert "$CA" "$ORIGIN/.well-known/terraform.json" >/dev/null
 
 # ---------------------------------------------------------------------------------------------
 # The static mirror: what `terraform providers mirror` writes, from the same origin.
@@ -293,7 +106,7 @@ EOF
 }
 MIRROR=$WORK/mirror
 log "static mirror: terraform providers mirror (small: every version; mid, big: linux_amd64)"
-for v in 1.0.0 1.1.0 1.2.0 1.3.0 2.0.0 2.1.0 2.2.0 2.3.0; do
+for v in "${SMALL_VERSIONS[@]}"; do
     tf_config "$WORK/tf-small-$v" small "$v"
     tf "$WORK/tf-small-$v" providers mirror -platform=darwin_amd64 -platform=darwin_arm64 \
         -platform=linux_amd64 -platform=linux_arm64 -platform=windows_amd64 "$MIRROR" >/dev/null
@@ -320,54 +133,6 @@ NGINX_URL=https://127.0.0.1:$MIRROR_PORT
 # ---------------------------------------------------------------------------------------------
 # provender
 # ---------------------------------------------------------------------------------------------
-provender_conf() { # file port cache-dir origin-port
-    cat >"$1" <<EOF
-[server]
-listen = "127.0.0.1:$2"
-tls_cert = "$CERT"
-tls_key = "$KEY"
-shutdown_grace = "5s"
-
-[cache]
-dir = "$3"
-
-[upstream]
-allowed_hosts = ["$HOST"]
-ca_file = "$CA"
-
-[upstream.hosts."$HOST"]
-connect_to = "127.0.0.1:$4"
-EOF
-}
-# Sets STARTED to the server's pid.
-start_provender() { # config port log
-    "$PROVENDER" serve --config "$1" </dev/null >>"$3" 2>&1 &
-    STARTED=$!
-    PIDS+=("$STARTED")
-    wait_port "$2" "$STARTED" || { cat "$3" >&2; die "provender did not start"; }
-    curl -sSf --cacert "$CA" "https://127.0.0.1:$2/healthz" >/dev/null
-}
-stop() { # pid
-    local keep=() p
-    kill -TERM "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-    for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-    PIDS=("${keep[@]}")
-}
-# Waits until the version document lists h1 for every platform, i.e. the fills are committed.
-# (Polls with curl and grep only, to take little CPU from the fill it waits for.)
-wait_h1() { # base-url type version
-    local i body
-    for i in $(seq 1200); do
-        body=$(curl -sSf --cacert "$CA" "$1/$HOST/bench/$2/$3.json")
-        if [ "$(grep -o '"h1:' <<<"$body" | wc -l)" = "$(grep -o '"url"' <<<"$body" | wc -l)" ]; then
-            return 0
-        fi
-        sleep 0.25
-    done
-    die "$2 $3 was not committed to provender's cache in time"
-}
-
 log "provender on 127.0.0.1:$PROVENDER_PORT"
 provender_conf "$WORK/provender.toml" "$PROVENDER_PORT" "$WORK/cache" "$ORIGIN_PORT"
 start_provender "$WORK/provender.toml" "$PROVENDER_PORT" "$WORK/provender.log"
@@ -377,49 +142,22 @@ sleep 1
 record rss.idle "$(status_kib "$PROVENDER_PID" VmRSS)"
 
 log "warming provender: every document and archive the benchmarks ask for"
-fetch() { curl -sSf --http1.1 --cacert "$CA" -o /dev/null "$1"; }
-fetch "$PROVENDER_URL/$HOST/bench/small/index.json"
-for v in 1.0.0 1.1.0 1.2.0 1.3.0 2.0.0 2.1.0 2.2.0 2.3.0; do
-    fetch "$PROVENDER_URL/$HOST/bench/small/$v.json"
-    for p in darwin_amd64 darwin_arm64 linux_amd64 linux_arm64 windows_amd64; do
-        fetch "$PROVENDER_URL/$HOST/bench/small/terraform-provider-small_${v}_$p.zip"
-    done
-    wait_h1 "$PROVENDER_URL" small "$v"
-done
-for t in mid big; do
-    fetch "$PROVENDER_URL/$HOST/bench/$t/index.json"
-    fetch "$PROVENDER_URL/$HOST/bench/$t/1.0.0.json"
-    fetch "$PROVENDER_URL/$HOST/bench/$t/terraform-provider-${t}_1.0.0_linux_amd64.zip"
-    wait_h1 "$PROVENDER_URL" $t 1.0.0
-done
+warm_provender "$PROVENDER_URL"
 for doc in small/index.json small/2.3.0.json; do
     for side in nginx:$NGINX_URL provender:$PROVENDER_URL; do
         record "doc.${doc//\//.}.${side%%:*}.bytes" \
             "$(curl -sSf --http1.1 --cacert "$CA" "${side#*:}/$HOST/bench/$doc" | wc -c)"
     done
 done
-cmp <(curl -sSf --cacert "$CA" "$NGINX_URL/$HOST/bench/big/$BIG_ZIP" | sha256sum) \
-    <(curl -sSf --cacert "$CA" "$PROVENDER_URL/$HOST/bench/big/$BIG_ZIP" | sha256sum) \
-    || die "nginx and provender serve different bytes for $BIG_ZIP"
+check_big "$NGINX_URL/$HOST/bench/big/$BIG_ZIP"
+check_big "$PROVENDER_URL/$HOST/bench/big/$BIG_ZIP"
 
 # ---------------------------------------------------------------------------------------------
 # Warm metadata: wrk against both, alternating which goes first.
 # ---------------------------------------------------------------------------------------------
 # CPU time (user + system, in clock ticks) used so far by the processes of one side.
-TICK_HZ=$(getconf CLK_TCK)
 cpu_ticks() { # nginx|provender
-    local pids=("$PROVENDER_PID") pid total=0
-    [ "$1" = nginx ] && pids=("$MIRROR_PID" $(pgrep -P "$MIRROR_PID"))
-    for pid in "${pids[@]}"; do
-        total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
-    done
-    echo "$total"
-}
-run_wrk() { # name conns url
-    local out=$WORK/wrk-$1-c$2-$(date +%s%N).txt
-    timeout $((DURATION + 30)) wrk -t2 -c"$2" -d"${DURATION}s" --latency "$3" >"$out" 2>&1 \
-        || { cat "$out" >&2; die "wrk failed"; }
-    python3 bench/report.py wrk "$out"
+    if [ "$1" = nginx ]; then cpu_ticks_of $(tree_pids "$MIRROR_PID"); else cpu_ticks_of "$PROVENDER_PID"; fi
 }
 log "warm metadata: wrk -t2 -c{${CONNS[*]}} -d${DURATION}s --latency, $ROUNDS round(s)"
 for base in "$NGINX_URL" "$PROVENDER_URL"; do # settle: connections, caches, CPU frequency
@@ -453,18 +191,6 @@ done
 # ---------------------------------------------------------------------------------------------
 # Warm archives: curl, 1 and 4 parallel streams, aggregate throughput.
 # ---------------------------------------------------------------------------------------------
-# Downloads URL N times in parallel; prints the aggregate MiB/s (all bytes / wall time).
-parallel_download() { # url n bytes
-    local i t0 t1 pids=()
-    t0=$(now)
-    for i in $(seq "$2"); do
-        curl -sSf --http1.1 --cacert "$CA" --max-time 600 -o /dev/null "$1" &
-        pids+=($!)
-    done
-    for i in "${pids[@]}"; do wait "$i" || die "a download of $1 failed"; done
-    t1=$(now)
-    calc "$2 * $3 / 2**20 / ($t1 - $t0)"
-}
 log "warm archives: $BIG_ZIP ($((BIG_BYTES >> 20)) MiB), streams ${STREAMS[*]}, $REPS run(s) each"
 for rep in $(seq "$REPS"); do
     for s in "${STREAMS[@]}"; do
@@ -509,21 +235,6 @@ record rss.nginx.dl.big "$total"
 # ---------------------------------------------------------------------------------------------
 # Cold miss: the big archive through a provender with an empty cache, against a direct download.
 # ---------------------------------------------------------------------------------------------
-# One timed download; records "<name>.ttfb/.total/.mibps".
-timed_download() { # name url
-    local out
-    out=$(curl -sSf --http1.1 --cacert "$CA" --max-time 600 -o /dev/null \
-        -w '%{time_starttransfer} %{time_total} %{speed_download}' "$2")
-    read -r ttfb total speed <<<"$out"
-    printf '  %s: first byte %.4f s, total %.3f s\n' "$1" "$ttfb" "$total" >&2
-    record "$1.ttfb" "$ttfb"
-    record "$1.total" "$total"
-    record "$1.mibps" "$(calc "$speed / 2**20")"
-}
-h1_seconds() { # base-url
-    curl -sSf --cacert "$CA" "$1/metrics" \
-        | awk '$1 == "provender_h1_hash_duration_seconds_sum" { print $2 }'
-}
 COLD_URL=https://127.0.0.1:$COLD_PORT
 # A provender with an empty cache on COLD_PORT, fetching from the origin at a port; sets STARTED.
 start_cold() { # origin-port
@@ -539,16 +250,16 @@ cold_miss() { # name origin-port warm-metadata
         fetch "$COLD_URL/$HOST/bench/big/index.json"
         fetch "$COLD_URL/$HOST/bench/big/1.0.0.json"
     fi
-    timed_download "cold.$1" "$COLD_URL/$HOST/bench/big/$BIG_ZIP"
+    timed_download "cold.$1" "$COLD_URL/$HOST/bench/big/$BIG_ZIP" "$BIG_BYTES"
     wait_h1 "$COLD_URL" big 1.0.0
     if [ "$1" = provender ]; then record h1.provender_fill.s "$(h1_seconds "$COLD_URL")"; fi
     stop "$pid"
 }
 log "cold miss: $BIG_ZIP, $COLD_REPS run(s); provender with an empty cache on 127.0.0.1:$COLD_PORT"
 for rep in $(seq "$COLD_REPS"); do
-    timed_download cold.direct "$ORIGIN/files/bench/big/1.0.0/$BIG_ZIP"
+    timed_download cold.direct "$ORIGIN/files/bench/big/1.0.0/$BIG_ZIP" "$BIG_BYTES"
     cold_miss provender "$ORIGIN_PORT" yes
-    timed_download cold.direct_limited "$LIMITED/files/bench/big/1.0.0/$BIG_ZIP"
+    timed_download cold.direct_limited "$LIMITED/files/bench/big/1.0.0/$BIG_ZIP" "$BIG_BYTES"
     cold_miss provender_limited "$LIMITED_PORT" yes
     if [ "$rep" = 1 ]; then cold_miss provender_allcold "$ORIGIN_PORT" no; fi
 done
@@ -597,12 +308,9 @@ log "done"
 {
     echo "## Figures"
     echo
-    echo "$(date -u +%Y-%m-%d), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), \
-$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM; \
+    echo "$(date -u +%Y-%m-%d), $(machine); \
 $([ $QUICK = 1 ] && echo "bench/run.sh --quick" || echo "bench/run.sh") at provender $REVISION; \
-nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///'), $(wrk -v 2>&1 | head -1 | awk '{print $1, $2}'), \
-$(curl --version | head -1 | awk '{print $1, $2}'), $(tf "$WORK" version | head -1); \
-load average $LOAD_START before the run."
+$(tool_versions), $(tf "$WORK" version | head -1); load average $LOAD_START before the run."
     echo
     python3 bench/report.py table "$RESULTS"
 } | tee "${OUT:-/dev/null}"
