@@ -216,6 +216,40 @@ fn used_just_now(path: &Path) -> bool {
         .is_ok_and(|t| t > SystemTime::now() - Duration::from_secs(60))
 }
 
+/// A cache seeded with [`PROVIDERS`] and [`MODULES`] from a fresh origin, everything last
+/// used `age` ago.
+struct Seeded {
+    ca: TestCa,
+    origin: FakeOrigin,
+    work: tempfile::TempDir,
+    cache: PathBuf,
+    cfg: PathBuf,
+}
+
+async fn seeded(age: Duration) -> Seeded {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let cache = work.path().join("cache");
+    let cfg = config_file(
+        work.path(),
+        "provender.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    seed(path_str(&cfg), &PROVIDERS, &MODULES).await;
+    age_cache(&cache, age);
+    Seeded {
+        ca,
+        origin,
+        work,
+        cache,
+        cfg,
+    }
+}
+
 /// `verify` on a pruned cache: every archive and package has its record and matches it.
 async fn verify_finds_nothing_wrong(cfg: &str) {
     let verified = provender(&["verify", "--config", cfg]).await;
@@ -229,21 +263,14 @@ async fn verify_finds_nothing_wrong(cfg: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unused_versions_go_and_served_ones_stay() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "provender.toml",
-        &cache,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Seeded {
+        ca,
+        origin,
+        work: _work,
+        cache,
+        cfg,
+    } = seeded(100 * DAY).await;
     let cfg = path_str(&cfg);
-    seed(cfg, &PROVIDERS, &MODULES).await;
-    age_cache(&cache, 100 * DAY);
 
     // Clients use one platform of foo 1.1.0 and one version of the net module.
     let mut mirror = TestMirror::start_on(&ca, &origin, &cache).await;
@@ -423,21 +450,14 @@ async fn unused_versions_go_and_served_ones_stay() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn keep_pins_what_lock_files_and_configurations_name() {
-    let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let work = tempfile::tempdir().unwrap();
-    let cache = work.path().join("cache");
-    let cfg = config_file(
-        work.path(),
-        "provender.toml",
-        &cache,
-        origin.addr(),
-        &ca,
-        "",
-    );
+    let Seeded {
+        ca: _ca,
+        origin: _origin,
+        work,
+        cache,
+        cfg,
+    } = seeded(400 * DAY).await;
     let cfg = path_str(&cfg);
-    seed(cfg, &PROVIDERS, &MODULES).await;
-    age_cache(&cache, 400 * DAY);
 
     // A lock file pins foo 1.0.0 only, though its recorded constraint allows 1.1.0 too.
     let stack = tempfile::tempdir().unwrap();
