@@ -401,6 +401,35 @@ impl Upstream {
         max: u64,
         require_json: bool,
     ) -> Result<Option<(Url, Bytes)>> {
+        self.get_answer(host, op, url, |resp| async move {
+            if require_json && !is_json(&resp) {
+                return Err(UpstreamError::BadDocument(format!(
+                    "{} {url}: answer is not application/json",
+                    op.as_str()
+                )));
+            }
+            let final_url = resp.url().clone();
+            let body = read_capped(op, resp, max).await?;
+            self.add_bytes(body.len() as u64);
+            Ok((final_url, body))
+        })
+        .await
+    }
+
+    /// GETs `url` (with [`send`](Self::send)'s retries) and hands a successful answer to
+    /// `read`; `None` on 404, an error for any other status. Times the call and counts its
+    /// outcome, whatever `read` makes of the answer.
+    async fn get_answer<T, F, Fut>(
+        &self,
+        host: &Hostname,
+        op: Operation,
+        url: &Url,
+        read: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnOnce(reqwest::Response) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let started = Instant::now();
         let result = async {
             let resp = self
@@ -413,16 +442,7 @@ impl Upstream {
             if !status.is_success() {
                 return Err(UpstreamError::status_of(op, url, status));
             }
-            if require_json && !is_json(&resp) {
-                return Err(UpstreamError::BadDocument(format!(
-                    "{} {url}: answer is not application/json",
-                    op.as_str()
-                )));
-            }
-            let final_url = resp.url().clone();
-            let body = read_capped(op, resp, max).await?;
-            self.add_bytes(body.len() as u64);
-            Ok(Some((final_url, body)))
+            read(resp).await.map(Some)
         }
         .await;
         self.observe(host, op, started);
@@ -435,7 +455,8 @@ impl Upstream {
         result
     }
 
-    /// Sends a GET with retries: connection errors, timeouts, 429 and 5xx (except 501) are
+    /// Sends the operation's request (a GET; a HEAD for [`Operation::ArchiveSize`]) with
+    /// retries: connection errors, timeouts, 429 and 5xx (except 501) are
     /// retried up to `upstream.retries` times with exponential backoff and full jitter (or the
     /// origin's `Retry-After`), all within `timeout`. Each host has a circuit breaker; while it
     /// is open, calls fail at once. Failed attempts are counted here; the caller counts the

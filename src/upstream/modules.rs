@@ -7,11 +7,9 @@
 //! cannot fetch (`git::ssh`, `s3::`, `gcs::`, `hg::`, local paths) are refused with an error
 //! naming the source, never passed on.
 
-use std::time::Instant;
-
 use url::Url;
 
-use super::{Operation, Outcome, Result, Upstream, UpstreamError, join};
+use super::{Operation, Result, Upstream, UpstreamError, join};
 use crate::address::{Hostname, ModuleAddr, Version};
 use crate::package::Format;
 
@@ -306,18 +304,7 @@ impl Upstream {
         url: &Url,
     ) -> Result<Option<(Url, String)>> {
         self.check_url(host, url)?;
-        let started = Instant::now();
-        let result = async {
-            let resp = self
-                .send(host, op, url, self.settings.request_timeout)
-                .await?;
-            let status = resp.status();
-            if status == reqwest::StatusCode::NOT_FOUND {
-                return Ok(None);
-            }
-            if !status.is_success() {
-                return Err(UpstreamError::status_of(op, url, status));
-            }
+        self.get_answer(host, op, url, |resp| async move {
             let final_url = resp.url().clone();
             let header = resp
                 .headers()
@@ -334,23 +321,15 @@ impl Upstream {
                     .filter(|l| !l.trim().is_empty())
             });
             match location {
-                Some(l) => Ok(Some((final_url, l))),
+                Some(l) => Ok((final_url, l)),
                 None => Err(UpstreamError::BadDocument(format!(
                     "{} {url}: the answer names no module source (no X-Terraform-Get header, no \
                      JSON location)",
                     op.as_str()
                 ))),
             }
-        }
-        .await;
-        self.observe(host, op, started);
-        let outcome = match &result {
-            Ok(Some(_)) => Outcome::Ok,
-            Ok(None) => Outcome::NotFound,
-            Err(e) => e.outcome(),
-        };
-        self.count(host, op, outcome);
-        result
+        })
+        .await
     }
 }
 
