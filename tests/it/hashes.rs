@@ -8,7 +8,8 @@
 //! - a client asking for an archive the throttled job is fetching is not held to the job's
 //!   bandwidth;
 //! - an `h1:` the origin's `packages` extension states wrongly is counted as a verification
-//!   failure and never served: the computed one is;
+//!   failure and never served: the computed one is; a right one is listed only once computed,
+//!   and counts nothing;
 //! - with `upstream.offline` the job does not run.
 
 use std::time::{Duration, Instant};
@@ -238,6 +239,18 @@ async fn a_client_is_not_held_to_the_jobs_bandwidth() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_h1_from_the_packages_extension_is_counted_and_never_served() {
+    packages_extension_h1s(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_right_h1_from_the_packages_extension_is_served_once_checked() {
+    packages_extension_h1s(false).await;
+}
+
+/// An origin with the OpenTofu registry's `packages` extension, stating each archive's `h1:`
+/// rightly or (`wrong`) not: either way nothing is listed before the job computed it, what is
+/// listed is the computed hash, and only wrong statements count as mismatches.
+async fn packages_extension_h1s(wrong: bool) {
     let ca = TestCa::new();
     let p = platforms();
     let origin = origin(
@@ -245,7 +258,9 @@ async fn a_wrong_h1_from_the_packages_extension_is_counted_and_never_served() {
         ProviderSpec::new("acme", "foo", &["1.1.0"], &p).with_packages_extension(),
     )
     .await;
-    origin.set_fault(Fault::WrongReportedH1);
+    if wrong {
+        origin.set_fault(Fault::WrongReportedH1);
+    }
     let mirror = mirror_with_job(&ca, &origin, "").await;
     let client = https_client(&ca, &[]);
     let first = version_document(&client, &mirror).await;
@@ -270,7 +285,7 @@ async fn a_wrong_h1_from_the_packages_extension_is_counted_and_never_served() {
             &metrics,
             "provender_verification_failures_total{reason=\"reported_h1_mismatch\"}"
         ),
-        p.len() as u64
+        if wrong { p.len() as u64 } else { 0 }
     );
 }
 
