@@ -9,7 +9,7 @@ use prometheus::{
 };
 
 /// Every `reason` of `provender_verification_failures_total`.
-pub const VERIFICATION_REASONS: [&str; 16] = [
+pub const VERIFICATION_REASONS: [&str; 18] = [
     "archive_checksum",
     "shasums_mismatch",
     "shasums_missing",
@@ -21,6 +21,8 @@ pub const VERIFICATION_REASONS: [&str; 16] = [
     "signing_key_invalid",
     "trust_signature_invalid",
     "signature_not_hashicorp",
+    "signature_not_opentofu",
+    "package_filename_mismatch",
     "cached_archive_mismatch",
     "module_checksum",
     "unusable_module_package",

@@ -157,7 +157,8 @@ impl Mirror {
         let meta = MetaStore::new(storage.clone(), entries);
         let archives = Archives::new(storage.clone(), entries);
         let modules = ModuleStore::new(storage, entries);
-        let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?;
+        let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
+            .with_git(&settings.modules.git.program);
         let budget = settings.cache.max_size.map(Budget::new);
         metrics
             .cache_max_size
@@ -845,13 +846,16 @@ impl Mirror {
                 .small_file(host, Operation::Signature, &sums_ref.signature_url)
                 .await?;
             // The signature first: no line of an unverified SHA256SUMS is trusted.
-            let described = packages.values().filter(|p| p.shasums_url == sums_ref.url);
+            let described = packages
+                .iter()
+                .filter(|(_, p)| p.shasums_url == sums_ref.url);
             let trust = self
                 .settings
                 .trust
                 .verify_sums(
                     crate::trust::Verifier::hashicorp(),
                     addr,
+                    version,
                     &sums,
                     &signature,
                     described,

@@ -14,9 +14,18 @@
 //!   `trust_signature` that verifies under HashiCorp's partners key is **partner**; any other
 //!   verified signature is **community**.
 //!
-//! One rule is stricter than the CLI: a `hashicorp/*` provider on `registry.terraform.io` must be
-//! signed by the pinned HashiCorp key, so a compromised or impersonated origin cannot pass off
-//! its own key for HashiCorp's providers.
+//! Two rules are stricter than the CLI:
+//!
+//! - **Pinned namespaces.** A `hashicorp/*` provider on `registry.terraform.io` must be signed by
+//!   the pinned HashiCorp key; `hashicorp/*` and `opentofu/*` on `registry.opentofu.org` (which
+//!   rebuilds HashiCorp's providers from OpenTofu's forks and signs them with OpenTofu's provider
+//!   key, `0C0AF313E5FD9F80`) must be signed by that pinned OpenTofu key. A compromised or
+//!   impersonated origin cannot pass off its own key for them. A signature by the OpenTofu key
+//!   counts as official on `registry.opentofu.org` only.
+//! - **A signed line names its package.** Every package's file name must be
+//!   `terraform-provider-<type>_<version>_<os>_<arch>.zip`, the name every registry requires of
+//!   publishers, so that genuinely signed files of another version (a rollback) or another
+//!   platform (a relabel) cannot be admitted under this one's name.
 //!
 //! Origins that list no signing keys (OpenTofu's registry may not) are refused unless
 //! `upstream.require_signature` is off for their host; such versions are recorded as
@@ -38,13 +47,17 @@ use pgp::packet::SignatureType;
 use pgp::types::PublicKeyTrait;
 use serde::{Deserialize, Serialize};
 
-use crate::address::{Hostname, ProviderAddr};
-use crate::records::{Package, SigningKey};
+use crate::address::{Hostname, ModuleAddr, Platform, ProviderAddr, Version};
+use crate::records::{ModuleTrust, Package, SigningKey};
 
 /// HashiCorp's public key, as published at hashicorp.com/security.
 const HASHICORP_KEY: &str = include_str!("trust/hashicorp.asc");
 /// HashiCorp's key for trust signatures on partner providers' signing keys.
 const HASHICORP_PARTNERS_KEY: &str = include_str!("trust/hashicorp-partners.asc");
+/// OpenTofu's provider signing key (`E3E6E43D84CB852EADB0051D0C0AF313E5FD9F80`), the key the
+/// OpenTofu registry lists for its `hashicorp` and `opentofu` namespaces (`keys/o/opentofu/` in
+/// its public registry repository).
+const OPENTOFU_KEY: &str = include_str!("trust/opentofu.asc");
 
 /// Largest `ascii_armor` or `trust_signature` accepted from an origin.
 const MAX_ARMOR_LEN: usize = 256 * 1024;
@@ -138,9 +151,13 @@ pub enum TrustError {
     )]
     BadTrustSignature { key_id: String, reason: String },
     #[error(
-        "{addr} is a HashiCorp provider but its SHA256SUMS is signed by key {key_id}, not HashiCorp's"
+        "{addr} must be signed by {owner}'s pinned key, but its SHA256SUMS is signed by key {key_id}"
     )]
-    NotHashicorp { addr: String, key_id: String },
+    NotPinned {
+        addr: String,
+        owner: Owner,
+        key_id: String,
+    },
 }
 
 impl TrustError {
@@ -153,7 +170,7 @@ impl TrustError {
             TrustError::BadSignature { .. } => "signature_invalid",
             TrustError::UnknownIssuer { .. } => "signature_unknown_key",
             TrustError::BadTrustSignature { .. } => "trust_signature_invalid",
-            TrustError::NotHashicorp { .. } => "signature_not_hashicorp",
+            TrustError::NotPinned { owner, .. } => owner.reason(),
         }
     }
 }
@@ -238,26 +255,74 @@ fn long_id(key: &impl PublicKeyTrait) -> String {
     hex::encode_upper(key.key_id().as_ref())
 }
 
+/// Whose key a pinned namespace must be signed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    Hashicorp,
+    Opentofu,
+}
+
+impl Owner {
+    /// The `reason` label of a refusal for a signature by any other key.
+    fn reason(self) -> &'static str {
+        match self {
+            Owner::Hashicorp => "signature_not_hashicorp",
+            Owner::Opentofu => "signature_not_opentofu",
+        }
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Owner::Hashicorp => "HashiCorp",
+            Owner::Opentofu => "OpenTofu",
+        })
+    }
+}
+
+/// The key a provider address is pinned to, if any: `registry.terraform.io/hashicorp/*` to
+/// HashiCorp's, `registry.opentofu.org/{hashicorp,opentofu}/*` to OpenTofu's.
+pub fn pinned_owner(addr: &ProviderAddr) -> Option<Owner> {
+    match (addr.hostname.as_str(), addr.namespace.as_str()) {
+        ("registry.terraform.io", "hashicorp") => Some(Owner::Hashicorp),
+        ("registry.opentofu.org", "hashicorp" | "opentofu") => Some(Owner::Opentofu),
+        _ => None,
+    }
+}
+
 /// Verifies SHA256SUMS signatures and classifies them.
 pub struct Verifier {
     official: Keyring,
+    opentofu: Keyring,
     partners: Keyring,
 }
 
 impl Verifier {
-    /// The verifier with HashiCorp's pinned keys.
+    /// The verifier with the pinned HashiCorp and OpenTofu keys.
     pub fn hashicorp() -> &'static Verifier {
         static V: OnceLock<Verifier> = OnceLock::new();
         V.get_or_init(|| {
-            Verifier::new(HASHICORP_KEY, HASHICORP_PARTNERS_KEY)
-                .expect("the HashiCorp keys built into provender parse")
+            Verifier::with_opentofu(HASHICORP_KEY, HASHICORP_PARTNERS_KEY, OPENTOFU_KEY)
+                .expect("the keys built into provender parse")
         })
     }
 
-    /// A verifier with other official and partner keys (tests use throw-away ones).
+    /// A verifier with other official and partner keys (tests use throw-away ones), and the
+    /// built-in OpenTofu key.
     pub fn new(official_armor: &str, partners_armor: &str) -> Result<Verifier, KeyError> {
+        Verifier::with_opentofu(official_armor, partners_armor, OPENTOFU_KEY)
+    }
+
+    /// A verifier with other official, partner and OpenTofu keys.
+    pub fn with_opentofu(
+        official_armor: &str,
+        partners_armor: &str,
+        opentofu_armor: &str,
+    ) -> Result<Verifier, KeyError> {
         Ok(Verifier {
             official: Keyring::parse(official_armor)?,
+            opentofu: Keyring::parse(opentofu_armor)?,
             partners: Keyring::parse(partners_armor)?,
         })
     }
@@ -319,15 +384,26 @@ impl Verifier {
             return Err(TrustError::UnknownIssuer { issuer });
         };
 
-        if matches!(self.official.check(&sig, sums), Check::Verified(_)) {
+        let owner = pinned_owner(addr);
+        let by_opentofu = || {
+            addr.hostname.as_str() == "registry.opentofu.org"
+                && matches!(self.opentofu.check(&sig, sums), Check::Verified(_))
+        };
+        let official = match owner {
+            Some(Owner::Opentofu) => by_opentofu(),
+            Some(Owner::Hashicorp) => matches!(self.official.check(&sig, sums), Check::Verified(_)),
+            None => matches!(self.official.check(&sig, sums), Check::Verified(_)) || by_opentofu(),
+        };
+        if official {
             return Ok(Trust {
                 kind: SignatureKind::Official,
                 key_id: Some(key_id),
             });
         }
-        if is_hashicorp_provider(addr) {
-            return Err(TrustError::NotHashicorp {
+        if let Some(owner) = owner {
+            return Err(TrustError::NotPinned {
                 addr: addr.to_string(),
+                owner,
                 key_id,
             });
         }
@@ -405,16 +481,30 @@ pub enum Refusal {
     #[error("SHA256SUMS has no line for {filename}")]
     ShasumsMissing { filename: String },
     #[error(
-        "{addr} is a HashiCorp provider: only archives signed with HashiCorp's key are admitted, \
-         and this one is {kind}"
+        "{addr} is pinned to {owner}'s key: only archives signed with it are admitted, and this \
+         one is {kind}"
     )]
-    NotHashicorpSigned { addr: String, kind: SignatureKind },
+    NotPinnedSigned {
+        addr: String,
+        owner: Owner,
+        kind: SignatureKind,
+    },
+    #[error(
+        "the download metadata names the file {found}, but this package is {expected}: \
+         signed files of another version or platform are not admitted under its name"
+    )]
+    WrongFilename { expected: String, found: String },
     #[error("{addr} is {kind}, below the configured upstream.min_trust ({min})")]
     BelowMinTrust {
         addr: String,
         kind: SignatureKind,
         min: SignatureKind,
     },
+    #[error(
+        "module {addr} was imported unverified, and upstream.min_trust ({min}) admits no \
+         unverified module packages"
+    )]
+    UnverifiedModule { addr: String, min: SignatureKind },
 }
 
 impl Refusal {
@@ -426,14 +516,18 @@ impl Refusal {
             Refusal::NoKeys => TrustError::NoKeys.reason(),
             Refusal::ShasumsMismatch { .. } => "shasums_mismatch",
             Refusal::ShasumsMissing { .. } => "shasums_missing",
-            Refusal::NotHashicorpSigned { .. } => "signature_not_hashicorp",
-            Refusal::BelowMinTrust { .. } => "min_trust",
+            Refusal::NotPinnedSigned { owner, .. } => owner.reason(),
+            Refusal::WrongFilename { .. } => "package_filename_mismatch",
+            Refusal::BelowMinTrust { .. } | Refusal::UnverifiedModule { .. } => "min_trust",
         }
     }
 
     /// Whether this is the operator's policy (a refusal, not a failed check of the origin).
     pub fn is_policy(&self) -> bool {
-        matches!(self, Refusal::BelowMinTrust { .. })
+        matches!(
+            self,
+            Refusal::BelowMinTrust { .. } | Refusal::UnverifiedModule { .. }
+        )
     }
 }
 
@@ -447,12 +541,15 @@ impl TrustPolicy {
     }
 
     /// Whether an archive of `addr` whose origin signature is `kind` may be admitted or served:
-    /// a `hashicorp/*` provider of `registry.terraform.io` only with HashiCorp's signature,
+    /// a provider of a pinned namespace ([`pinned_owner`]) only with its owner's signature,
     /// anything only at `upstream.min_trust` or above.
     pub fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), Refusal> {
-        if is_hashicorp_provider(addr) && kind != SignatureKind::Official {
-            return Err(Refusal::NotHashicorpSigned {
+        if let Some(owner) = pinned_owner(addr)
+            && kind != SignatureKind::Official
+        {
+            return Err(Refusal::NotPinnedSigned {
                 addr: addr.to_string(),
+                owner,
                 kind,
             });
         }
@@ -466,20 +563,47 @@ impl TrustPolicy {
         }
     }
 
-    /// Verifies one SHA256SUMS file of a provider version: its detached signature under the
-    /// signing keys of the `packages` that refer to it (or, without keys, the
-    /// `require_signature` rule), then that it lists every package's `shasum` for its file
-    /// name, then [`TrustPolicy::admit`]. Returns how the signature was classified.
+    /// Whether a module package obtained as `trust` may be admitted or served. Module packages
+    /// carry no signatures, so `upstream.min_trust` (any level above `unverified`) refuses only
+    /// those imported unverified.
+    pub fn admit_module(&self, addr: &ModuleAddr, trust: ModuleTrust) -> Result<(), Refusal> {
+        match self.min_trust {
+            Some(min) if min > SignatureKind::Unverified && trust == ModuleTrust::Unverified => {
+                Err(Refusal::UnverifiedModule {
+                    addr: addr.to_string(),
+                    min,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Verifies one SHA256SUMS file of `version` of a provider: that each of the `packages`
+    /// that refer to it is named for it (`terraform-provider-<type>_<version>_<os>_<arch>.zip`, as every registry
+    /// requires of publishers), the detached
+    /// signature under their signing keys (or, without keys, the `require_signature` rule),
+    /// then that it lists every package's `shasum` for its file name, then
+    /// [`TrustPolicy::admit`]. Returns how the signature was classified.
     pub fn verify_sums<'a>(
         &self,
         verifier: &Verifier,
         addr: &ProviderAddr,
+        version: &Version,
         sums: &[u8],
         signature: &[u8],
-        packages: impl IntoIterator<Item = &'a Package> + Clone,
+        packages: impl IntoIterator<Item = (&'a Platform, &'a Package)> + Clone,
     ) -> Result<Trust, Refusal> {
+        for (platform, pkg) in packages.clone() {
+            let expected = addr.archive_filename(version, platform);
+            if pkg.filename != expected {
+                return Err(Refusal::WrongFilename {
+                    expected,
+                    found: pkg.filename.clone(),
+                });
+            }
+        }
         let mut keys: Vec<SigningKey> = Vec::new();
-        for pkg in packages.clone() {
+        for (_, pkg) in packages.clone() {
             for key in &pkg.signing_keys {
                 if !keys.contains(key) {
                     keys.push(key.clone());
@@ -497,7 +621,7 @@ impl TrustPolicy {
             },
             Err(e) => return Err(Refusal::Signature(e)),
         };
-        for pkg in packages {
+        for (_, pkg) in packages {
             match sums_lookup(sums, &pkg.filename) {
                 Some(listed) if listed == pkg.shasum => {}
                 Some(listed) => {
@@ -540,11 +664,6 @@ fn dearmor(armor: &str) -> std::io::Result<Vec<u8>> {
         .take(MAX_ARMOR_LEN as u64)
         .read_to_end(&mut out)?;
     Ok(out)
-}
-
-/// `registry.terraform.io/hashicorp/*`: providers that must carry HashiCorp's signature.
-pub fn is_hashicorp_provider(addr: &ProviderAddr) -> bool {
-    addr.hostname.as_str() == "registry.terraform.io" && addr.namespace == "hashicorp"
 }
 
 #[cfg(test)]
@@ -690,19 +809,97 @@ mod tests {
     }
 
     #[test]
-    fn hashicorp_providers_need_hashicorps_key() {
+    fn pinned_namespaces_need_their_owners_key() {
         let hashicorp = ProviderAddr::parse("hashicorp/random").unwrap();
         let err = verifier()
             .verify(&hashicorp, SUMS, sig("author"), &[key("author")])
             .unwrap_err();
         assert_eq!(err.reason(), "signature_not_hashicorp");
-        // Elsewhere the namespace means nothing.
-        let elsewhere = ProviderAddr::parse("registry.opentofu.org/hashicorp/random").unwrap();
-        assert!(
-            verifier()
-                .verify(&elsewhere, SUMS, sig("author"), &[key("author")])
-                .is_ok()
+        // OpenTofu's registry: its own key (`expired` stands in for it here), nobody else's,
+        // not even HashiCorp's.
+        let tofu = Verifier::with_opentofu(
+            &key("unlisted").ascii_armor,
+            &key("partners").ascii_armor,
+            &key("expired").ascii_armor,
+        )
+        .unwrap();
+        for ns in ["hashicorp", "opentofu"] {
+            let addr = ProviderAddr::parse(&format!("registry.opentofu.org/{ns}/random")).unwrap();
+            let t = tofu
+                .verify(&addr, SUMS, sig("expired"), &[key("expired")])
+                .unwrap();
+            assert_eq!(t.kind, SignatureKind::Official, "{addr}");
+            for other in ["author", "unlisted"] {
+                let err = tofu
+                    .verify(&addr, SUMS, sig(other), &[key(other)])
+                    .unwrap_err();
+                assert_eq!(err.reason(), "signature_not_opentofu", "{addr} by {other}");
+            }
+        }
+        // OpenTofu's key is official only on OpenTofu's registry; other namespaces there are
+        // not pinned.
+        let t = tofu
+            .verify(&acme(), SUMS, sig("expired"), &[key("expired")])
+            .unwrap();
+        assert_eq!(t.kind, SignatureKind::Community);
+        let other = ProviderAddr::parse("registry.opentofu.org/acme/random").unwrap();
+        let t = tofu
+            .verify(&other, SUMS, sig("author"), &[key("author")])
+            .unwrap();
+        assert_eq!(t.kind, SignatureKind::Community);
+    }
+
+    #[test]
+    fn signed_lines_must_name_their_package() {
+        let policy = TrustPolicy::default();
+        let addr = ProviderAddr::parse("registry.terraform.io/acme/x").unwrap();
+        let version = Version::parse("1.0.0").unwrap();
+        let linux = Platform::new("linux", "amd64").unwrap();
+        let pkg = Package {
+            filename: "terraform-provider-x_1.0.0_linux_amd64.zip".into(),
+            shasum: "a".repeat(64),
+            signing_keys: vec![key("author")],
+            ..Default::default()
+        };
+        let ok = policy.verify_sums(
+            &verifier(),
+            &addr,
+            &version,
+            SUMS,
+            sig("author"),
+            [(&linux, &pkg)],
         );
+        assert_eq!(ok.unwrap().kind, SignatureKind::Community);
+        // The same genuinely signed line, offered for another version or another platform.
+        let newer = Version::parse("2.0.0").unwrap();
+        let darwin = Platform::new("darwin", "arm64").unwrap();
+        for (version, platform, expected) in [
+            (&newer, &linux, "terraform-provider-x_2.0.0_linux_amd64.zip"),
+            (
+                &version,
+                &darwin,
+                "terraform-provider-x_1.0.0_darwin_arm64.zip",
+            ),
+        ] {
+            let err = policy
+                .verify_sums(
+                    &verifier(),
+                    &addr,
+                    version,
+                    SUMS,
+                    sig("author"),
+                    [(platform, &pkg)],
+                )
+                .unwrap_err();
+            assert_eq!(
+                err,
+                Refusal::WrongFilename {
+                    expected: expected.into(),
+                    found: pkg.filename.clone()
+                }
+            );
+            assert_eq!(err.reason(), "package_filename_mismatch");
+        }
     }
 
     #[test]
@@ -728,7 +925,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pinned_hashicorp_keys_parse() {
+    fn the_pinned_keys_parse() {
         let v = Verifier::hashicorp();
         let ids: Vec<String> = v
             .official
@@ -738,6 +935,8 @@ mod tests {
             .collect();
         assert!(ids.contains(&"34365D9472D7468F".to_string()), "{ids:?}");
         assert!(!v.partners.keys.is_empty());
+        let tofu = long_id(&v.opentofu.keys[0].primary_key);
+        assert_eq!(tofu, "0C0AF313E5FD9F80");
     }
 
     #[test]

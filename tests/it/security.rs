@@ -211,6 +211,80 @@ async fn a_wrong_shasum_in_download_metadata_is_refused() {
     assert_nothing_committed(&mirror).await;
 }
 
+/// Another version's or platform's genuinely signed files, offered as this package's: a
+/// rollback or a relabel that the signature alone cannot tell. Refused through every door that
+/// reads a version record (network mirror, registry facade, OCI), naming both file names.
+#[tokio::test(flavor = "multi_thread")]
+async fn signed_files_of_another_version_or_platform_are_refused() {
+    let (ca, origin) = setup_with(vec![ProviderSpec::new(
+        "acme",
+        "foo",
+        &["1.0.0", "2.0.0"],
+        &[("linux", "amd64"), ("darwin", "arm64")],
+    )])
+    .await;
+    let client = https_client(&ca, &[]);
+    for (fault, version, expected, found) in [
+        (
+            Fault::DescribeAs {
+                version: Some("1.0.0"),
+                platform: None,
+            },
+            "2.0.0",
+            "terraform-provider-foo_2.0.0_darwin_arm64.zip",
+            "terraform-provider-foo_1.0.0_darwin_arm64.zip",
+        ),
+        (
+            Fault::DescribeAs {
+                version: None,
+                platform: Some(("linux", "amd64")),
+            },
+            "1.0.0",
+            "terraform-provider-foo_1.0.0_darwin_arm64.zip",
+            "terraform-provider-foo_1.0.0_linux_amd64.zip",
+        ),
+    ] {
+        origin.set_fault(fault);
+        let doors = [
+            format!("{REGISTRY}/acme/foo/{version}.json"),
+            format!("v1/providers/{REGISTRY}/acme/foo/{version}/download/darwin/arm64"),
+        ];
+        for door in doors {
+            let mirror = TestMirror::start(&ca, &origin).await;
+            let got = get(&client, &mirror.url(&door)).await;
+            assert_eq!(
+                got.status,
+                502,
+                "{door}: {}",
+                String::from_utf8_lossy(&got.body)
+            );
+            assert_eq!(got.code(), "verification_failed", "{door}");
+            let msg = got.message();
+            assert!(
+                msg.contains(expected) && msg.contains(found),
+                "{door}: {msg}"
+            );
+            let archive =
+                format!("{REGISTRY}/acme/foo/terraform-provider-foo_{version}_darwin_arm64.zip");
+            assert_eq!(get(&client, &mirror.url(&archive)).await.status, 502);
+            let m = mirror.metrics(&client).await;
+            assert!(
+                m.contains(
+                    "provender_verification_failures_total{reason=\"package_filename_mismatch\"}"
+                ),
+                "{m}"
+            );
+            assert!(mirror.cached_archives().is_empty());
+        }
+        let mirror = TestMirror::start(&ca, &origin).await;
+        let oci = mirror.root_url(&format!("/v2/{REGISTRY}/acme/foo/manifests/{version}"));
+        let got = get(&client, &oci).await;
+        assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+        assert!(String::from_utf8_lossy(&got.body).contains(expected));
+        assert_eq!(origin.count(RequestKind::Archive), 0);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn origins_without_signing_keys_follow_require_signature() {
     let (ca, origin) = setup().await;

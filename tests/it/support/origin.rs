@@ -282,6 +282,13 @@ pub enum Fault {
     AlteredSums,
     /// Download metadata lists no signing keys.
     NoSigningKeys,
+    /// Download metadata answers with another package's genuine, signed file: that of
+    /// `version` (a rollback) and/or of `platform` (a relabel) instead of the one asked for.
+    /// The `os` and `arch` fields still name the platform asked for.
+    DescribeAs {
+        version: Option<&'static str>,
+        platform: Option<(&'static str, &'static str)>,
+    },
     /// The `packages` extension states every archive one byte larger than it is.
     WrongPackageSize,
     /// The `packages` extension lists another (well-formed) `h1:` for every archive.
@@ -315,6 +322,7 @@ impl Fault {
             | (Fault::SignedByUnlistedKey, Fault::SignedByUnlistedKey)
             | (Fault::AlteredSums, Fault::AlteredSums)
             | (Fault::NoSigningKeys, Fault::NoSigningKeys)
+            | (Fault::DescribeAs { .. }, Fault::DescribeAs { .. })
             | (Fault::WrongPackageSize, Fault::WrongPackageSize)
             | (Fault::WrongReportedH1, Fault::WrongReportedH1)
             | (Fault::ModulesV1(_), Fault::ModulesV1(_)) => true,
@@ -1415,10 +1423,24 @@ fn answer(
             os,
             arch,
         } => {
+            if fixtures.release(&ns, &ty, &version).is_none() {
+                return not_found();
+            }
+            let (mut version, mut platform) = (version.clone(), (os.clone(), arch.clone()));
+            for fault in faults {
+                if let Fault::DescribeAs {
+                    version: v,
+                    platform: p,
+                } = fault
+                {
+                    version = v.map_or(version, str::to_string);
+                    platform = p.map_or(platform, |(o, a)| (o.to_string(), a.to_string()));
+                }
+            }
             let Some(release) = fixtures.release(&ns, &ty, &version) else {
                 return not_found();
             };
-            let Some(package) = release.packages.get(&(os.clone(), arch.clone())) else {
+            let Some(package) = release.packages.get(&platform) else {
                 return not_found();
             };
             let mut shasum = package.sha256_hex.clone();
