@@ -1018,6 +1018,10 @@ impl ModulesConfig {
                 program: self.git.clone(),
                 max_bytes: self.max_git_size.as_u64(),
                 max_objects: self.max_git_objects,
+                max_archive: self.max_unpacked_size.as_u64().saturating_add(
+                    (self.max_entries as u64)
+                        .saturating_mul(crate::upstream::TAR_OVERHEAD_PER_ENTRY),
+                ),
                 timeout: self.git_timeout,
             },
         })

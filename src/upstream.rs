@@ -28,7 +28,7 @@ pub use documents::{
     DocumentError, ModuleVersionList, Services, VersionList, parse_discovery, parse_download,
     parse_module_versions, parse_versions,
 };
-pub use git::{GitFetch, GitLimits};
+pub use git::{GitFetch, GitLimits, MIN_GIT, TAR_OVERHEAD_PER_ENTRY};
 pub use modules::Location;
 pub use providers::ArchiveDownload;
 
@@ -213,6 +213,8 @@ pub struct Upstream {
     metrics: Arc<Metrics>,
     net_policy: Arc<policy::NetPolicy>,
     resolver: resolve::Resolver,
+    /// Whether git sources can be fetched (see [`Upstream::with_git`]), or why not.
+    git_ready: std::result::Result<(), String>,
 }
 
 impl Upstream {
@@ -331,7 +333,20 @@ impl Upstream {
             metrics,
             net_policy,
             resolver,
+            git_ready: Err("no git was checked (modules.git)".into()),
         })
+    }
+
+    /// Checks the `git` at `program` once ([`git::probe`]): git sources are fetched only with a
+    /// git that keeps provender's safeguards; without one they are refused, naming why.
+    pub fn with_git(mut self, program: &std::path::Path) -> Upstream {
+        self.git_ready = git::probe(program).map(|(major, minor)| {
+            tracing::debug!("module sources in git are fetched with git {major}.{minor}");
+        });
+        if let Err(why) = &self.git_ready {
+            tracing::info!("module sources in git will be refused: {why}");
+        }
+        self
     }
 
     /// A host's discovery document (cached): the URL it came from and the services it lists.

@@ -10,20 +10,45 @@
 //! - `GIT_ALLOW_PROTOCOL=https` (plus `http` for hosts with `allow_http`): no `file://`, `ssh`
 //!   or `ext::` anywhere, submodules included;
 //! - no prompts, no credential helpers, no system or user configuration, a scratch `HOME`;
-//! - a deadline, and caps on the repository's bytes (watched while it downloads) and objects.
+//!   provender's own settings travel in `GIT_CONFIG_*` variables, never on the command line
+//!   (where a proxy's credentials would be visible to every user of the machine);
+//! - references from an origin must be well-formed (`git check-ref-format` rules, no leading
+//!   `-`) and every value from outside follows `--end-of-options`;
+//! - a deadline, and caps on the repository's bytes (watched while it downloads), its objects,
+//!   and the `git archive` of the tree, counted as git writes it and stopped at the cap: a small
+//!   pack whose trees point many times at one large blob cannot fill the disk;
+//! - attributes from the repository cannot change the archive: `export-subst` (which expands
+//!   `$Format:...$` placeholders, some of them relative to now) and `export-ignore` are
+//!   neutralised, so a commit always gives the same bytes, as a `git clone` would see them.
 //!
-//! Only the wanted reference is fetched (`--depth 1`); an abbreviated commit, which a shallow
-//! fetch cannot name, falls back to fetching every branch and tag. The commit it resolved to is
-//! returned, to be recorded with the package.
+//! The `git` in use must be [`MIN_GIT`] or later (`GIT_CONFIG_COUNT`, `--end-of-options`,
+//! `http.curloptResolve`); [`probe`] checks it once at start-up, and without it git sources are
+//! refused. Only the wanted reference is fetched (`--depth 1`); an abbreviated commit, which a
+//! shallow fetch cannot name, falls back to fetching every branch and tag. The commit it
+//! resolved to is returned, to be recorded with the package.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use url::Url;
 
 use super::{Operation, Outcome, Result, Upstream, UpstreamError};
 use crate::address::Hostname;
+
+/// The oldest git provender runs: `GIT_CONFIG_COUNT` came in 2.31 (`--end-of-options` in 2.24,
+/// `http.curloptResolve` in 2.20).
+pub const MIN_GIT: (u32, u32) = (2, 31);
+
+/// What a `git archive` tar may add to its files' bytes for each entry: a 512-byte header, a
+/// PAX header for a long name (up to 4 KiB), and padding.
+pub const TAR_OVERHEAD_PER_ENTRY: u64 = 6 * 1024;
+
+/// Most bytes kept of what a git command prints (other than an archive).
+const MAX_OUTPUT: u64 = 1 << 20;
+/// Most bytes kept of what it prints on standard error (the end is what matters).
+const MAX_STDERR: usize = 16 * 1024;
 
 /// Bounds on one git fetch.
 #[derive(Debug, Clone)]
@@ -34,6 +59,9 @@ pub struct GitLimits {
     pub max_bytes: u64,
     /// Most objects it may hold.
     pub max_objects: u64,
+    /// Most bytes its `git archive` may have: what a package within the unpacking limits can
+    /// take ([`TAR_OVERHEAD_PER_ENTRY`]).
+    pub max_archive: u64,
     pub timeout: Duration,
 }
 
@@ -48,6 +76,68 @@ fn failed(url: &Url, what: &str, detail: &str) -> UpstreamError {
     let detail = detail.trim();
     let detail = detail.lines().last().unwrap_or(detail);
     UpstreamError::Connect(format!("git {what} {url}: {detail}"))
+}
+
+/// Checks that `program` is a git provender can use safely ([`MIN_GIT`] or later); returns its
+/// version, or why git sources cannot be fetched.
+pub fn probe(program: &Path) -> std::result::Result<(u32, u32), String> {
+    let out = std::process::Command::new(program)
+        .arg("--version")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("modules.git {}: cannot run it: {e}", program.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = parse_version(&text).ok_or_else(|| {
+        format!(
+            "modules.git {}: {:?} is not a git version",
+            program.display(),
+            text.trim()
+        )
+    })?;
+    if version < MIN_GIT {
+        return Err(format!(
+            "modules.git {} is git {}.{}; fetching git sources safely needs {}.{} or later",
+            program.display(),
+            version.0,
+            version.1,
+            MIN_GIT.0,
+            MIN_GIT.1
+        ));
+    }
+    Ok(version)
+}
+
+/// `git version 2.47.3` (or `git version 2.39.5 (Apple Git-154)`) -> `(2, 47)`.
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let rest = text.trim().strip_prefix("git version ")?;
+    let mut parts = rest.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Whether `reference` may be handed to git: a branch, tag or commit name as
+/// `git check-ref-format --allow-onelevel` accepts it, and nothing git could read as an option.
+pub fn valid_reference(reference: &str) -> bool {
+    let bad_char = |c: char| c.is_ascii_control() || " ~^:?*[\\".contains(c);
+    !reference.is_empty()
+        && reference.len() <= 255
+        && !reference.starts_with('-')
+        && !reference.contains("..")
+        && !reference.contains("@{")
+        && reference != "@"
+        && !reference.chars().any(bad_char)
+        && !reference.ends_with('.')
+        && reference
+            .split('/')
+            .all(|part| !part.is_empty() && !part.starts_with('.') && !part.ends_with(".lock"))
+}
+
+/// A full commit id as git prints it (SHA-1 or SHA-256).
+fn is_commit_id(s: &str) -> bool {
+    matches!(s.len(), 40 | 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Bytes under `dir`, recursively.
@@ -66,13 +156,60 @@ fn dir_size(dir: &Path) -> u64 {
     total
 }
 
+/// Copies `from` to `to` until it ends; `Ok(None)` once more than `max` bytes came.
+async fn copy_capped(
+    from: &mut (impl AsyncRead + Unpin),
+    to: &mut (impl AsyncWrite + Unpin),
+    max: u64,
+) -> std::io::Result<Option<u64>> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            to.flush().await?;
+            return Ok(Some(total));
+        }
+        total += n as u64;
+        if total > max {
+            return Ok(None);
+        }
+        to.write_all(&buf[..n]).await?;
+    }
+}
+
+/// The last [`MAX_STDERR`] bytes of `from`, read to its end.
+async fn tail_of(mut from: impl AsyncRead + Unpin) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = vec![0u8; 8 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        kept.extend_from_slice(&buf[..n]);
+        if kept.len() > MAX_STDERR {
+            kept.drain(..kept.len() - MAX_STDERR);
+        }
+    }
+    kept
+}
+
 /// `git` invocations in `repo`, isolated from the machine's configuration.
 struct Git {
     limits: GitLimits,
     repo: PathBuf,
     home: PathBuf,
-    config: Vec<String>,
+    /// `key=value` settings, passed as `GIT_CONFIG_KEY_<n>` / `GIT_CONFIG_VALUE_<n>`.
+    config: Vec<(&'static str, String)>,
     allow_protocols: &'static str,
+}
+
+/// What a git command's standard output is for.
+enum Sink<'a> {
+    /// Kept, up to [`MAX_OUTPUT`] bytes, and returned.
+    Collect,
+    /// Written to this file, up to `max` bytes; past them the command is stopped.
+    File { path: &'a Path, max: u64 },
 }
 
 impl Git {
@@ -86,12 +223,14 @@ impl Git {
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_ALLOW_PROTOCOL", self.allow_protocols)
             .env("GIT_PROTOCOL_FROM_USER", "0")
-            .arg("-C")
-            .arg(&self.repo);
-        for c in &self.config {
-            cmd.arg("-c").arg(c);
+            .env("GIT_CONFIG_COUNT", self.config.len().to_string());
+        for (n, (key, value)) in self.config.iter().enumerate() {
+            cmd.env(format!("GIT_CONFIG_KEY_{n}"), key)
+                .env(format!("GIT_CONFIG_VALUE_{n}"), value);
         }
-        cmd.args(args)
+        cmd.arg("-C")
+            .arg(&self.repo)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -99,55 +238,103 @@ impl Git {
         cmd
     }
 
-    /// Runs git to completion within the deadline, killing it if the repository grows past the
-    /// byte cap. Returns its stdout.
+    /// Runs git to completion within the deadline and returns what it printed.
     async fn run(&self, args: &[&str], deadline: Instant, url: &Url) -> Result<String> {
+        self.run_into(args, deadline, url, Sink::Collect).await
+    }
+
+    /// Runs git to completion within the deadline, killing it if the repository grows past the
+    /// byte cap or it prints more than its sink takes. Returns what it printed, for
+    /// [`Sink::Collect`].
+    async fn run_into(
+        &self,
+        args: &[&str],
+        deadline: Instant,
+        url: &Url,
+        sink: Sink<'_>,
+    ) -> Result<String> {
         let mut child = self
             .command(args)
             .spawn()
             .map_err(|e| failed(url, "cannot start git:", &e.to_string()))?;
         let mut stdout = child.stdout.take().expect("piped");
-        let mut stderr = child.stderr.take().expect("piped");
-        let collect = async {
-            let mut out = Vec::new();
-            let mut err = Vec::new();
-            let _ = tokio::join!(
-                tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut out),
-                tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut err),
-            );
-            (out, err)
+        let stderr = tokio::spawn(tail_of(child.stderr.take().expect("piped")));
+        let mut collected = Vec::new();
+        let (mut file, max) = match sink {
+            Sink::Collect => (None, MAX_OUTPUT),
+            Sink::File { path, max } => {
+                let f = tokio::fs::File::create(path)
+                    .await
+                    .map_err(|e| failed(url, "writing", &format!("{}: {e}", path.display())))?;
+                (Some(tokio::io::BufWriter::new(f)), max)
+            }
         };
-        tokio::pin!(collect);
-        let mut ticker = tokio::time::interval(Duration::from_millis(200));
-        let (out, err) = loop {
-            tokio::select! {
-                done = &mut collect => break done,
-                _ = ticker.tick() => {
-                    if dir_size(&self.repo) > self.limits.max_bytes {
-                        let _ = child.kill().await;
-                        return Err(UpstreamError::TooLarge(format!(
-                            "git {url}: the repository grew past modules.max_git_size ({} bytes)",
-                            self.limits.max_bytes
-                        )));
-                    }
+        let copied = {
+            let copying = async {
+                match &mut file {
+                    Some(f) => copy_capped(&mut stdout, f, max).await,
+                    None => copy_capped(&mut stdout, &mut collected, max).await,
                 }
-                _ = tokio::time::sleep_until(deadline.into()) => {
-                    let _ = child.kill().await;
-                    return Err(UpstreamError::Timeout(format!(
-                        "git {url}: not done within modules.git_timeout ({:?})",
-                        self.limits.timeout
-                    )));
+            };
+            tokio::pin!(copying);
+            let mut ticker = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                tokio::select! {
+                    done = &mut copying => break done,
+                    _ = ticker.tick() => {
+                        if dir_size(&self.repo) > self.limits.max_bytes {
+                            let _ = child.kill().await;
+                            return Err(UpstreamError::TooLarge(format!(
+                                "git {url}: the repository grew past modules.max_git_size ({} bytes)",
+                                self.limits.max_bytes
+                            )));
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        let _ = child.kill().await;
+                        return Err(self.timed_out(url));
+                    }
                 }
             }
         };
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| failed(url, "waiting for git:", &e.to_string()))?;
+        match copied {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let _ = child.kill().await;
+                return Err(UpstreamError::TooLarge(match file {
+                    Some(_) => format!(
+                        "git {url}: `git {}` wrote more than {max} bytes, more than a package \
+                         within modules.max_unpacked_size and modules.max_entries can take",
+                        args[0]
+                    ),
+                    None => format!("git {url}: `git {}` printed more than {max} bytes", args[0]),
+                }));
+            }
+            Err(e) => {
+                let _ = child.kill().await;
+                return Err(failed(url, args[0], &e.to_string()));
+            }
+        }
+        let status = tokio::select! {
+            status = child.wait() => status
+                .map_err(|e| failed(url, "waiting for git:", &e.to_string()))?,
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                let _ = child.kill().await;
+                return Err(self.timed_out(url));
+            }
+        };
         if !status.success() {
+            let err = stderr.await.unwrap_or_default();
             return Err(failed(url, args[0], &String::from_utf8_lossy(&err)));
         }
-        Ok(String::from_utf8_lossy(&out).trim().to_string())
+        Ok(String::from_utf8_lossy(&collected).trim().to_string())
+    }
+
+    fn timed_out(&self, url: &Url) -> UpstreamError {
+        UpstreamError::Timeout(format!(
+            "git {url}: not done within modules.git_timeout ({:?})",
+            self.limits.timeout
+        ))
     }
 }
 
@@ -176,28 +363,44 @@ impl Upstream {
         result
     }
 
-    /// A git runner for `url` in `workdir`: the URL checked, its host resolved through the
-    /// address policy and pinned, the origin CA added, the protocols allowed. Returns the URL
-    /// to use (its port is `connect_to`'s when one applies).
+    /// A git runner for `url` in `workdir`: git's version checked, the URL checked, its host
+    /// resolved through the address policy and pinned, the origin CA added, the protocols
+    /// allowed. Returns the URL to use (its port is `connect_to`'s when one applies).
     async fn git_for(
         &self,
         host: &Hostname,
         url: &Url,
+        reference: Option<&str>,
         workdir: &Path,
         limits: &GitLimits,
     ) -> Result<(Git, Url)> {
+        if let Err(why) = &self.git_ready {
+            return Err(UpstreamError::Refused(format!(
+                "git {url}: git sources cannot be fetched: {why}"
+            )));
+        }
+        if let Some(r) = reference.filter(|r| !valid_reference(r)) {
+            return Err(UpstreamError::BadDocument(format!(
+                "git {url}: {r:?} is not a valid git reference"
+            )));
+        }
         self.check_url(host, url)?;
         let mut url = url.clone();
         let name = url.host_str().unwrap_or_default().to_ascii_lowercase();
         let mut config = vec![
-            "http.followRedirects=false".to_string(),
-            "credential.helper=".to_string(),
-            "core.askPass=".to_string(),
-            "protocol.version=2".to_string(),
-            "advice.detachedHead=false".to_string(),
+            ("http.followRedirects", "false".to_string()),
+            ("credential.helper", String::new()),
+            ("core.askPass", String::new()),
+            ("protocol.version", "2".to_string()),
+            ("advice.detachedHead", "false".to_string()),
         ];
         match &self.settings.proxy {
-            Some(proxy) => config.push(format!("http.proxy={}", proxy.0)),
+            Some(proxy) => {
+                config.push(("http.proxy", proxy.0.to_string()));
+                // Credentials in the proxy's URL are sent with the first CONNECT, as for every
+                // other origin request (curl's default first asks without them).
+                config.push(("http.proxyAuthMethod", "basic".to_string()));
+            }
             None if url
                 .host()
                 .is_some_and(|h| matches!(h, url::Host::Domain(_))) =>
@@ -223,14 +426,14 @@ impl Upstream {
                     std::net::IpAddr::V6(v6) => format!("[{v6}]"),
                     v4 => v4.to_string(),
                 };
-                config.push(format!("http.curloptResolve={name}:{port}:{ip}"));
+                config.push(("http.curloptResolve", format!("{name}:{port}:{ip}")));
             }
             None => {}
         }
         if let Some(ca) = &self.settings.ca_file {
-            config.push(format!(
-                "http.sslCAInfo={}",
-                bundle_with(ca, workdir)?.display()
+            config.push((
+                "http.sslCAInfo",
+                bundle_with(ca, workdir)?.display().to_string(),
             ));
         }
         let allow_protocols = if self.net_policy.http_hosts.contains(&name) {
@@ -263,9 +466,17 @@ impl Upstream {
         limits: &GitLimits,
     ) -> Result<GitFetch> {
         let deadline = Instant::now() + limits.timeout;
-        let (git, url) = self.git_for(host, url, workdir, limits).await?;
+        let (git, url) = self.git_for(host, url, reference, workdir, limits).await?;
         git.run(&["init", "--quiet", "--bare"], deadline, &url)
             .await?;
+        // The repository's own attributes may not change what is archived (see the module
+        // header); `info/attributes` takes precedence over every `.gitattributes` in the tree.
+        let info = git.repo.join("info");
+        std::fs::create_dir_all(&info)
+            .and_then(|()| {
+                std::fs::write(info.join("attributes"), "* -export-subst -export-ignore\n")
+            })
+            .map_err(|e| failed(&url, "scratch directory", &e.to_string()))?;
         let wanted = reference.unwrap_or("HEAD");
         let shallow = git
             .run(
@@ -275,6 +486,7 @@ impl Upstream {
                     "--no-tags",
                     "--depth",
                     "1",
+                    "--end-of-options",
                     url.as_str(),
                     wanted,
                 ],
@@ -300,6 +512,7 @@ impl Upstream {
                     &[
                         "fetch",
                         "--quiet",
+                        "--end-of-options",
                         url.as_str(),
                         "+refs/heads/*:refs/heads/*",
                         "+refs/tags/*:refs/tags/*",
@@ -309,7 +522,12 @@ impl Upstream {
                 )
                 .await?;
                 git.run(
-                    &["rev-parse", "--verify", &format!("{wanted}^{{commit}}")],
+                    &[
+                        "rev-parse",
+                        "--verify",
+                        "--end-of-options",
+                        &format!("{wanted}^{{commit}}"),
+                    ],
                     deadline,
                     &url,
                 )
@@ -317,6 +535,13 @@ impl Upstream {
             }
             Err(e) => return Err(e),
         };
+        if !is_commit_id(&commit) {
+            return Err(failed(
+                &url,
+                "rev-parse",
+                &format!("{commit:?} is no commit id"),
+            ));
+        }
         let counted = git.run(&["count-objects", "-v"], deadline, &url).await?;
         let objects: u64 = counted
             .lines()
@@ -345,11 +570,14 @@ impl Upstream {
             )));
         }
         let tar = workdir.join("tree.tar");
-        let out = tar.display().to_string();
-        git.run(
-            &["archive", "--format=tar", "-o", &out, &commit],
+        git.run_into(
+            &["archive", "--format=tar", "--end-of-options", &commit],
             deadline,
             &url,
+            Sink::File {
+                path: &tar,
+                max: limits.max_archive,
+            },
         )
         .await?;
         Ok(GitFetch { commit, tar })
@@ -367,10 +595,16 @@ impl Upstream {
         workdir: &Path,
         limits: &GitLimits,
     ) -> Result<Option<String>> {
-        let (git, url) = self.git_for(host, url, workdir, limits).await?;
+        let (git, url) = self
+            .git_for(host, url, Some(reference), workdir, limits)
+            .await?;
         let deadline = Instant::now() + limits.timeout;
         let listed = git
-            .run(&["ls-remote", url.as_str(), reference], deadline, &url)
+            .run(
+                &["ls-remote", "--end-of-options", url.as_str(), reference],
+                deadline,
+                &url,
+            )
             .await?;
         // An annotated tag lists its peeled commit as `<tag>^{}`: prefer that.
         let mut found = None;
@@ -378,6 +612,9 @@ impl Upstream {
             let Some((id, name)) = line.split_once('\t') else {
                 continue;
             };
+            if !is_commit_id(id) {
+                continue;
+            }
             if name.ends_with("^{}") || found.is_none() {
                 found = Some(id.to_string());
             }
@@ -409,4 +646,124 @@ fn bundle_with(extra: &Path, dir: &Path) -> Result<PathBuf> {
     std::fs::write(&path, pem)
         .map_err(|e| UpstreamError::Connect(format!("writing {}: {e}", path.display())))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_follow_check_ref_format() {
+        for good in [
+            "main",
+            "v1.2.0",
+            "release/1.x",
+            "feature_x-y",
+            "0123abc",
+            "a@b",
+            "e83c5163316f89bfbde7d9ab23ca2e25604af290",
+        ] {
+            assert!(valid_reference(good), "{good}");
+        }
+        for bad in [
+            "",
+            "-c",
+            "--upload-pack=touch /tmp/x",
+            "a..b",
+            "a b",
+            "a~1",
+            "a^",
+            "a:b",
+            "a?",
+            "a*",
+            "a[b",
+            "a\\b",
+            "@",
+            "a@{1}",
+            "a.",
+            "a/",
+            "/a",
+            "a//b",
+            ".hidden",
+            "a/.b",
+            "a.lock",
+            "a/b.lock/c",
+            "a\u{7f}b",
+            "a\nb",
+        ] {
+            assert!(!valid_reference(bad), "{bad:?}");
+        }
+        assert!(!valid_reference(&"a".repeat(256)));
+    }
+
+    #[test]
+    fn settings_travel_in_the_environment_not_on_the_command_line() {
+        let secret = "http://user:s3cret@proxy.example:3128";
+        let git = Git {
+            limits: GitLimits {
+                program: PathBuf::from("git"),
+                max_bytes: 1,
+                max_objects: 1,
+                max_archive: 1,
+                timeout: Duration::from_secs(1),
+            },
+            repo: PathBuf::from("repo.git"),
+            home: PathBuf::from("home"),
+            config: vec![
+                ("http.followRedirects", "false".into()),
+                ("http.proxy", secret.into()),
+            ],
+            allow_protocols: "https",
+        };
+        let cmd = git.command(&["fetch", "--end-of-options", "https://example.com/x.git"]);
+        let cmd = cmd.as_std();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !args.iter().any(|a| a.contains("s3cret") || a == "-c"),
+            "{args:?}"
+        );
+        let env: std::collections::HashMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string_lossy().into_owned(),
+                    v?.to_string_lossy().into_owned(),
+                ))
+            })
+            .collect();
+        assert_eq!(env["GIT_CONFIG_COUNT"], "2");
+        assert_eq!(env["GIT_CONFIG_KEY_1"], "http.proxy");
+        assert_eq!(env["GIT_CONFIG_VALUE_1"], secret);
+        assert_eq!(env["GIT_CONFIG_KEY_0"], "http.followRedirects");
+    }
+
+    #[test]
+    fn git_versions_are_read() {
+        assert_eq!(parse_version("git version 2.47.3\n"), Some((2, 47)));
+        assert_eq!(
+            parse_version("git version 2.39.5 (Apple Git-154)"),
+            Some((2, 39))
+        );
+        assert_eq!(parse_version("git version 2.31.0.windows.1"), Some((2, 31)));
+        assert_eq!(parse_version("hg 6.1"), None);
+        assert!((2, 30) < MIN_GIT && (2, 31) >= MIN_GIT && (3, 0) > MIN_GIT);
+    }
+
+    #[test]
+    fn a_missing_or_old_git_is_refused() {
+        let missing = probe(Path::new("/nonexistent/git")).unwrap_err();
+        assert!(missing.contains("modules.git"), "{missing}");
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("git");
+        std::fs::write(&old, "#!/bin/sh\necho 'git version 2.20.1'\n").unwrap();
+        #[cfg(unix)]
+        std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let why = probe(&old).unwrap_err();
+        assert!(why.contains("2.20") && why.contains("2.31"), "{why}");
+        assert!(probe(Path::new("git")).is_ok(), "the git on PATH is usable");
+    }
 }

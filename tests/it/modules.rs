@@ -7,9 +7,10 @@
 //!   calls another registry module install with exactly the origin's files;
 //! - a second `init` in a fresh directory sends the origin nothing; with the origin gone, and
 //!   after a restart on the same cache, `init` still works;
-//! - a git tag moved upstream does not change what is served;
+//! - a git tag moved upstream does not change what is served; a repository's `.gitattributes`
+//!   cannot change a package's bytes (`export-subst`, `export-ignore`);
 //! - hostile origins (`..` and absolute entries, links out of the tree, gzip and zip bombs, a redirect
-//!   loop, endless git, private addresses) get a clear JSON error and leave nothing in the
+//!   loop, endless git, a git tree bomb, a reference that is an option, private addresses) get a clear JSON error and leave nothing in the
 //!   cache;
 //! - `seed`, `ls`, `export --bundle`, `import` and `verify` carry modules into an offline mirror
 //!   that `terraform init` installs from.
@@ -256,6 +257,128 @@ async fn a_git_tag_moved_upstream_does_not_change_the_cached_package() {
 }
 
 /// Module packages (and their records) in a cache directory.
+/// The files of a `.tar.gz` package, path → content.
+fn package_files(tar_gz: &[u8]) -> BTreeMap<String, Vec<u8>> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tar_gz));
+    let mut files = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.header().entry_type().is_file() {
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut body = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut body).unwrap();
+            files.insert(path, body);
+        }
+    }
+    files
+}
+
+/// `git archive` would expand `$Format:...$` under `export-subst` (with `%ar`, "N seconds ago",
+/// different at each fetch) and drop `export-ignore` files: neither happens, so a package from
+/// git holds what a clone holds, the same bytes at every fetch and on every replica.
+#[tokio::test(flavor = "multi_thread")]
+async fn git_packages_ignore_the_repositorys_export_attributes() {
+    let ca = TestCa::new();
+    let spec = ModuleSpec::new("acme", "attrs", "test", &["1.0.0"])
+        .source(ModuleSource::Git)
+        .with_file(
+            ".gitattributes",
+            "when.txt export-subst\nignored.txt export-ignore\n",
+        )
+        .with_file("when.txt", "$Format:%ar %H$\n")
+        .with_file("ignored.txt", "kept\n");
+    let origin = FakeOrigin::start_with_modules(&ca, &[REGISTRY], Vec::new(), vec![spec]).await;
+    let client = https_client(&ca, &[]);
+    let mut fetched = Vec::new();
+    for _ in 0..2 {
+        let mirror = TestMirror::start(&ca, &origin).await;
+        let url = mirror.url(&format!(
+            "v1/modules/{REGISTRY}/acme/attrs/test/1.0.0/module.tar.gz"
+        ));
+        let got = get(&client, &url).await;
+        assert_eq!(got.status, StatusCode::OK, "{}", got.text());
+        fetched.push(got.body);
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    let files = package_files(&fetched[0]);
+    assert_eq!(files["when.txt"], b"$Format:%ar %H$\n", "{files:?}");
+    assert_eq!(files["ignored.txt"], b"kept\n");
+    assert_eq!(fetched[0], fetched[1], "two fetches, the same package");
+}
+
+/// Processes whose command line holds `needle`, seen by scanning `/proc` until `stop` is set.
+fn watch_command_lines(
+    needle: &'static str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(usize, Vec<String>)> {
+    std::thread::spawn(move || {
+        let (mut scans, mut seen) = (0, Vec::new());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+                    let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                    if text.contains(needle) {
+                        seen.push(text);
+                    }
+                }
+            }
+            scans += 1;
+        }
+        (scans, seen)
+    })
+}
+
+/// Git sources go through `upstream.proxy` like every other origin request, and the proxy's
+/// credentials reach git in its environment: no process ever shows them on its command line.
+#[tokio::test(flavor = "multi_thread")]
+async fn git_goes_through_the_proxy_without_showing_its_credentials() {
+    use crate::support::egress_proxy::EgressProxy;
+    use base64::Engine as _;
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let proxy = EgressProxy::start(origin.addr()).await;
+    let credentials = base64::engine::general_purpose::STANDARD.encode("egress:s3cret-git");
+    proxy.require_authorization(&format!("Basic {credentials}"));
+    let setting = format!("proxy = \"http://egress:s3cret-git@{}\"", proxy.addr());
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: &setting,
+            by_name: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = watch_command_lines("s3cret-git", stop.clone());
+    let got = get(
+        &client,
+        &mirror.url(&format!(
+            "v1/modules/{REGISTRY}/acme/gitmod/test/1.0.0/download"
+        )),
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (scans, seen) = watcher.join().unwrap();
+    assert!(got.status.is_success(), "{}", got.text());
+    assert!(
+        origin.count(RequestKind::Git) > 0,
+        "git fetched from the origin"
+    );
+    assert!(scans > 10, "the watcher looked only {scans} times");
+    assert!(seen.is_empty(), "credentials on a command line: {seen:?}");
+    let tunnels = proxy.tunnels();
+    assert!(
+        tunnels.len() >= 2
+            && tunnels
+                .iter()
+                .all(|t| t.authorization.as_deref() == Some(&*format!("Basic {credentials}"))),
+        "{tunnels:?}"
+    );
+}
+
 fn cached_modules(cache: &Path) -> Vec<PathBuf> {
     files_under(&cache.join("modules"))
         .into_iter()
@@ -316,6 +439,18 @@ async fn hostile_origins_get_a_clear_error_and_leave_nothing_behind() {
             Fault::HostileModule(HostileModule::EndlessGit),
             StatusCode::BAD_GATEWAY,
             "modules.max_git_size",
+        ),
+        // Within every fetch limit, but its archive would be 256 GiB: stopped at the cap a
+        // package within the unpacking limits can take, long before modules.git_timeout.
+        (
+            Fault::HostileModule(HostileModule::TreeBombGit),
+            StatusCode::BAD_GATEWAY,
+            "modules.max_unpacked_size",
+        ),
+        (
+            Fault::HostileModule(HostileModule::OptionRef),
+            StatusCode::BAD_GATEWAY,
+            "not a valid git reference",
         ),
         (
             Fault::ModuleLocation("https://127.0.0.1:1/x.tar.gz"),

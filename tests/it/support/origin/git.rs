@@ -5,7 +5,9 @@
 //! package files, see [`ModuleSpec::package_files`]), in the spec's order, each tagged
 //! `v<version>` (a lightweight tag). Authors, committers, dates and messages are fixed, so the
 //! commit IDs are the same in every run. A repository `endless.git` (one commit, tag
-//! [`ENDLESS_GIT_REF`]) backs [`HostileModule::EndlessGit`].
+//! [`ENDLESS_GIT_REF`]) backs [`HostileModule::EndlessGit`] and [`HostileModule::OptionRef`];
+//! `treebomb.git` backs [`HostileModule::TreeBombGit`]: a commit of five objects whose tree
+//! names one 1 MiB blob of zeros 64 × 64 × 64 times, 256 GiB once archived.
 //!
 //! Requests under `/git/` run `git http-backend` with the CGI environment (`PATH_INFO`,
 //! `QUERY_STRING`, `REQUEST_METHOD`, `CONTENT_TYPE`, `CONTENT_LENGTH`, `HTTP_GIT_PROTOCOL`,
@@ -128,6 +130,7 @@ impl GitRepos {
             format!("reset refs/tags/{ENDLESS_GIT_REF}\nfrom :1\n\n").as_bytes(),
         );
         repos.fast_import(&endless, &stream);
+        repos.tree_bomb();
         repos.state.lock().expect("git state").commits = commits;
         repos
     }
@@ -256,6 +259,48 @@ impl GitRepos {
             .write_all(b"[uploadpack]\n\tallowReachableSHA1InWant = true\n")
             .expect("write repository config");
         repo
+    }
+
+    /// `treebomb.git`: one blob of 1 MiB of zeros, a tree naming it 64 times, a tree naming that
+    /// tree 64 times, and one more level, committed and tagged [`ENDLESS_GIT_REF`].
+    fn tree_bomb(&self) {
+        let repo = self.init("treebomb.git");
+        let plumbing = |args: &[&str], stdin: &[u8]| {
+            let mut command = self.git();
+            command
+                .arg("--git-dir")
+                .arg(&repo)
+                .args(args)
+                .env("GIT_AUTHOR_NAME", "provender test")
+                .env("GIT_AUTHOR_EMAIL", "test@provender.invalid")
+                .env("GIT_AUTHOR_DATE", "1700000000 +0000")
+                .env("GIT_COMMITTER_NAME", "provender test")
+                .env("GIT_COMMITTER_EMAIL", "test@provender.invalid")
+                .env("GIT_COMMITTER_DATE", "1700000000 +0000");
+            let out = self.run(command, stdin);
+            String::from_utf8(out)
+                .expect("git prints ids")
+                .trim()
+                .to_owned()
+        };
+        let mut id = plumbing(&["hash-object", "-w", "--stdin"], &vec![0u8; 1 << 20]);
+        let mut mode_kind = "100644 blob";
+        for _ in 0..3 {
+            let listing: String = (0..64)
+                .map(|i| format!("{mode_kind} {id}\tx{i:02}\n"))
+                .collect();
+            id = plumbing(&["mktree"], listing.as_bytes());
+            mode_kind = "040000 tree";
+        }
+        let commit = plumbing(&["commit-tree", &id, "-m", "tree bomb"], b"");
+        plumbing(
+            &[
+                "update-ref",
+                &format!("refs/tags/{ENDLESS_GIT_REF}"),
+                &commit,
+            ],
+            b"",
+        );
     }
 
     fn fast_import(&self, repo: &Path, stream: &[u8]) {

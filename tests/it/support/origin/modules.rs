@@ -297,6 +297,11 @@ pub enum HostileModule {
     ZipBomb,
     /// An archive URL that answers `302 Found` pointing at itself, forever.
     RedirectLoop,
+    /// A git repository (`/git/treebomb.git`, tag [`ENDLESS_GIT_REF`]) of a few KiB whose
+    /// tree names one 1 MiB blob 262 144 times: its `git archive` is 256 GiB.
+    TreeBombGit,
+    /// A git source whose `?ref=` is an option to git (`--upload-pack=...`).
+    OptionRef,
     /// A git repository (`/git/endless.git`, tag [`ENDLESS_GIT_REF`]) whose upload-pack
     /// answer to the final fetch request streams pack data forever.
     EndlessGit,
@@ -304,7 +309,7 @@ pub enum HostileModule {
 
 impl HostileModule {
     /// Every hostile package.
-    pub const ALL: [HostileModule; 7] = [
+    pub const ALL: [HostileModule; 9] = [
         HostileModule::DotDot,
         HostileModule::AbsolutePath,
         HostileModule::Symlink,
@@ -312,6 +317,8 @@ impl HostileModule {
         HostileModule::ZipBomb,
         HostileModule::RedirectLoop,
         HostileModule::EndlessGit,
+        HostileModule::TreeBombGit,
+        HostileModule::OptionRef,
     ];
 
     /// The path it is served at (for [`HostileModule::EndlessGit`], the repository's).
@@ -323,19 +330,24 @@ impl HostileModule {
             HostileModule::GzipBomb => "/modarchives/hostile/bomb.tar.gz",
             HostileModule::ZipBomb => "/modarchives/hostile/bomb.zip",
             HostileModule::RedirectLoop => "/modarchives/hostile/loop.tar.gz",
-            HostileModule::EndlessGit => "/git/endless.git",
+            HostileModule::EndlessGit | HostileModule::OptionRef => "/git/endless.git",
+            HostileModule::TreeBombGit => "/git/treebomb.git",
         }
     }
 
     /// The `X-Terraform-Get` value answered for it when the client used `authority`.
     pub fn location(self, authority: &str) -> String {
         match self {
-            HostileModule::EndlessGit => {
+            HostileModule::EndlessGit | HostileModule::TreeBombGit => {
                 format!(
                     "git::https://{authority}{}?ref={ENDLESS_GIT_REF}",
                     self.path()
                 )
             }
+            HostileModule::OptionRef => format!(
+                "git::https://{authority}{}?ref=--upload-pack=touch%20/tmp/provender-pwned",
+                self.path()
+            ),
             _ => format!("https://{authority}{}", self.path()),
         }
     }
@@ -362,7 +374,10 @@ impl HostileModule {
                 static BOMB: OnceLock<Bytes> = OnceLock::new();
                 return Some(BOMB.get_or_init(zip_bomb).clone());
             }
-            HostileModule::RedirectLoop | HostileModule::EndlessGit => return None,
+            HostileModule::RedirectLoop
+            | HostileModule::EndlessGit
+            | HostileModule::TreeBombGit
+            | HostileModule::OptionRef => return None,
         };
         Some(Bytes::from(tar_gz(&entries)))
     }
