@@ -21,6 +21,12 @@
 //!   constraint no longer matches what was installed, is an error naming the call, as in
 //!   Terraform.
 //!
+//! A module from a **package** (installed from a registry or another remote source, or a
+//! package the mirror fetched) may not reach outside that package, as in Terraform: a local
+//! source leaving it (`../../..`), or an installation directory in the package's own
+//! `modules.json` that lies outside it (an absolute `Dir`), is an error naming the call. Only
+//! the root configuration's own local modules may lie anywhere.
+//!
 //! Constraints on one provider combine across modules. Files named `*.tf` (HCL) and `*.tf.json`
 //! are read, except hidden ones (`.name`). Only literal strings are understood where a choice of
 //! package depends on them (`source`, `version`).
@@ -70,22 +76,29 @@ pub fn read_configuration(root: &Path, tool: Tool) -> Result<Configuration, Inpu
     let data_dir = std::env::var_os("TF_DATA_DIR")
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from(".terraform"), PathBuf::from);
-    read_configuration_with(root, &data_dir, tool)
+    read_configuration_with(root, &data_dir, None, tool)
 }
 
-/// [`read_configuration`] with the data directory given.
+/// [`read_configuration`] with the data directory given. With `package`, the configuration is
+/// (inside) a module package, and nothing it names may lie outside that directory.
 pub fn read_configuration_with(
     root: &Path,
     data_dir: &Path,
+    package: Option<&Path>,
     tool: Tool,
 ) -> Result<Configuration, InputError> {
-    let installed = installed_modules(&root.join(data_dir))?;
+    let data_dir = root.join(data_dir);
+    let installed = installed_modules(&data_dir)?;
     let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
     let mut modules = Vec::new();
-    // (module key as in modules.json, directory, the call that reached it)
-    let mut pending: Vec<(String, PathBuf, Option<String>)> =
-        vec![(String::new(), root.to_path_buf(), None)];
-    while let Some((key, dir, via)) = pending.pop() {
+    // (module key as in modules.json, directory, the package it is in, the call that reached it)
+    let mut pending: Vec<(String, PathBuf, Option<PathBuf>, Option<String>)> = vec![(
+        String::new(),
+        root.to_path_buf(),
+        package.map(Path::to_path_buf),
+        None,
+    )];
+    while let Some((key, dir, within, via)) = pending.pop() {
         if key.split('.').count() > MAX_DEPTH {
             return Err(InputError::new(format!(
                 "modules nested more than {MAX_DEPTH} deep (does a module call itself?)"
@@ -115,8 +128,24 @@ pub fn read_configuration_with(
             };
             let registry = registry_module(&call.source, tool)
                 .and_then(|a| ModuleAddr::parse_in(&a, tool.default_registry()).ok());
-            let child_dir = match local_path(&call.source) {
-                Some(relative) => dir.join(relative),
+            let leaves = |what: &str, path: &Path, package: &Path| {
+                InputError::new(format!(
+                    "{what} {} leaves the module package {}",
+                    path.display(),
+                    package.display()
+                ))
+                .via(&via)
+            };
+            let (child_dir, child_package) = match local_path(&call.source) {
+                Some(relative) => {
+                    let child = dir.join(&relative);
+                    if let Some(p) = &within
+                        && !inside(p, &child)
+                    {
+                        return Err(leaves("local source", &relative, p));
+                    }
+                    (child, within.clone())
+                }
                 None if registry.is_some() && !installed.contains_key(&child_key) => {
                     let constraints = version()?;
                     modules.push(WantedModule {
@@ -152,16 +181,77 @@ pub fn read_configuration_with(
                             from: file.display().to_string(),
                         });
                     }
-                    root.join(&record.dir)
+                    // Installed modules are where the configuration's own manifest says; in a
+                    // package, that manifest came with the package and may not point out of it.
+                    let child = root.join(&record.dir);
+                    if let Some(p) = package
+                        && (record.dir.is_absolute() || !inside(p, &child))
+                    {
+                        return Err(leaves("installed directory", &record.dir, p));
+                    }
+                    let child_package = package_of(&data_dir, &child);
+                    (child, Some(child_package))
                 }
             };
-            pending.push((child_key, child_dir, Some(via)));
+            pending.push((child_key, child_dir, child_package, Some(via)));
         }
     }
     Ok(Configuration {
         providers: found.into_values().collect(),
         modules,
     })
+}
+
+/// Whether `path` lies within `base`, once `..` and symbolic links are resolved (paths that do
+/// not exist are resolved as far as they do).
+fn inside(base: &Path, path: &Path) -> bool {
+    resolved(path).starts_with(resolved(base))
+}
+
+/// `path` made absolute, its existing part canonical and the rest lexically normalised.
+fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    let base = loop {
+        if let Ok(canonical) = existing.canonicalize() {
+            break canonical;
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = parent.to_path_buf();
+            }
+            // Only `..` or nothing left: what remains cannot be resolved further.
+            _ => break std::env::current_dir().unwrap_or_default().join(&existing),
+        }
+    };
+    let mut out = base;
+    for part in rest.iter().rev() {
+        match part.to_str() {
+            Some("..") => {
+                out.pop();
+            }
+            Some(".") => {}
+            _ => out.push(part),
+        }
+    }
+    out
+}
+
+/// The package an installed module's directory belongs to: the directory under
+/// `<data dir>/modules/` that holds it (a module in a package's subdirectory shares its
+/// package), else the directory itself.
+fn package_of(data_dir: &Path, module_dir: &Path) -> PathBuf {
+    let modules = resolved(&data_dir.join("modules"));
+    let dir = resolved(module_dir);
+    match dir
+        .strip_prefix(&modules)
+        .ok()
+        .and_then(|rel| rel.components().next())
+    {
+        Some(first) => modules.join(first),
+        None => dir,
+    }
 }
 
 /// The directory a local module source names, relative to the calling module.
@@ -1031,10 +1121,10 @@ module "inner" { source = "../inner" }
         let text = std::fs::read_to_string(&manifest).unwrap();
         std::fs::write(&manifest, text.replace(".terraform/", "tfdata/")).unwrap();
         let not_there =
-            read_configuration_with(root, Path::new(".terraform"), Tool::Terraform).unwrap();
+            read_configuration_with(root, Path::new(".terraform"), None, Tool::Terraform).unwrap();
         assert!(not_there.modules[0].installed.is_none());
         let elsewhere =
-            read_configuration_with(root, Path::new("tfdata"), Tool::Terraform).unwrap();
+            read_configuration_with(root, Path::new("tfdata"), None, Tool::Terraform).unwrap();
         assert_eq!(elsewhere.providers.len(), 4);
         assert_eq!(
             elsewhere.modules[0]
@@ -1042,6 +1132,114 @@ module "inner" { source = "../inner" }
                 .as_ref()
                 .map(|v| v.to_string()),
             Some("1.2.3".to_string())
+        );
+    }
+
+    #[test]
+    fn nothing_outside_a_module_package_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        write(&outside, "main.tf", "resource \"secret_thing\" \"x\" {}\n");
+        let package = dir.path().join("pkg");
+        let read = |sub: &str| {
+            read_configuration_with(
+                &package.join(sub),
+                Path::new(".terraform"),
+                Some(&package),
+                Tool::Terraform,
+            )
+        };
+        // A local source within the package (even up from a subdirectory) is read.
+        write(
+            &package,
+            "shared/main.tf",
+            "resource \"aws_vpc\" \"x\" {}\n",
+        );
+        write(
+            &package,
+            "modules/inner/main.tf",
+            "module \"shared\" { source = \"../../shared\" }\n",
+        );
+        let ok = read("modules/inner").unwrap();
+        assert_eq!(ok.providers.len(), 1);
+        // One that leaves it is refused, naming the call, whatever the spelling.
+        for source in [
+            "../../../outside",
+            "./../../../outside",
+            "../../modules/../../outside",
+        ] {
+            write(
+                &package,
+                "modules/inner/main.tf",
+                &format!("module \"up\" {{ source = \"{source}\" }}\n"),
+            );
+            let e = read("modules/inner").unwrap_err().to_string();
+            assert!(
+                e.contains("leaves the module package") && e.contains("module.up"),
+                "{source}: {e}"
+            );
+        }
+        // The package's own manifest may not place an installed module outside it.
+        write(&package, "modules/inner/main.tf", "\n");
+        write(
+            &package,
+            "main.tf",
+            "module \"net\" { source = \"example/net/aws\" }\n",
+        );
+        for dir in [outside.display().to_string(), "../outside".to_string()] {
+            write(
+                &package,
+                ".terraform/modules/modules.json",
+                &format!(
+                    r#"{{"Modules":[{{"Key":"net","Source":"registry.terraform.io/example/net/aws","Version":"1.0.0","Dir":{}}}]}}"#,
+                    serde_json::Value::String(dir.clone())
+                ),
+            );
+            let e = read("").unwrap_err().to_string();
+            assert!(e.contains("leaves the module package"), "{dir}: {e}");
+        }
+        // The same manifest in the user's own configuration is the user's to make.
+        let user = read_configuration(&package, Tool::Terraform).unwrap();
+        assert_eq!(user.providers.len(), 1, "{:?}", user.providers);
+    }
+
+    #[test]
+    fn modules_installed_from_packages_stay_in_their_package() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        write(
+            &root,
+            "main.tf",
+            "module \"net\" { source = \"example/net/aws\" }\n",
+        );
+        write(
+            &dir.path().join("elsewhere"),
+            "main.tf",
+            "resource \"x_y\" \"z\" {}\n",
+        );
+        write(
+            &root,
+            ".terraform/modules/modules.json",
+            r#"{"Modules":[{"Key":"net","Source":"registry.terraform.io/example/net/aws","Version":"1.0.0","Dir":".terraform/modules/net/sub"}]}"#,
+        );
+        write(&root, ".terraform/modules/net/shared/main.tf", "\n");
+        write(
+            &root,
+            ".terraform/modules/net/sub/main.tf",
+            "module \"shared\" { source = \"../shared\" }\n",
+        );
+        read_configuration(&root, Tool::Terraform).unwrap();
+        write(
+            &root,
+            ".terraform/modules/net/sub/main.tf",
+            "module \"away\" { source = \"../../../../../elsewhere\" }\n",
+        );
+        let e = read_configuration(&root, Tool::Terraform)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("leaves the module package") && e.contains("module.net.away"),
+            "{e}"
         );
     }
 

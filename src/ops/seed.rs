@@ -347,10 +347,15 @@ pub(super) async fn read_package(
     .map_err(local(&"unpacking the cached package"))?;
     let dir = match subdir {
         Some(sub) => root.join(sub),
-        None => root,
+        None => root.clone(),
     };
-    super::configuration::read_configuration_with(&dir, std::path::Path::new(".terraform"), tool)
-        .map_err(SeedError::ModuleConfiguration)
+    super::configuration::read_configuration_with(
+        &dir,
+        std::path::Path::new(".terraform"),
+        Some(&root),
+        tool,
+    )
+    .map_err(SeedError::ModuleConfiguration)
 }
 
 /// Runs `provender seed`.
