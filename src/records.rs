@@ -99,7 +99,7 @@ impl IndexRecord {
 }
 
 /// Verified download metadata for one platform's package.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Package {
     #[serde(default)]
     pub protocols: Vec<String>,
@@ -275,6 +275,43 @@ pub struct ModuleRecord {
     pub size: u64,
     /// Unix seconds when it was fetched.
     pub fetched_at: u64,
+    /// How the package entered this cache (records without it were fetched from an origin).
+    #[serde(default)]
+    pub trust: ModuleTrust,
+}
+
+/// How a module package entered the cache. Module packages carry no signatures: the origin
+/// registry's answer over TLS (and, for archives, its `?checksum=` where it gave one) is as far
+/// as one can be checked, so the levels say whose word it rests on.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleTrust {
+    /// Imported from an unsigned bundle, or one signed by an untrusted key, with
+    /// `import --allow-unverified`; or from a signed bundle whose site had it so.
+    Unverified,
+    /// Imported from a bundle signed by a key in `bundles.trusted_keys`.
+    SignedBundle,
+    /// Fetched by this mirror from the origin registry's download answer.
+    #[default]
+    Origin,
+}
+
+impl ModuleTrust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModuleTrust::Unverified => "unverified",
+            ModuleTrust::SignedBundle => "signed_bundle",
+            ModuleTrust::Origin => "origin",
+        }
+    }
+}
+
+impl std::fmt::Display for ModuleTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The JSON documents provender serves and writes.

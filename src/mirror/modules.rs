@@ -223,6 +223,7 @@ impl Mirror {
             }
         };
         let (rec, object) = opened;
+        self.admit_module(addr, version, &rec)?;
         Ok(ModulePackage {
             sha256: rec.sha256,
             size: rec.size,
@@ -240,15 +241,33 @@ impl Mirror {
     ) -> Result<super::ArchiveHead> {
         self.check_module_host(addr)?;
         match self.modules.record(addr, version).await? {
-            Some(rec) => Ok(super::ArchiveHead {
-                sha256: rec.sha256,
-                size: Some(rec.size),
-                modified: std::time::UNIX_EPOCH + Duration::from_secs(rec.fetched_at),
-            }),
+            Some(rec) => self
+                .admit_module(addr, version, &rec)
+                .map(|()| super::ArchiveHead {
+                    sha256: rec.sha256,
+                    size: Some(rec.size),
+                    modified: std::time::UNIX_EPOCH + Duration::from_secs(rec.fetched_at),
+                }),
             None => Err(Error::NotFound(format!(
                 "module {addr} {version} is not cached yet; its download answer (or a GET) fetches it"
             ))),
         }
+    }
+
+    /// `upstream.min_trust` against how a cached package was obtained: a refusal is a 403
+    /// naming the rule, counted under `provender_policy_refusals_total`.
+    fn admit_module(&self, addr: &ModuleAddr, version: &Version, rec: &ModuleRecord) -> Result<()> {
+        self.settings
+            .trust
+            .admit_module(addr, rec.trust)
+            .map_err(|refusal| {
+                self.metrics
+                    .policy_refusals
+                    .with_label_values(&[refusal.reason()])
+                    .inc();
+                tracing::info!(module = %addr, %version, "refused by policy: {refusal}");
+                Error::Policy(format!("{addr} {version}: refused by policy: {refusal}"))
+            })
     }
 
     /// The record of a cached module version, fetching the package first if needed (one
@@ -259,6 +278,7 @@ impl Mirror {
         version: &Version,
     ) -> Result<ModuleRecord> {
         if let Some(rec) = self.modules.record(addr, version).await? {
+            self.admit_module(addr, version, &rec)?;
             self.check_ref_later(addr, version, &rec);
             return Ok(rec);
         }
@@ -401,6 +421,7 @@ impl Mirror {
             sha256,
             size,
             fetched_at: crate::cache::now_secs(),
+            trust: crate::records::ModuleTrust::Origin,
         };
         self.modules.commit(addr, version, packed, &rec).await?;
         tracing::info!(module = %addr, %version, size, sha256 = %rec.sha256, "cached module package");

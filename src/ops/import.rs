@@ -38,8 +38,8 @@ use crate::cache::{ModuleStore, StagedFile, Staging};
 use crate::hash::{HashError, HashLimits};
 use crate::mirror::Mirror;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef,
-    VersionRecord, docs,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleTrust, ModuleVersions, Package,
+    SumsRef, VersionRecord, docs,
 };
 use crate::trust::site::{Custody, CustodyError, SitePublicKey};
 use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
@@ -601,12 +601,28 @@ fn from_bundle(
             continue;
         };
         let addr = bundle::parse_module_source(&m.source).expect("checked by Manifest::parse");
+        // How it was obtained is this import's finding, not the bundle's claim: a trusted
+        // site's word counts, and so does its saying that it had the package unverified.
+        let mut record = m.record.clone();
+        record.trust = match &custody {
+            Custody::Trusted(_) if record.trust != ModuleTrust::Unverified => {
+                ModuleTrust::SignedBundle
+            }
+            _ => ModuleTrust::Unverified,
+        };
+        if let Err(why) = checker.rules.trust.admit_module(&addr, record.trust) {
+            failed.push((format!("{shown}: {}", m.path), why.to_string()));
+            continue;
+        }
         modules.push(VerifiedModule {
             addr,
             version: m.version.clone(),
             staged,
-            record: m.record.clone(),
+            record,
         });
+    }
+    if !failed.is_empty() {
+        return (Vec::new(), Vec::new(), Some(custody));
     }
     (out, modules, Some(custody))
 }
@@ -659,12 +675,16 @@ fn bundle_versions(
             let described = v
                 .archives
                 .iter()
-                .filter_map(|a| a.origin.as_ref())
-                .filter(|p| p.shasums_url == s.reference.url);
-            let verified =
-                rules
-                    .trust
-                    .verify_sums(Verifier::hashicorp(), &addr, &doc, &sig, described);
+                .filter_map(|a| Some((&a.platform, a.origin.as_ref()?)))
+                .filter(|(_, p)| p.shasums_url == s.reference.url);
+            let verified = rules.trust.verify_sums(
+                Verifier::hashicorp(),
+                &addr,
+                &v.version,
+                &doc,
+                &sig,
+                described,
+            );
             let mut trust = match verified {
                 Ok(trust) => trust,
                 Err(e) => {

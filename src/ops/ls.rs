@@ -2,7 +2,8 @@
 //! with sizes, the trust level of each archive's origin signature (official, partner,
 //! community, unsigned, unverified), and its last use (when it was last served or, if later,
 //! stored: what `provender prune` goes by); then one line per cached module version, with its
-//! last use and where it came from (for git sources, the commit the reference resolved to).
+//! last use, how it was obtained (`origin`, `signed_bundle`, `unverified`) and where it came
+//! from (for git sources, the commit the reference resolved to).
 
 use std::time::SystemTime;
 
@@ -53,7 +54,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
-    let module_rows: Vec<[String; 5]> = modules
+    let module_rows: Vec<[String; 6]> = modules
         .iter()
         .map(|m| {
             let source = match &m.record {
@@ -69,6 +70,10 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 m.addr.to_string(),
                 m.version.to_string(),
                 human_bytes(m.size),
+                m.record
+                    .as_ref()
+                    .map_or("-", |r| r.trust.as_str())
+                    .to_string(),
                 when(Some(m.last_use())),
                 source,
             ]
@@ -84,6 +89,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 "sha256": m.record.as_ref().map(|r| r.sha256.clone()),
                 "source": m.record.as_ref().map(|r| &r.source),
                 "subdir": m.record.as_ref().and_then(|r| r.subdir.clone()),
+                "trust": m.record.as_ref().map(|r| r.trust.as_str()),
                 "modified": when(Some(m.modified)),
                 "last_used": when(Some(m.last_use())),
             })
@@ -143,7 +149,8 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
     print_table(&header, &rows);
     if !module_rows.is_empty() {
         println!();
-        let header = ["MODULE", "VERSION", "SIZE", "LAST USED", "SOURCE"].map(String::from);
+        let header =
+            ["MODULE", "VERSION", "SIZE", "TRUST", "LAST USED", "SOURCE"].map(String::from);
         print_table(&header, &module_rows);
     }
     let versions: std::collections::BTreeSet<_> = entries

@@ -516,3 +516,190 @@ async fn min_trust_refuses_below_it_in_serve_seed_lock_and_import() {
     let ls = provender(&["ls", "--config", source]).await;
     assert!(ls.stdout.contains("community"), "{}", ls.stdout);
 }
+
+/// `trust` of each cached module version, by `module@version`, from `ls --json`.
+async fn module_trust(cfg: &str) -> Vec<(String, String)> {
+    let ls = provender(&["ls", "--config", cfg, "--json"]).await;
+    ls.ok();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&ls.stdout).unwrap();
+    rows.iter()
+        .filter(|r| r["kind"] == "module")
+        .map(|r| {
+            (
+                format!(
+                    "{}@{}",
+                    r["module"].as_str().unwrap(),
+                    r["version"].as_str().unwrap()
+                ),
+                r["trust"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Module packages carry no signature; what they carry is how they came in: fetched from the
+/// origin, imported from a trusted site's signed bundle, or imported unverified. `ls` shows
+/// it, and `upstream.min_trust` refuses unverified ones in serve and import.
+#[tokio::test(flavor = "multi_thread")]
+async fn module_packages_record_how_they_were_obtained() {
+    use crate::support::origin::ModuleSpec;
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        Vec::new(),
+        vec![ModuleSpec::new("acme", "net", "test", &["1.0.0"])],
+    )
+    .await;
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let source = config_file(
+        dir,
+        "source.toml",
+        &dir.join("source"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let source = path_str(&source);
+    provender(&[
+        "seed",
+        "--config",
+        source,
+        "--module",
+        "acme/net/test@1.0.0",
+    ])
+    .await
+    .ok();
+    let module = format!("{REGISTRY}/acme/net/test@1.0.0");
+    assert_eq!(
+        module_trust(source).await,
+        [(module.clone(), "origin".into())]
+    );
+
+    // A signed bundle, imported where its site is trusted.
+    let signed = dir.join("signed.tar");
+    export_bundle(source, &signed).await;
+    let trusting = config_file(
+        dir,
+        "trusting.toml",
+        &dir.join("trusting"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let trusting = path_str(&trusting);
+    import(trusting, &signed).await.ok();
+    assert_eq!(
+        module_trust(trusting).await,
+        [(module.clone(), "signed_bundle".into())]
+    );
+
+    // The same bundle where its key is not trusted: only with --allow-unverified, as such.
+    let stranger = config_with_bundles(dir, "stranger.toml", &origin, &ca, "offline = true", "");
+    let stranger = path_str(&stranger);
+    import(stranger, &signed).await.fails(1);
+    import_unverified(stranger, &signed).await.ok();
+    assert_eq!(
+        module_trust(stranger).await,
+        [(module.clone(), "unverified".into())]
+    );
+
+    // min_trust refuses it in serve (a JSON error naming the rule), and in import.
+    let client = https_client(&ca, &[]);
+    let download = format!("v1/modules/{REGISTRY}/acme/net/test/1.0.0/download");
+    let package = format!("v1/modules/{REGISTRY}/acme/net/test/1.0.0/module.tar.gz");
+    for (extra, status) in [
+        ("offline = true", 200),
+        ("offline = true\nmin_trust = \"community\"", 403),
+    ] {
+        let mirror = TestMirror::start_with(
+            &ca,
+            &origin,
+            MirrorOptions {
+                cache_dir: Some(&cache_of(Path::new(stranger))),
+                extra_upstream: extra,
+                ..Default::default()
+            },
+        )
+        .await;
+        for path in [&download, &package] {
+            let got = get(&client, &mirror.url(path)).await;
+            assert_eq!(got.status, status, "{extra}: {path}: {}", got.text());
+            if status == 403 {
+                assert_eq!(got.code(), "policy_refused");
+                assert!(
+                    got.message().contains("upstream.min_trust"),
+                    "{}",
+                    got.text()
+                );
+            }
+        }
+    }
+    let picky = config_with_bundles(
+        dir,
+        "picky.toml",
+        &origin,
+        &ca,
+        "offline = true\nmin_trust = \"unsigned\"",
+        "",
+    );
+    let refused = import_unverified(path_str(&picky), &signed).await;
+    refused.fails(1);
+    assert!(
+        refused.out().contains("upstream.min_trust"),
+        "{}",
+        refused.out()
+    );
+    assert!(module_trust(path_str(&picky)).await.is_empty());
+}
+
+/// A bundle from a site whose cache was poisoned: version 2.0.0 of a provider holding 1.0.0's
+/// genuinely signed files. Import runs the same name check as serve, and admits none of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn import_refuses_another_versions_signed_files() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let source_cache = dir.join("source");
+    let source = config_file(dir, "source.toml", &source_cache, origin.addr(), &ca, "");
+    let source = path_str(&source);
+    seed(source, &["linux_amd64"], &["acme/foo"]).await.ok();
+    // Every cached file of 1.0.0 again under 2.0.0's name, its content unchanged.
+    for path in walk(&source_cache) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = path.to_string_lossy().into_owned();
+        if text.contains("1.0.0") {
+            let copy = std::path::PathBuf::from(text.replace("1.0.0", "2.0.0"));
+            std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+            std::fs::copy(&path, copy).unwrap();
+        }
+        if name == "index.json" {
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, text.replace("\"1.0.0\"", "\"1.0.0\",\"2.0.0\"")).unwrap();
+        }
+    }
+    let bundle = dir.join("poisoned.tar");
+    export_bundle(source, &bundle).await;
+    let target = config_file(
+        dir,
+        "target.toml",
+        &dir.join("target"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let run = import(path_str(&target), &bundle).await;
+    run.fails(1);
+    assert!(
+        run.out()
+            .contains("terraform-provider-foo_2.0.0_linux_amd64.zip")
+            && run
+                .out()
+                .contains("names the file terraform-provider-foo_1.0.0_linux_amd64.zip"),
+        "{}",
+        run.out()
+    );
+    assert!(zips(&dir.join("target")).is_empty());
+}
