@@ -283,7 +283,7 @@ async fn a_hand_made_directory_never_passes_for_hashicorps_provider() {
     assert!(
         refused
             .out()
-            .contains("only archives signed with HashiCorp's key are admitted"),
+            .contains("is pinned to HashiCorp's key: only archives signed with it are admitted"),
         "{}",
         refused.out()
     );
@@ -519,21 +519,10 @@ async fn min_trust_refuses_below_it_in_serve_seed_lock_and_import() {
 
 /// `trust` of each cached module version, by `module@version`, from `ls --json`.
 async fn module_trust(cfg: &str) -> Vec<(String, String)> {
-    let ls = provender(&["ls", "--config", cfg, "--json"]).await;
-    ls.ok();
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&ls.stdout).unwrap();
-    rows.iter()
-        .filter(|r| r["kind"] == "module")
-        .map(|r| {
-            (
-                format!(
-                    "{}@{}",
-                    r["module"].as_str().unwrap(),
-                    r["version"].as_str().unwrap()
-                ),
-                r["trust"].as_str().unwrap_or_default().to_string(),
-            )
-        })
+    crate::ops::listed_modules(cfg)
+        .await
+        .into_iter()
+        .map(|(shown, row)| (shown, row["trust"].as_str().unwrap_or_default().into()))
         .collect()
 }
 

@@ -210,6 +210,25 @@ pub async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
     provender(&args).await
 }
 
+/// The cached module versions `provender ls --json` lists, as `host/ns/name/system@version`
+/// with each one's row.
+pub async fn listed_modules(cfg: &str) -> Vec<(String, serde_json::Value)> {
+    let ls = provender(&["ls", "--config", cfg, "--json"]).await;
+    ls.ok();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&ls.stdout).unwrap();
+    rows.into_iter()
+        .filter(|r| r["kind"] == "module")
+        .map(|r| {
+            let shown = format!(
+                "{}@{}",
+                r["module"].as_str().unwrap(),
+                r["version"].as_str().unwrap()
+            );
+            (shown, r)
+        })
+        .collect()
+}
+
 /// `provender import --config <cfg> <source>`.
 pub async fn import(cfg: &str, source: &Path) -> Run {
     provender(&["import", "--config", cfg, path_str(source)]).await
@@ -956,16 +975,18 @@ async fn seed_and_lock_read_opentofu_configurations_as_opentofu_does() {
         path_str(dir.path()),
     ])
     .await;
-    seeded.ok();
+    // The implied hashicorp/null is OpenTofu's: pinned to OpenTofu's key, which the fake
+    // origin cannot sign with, so it is found and refused.
+    seeded.fails(1);
     assert!(
         seeded
             .stdout
             .contains("registry.opentofu.org/acme/foo 2.0.0")
-            && seeded
-                .stdout
-                .contains("registry.opentofu.org/hashicorp/null 3.2.1"),
+            && seeded.stdout.contains(
+                "registry.opentofu.org/hashicorp/null must be signed by OpenTofu's pinned key"
+            ),
         "{}",
-        seeded.stdout
+        seeded.out()
     );
     // Read as Terraform (the default), the same directory names registry.terraform.io, which
     // this configuration does not serve.
@@ -980,6 +1001,11 @@ async fn seed_and_lock_read_opentofu_configurations_as_opentofu_does() {
         as_terraform.out()
     );
     // configurations.tool does the same as --tool, for lock too.
+    std::fs::write(
+        dir.path().join("main.tofu"),
+        "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\", version = \"2.0.0\" }\n  }\n}\n",
+    )
+    .unwrap();
     let locked = provender(&[
         "lock",
         "--config",
