@@ -1,18 +1,12 @@
 //! Command-line interface: argument parsing, logging set-up, exit codes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{Config, ConfigError, Settings};
+use crate::ops::{EXIT_CONFIG, EXIT_UNAVAILABLE, runtime};
 use crate::server::{Server, StartError};
-
-/// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
-pub(crate) const EXIT_CONFIG: u8 = 78;
-/// Exit code when the listening socket cannot be bound (sysexits' EX_UNAVAILABLE): worth a
-/// restart, unlike a configuration error.
-pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 
 #[derive(Parser)]
 #[command(
@@ -77,30 +71,8 @@ fn init_logging(default_level: &str, format: LogFormat) {
     }
 }
 
-/// Reads and validates the configuration file, or takes the built-in defaults without one:
-/// the same for `serve` and every operator command.
-pub(crate) fn load_config(path: Option<&Path>) -> Result<Settings, ConfigError> {
-    match path {
-        Some(path) => Config::from_file(path),
-        None => Ok(Config::default()),
-    }
-    .and_then(|c| c.validate())
-}
-
-/// The multi-threaded async runtime a command runs on; when there can be none, says why on
-/// stderr and gives the exit code to end with.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            eprintln!("provender: cannot start the async runtime: {e}");
-            ExitCode::FAILURE
-        })
-}
-
 fn serve(config_path: Option<PathBuf>) -> ExitCode {
-    let settings = match load_config(config_path.as_deref()) {
+    let settings = match crate::config::load(config_path.as_deref()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("provender: {e}");

@@ -492,6 +492,16 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// Reads and validates the configuration file, or takes the built-in defaults without one:
+/// the same for `serve` and every operator command.
+pub fn load(path: Option<&std::path::Path>) -> Result<Settings, ConfigError> {
+    match path {
+        Some(path) => Config::from_file(path),
+        None => Ok(Config::default()),
+    }
+    .and_then(|c| c.validate())
+}
+
 impl Config {
     /// Reads and parses a TOML file (unknown keys are errors).
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {

@@ -101,3 +101,9 @@ impl Error {
 
 /// Shorthand used throughout the request path.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::cache::Aborted> for Error {
+    fn from(e: crate::cache::Aborted) -> Error {
+        Error::Internal(e.to_string())
+    }
+}

@@ -249,7 +249,7 @@ impl Metrics {
         for reason in VERIFICATION_REASONS {
             self.verification_failures.with_label_values(&[reason]);
         }
-        for trust in crate::trust::SignatureKind::ALL {
+        for trust in crate::records::SignatureKind::ALL {
             self.archive_responses.with_label_values(&[trust.as_str()]);
         }
         self.policy_refusals.with_label_values(&["min_trust"]);

@@ -122,16 +122,16 @@ pub struct Mirror {
     fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
     /// The LRU accounting behind `cache.max_size`; `None` for an unbounded cache.
     budget: Option<Arc<Budget>>,
-    index_flights: Flights<ProviderAddr, Arc<IndexRecord>>,
-    version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>>,
+    index_flights: Flights<ProviderAddr, Arc<IndexRecord>, Error>,
+    version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>, Error>,
     modules: ModuleStore,
-    module_list_flights: Flights<ModuleAddr, Arc<ModuleVersions>>,
-    module_flights: Flights<(ModuleAddr, Version), ModuleRecord>,
+    module_list_flights: Flights<ModuleAddr, Arc<ModuleVersions>, Error>,
+    module_flights: Flights<(ModuleAddr, Version), ModuleRecord, Error>,
     /// When each cached git package's reference was last checked against its origin.
     ref_checks: Mutex<HashMap<(ModuleAddr, Version), std::time::Instant>>,
     /// Provider versions rendered as OCI documents.
     oci_images: moka::future::Cache<(ProviderAddr, Version), Arc<ProviderImage>>,
-    oci_image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>>,
+    oci_image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>, Error>,
     /// The complete-hashes job's queue, once the server started it.
     hash_queue: std::sync::OnceLock<hash_job::HashQueue>,
 }
@@ -149,7 +149,7 @@ impl Mirror {
         if leftovers > 0 {
             tracing::info!("removed {leftovers} unfinished download(s) left by an earlier run");
         }
-        let stray = cache::remove_temp_files(dir);
+        let stray = crate::fsio::remove_temp_files(dir);
         if stray > 0 {
             tracing::info!("removed {stray} unfinished metadata write(s) left by an earlier run");
         }
@@ -659,7 +659,7 @@ impl Mirror {
     /// younger than `cache.stale_if_error`, else fetched again.
     fn list_freshness(&self, fetched_at: u64, found: bool) -> Freshness {
         let cache = &self.settings.cache;
-        let age = Duration::from_secs(cache::now_secs().saturating_sub(fetched_at));
+        let age = Duration::from_secs(crate::clock::now_secs().saturating_sub(fetched_at));
         if !found {
             return match age < cache.not_found_ttl {
                 true => Freshness::Hit("negative_hit"),
@@ -683,7 +683,7 @@ impl Mirror {
         let work = move || async move {
             let found = this.upstream.versions(&owned).await?;
             let rec = IndexRecord {
-                fetched_at: cache::now_secs(),
+                fetched_at: crate::clock::now_secs(),
                 found: found.is_some(),
                 versions: found.map(|l| l.versions).unwrap_or_default(),
                 rendered: Default::default(),
@@ -803,7 +803,7 @@ impl Mirror {
         unavailable.sort();
         let sums = self.fetch_sums(&addr, &version, &packages).await?;
         let mut rec = VersionRecord {
-            fetched_at: cache::now_secs(),
+            fetched_at: crate::clock::now_secs(),
             offered,
             unavailable,
             packages,

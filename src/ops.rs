@@ -41,12 +41,29 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::address::Platform;
 use crate::cache::{StagedFile, Staging};
-use crate::cli::EXIT_CONFIG;
 use crate::config::Settings;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 use crate::records::{ArchiveInfo, ArchiveKey};
 use crate::storage::StorageError;
+
+/// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
+pub(crate) const EXIT_CONFIG: u8 = 78;
+/// Exit code when the listening socket cannot be bound (sysexits' EX_UNAVAILABLE): worth a
+/// restart, unlike a configuration error.
+pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
+
+/// The multi-threaded async runtime a command runs on; when there can be none, says why on
+/// stderr and gives the exit code to end with.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("provender: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
 
 /// The operator subcommands (flattened into the top-level command line).
 #[derive(clap::Subcommand)]
@@ -83,7 +100,7 @@ pub struct CommonArgs {
 
 /// Runs an operator command to completion.
 pub fn run(command: OpsCommand) -> ExitCode {
-    let runtime = match crate::cli::runtime() {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
@@ -164,7 +181,7 @@ pub fn usage(msg: impl Into<String>) -> OpsError {
 
 /// Loads the configuration the same way `serve` does (built-in defaults without a file).
 pub fn load_settings(common: &CommonArgs) -> Result<Settings, OpsError> {
-    crate::cli::load_config(common.config.as_deref()).map_err(|e| usage(e.to_string()))
+    crate::config::load(common.config.as_deref()).map_err(|e| usage(e.to_string()))
 }
 
 /// Opens the cache with `settings` (no network is touched until something is missing), and

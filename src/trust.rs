@@ -45,10 +45,10 @@ use std::sync::OnceLock;
 use pgp::composed::{Deserializable, DetachedSignature, SignedPublicKey};
 use pgp::packet::SignatureType;
 use pgp::types::PublicKeyTrait;
-use serde::{Deserialize, Serialize};
 
 use crate::address::{Hostname, ModuleAddr, Platform, ProviderAddr, Version};
 use crate::records::{ModuleTrust, Package, SigningKey};
+pub use crate::records::{SignatureKind, Trust, UnknownTrustLevel};
 
 /// HashiCorp's public key, as published at hashicorp.com/security.
 const HASHICORP_KEY: &str = include_str!("trust/hashicorp.asc");
@@ -63,75 +63,6 @@ const OPENTOFU_KEY: &str = include_str!("trust/opentofu.asc");
 const MAX_ARMOR_LEN: usize = 256 * 1024;
 /// Most signing keys tried for one SHA256SUMS.
 const MAX_KEYS: usize = 16;
-
-/// How an archive's origin signature was classified; the trust levels, weakest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SignatureKind {
-    /// No origin signature came with it: imported from a source that carries none, on the
-    /// operator's explicit say-so (`import --allow-unverified`).
-    Unverified,
-    /// The origin listed no signing keys and `require_signature` is off for its host.
-    Unsigned,
-    /// Signed by a key the origin vouches for, without a HashiCorp trust signature.
-    Community,
-    /// Signed by a key that carries a trust signature from HashiCorp's partners key.
-    Partner,
-    /// Signed by HashiCorp's own key.
-    Official,
-}
-
-impl SignatureKind {
-    /// Every level, weakest first.
-    pub const ALL: [SignatureKind; 5] = [
-        SignatureKind::Unverified,
-        SignatureKind::Unsigned,
-        SignatureKind::Community,
-        SignatureKind::Partner,
-        SignatureKind::Official,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SignatureKind::Unverified => "unverified",
-            SignatureKind::Unsigned => "unsigned",
-            SignatureKind::Community => "community",
-            SignatureKind::Partner => "partner",
-            SignatureKind::Official => "official",
-        }
-    }
-}
-
-impl std::fmt::Display for SignatureKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for SignatureKind {
-    type Err = UnknownTrustLevel;
-
-    fn from_str(s: &str) -> Result<SignatureKind, UnknownTrustLevel> {
-        SignatureKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| UnknownTrustLevel(s.to_string()))
-    }
-}
-
-/// A trust level's name that is none of [`SignatureKind`]'s (e.g. in `upstream.min_trust`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not one of unverified, unsigned, community, partner, official")]
-pub struct UnknownTrustLevel(pub String);
-
-/// The verified signature of one version (the weakest, if its packages use several SHA256SUMS).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Trust {
-    pub kind: SignatureKind,
-    /// Long ID (16 uppercase hex digits) of the primary key that signed; none when unsigned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_id: Option<String>,
-}
 
 /// Why a SHA256SUMS signature was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -222,7 +222,7 @@ impl Archives {
     /// inspection under `quarantine/`. Returns where it went, or `None` if it was not there.
     pub async fn quarantine(&self, key: &ArchiveKey) -> Result<Option<String>> {
         self.records.invalidate(key);
-        let stamp = format!(".{}", super::now_secs());
+        let stamp = format!(".{}", crate::clock::now_secs());
         let zip = zip_key(key);
         let moved = |k: &Key| {
             let mut segments: Vec<String> = k.segments().map(str::to_string).collect();

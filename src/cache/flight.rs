@@ -2,7 +2,8 @@
 //!
 //! The work runs in its own task, detached from every caller, so a client that hangs up does not
 //! cancel a fetch others are waiting for. All waiters get the same result; errors are not
-//! remembered, so the next call after a failure starts a fresh flight.
+//! remembered, so the next call after a failure starts a fresh flight. The error type is the
+//! caller's: it needs only to be shareable and to say when a flight's task died ([`Aborted`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -11,21 +12,24 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 
-use crate::error::{Error, Result};
+type Flight<T, E> = Shared<BoxFuture<'static, Result<T, E>>>;
 
-type Flight<T> = Shared<BoxFuture<'static, Result<T>>>;
+/// A flight's task ended without a result (it panicked, or the runtime shut down).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("background fetch failed: {0}")]
+pub struct Aborted(pub String);
 
-/// A table of in-progress flights keyed by `K`.
-pub struct Flights<K, T> {
-    inner: Arc<Mutex<Table<K, T>>>,
+/// A table of in-progress flights keyed by `K`, whose work gives `Result<T, E>`.
+pub struct Flights<K, T, E> {
+    inner: Arc<Mutex<Table<K, T, E>>>,
 }
 
-struct Table<K, T> {
+struct Table<K, T, E> {
     next_id: u64,
-    flights: HashMap<K, (u64, Flight<T>)>,
+    flights: HashMap<K, (u64, Flight<T, E>)>,
 }
 
-impl<K, T> Default for Flights<K, T> {
+impl<K, T, E> Default for Flights<K, T, E> {
     fn default() -> Self {
         Flights {
             inner: Arc::new(Mutex::new(Table {
@@ -36,16 +40,17 @@ impl<K, T> Default for Flights<K, T> {
     }
 }
 
-impl<K, T> Flights<K, T>
+impl<K, T, E> Flights<K, T, E>
 where
     K: Eq + Hash + Clone + Send + 'static,
     T: Clone + Send + Sync + 'static,
+    E: From<Aborted> + Clone + Send + Sync + 'static,
 {
     /// Joins the flight for `key`, or starts one with `work` if none is in progress.
     /// Returns the shared result and whether this call started the flight.
-    pub async fn run<F>(&self, key: K, work: impl FnOnce() -> F) -> (Result<T>, bool)
+    pub async fn run<F>(&self, key: K, work: impl FnOnce() -> F) -> (Result<T, E>, bool)
     where
-        F: Future<Output = Result<T>> + Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
     {
         let (flight, leader) = {
             let mut table = self.inner.lock().expect("flight table lock");
@@ -57,10 +62,10 @@ where
                 let task = tokio::spawn(work());
                 let inner = self.inner.clone();
                 let done_key = key.clone();
-                let flight: Flight<T> = async move {
-                    let result = task.await.unwrap_or_else(|e| {
-                        Err(Error::Internal(format!("background fetch failed: {e}")))
-                    });
+                let flight: Flight<T, E> = async move {
+                    let result = task
+                        .await
+                        .unwrap_or_else(|e| Err(Aborted(e.to_string()).into()));
                     // The table lock is held while this flight is inserted, so it is there now.
                     let mut table = inner.lock().expect("flight table lock");
                     if table
@@ -106,11 +111,13 @@ where
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    type Error = Aborted;
     use std::time::Duration;
 
     #[tokio::test]
     async fn concurrent_calls_share_one_run_and_errors_are_not_kept() {
-        let flights: Arc<Flights<&'static str, u32>> = Arc::new(Flights::default());
+        let flights: Arc<Flights<&'static str, u32, Error>> = Arc::new(Flights::default());
         let runs = Arc::new(AtomicUsize::new(0));
         let mut joins = Vec::new();
         for _ in 0..20 {
@@ -120,7 +127,7 @@ mod tests {
                     .run("k", move || async move {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        Err::<u32, _>(Error::Internal("boom".into()))
+                        Err::<u32, _>(Aborted("boom".into()))
                     })
                     .await
                     .0
@@ -138,7 +145,7 @@ mod tests {
 
     #[tokio::test]
     async fn work_survives_its_callers() {
-        let flights: Flights<u8, ()> = Flights::default();
+        let flights: Flights<u8, (), Error> = Flights::default();
         let done = Arc::new(AtomicUsize::new(0));
         let d = done.clone();
         let call = flights.run(1, move || async move {

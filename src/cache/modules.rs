@@ -211,7 +211,7 @@ impl ModuleStore {
     /// `quarantine/modules/`. Returns where it went, or `None` if it was not there.
     pub async fn quarantine(&self, addr: &ModuleAddr, version: &Version) -> Result<Option<String>> {
         self.records.invalidate(&(addr.clone(), version.clone()));
-        let stamp = format!(".{}", super::now_secs());
+        let stamp = format!(".{}", crate::clock::now_secs());
         let moved = |k: &Key| {
             let segments = std::iter::once("quarantine").chain(k.segments());
             Key::new(segments).with_suffix(&stamp)

@@ -28,7 +28,7 @@ impl Staging {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let pid = name.split('-').next().unwrap_or_default();
-            if !super::writer_is_gone(pid) {
+            if !crate::fsio::writer_is_gone(pid) {
                 continue;
             }
             let gone = if entry.file_type()?.is_dir() {

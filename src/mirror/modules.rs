@@ -137,7 +137,7 @@ impl Mirror {
         let work = move || async move {
             let found = this.upstream.module_versions(&owned).await?;
             let rec = ModuleVersions {
-                fetched_at: crate::cache::now_secs(),
+                fetched_at: crate::clock::now_secs(),
                 found: found.is_some(),
                 versions: found.unwrap_or_default(),
             };
@@ -420,7 +420,7 @@ impl Mirror {
             subdir,
             sha256,
             size,
-            fetched_at: crate::cache::now_secs(),
+            fetched_at: crate::clock::now_secs(),
             trust: crate::records::ModuleTrust::Origin,
         };
         self.modules.commit(addr, version, packed, &rec).await?;
@@ -494,7 +494,7 @@ impl Mirror {
         else {
             return;
         };
-        let since_fetch = crate::cache::now_secs().saturating_sub(rec.fetched_at);
+        let since_fetch = crate::clock::now_secs().saturating_sub(rec.fetched_at);
         if self.settings.upstream.offline || since_fetch < REF_CHECK_EVERY.as_secs() {
             return;
         }

@@ -364,7 +364,7 @@ async fn write_bundle(
     let mut manifest = Manifest {
         format: bundle::FORMAT.into(),
         format_version: bundle::FORMAT_VERSION,
-        created_at: crate::cache::now_secs(),
+        created_at: crate::clock::now_secs(),
         versions: Vec::new(),
         modules: modules
             .iter()
@@ -532,7 +532,7 @@ async fn write_bundle(
         out.sync_all().await.map_err(io)?;
         drop(out);
         tokio::fs::rename(&tmp, file).await.map_err(io)?;
-        crate::cache::sync_dir(&dir);
+        crate::fsio::sync_dir(&dir);
         Ok(file.display().to_string())
     }
     .await;
@@ -581,7 +581,7 @@ async fn export_archive(
 
 async fn write_small(path: &Path, bytes: Vec<u8>) -> Result<(), ExportError> {
     let path_owned = path.to_path_buf();
-    tokio::task::spawn_blocking(move || crate::cache::write_atomic(&path_owned, &bytes))
+    tokio::task::spawn_blocking(move || crate::fsio::write_atomic(&path_owned, &bytes))
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)))
         .map_err(ExportError::io(path.display()))

@@ -431,7 +431,7 @@ async fn list_module_version(
         .read_versions(addr)
         .await
         .unwrap_or_else(|| ModuleVersions {
-            fetched_at: crate::cache::now_secs(),
+            fetched_at: crate::clock::now_secs(),
             found: true,
             versions: Vec::new(),
         });
@@ -1054,7 +1054,7 @@ async fn admit(
         }
         let existing = meta.read_version(&vi.addr, &vi.version).await;
         let mut rec = existing.clone().unwrap_or_else(|| VersionRecord {
-            fetched_at: crate::cache::now_secs(),
+            fetched_at: crate::clock::now_secs(),
             offered: Vec::new(),
             unavailable: Vec::new(),
             packages: BTreeMap::new(),
@@ -1110,7 +1110,7 @@ async fn admit(
     for (addr, versions) in index_updates {
         let existing = meta.read_index(&addr).await;
         let mut rec = existing.clone().unwrap_or_else(|| IndexRecord {
-            fetched_at: crate::cache::now_secs(),
+            fetched_at: crate::clock::now_secs(),
             found: true,
             versions: Vec::new(),
             rendered: Default::default(),

@@ -214,7 +214,7 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
     let unchanged = std::fs::read_to_string(&output).is_ok_and(|old| old == text);
     if !unchanged {
         let path = output.clone();
-        tokio::task::spawn_blocking(move || crate::cache::write_atomic(&path, text.as_bytes()))
+        tokio::task::spawn_blocking(move || crate::fsio::write_atomic(&path, text.as_bytes()))
             .await
             .map_err(|e| OpsError::Failed(anyhow::anyhow!("writing task failed: {e}")))?
             .map_err(|e| OpsError::Failed(anyhow::anyhow!("{}: {e}", output.display())))?;

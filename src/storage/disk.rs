@@ -3,7 +3,7 @@
 //! A key is a relative path. Every write goes to a temporary file (`.tmp-<pid>-...`) in the
 //! target's directory, is fsynced, renamed into place, and the directory fsynced: a crash
 //! leaves the old file or the new one, plus at most a temporary file that the next start
-//! removes (see [`crate::cache::remove_temp_files`]).
+//! removes (see [`crate::fsio::remove_temp_files`]).
 //!
 //! An object's last use is its file's access time, set by [`Storage::touch`]. Reading an object
 //! does not change it where the system allows (Linux `O_NOATIME`, for the file's owner), so
@@ -96,7 +96,7 @@ fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
     match std::fs::rename(from, to) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
-            let (tmp, mut out) = crate::cache::temp_file_in(dir)?;
+            let (tmp, mut out) = crate::fsio::temp_file_in(dir)?;
             let copied = std::fs::File::open(from)
                 .and_then(|mut input| io::copy(&mut input, &mut out))
                 .and_then(|_| out.sync_all())
@@ -109,7 +109,7 @@ fn move_into_place(from: &Path, to: &Path) -> io::Result<()> {
         }
         Err(e) => return Err(e),
     }
-    crate::cache::sync_dir(dir);
+    crate::fsio::sync_dir(dir);
     Ok(())
 }
 
@@ -158,7 +158,7 @@ impl Storage for DiskStorage {
 
     async fn write(&self, key: &Key, bytes: Bytes) -> Result<()> {
         let path = self.path_of(key);
-        self.blocking(key, move || crate::cache::write_atomic(&path, &bytes))
+        self.blocking(key, move || crate::fsio::write_atomic(&path, &bytes))
             .await
     }
 

@@ -422,7 +422,7 @@ impl Storage for ObjectStorage {
     async fn probe(&self) -> Result<()> {
         let key = Key::new([
             ".probe".to_string(),
-            format!("{}-{}", crate::cache::now_secs(), std::process::id()),
+            format!("{}-{}", crate::clock::now_secs(), std::process::id()),
         ]);
         self.write(&key, Bytes::from_static(b"probe")).await?;
         let back = self.read(&key).await;

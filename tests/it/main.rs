@@ -6,6 +6,7 @@ mod custody;
 mod deploy;
 mod hashes;
 mod integrity;
+mod layering;
 mod mirror;
 mod module_fixture_smoke;
 mod modules;
