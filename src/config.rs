@@ -200,6 +200,17 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
     pub access_log: bool,
+    #[serde(with = "humantime_serde")]
+    pub tls_handshake_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive_interval: Duration,
+    #[serde(with = "humantime_serde")]
+    pub http2_keep_alive_timeout: Duration,
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -214,6 +225,12 @@ impl Default for ServerConfig {
             drain_delay: Duration::ZERO,
             tls_reload_interval: Duration::from_secs(60),
             access_log: false,
+            tls_handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            http2_keep_alive_interval: Duration::from_secs(20),
+            http2_keep_alive_timeout: Duration::from_secs(20),
+            max_connections: 4096,
         }
     }
 }
@@ -561,6 +578,29 @@ impl ServerConfig {
                 "must be at least 1s (or 0s: reload only on SIGHUP)",
             ));
         }
+        for (key, value) in [
+            ("server.tls_handshake_timeout", s.tls_handshake_timeout),
+            ("server.header_read_timeout", s.header_read_timeout),
+            ("server.idle_timeout", s.idle_timeout),
+            (
+                "server.http2_keep_alive_timeout",
+                s.http2_keep_alive_timeout,
+            ),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key, "must be more than 0s"));
+            }
+        }
+        if s.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
+        // tokio's semaphore, which holds the connection slots, cannot count higher.
+        if s.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(invalid(
+                "server.max_connections",
+                format!("must be at most {}", tokio::sync::Semaphore::MAX_PERMITS),
+            ));
+        }
         let tls = match (&s.tls_cert, &s.tls_key) {
             (Some(cert), Some(key)) => TlsSource::Files {
                 cert: cert.clone(),
@@ -614,6 +654,15 @@ impl ServerConfig {
             drain_delay: s.drain_delay,
             tls_reload_interval: s.tls_reload_interval,
             access_log: s.access_log,
+            connections: ConnectionLimits {
+                tls_handshake_timeout: s.tls_handshake_timeout,
+                header_read_timeout: s.header_read_timeout,
+                idle_timeout: s.idle_timeout,
+                http2_keep_alive_interval: (!s.http2_keep_alive_interval.is_zero())
+                    .then_some(s.http2_keep_alive_interval),
+                http2_keep_alive_timeout: s.http2_keep_alive_timeout,
+                max_connections: s.max_connections,
+            },
         })
     }
 }
@@ -1200,6 +1249,25 @@ pub struct ServerSettings {
     pub tls_reload_interval: Duration,
     /// Log one line per request (target `provender::access`).
     pub access_log: bool,
+    pub connections: ConnectionLimits,
+}
+
+/// How long clients may take and how many connections they may hold (`[server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// From accepting a connection to the end of its TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// HTTP/1.1: for a whole request head, counted from the end of the previous response (or
+    /// from the first byte of a new connection).
+    pub header_read_timeout: Duration,
+    /// How long a connection may have no request in flight.
+    pub idle_timeout: Duration,
+    /// HTTP/2: how often to ping the client (`None`: never).
+    pub http2_keep_alive_interval: Option<Duration>,
+    /// HTTP/2: how long to wait for a ping's answer before closing the connection.
+    pub http2_keep_alive_timeout: Duration,
+    /// Open connections at most; more are closed as soon as they are accepted.
+    pub max_connections: usize,
 }
 
 /// `[cache]`, validated.
@@ -1345,6 +1413,7 @@ mod tests {
         let documented = cfg.validate().unwrap();
         let defaults = Config::from_toml("").unwrap().validate().unwrap();
         assert_eq!(documented.complete_hashes, defaults.complete_hashes);
+        assert_eq!(documented.server.connections, defaults.server.connections);
         assert_eq!(
             documented.complete_hashes.max_bandwidth.map(|b| b.get()),
             Some(20 * 1024 * 1024)
@@ -1377,6 +1446,45 @@ mod tests {
             err("[server]\ntls_reload_interval = '10ms'").contains("server.tls_reload_interval")
         );
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
+    }
+
+    #[test]
+    fn connection_limits_are_checked() {
+        for key in [
+            "tls_handshake_timeout",
+            "header_read_timeout",
+            "idle_timeout",
+            "http2_keep_alive_timeout",
+        ] {
+            let e = err(&format!("[server]\n{key} = '0s'"));
+            assert!(e.contains(&format!("server.{key}")), "{e}");
+        }
+        assert!(err("[server]\nmax_connections = 0").contains("server.max_connections"));
+        assert!(err("[server]\nmax_connections = -1").contains("max_connections"));
+        assert!(
+            err("[server]\nmax_connections = 3000000000000000000")
+                .contains("server.max_connections")
+        );
+        assert!(err("[server]\nidle_timeout = 'soon'").contains("idle_timeout"));
+
+        let limits = |toml: &str| {
+            Config::from_toml(toml)
+                .and_then(|c| c.validate())
+                .unwrap()
+                .server
+                .connections
+        };
+        let defaults = limits("");
+        assert_eq!(defaults.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(60));
+        assert_eq!(defaults.max_connections, 4096);
+        assert_eq!(
+            defaults.http2_keep_alive_interval,
+            Some(Duration::from_secs(20))
+        );
+        // Zero turns HTTP/2 pings off.
+        let off = limits("[server]\nhttp2_keep_alive_interval = '0s'");
+        assert_eq!(off.http2_keep_alive_interval, None);
     }
 
     #[test]

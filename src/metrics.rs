@@ -30,6 +30,16 @@ pub const VERIFICATION_REASONS: [&str; 18] = [
     "reported_h1_mismatch",
 ];
 
+/// Every `reason` of `provender_connections_closed_total`: why the server closed a connection
+/// on its own (see `server::conn`).
+pub const CONNECTION_CLOSE_REASONS: [&str; 5] = [
+    "handshake_timeout",
+    "header_timeout",
+    "idle",
+    "keep_alive_timeout",
+    "limit",
+];
+
 /// Every metric the mirror exports.
 pub struct Metrics {
     registry: Registry,
@@ -57,6 +67,9 @@ pub struct Metrics {
     pub hash_duration: Histogram,
     pub tls_not_after: IntGauge,
     pub tls_reloads: IntCounterVec,
+    pub connections_open: IntGauge,
+    pub connections_max: IntGauge,
+    pub connections_closed: IntCounterVec,
 }
 
 impl Metrics {
@@ -194,6 +207,25 @@ impl Metrics {
                 &["result"],
             )
             .unwrap(),
+            connections_open: IntGauge::new(
+                "provender_connections_open",
+                "Client connections open, from accept (TLS handshake included) to close.",
+            )
+            .unwrap(),
+            connections_max: IntGauge::new(
+                "provender_connections_max",
+                "server.max_connections: open connections at most; more are closed on accept.",
+            )
+            .unwrap(),
+            connections_closed: IntCounterVec::new(
+                Opts::new(
+                    "provender_connections_closed_total",
+                    "Client connections the server closed on its own, by reason (handshake_timeout, \
+                     header_timeout, idle, keep_alive_timeout, limit).",
+                ),
+                &["reason"],
+            )
+            .unwrap(),
             registry,
         };
         let r = &m.registry;
@@ -224,6 +256,9 @@ impl Metrics {
         r.register(Box::new(m.hash_job_archives.clone())).unwrap();
         r.register(Box::new(m.hash_job_bytes.clone())).unwrap();
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
+        r.register(Box::new(m.connections_open.clone())).unwrap();
+        r.register(Box::new(m.connections_max.clone())).unwrap();
+        r.register(Box::new(m.connections_closed.clone())).unwrap();
         m.start_at_zero();
         m
     }
@@ -258,6 +293,9 @@ impl Metrics {
         }
         for result in ["hashed", "present", "failed"] {
             self.hash_job_archives.with_label_values(&[result]);
+        }
+        for reason in CONNECTION_CLOSE_REASONS {
+            self.connections_closed.with_label_values(&[reason]);
         }
     }
 

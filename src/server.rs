@@ -1,10 +1,11 @@
 //! The HTTPS listener: accept loop, TLS (with certificate reloads), HTTP/1.1 and HTTP/2, graceful
-//! shutdown.
+//! shutdown. Each connection is served by [`conn`], within the `[server]` limits on connections.
 //!
 //! [`Server::bind`] does everything that can fail (certificates, cache directories, the upstream
 //! client) before it binds the socket, so a bad setup never leaves a half-started server.
 //! Requests are answered by [`routes`].
 
+mod conn;
 mod page;
 mod routes;
 
@@ -15,8 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -25,14 +24,11 @@ use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 use crate::tls;
 
-/// How long a client may take to complete the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A bound, not yet running server.
 pub struct Server {
     listener: TcpListener,
-    tls: TlsAcceptor,
-    app: Arc<routes::App>,
+    shared: Arc<conn::Shared>,
+    slots: conn::Slots,
     ca_file: Option<PathBuf>,
     grace: Duration,
     drain_delay: Duration,
@@ -115,13 +111,20 @@ impl Server {
         let app = Arc::new(routes::App::new(
             settings.clone(),
             mirror,
-            metrics,
+            metrics.clone(),
             base_url,
         ));
+        let limits = settings.server.connections.clone();
         Ok(Server {
             listener,
-            tls,
-            app,
+            slots: conn::Slots::new(limits.max_connections, &metrics),
+            shared: Arc::new(conn::Shared {
+                tls,
+                http: conn::http_builder(&limits),
+                app,
+                metrics,
+                limits,
+            }),
             ca_file,
             grace: settings.server.shutdown_grace,
             drain_delay: settings.server.drain_delay,
@@ -137,7 +140,7 @@ impl Server {
 
     /// The URL clients should use as `network_mirror` base.
     pub fn base_url(&self) -> &url::Url {
-        &self.app.base_url
+        &self.shared.app.base_url
     }
 
     /// The generated CA certificate clients must trust, when the server made its own.
@@ -148,12 +151,18 @@ impl Server {
     /// Serves until `shutdown` completes; then `/readyz` says draining, connections are still
     /// accepted for `server.drain_delay`, and then no more are, while in-flight responses finish
     /// for up to `server.shutdown_grace`.
+    ///
+    /// Past `server.max_connections` open connections, a new one is accepted and closed at once
+    /// rather than left unaccepted: its client learns straight away instead of waiting in the
+    /// listen backlog for a slot (a load balancer can try another replica), and the backlog
+    /// does not fill with connections whose clients gave up long ago.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let (closing, _) = tokio::sync::watch::channel(false);
         tokio::pin!(shutdown);
         let drained = tokio::time::sleep(Duration::MAX);
         tokio::pin!(drained);
         let mut draining = false;
+        let mut refusing = false;
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -167,7 +176,7 @@ impl Server {
                 },
                 () = &mut shutdown, if !draining => {
                     draining = true;
-                    self.app.start_draining();
+                    self.shared.app.start_draining();
                     if self.drain_delay.is_zero() {
                         break;
                     }
@@ -177,45 +186,44 @@ impl Server {
                 }
                 () = &mut drained, if draining => break,
             };
-            let _ = stream.set_nodelay(true);
-            let app = self.app.clone();
-            let tls = self.tls.clone();
-            let watcher = graceful.watcher();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| app.clone().handle(req, peer));
-                let builder = auto::Builder::new(TokioExecutor::new());
-                let result = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(stream)).await
-                {
-                    Ok(Ok(tls)) => {
-                        watcher
-                            .watch(builder.serve_connection(TokioIo::new(tls), service))
-                            .await
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, "TLS handshake failed: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-                if let Err(e) = result {
-                    tracing::debug!(%peer, "connection ended with an error: {e}");
+            let Some(slot) = self.slots.take() else {
+                if !refusing {
+                    refusing = true;
+                    tracing::warn!(
+                        max = self.shared.limits.max_connections,
+                        "server.max_connections connections are open: closing new ones until some end"
+                    );
                 }
-            });
+                self.shared
+                    .metrics
+                    .connections_closed
+                    .with_label_values(&["limit"])
+                    .inc();
+                drop(stream);
+                continue;
+            };
+            refusing = false;
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(conn::serve(
+                self.shared.clone(),
+                stream,
+                peer,
+                closing.subscribe(),
+                slot,
+            ));
         }
         drop(self.listener);
         tracing::info!("shutting down: no new connections, finishing responses in progress");
         let deadline = tokio::time::Instant::now() + self.grace;
+        closing.send_replace(true);
         tokio::select! {
-            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            () = closing.closed() => tracing::info!("all connections closed"),
             () = tokio::time::sleep_until(deadline) => tracing::warn!("shutdown grace period over; closing remaining connections"),
         }
         // Downloads run detached from connections: let them finish and commit, so the cache is
         // left clean (an unfinished one is discarded from tmp/ at the next start anyway).
         tokio::select! {
-            () = self.app.mirror().drain() => {}
+            () = self.shared.app.mirror().drain() => {}
             () = tokio::time::sleep_until(deadline) => tracing::warn!("shutdown grace period over; abandoning unfinished downloads"),
         }
         Ok(())

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod connections;
 mod custody;
 mod deploy;
 mod hashes;
