@@ -22,6 +22,7 @@ pub mod records;
 pub mod reverify;
 pub mod server;
 pub mod storage;
+pub mod tarball;
 pub mod tls;
 pub mod trust;
 pub mod upstream;

@@ -11,8 +11,9 @@
 //! directories, devices and FIFOs. A link to a file inside the tree is replaced by a copy of
 //! the file (Terraform's archive extractor would write it as an empty file). Entries are
 //! counted and unpacked bytes are counted as they are read, whatever the archive's headers
-//! claim, against [`PackLimits`]. An archive with no regular file is refused, as Terraform
-//! refuses it.
+//! claim, against [`PackLimits`]. A tar stream is read through [`crate::tarball`], which bounds
+//! its extension headers (long names, PAX records) before any entry is seen; GNU sparse files are
+//! refused. An archive with no regular file is refused, as Terraform refuses it.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -72,6 +73,8 @@ pub enum PackError {
         format: &'static str,
         message: String,
     },
+    #[error("is not an acceptable tar archive: {0}")]
+    Tar(#[from] crate::tarball::TarError),
     #[error("entry {name:?}: {why}")]
     Unsafe { name: String, why: &'static str },
     #[error("more than {0} entries (modules.max_entries)")]
@@ -262,37 +265,28 @@ impl Unpacker<'_> {
 }
 
 fn unpack_tar(input: impl Read, u: &mut Unpacker) -> Result<(), PackError> {
-    let malformed = |e: io::Error| PackError::Malformed {
-        format: "tar archive",
-        message: e.to_string(),
-    };
     let mut archive = tar::Archive::new(input);
-    for entry in archive.entries().map_err(malformed)? {
-        let mut entry = entry.map_err(malformed)?;
-        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        let kind = entry.header().entry_type();
-        if matches!(
-            kind,
-            tar::EntryType::XGlobalHeader | tar::EntryType::XHeader | tar::EntryType::GNULongName
-        ) {
-            continue;
-        }
+    for member in crate::tarball::members(&mut archive)? {
+        let mut member = member?;
+        let name = member.name();
         let Some(rel) = safe_path(&name)? else {
             continue;
         };
-        match kind {
+        match member.kind() {
             tar::EntryType::Directory => u.dir(&rel)?,
-            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                let executable = entry.header().mode().is_ok_and(|m| m & 0o111 != 0);
-                u.file(&rel, &mut entry, executable)?;
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let executable = member.body.header().mode().is_ok_and(|m| m & 0o111 != 0);
+                u.file(&rel, &mut member.body, executable)?;
             }
-            tar::EntryType::Symlink | tar::EntryType::Link => {
-                let target = entry
-                    .link_name()
-                    .map_err(malformed)?
-                    .map(|t| t.into_owned())
-                    .unwrap_or_default();
-                u.link(&rel, &target, kind == tar::EntryType::Link)?;
+            kind @ (tar::EntryType::Symlink | tar::EntryType::Link) => {
+                let target = String::from_utf8_lossy(member.link.as_deref().unwrap_or_default());
+                u.link(&rel, Path::new(&*target), kind == tar::EntryType::Link)?;
+            }
+            tar::EntryType::GNUSparse => {
+                return Err(PackError::Unsafe {
+                    name,
+                    why: "is a GNU sparse file, which is not supported",
+                });
             }
             _ => {
                 return Err(PackError::Unsafe {
@@ -584,6 +578,33 @@ mod tests {
             pack(&tar_gz(&many), false),
             Err(PackError::TooManyEntries(100))
         ));
+    }
+
+    #[test]
+    fn oversized_extension_headers_are_refused_unread() {
+        use crate::tarball::tests::{EXTENSIONS, OVERSIZED, oversized_tar_gz, push};
+        let mut head = Vec::new();
+        push(&mut head, tar::EntryType::Regular, "first.tf", b"x");
+        for (kind, extension) in EXTENSIONS {
+            let e = pack(&oversized_tar_gz(&head, kind), false).unwrap_err();
+            let why = format!("tar entry 2: {extension} of {OVERSIZED} bytes, more than 65536");
+            assert!(matches!(e, PackError::Tar(_)), "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!("is not an acceptable tar archive: {why}")
+            );
+        }
+    }
+
+    #[test]
+    fn gnu_sparse_files_are_refused() {
+        let mut tar = Vec::new();
+        crate::tarball::tests::push(&mut tar, tar::EntryType::GNUSparse, "sparse", b"");
+        tar.extend_from_slice(&[0; 1024]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&tar).unwrap();
+        let e = pack(&gz.finish().unwrap(), false).unwrap_err().to_string();
+        assert!(e.contains("sparse"), "{e}");
     }
 
     #[test]

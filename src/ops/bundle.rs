@@ -17,9 +17,10 @@
 //! directory. Import trusts nothing in it that the manifest does not pin by hash, and accepts no
 //! entry the manifest does not name.
 //!
-//! A bundle comes from outside, so [`walk`] reads it as hostile input: every size is bounded,
-//! every path must be one the manifest puts in the layout, every entry must be a regular file,
-//! named once. What is wrong is a [`BundleError`]: the entry, and why.
+//! A bundle comes from outside, so [`walk`] reads it as hostile input: every size is bounded
+//! (extension headers by [`crate::tarball`], before any entry's name is known), every path must
+//! be one the manifest puts in the layout, every entry must be a regular file, named once. What
+//! is wrong is a [`BundleError`]: the entry, and why.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
@@ -50,8 +51,8 @@ pub const MAX_DOCUMENT: u64 = 64 << 20;
 #[error("{entry}: {problem}")]
 pub struct BundleError {
     /// The entry by its name in the bundle (the manifest's own problems are
-    /// `provender-bundle.json`'s), or the part of the bundle that could not be read
-    /// (`manifest`, `reading`, `entry name`, `not a tar bundle`).
+    /// `provender-bundle.json`'s), `manifest` when the bundle starts with something else, or
+    /// `tar entry <n>` (the n-th header of the tar stream) when the stream itself is at fault.
     pub entry: String,
     /// Why.
     pub problem: String,
@@ -426,22 +427,16 @@ pub fn walk<E: std::fmt::Display>(
     mut payload: impl FnMut(Payload<'_>, &mut dyn Read) -> Result<(), E>,
 ) -> Option<(Head, SumsFiles)> {
     let mut tar = tar::Archive::new(reader);
-    let mut entries = match tar.entries() {
-        Ok(e) => e,
+    let mut members = match crate::tarball::members(&mut tar) {
+        Ok(m) => m,
         Err(e) => {
-            failed.push(BundleError::new("not a tar bundle", e));
+            failed.push(tar_error(e));
             return None;
         }
     };
-    let entry_name = |entry: &tar::Entry<'_, _>| -> String {
-        entry
-            .path()
-            .map(|p| p.to_string_lossy().to_string())
-            .unwrap_or_default()
-    };
-    let (manifest, manifest_bytes) = match entries.next() {
-        Some(Ok(mut entry)) => {
-            let name = entry_name(&entry);
+    let (manifest, manifest_bytes) = match members.next() {
+        Some(Ok(mut member)) => {
+            let name = member.name();
             if name != MANIFEST_NAME {
                 failed.push(BundleError::new(
                     "manifest",
@@ -449,7 +444,7 @@ pub fn walk<E: std::fmt::Display>(
                 ));
                 return None;
             }
-            let parsed = read_limited(&mut entry, MAX_DOCUMENT, MANIFEST_NAME)
+            let parsed = read_limited(&mut member.body, MAX_DOCUMENT, MANIFEST_NAME)
                 .and_then(|b| Manifest::parse(&b).map(|m| (m, b)));
             match parsed {
                 Ok(m) => m,
@@ -460,7 +455,7 @@ pub fn walk<E: std::fmt::Display>(
             }
         }
         Some(Err(e)) => {
-            failed.push(BundleError::new("not a tar bundle", e));
+            failed.push(tar_error(e));
             return None;
         }
         None => {
@@ -476,11 +471,11 @@ pub fn walk<E: std::fmt::Display>(
         }
     };
     // The signature, if any, is the second entry; otherwise that entry is an ordinary one.
-    let mut second = entries.next();
+    let mut second = members.next();
     let mut signature = None;
-    if let Some(Ok(entry)) = &mut second {
-        if entry_name(entry) == SIGNATURE_NAME {
-            match read_limited(entry, MAX_DOCUMENT, SIGNATURE_NAME).and_then(|b| {
+    if let Some(Ok(member)) = &mut second {
+        if member.path == SIGNATURE_NAME.as_bytes() {
+            match read_limited(&mut member.body, MAX_DOCUMENT, SIGNATURE_NAME).and_then(|b| {
                 serde_json::from_slice(&b).map_err(|e| BundleError::new(SIGNATURE_NAME, e))
             }) {
                 Ok(sig) => signature = Some(sig),
@@ -503,21 +498,15 @@ pub fn walk<E: std::fmt::Display>(
     }
 
     let mut sums = SumsFiles::new();
-    for entry in second.into_iter().chain(entries) {
-        let mut entry = match entry {
-            Ok(e) => e,
+    for member in second.into_iter().chain(members) {
+        let mut member = match member {
+            Ok(m) => m,
             Err(e) => {
-                failed.push(BundleError::new("reading", e));
+                failed.push(tar_error(e));
                 break;
             }
         };
-        let name = match entry.path() {
-            Ok(p) => p.to_string_lossy().to_string(),
-            Err(e) => {
-                failed.push(BundleError::new("entry name", e));
-                continue;
-            }
-        };
+        let name = member.name();
         let Some(expect) = expected.remove(&name) else {
             failed.push(BundleError::new(
                 name,
@@ -525,13 +514,13 @@ pub fn walk<E: std::fmt::Display>(
             ));
             continue;
         };
-        if entry.header().entry_type() != tar::EntryType::Regular {
+        if member.kind() != tar::EntryType::Regular {
             failed.push(BundleError::new(name, "not a regular file"));
             continue;
         }
         let checked = match expect {
             Expect::Document(want) => {
-                read_limited(&mut entry, MAX_DOCUMENT, &name).and_then(|got| {
+                read_limited(&mut member.body, MAX_DOCUMENT, &name).and_then(|got| {
                     if got == want {
                         Ok(())
                     } else {
@@ -549,7 +538,7 @@ pub fn walk<E: std::fmt::Display>(
                 } else {
                     &meta.sha256
                 };
-                read_limited(&mut entry, MAX_DOCUMENT, &name).and_then(|got| {
+                read_limited(&mut member.body, MAX_DOCUMENT, &name).and_then(|got| {
                     let sha = crate::hash::sha256_hex(&got);
                     if &sha == want {
                         sums.insert((v, s, signature), got);
@@ -564,12 +553,12 @@ pub fn walk<E: std::fmt::Display>(
             }
             Expect::Archive { v, a } => payload(
                 Payload::Archive(&head_read.manifest.versions[v].archives[a], v, a),
-                &mut entry,
+                &mut member.body,
             )
             .map_err(|e| BundleError::new(&name, e)),
             Expect::Module { m } => payload(
                 Payload::Module(&head_read.manifest.modules[m], m),
-                &mut entry,
+                &mut member.body,
             )
             .map_err(|e| BundleError::new(&name, e)),
         };
@@ -586,6 +575,11 @@ pub fn walk<E: std::fmt::Display>(
         ));
     }
     Some((head_read, sums))
+}
+
+/// A bundle's tar stream that cannot be read further, by the header at fault.
+fn tar_error(e: crate::tarball::TarError) -> BundleError {
+    BundleError::new(format!("tar entry {}", e.entry), e.problem)
 }
 
 /// Parses a manifest `source`, which must be the full `host/namespace/type` form.
@@ -727,6 +721,41 @@ mod tests {
             parsed["archives"]["linux_amd64"]["url"],
             "terraform-provider-foo_1.1.0_linux_amd64.zip"
         );
+    }
+
+    /// What [`walk`] reports for `bundle`, refusing every payload.
+    fn walk_problems(bundle: impl Read) -> Vec<BundleError> {
+        let mut failed = Vec::new();
+        walk(
+            bundle,
+            &mut failed,
+            |_| Ok::<(), String>(()),
+            |_, _| Err("no payload expected".to_string()),
+        );
+        failed
+    }
+
+    #[test]
+    fn oversized_extension_headers_are_refused_unread() {
+        use crate::tarball::tests::{EXTENSIONS, oversized_tar_gz, push};
+        let manifest = format!(
+            r#"{{"format":"{FORMAT}","format_version":{FORMAT_VERSION},"created_at":0,"versions":[]}}"#
+        );
+        let mut head = Vec::new();
+        push(
+            &mut head,
+            tar::EntryType::Regular,
+            MANIFEST_NAME,
+            manifest.as_bytes(),
+        );
+        for (kind, extension) in EXTENSIONS {
+            let problem = format!("{extension} of 16777216 bytes, more than 65536");
+            for (head, entry) in [(&head[..], "tar entry 2"), (&[][..], "tar entry 1")] {
+                let bundle = oversized_tar_gz(head, kind);
+                let failed = walk_problems(flate2::read::GzDecoder::new(&bundle[..]));
+                assert_eq!(failed, [BundleError::new(entry, &problem)], "{extension}");
+            }
+        }
     }
 
     #[tokio::test]

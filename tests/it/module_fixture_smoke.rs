@@ -21,7 +21,7 @@ use url::Url;
 
 use crate::support::origin::{
     DownloadAnswer, ENDLESS_GIT_REF, FakeOrigin, Fault, GZIP_BOMB_UNPACKED, HostileModule,
-    ModuleSource, ModuleSpec, RequestKind, ZIP_BOMB_UNPACKED,
+    LONG_NAME_BOMB_DECLARED, ModuleSource, ModuleSpec, RequestKind, ZIP_BOMB_UNPACKED,
 };
 use crate::support::pki::TestCa;
 use crate::support::{Terraform, https_client, install_crypto_provider, poll, tf_config, within};
@@ -721,6 +721,37 @@ async fn module_fixture_hostile_answers() {
     .unwrap();
     assert_eq!(unpacked[1], ("zeros.bin".to_owned(), GZIP_BOMB_UNPACKED));
     const { assert!(GZIP_BOMB_UNPACKED > 64 << 20) };
+
+    // The long-name bomb: small, valid, its first header a GNU long name declaring 256 MiB,
+    // and the zeros it declares really there, followed by main.tf.
+    let bomb = fetch(HostileModule::LongNameBomb).await;
+    assert!(bomb.len() < 1 << 20, "{} bytes", bomb.len());
+    let headers = tokio::task::spawn_blocking(move || {
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bomb[..]));
+        let headers: Vec<_> = (archive.entries().unwrap().raw(true))
+            .map(|e| {
+                let e = e.unwrap();
+                let name = String::from_utf8(e.path_bytes().to_vec()).unwrap();
+                (e.header().entry_type(), name, e.size())
+            })
+            .collect();
+        let mut rest = Vec::new();
+        archive.into_inner().read_to_end(&mut rest).unwrap();
+        headers
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        headers,
+        [
+            (
+                tar::EntryType::GNULongName,
+                "././@LongLink".to_owned(),
+                LONG_NAME_BOMB_DECLARED
+            ),
+            (tar::EntryType::Regular, "main.tf".to_owned(), 60),
+        ]
+    );
 
     // The zip bomb: small, and 256 MiB of zeros inside, as its directory says.
     let zip_bomb = fetch(HostileModule::ZipBomb).await;

@@ -9,9 +9,10 @@
 //!   after a restart on the same cache, `init` still works;
 //! - a git tag moved upstream does not change what is served; a repository's `.gitattributes`
 //!   cannot change a package's bytes (`export-subst`, `export-ignore`);
-//! - hostile origins (`..` and absolute entries, links out of the tree, gzip and zip bombs, a redirect
-//!   loop, endless git, a git tree bomb, a reference that is an option, private addresses) get a clear JSON error and leave nothing in the
-//!   cache;
+//! - hostile origins (`..` and absolute entries, links out of the tree, gzip and zip bombs, a
+//!   tar header declaring 256 MiB, a redirect loop, endless git, a git tree bomb, a reference
+//!   that is an option, private addresses) get a clear JSON error and leave nothing in the
+//!   cache; the real binary refuses that tar header without its memory growing by it;
 //! - `seed`, `ls`, `export --bundle`, `import` and `verify` carry modules into an offline mirror
 //!   that `terraform init` installs from.
 
@@ -26,10 +27,13 @@ use tempfile::TempDir;
 use crate::ops::{config_file, path_str, provender, sealed_config};
 use crate::support::http::get;
 use crate::support::origin::{
-    DownloadAnswer, FakeOrigin, Fault, HostileModule, ModuleSource, ModuleSpec, RequestKind,
+    DownloadAnswer, FakeOrigin, Fault, HostileModule, LONG_NAME_BOMB_DECLARED, ModuleSource,
+    ModuleSpec, RequestKind,
 };
 use crate::support::pki::TestCa;
-use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
+use crate::support::provender::{
+    MirrorOptions, REGISTRY, ServerProcess, TestMirror, files_under, write_config,
+};
 use crate::support::tf_config::{self, root_module};
 use crate::support::{Terraform, TerraformOutput, https_client};
 
@@ -426,6 +430,11 @@ async fn hostile_origins_get_a_clear_error_and_leave_nothing_behind() {
             "modules.max_unpacked_size",
         ),
         (
+            Fault::HostileModule(HostileModule::LongNameBomb),
+            StatusCode::BAD_GATEWAY,
+            "tar entry 1: a GNU long-name header of 268435456 bytes, more than 65536",
+        ),
+        (
             Fault::HostileModule(HostileModule::ZipBomb),
             StatusCode::BAD_GATEWAY,
             "modules.max_unpacked_size",
@@ -508,6 +517,57 @@ async fn hostile_origins_get_a_clear_error_and_leave_nothing_behind() {
     let got = get(&client, &download).await;
     assert_eq!(got.status, StatusCode::OK, "{}", got.text());
     assert_eq!(cached_modules(&mirror.cache_dir).len(), 2);
+}
+
+/// The most memory the real server may use while refusing [`HostileModule::LongNameBomb`]
+/// (it peaks near 30 MiB; without a bound on the header it reached 827 MiB).
+const LONG_NAME_BOMB_PEAK: u64 = 200 << 20;
+
+/// The real binary, whose memory is its own, fetches a package whose first header declares a
+/// 256 MiB name: a 502 naming the header, its peak memory well below that, nothing cached.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_tar_header_is_refused_without_reading_it() {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        Vec::new(),
+        vec![ModuleSpec::new("acme", "net", "test", &["1.0.0"])],
+    )
+    .await;
+    origin.set_fault(Fault::HostileModule(HostileModule::LongNameBomb));
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(&ca, dir.path(), origin.addr(), &MirrorOptions::default());
+    let server = ServerProcess::spawn(&config);
+    let client = https_client(&ca, &[]);
+
+    let got = get(
+        &client,
+        &server.url(&format!(
+            "v1/modules/{REGISTRY}/acme/net/test/1.0.0/download"
+        )),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY, "{}", got.text());
+    assert!(got.content_type().starts_with("application/json"));
+    let message = got.message();
+    assert!(
+        message.contains(&format!(
+            "tar entry 1: a GNU long-name header of {LONG_NAME_BOMB_DECLARED} bytes, more than 65536"
+        )),
+        "{message}"
+    );
+    assert_eq!(origin.count(RequestKind::ModuleArchive), 1, "fetched once");
+    let peak = server.peak_memory();
+    assert!(
+        peak < LONG_NAME_BOMB_PEAK,
+        "peak resident memory {} MiB",
+        peak >> 20
+    );
+    assert_eq!(
+        cached_modules(&dir.path().join("cache")),
+        Vec::<PathBuf>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

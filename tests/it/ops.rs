@@ -8,7 +8,8 @@
 //!   origin, and `terraform init` accepts it;
 //! - an exported directory served by nginx works as a `network_mirror`;
 //! - a `terraform providers mirror` directory imports and serves sealed;
-//! - `import` refuses tampered bundles and directories and leaves the cache as it was;
+//! - `import` refuses tampered bundles and directories and leaves the cache as it was, and a
+//!   bundle with a tar header declaring 256 MiB without its memory growing by it;
 //! - `ls`, `verify` (quarantine of a damaged archive), failures reported with non-zero exits;
 //! - `verify` and `import` hash archives within the configured zip limits.
 
@@ -195,6 +196,67 @@ pub async fn provender(args: &[&str]) -> Run {
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
+}
+
+/// Runs the real `provender` binary like [`provender`], and also returns its peak resident
+/// memory in bytes (from `wait4`, which reports it for exactly that process).
+#[cfg(target_os = "linux")]
+pub async fn provender_with_peak_memory(args: &[&str]) -> (Run, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let argv = owned.clone();
+    let (status, stdout, stderr, max_rss_kib) = tokio::time::timeout(
+        TIMEOUT * 4,
+        #[allow(clippy::zombie_processes, reason = "reaped by wait4, not by std")]
+        tokio::task::spawn_blocking(move || {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_provender"))
+                .args(&argv)
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run provender");
+            let mut stderr_pipe = child.stderr.take().unwrap();
+            let stderr = std::thread::spawn(move || {
+                let mut out = Vec::new();
+                stderr_pipe.read_to_end(&mut out).map(|_| out)
+            });
+            let mut stdout = Vec::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_end(&mut stdout)
+                .unwrap();
+            let stderr = stderr.join().unwrap().unwrap();
+            let mut status = 0;
+            // SAFETY: rusage is plain data, all zeros is a valid value; wait4 fills it in.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: waits for our own child, which nothing else waits for.
+            let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+            assert_eq!(
+                pid,
+                child.id() as libc::pid_t,
+                "wait4: {}",
+                std::io::Error::last_os_error()
+            );
+            let status = std::process::ExitStatus::from_raw(status);
+            (status, stdout, stderr, usage.ru_maxrss as u64)
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("provender {owned:?} did not finish"))
+    .expect("provender runner");
+    let run = Run {
+        args: owned,
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    };
+    (run, max_rss_kib * 1024)
 }
 
 /// `provender seed --config <cfg>` for each of `platforms` and of `providers`
@@ -803,6 +865,93 @@ async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {
     // The genuine bundle is admitted next to what was there.
     import(target_cfg, &bundle).await.ok();
     assert_eq!(zips(&target).len(), 3);
+}
+
+/// How many bytes the GNU long-name header slipped into a bundle declares (and holds, as a
+/// hole in a sparse file).
+const LONG_NAME_DECLARED: u64 = 256 << 20;
+
+/// The most memory `import` may use while refusing that header (it peaks near 30 MiB; without
+/// a bound on the header it reached 664 MiB).
+const LONG_NAME_PEAK: u64 = 200 << 20;
+
+/// A signed bundle with a 256 MiB long-name header slipped in before its archive: `import`
+/// fails naming that header, admits nothing, and its peak memory stays well below the size.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn import_refuses_an_oversized_tar_header_without_reading_it() {
+    use std::io::{Seek, SeekFrom, Write};
+    let Connected {
+        ca,
+        origin,
+        work,
+        cfg,
+        ..
+    } = connected().await;
+    let cfg = path_str(&cfg);
+    seed(cfg, &["linux_amd64"], &["acme/bar@2.3.0"]).await.ok();
+    let bundle = work.path().join("b.tar");
+    export_bundle(cfg, &bundle).await;
+
+    // The same bundle with a GNU long-name header of 256 MiB (zeros) before its archive.
+    let bytes = std::fs::read(&bundle).unwrap();
+    let mut archive = tar::Archive::new(&bytes[..]);
+    let at = archive
+        .entries()
+        .unwrap()
+        .map(Result::unwrap)
+        .find(|e| e.path_bytes().ends_with(b".zip"))
+        .map(|e| e.raw_header_position() as usize)
+        .expect("an archive in the bundle");
+    let mut header = tar::Header::new_gnu();
+    header.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+    header.set_entry_type(tar::EntryType::GNULongName);
+    header.set_size(LONG_NAME_DECLARED);
+    header.set_cksum();
+    let hostile = work.path().join("hostile.tar");
+    let mut out = std::fs::File::create(&hostile).unwrap();
+    out.write_all(&bytes[..at]).unwrap();
+    out.write_all(header.as_bytes()).unwrap();
+    out.seek(SeekFrom::Current(LONG_NAME_DECLARED as i64))
+        .unwrap();
+    out.write_all(&bytes[at..]).unwrap();
+    drop(out);
+    let number = {
+        let mut archive = tar::Archive::new(&bytes[..at]);
+        archive.entries().unwrap().raw(true).count() + 1
+    };
+
+    let target = work.path().join("target");
+    let target_cfg = config_file(work.path(), "target.toml", &target, origin.addr(), &ca, "");
+    let (refused, peak) = provender_with_peak_memory(&[
+        "import",
+        "--config",
+        path_str(&target_cfg),
+        path_str(&hostile),
+    ])
+    .await;
+    refused.fails(1);
+    let expected = format!(
+        "tar entry {number}: a GNU long-name header of {LONG_NAME_DECLARED} bytes, more than 65536"
+    );
+    assert!(refused.out().contains(&expected), "{}", refused.out());
+    assert!(
+        refused.stdout.contains("the cache is unchanged"),
+        "{}",
+        refused.stdout
+    );
+    assert!(
+        peak < LONG_NAME_PEAK,
+        "peak resident memory {} MiB",
+        peak >> 20
+    );
+    assert!(
+        zips(&target).is_empty(),
+        "nothing admitted: {:?}",
+        zips(&target)
+    );
+    assert!(files_under(&target.join("metadata")).is_empty());
+    assert!(files_under(&target.join("tmp")).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

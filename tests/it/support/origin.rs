@@ -67,8 +67,8 @@ mod git;
 mod modules;
 
 pub use modules::{
-    DownloadAnswer, ENDLESS_GIT_REF, GZIP_BOMB_UNPACKED, HostileModule, ModuleSource, ModuleSpec,
-    ZIP_BOMB_UNPACKED,
+    DownloadAnswer, ENDLESS_GIT_REF, GZIP_BOMB_UNPACKED, HostileModule, LONG_NAME_BOMB_DECLARED,
+    ModuleSource, ModuleSpec, ZIP_BOMB_UNPACKED,
 };
 
 use self::git::GitRepos;

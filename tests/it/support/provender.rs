@@ -332,6 +332,19 @@ impl ServerProcess {
         }
     }
 
+    /// Its peak resident memory so far, in bytes (`VmHWM` in `/proc/<pid>/status`).
+    pub fn peak_memory(&self) -> u64 {
+        let path = format!("/proc/{}/status", self.child.id());
+        let status = std::fs::read_to_string(&path).expect("read the process status");
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no VmHWM in {path}:\n{status}"));
+        kib * 1024
+    }
+
     /// Everything it logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")

@@ -29,6 +29,10 @@ pub const GZIP_BOMB_UNPACKED: u64 = 1 << 30;
 /// about 250 KiB).
 pub const ZIP_BOMB_UNPACKED: u64 = 256 << 20;
 
+/// How many bytes the long-name bomb's GNU long-name header declares, and holds in zeros
+/// (256 MiB; the `.tar.gz` itself stays around 260 KiB).
+pub const LONG_NAME_BOMB_DECLARED: u64 = 256 << 20;
+
 /// The tag of the only version of the endless git repository.
 pub const ENDLESS_GIT_REF: &str = "v1.0.0";
 
@@ -292,6 +296,9 @@ pub enum HostileModule {
     Symlink,
     /// A ~1 MiB tar.gz with `main.tf` and `zeros.bin`, [`GZIP_BOMB_UNPACKED`] bytes of zeros.
     GzipBomb,
+    /// A ~260 KiB tar.gz whose first entry is a GNU long-name (`L`) header declaring (and
+    /// holding) [`LONG_NAME_BOMB_DECLARED`] bytes of zeros, then `main.tf`.
+    LongNameBomb,
     /// A `.zip` with `main.tf` and `zeros.bin`, [`ZIP_BOMB_UNPACKED`] bytes of zeros, whose
     /// central directory states that size honestly.
     ZipBomb,
@@ -309,11 +316,12 @@ pub enum HostileModule {
 
 impl HostileModule {
     /// Every hostile package.
-    pub const ALL: [HostileModule; 9] = [
+    pub const ALL: [HostileModule; 10] = [
         HostileModule::DotDot,
         HostileModule::AbsolutePath,
         HostileModule::Symlink,
         HostileModule::GzipBomb,
+        HostileModule::LongNameBomb,
         HostileModule::ZipBomb,
         HostileModule::RedirectLoop,
         HostileModule::EndlessGit,
@@ -328,6 +336,7 @@ impl HostileModule {
             HostileModule::AbsolutePath => "/modarchives/hostile/absolute.tar.gz",
             HostileModule::Symlink => "/modarchives/hostile/symlink.tar.gz",
             HostileModule::GzipBomb => "/modarchives/hostile/bomb.tar.gz",
+            HostileModule::LongNameBomb => "/modarchives/hostile/longname.tar.gz",
             HostileModule::ZipBomb => "/modarchives/hostile/bomb.zip",
             HostileModule::RedirectLoop => "/modarchives/hostile/loop.tar.gz",
             HostileModule::EndlessGit | HostileModule::OptionRef => "/git/endless.git",
@@ -370,6 +379,10 @@ impl HostileModule {
                 TarEntry::symlink("secrets.tf", "../../../../../../etc/passwd"),
             ],
             HostileModule::GzipBomb => return Some(gzip_bomb().clone()),
+            HostileModule::LongNameBomb => {
+                static BOMB: OnceLock<Bytes> = OnceLock::new();
+                return Some(BOMB.get_or_init(build_long_name_bomb).clone());
+            }
             HostileModule::ZipBomb => {
                 static BOMB: OnceLock<Bytes> = OnceLock::new();
                 return Some(BOMB.get_or_init(zip_bomb).clone());
@@ -480,38 +493,59 @@ fn zip_bomb() -> Bytes {
     Bytes::from(zip.finish().unwrap().into_inner())
 }
 
-/// The gzip bomb's bytes, built once per test process (in milliseconds: the compressed form
-/// of 1 MiB of zeros is made once and repeated, see [`build_gzip_bomb`]).
+/// The gzip bomb's bytes, built once per test process (in milliseconds: see
+/// [`gzip_with_zeros`]).
 fn gzip_bomb() -> &'static Bytes {
     static BOMB: OnceLock<Bytes> = OnceLock::new();
     BOMB.get_or_init(build_gzip_bomb)
 }
 
-/// A valid tar.gz holding `main.tf` and [`GZIP_BOMB_UNPACKED`] zero bytes in `zeros.bin`,
-/// written without compressing a gigabyte: after a full flush a deflate encoder refers to
-/// nothing before it, so the encoded form of one zero-filled MiB, ending on a full flush,
-/// can be repeated as often as needed. The gzip trailer's CRC is combined the same way.
+/// A valid tar.gz holding `main.tf` and [`GZIP_BOMB_UNPACKED`] zero bytes in `zeros.bin`.
 fn build_gzip_bomb() -> Bytes {
-    const CHUNK: usize = 1 << 20;
     // The tar stream: main.tf, zeros.bin's header, then only zeros (its content, no padding
     // since the size is a multiple of 512, and the two end-of-archive blocks).
     let main_tf = b"# A hostile test package: zeros.bin expands to 1 GiB.\n".to_vec();
-    let mut head = Vec::new();
-    let main_entry = TarEntry::file("main.tf", main_tf);
-    head.extend_from_slice(
-        main_entry
-            .header(main_entry.content.len() as u64)
-            .as_bytes(),
-    );
-    head.extend_from_slice(&main_entry.content);
-    head.resize(head.len().div_ceil(512) * 512, 0);
+    let mut head = tar_entry_bytes(&TarEntry::file("main.tf", main_tf));
     let zeros_entry = TarEntry::file("zeros.bin", Vec::new());
     head.extend_from_slice(zeros_entry.header(GZIP_BOMB_UNPACKED).as_bytes());
-    let tail_zeros = GZIP_BOMB_UNPACKED + 1024;
-    let chunks = tail_zeros / CHUNK as u64;
-    let rest = (tail_zeros % CHUNK as u64) as usize;
+    gzip_with_zeros(&head, GZIP_BOMB_UNPACKED + 1024, &[])
+}
 
-    let zeros = vec![0u8; CHUNK];
+/// A valid tar.gz: a GNU long-name header declaring [`LONG_NAME_BOMB_DECLARED`] bytes, as many
+/// zeros (no padding: the size is a multiple of 512), then `main.tf` and the end of archive.
+fn build_long_name_bomb() -> Bytes {
+    let long_name = TarEntry {
+        name: "././@LongLink".to_owned(),
+        kind: tar::EntryType::GNULongName,
+        mode: 0o644,
+        content: Vec::new(),
+        link: None,
+    };
+    let head = long_name.header(LONG_NAME_BOMB_DECLARED);
+    let main_tf = b"# A hostile test package: its name header declares 256 MiB.\n".to_vec();
+    let mut tail = tar_entry_bytes(&TarEntry::file("main.tf", main_tf));
+    tail.extend_from_slice(&[0; 1024]);
+    gzip_with_zeros(head.as_bytes(), LONG_NAME_BOMB_DECLARED, &tail)
+}
+
+/// One entry as tar bytes: its header and its content, padded to a block.
+fn tar_entry_bytes(entry: &TarEntry) -> Vec<u8> {
+    let mut out = entry.header(entry.content.len() as u64).as_bytes().to_vec();
+    out.extend_from_slice(&entry.content);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+/// A gzip of `head`, `zeros` zero bytes and `tail`, written without compressing all the zeros:
+/// after a full flush a deflate encoder refers to nothing before it, so the encoded form of one
+/// zero-filled MiB, ending on a full flush, can be repeated as often as needed. The gzip
+/// trailer's CRC is combined the same way.
+fn gzip_with_zeros(head: &[u8], zeros: u64, tail: &[u8]) -> Bytes {
+    const CHUNK: usize = 1 << 20;
+    let chunks = zeros / CHUNK as u64;
+    let rest = (zeros % CHUNK as u64) as usize;
+
+    let zero_chunk = vec![0u8; CHUNK];
     let mut encoder = Compress::new(Compression::best(), false);
     let mut deflate = |input: &[u8], flush: FlushCompress| -> Vec<u8> {
         let mut out = Vec::with_capacity(input.len() + 64 * 1024);
@@ -526,19 +560,21 @@ fn build_gzip_bomb() -> Bytes {
         );
         out
     };
-    let head_deflated = deflate(&head, FlushCompress::Full);
-    let chunk_deflated = deflate(&zeros, FlushCompress::Full);
-    let rest_deflated = deflate(&zeros[..rest], FlushCompress::Finish);
+    let head_deflated = deflate(head, FlushCompress::Full);
+    let chunk_deflated = deflate(&zero_chunk, FlushCompress::Full);
+    let rest_deflated = deflate(&zero_chunk[..rest], FlushCompress::Full);
+    let tail_deflated = deflate(tail, FlushCompress::Finish);
 
     let mut crc = Crc::new();
-    crc.update(&head);
+    crc.update(head);
     let mut chunk_crc = Crc::new();
-    chunk_crc.update(&zeros);
+    chunk_crc.update(&zero_chunk);
     for _ in 0..chunks {
         crc.combine(&chunk_crc);
     }
-    crc.update(&zeros[..rest]);
-    let total = head.len() as u64 + tail_zeros;
+    crc.update(&zero_chunk[..rest]);
+    crc.update(tail);
+    let total = head.len() as u64 + zeros + tail.len() as u64;
 
     // gzip header: magic, deflate, no flags, no mtime, no extra flags, unknown OS.
     let mut gz = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -547,6 +583,7 @@ fn build_gzip_bomb() -> Bytes {
         gz.extend_from_slice(&chunk_deflated);
     }
     gz.extend_from_slice(&rest_deflated);
+    gz.extend_from_slice(&tail_deflated);
     gz.extend_from_slice(&crc.sum().to_le_bytes());
     gz.extend_from_slice(&(total as u32).to_le_bytes());
     Bytes::from(gz)
