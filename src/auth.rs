@@ -21,7 +21,13 @@ use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::ConfigError;
+/// A bad `[auth]` setting: the key at fault and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("config key {key}: {message}")]
+pub struct AuthConfigError {
+    pub key: String,
+    pub message: String,
+}
 
 /// `[auth]` as written in the configuration file.
 #[derive(Clone, Deserialize)]
@@ -75,8 +81,8 @@ impl Default for AuthConfig {
     }
 }
 
-fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
+fn invalid(key: &str, message: impl Into<String>) -> AuthConfigError {
+    AuthConfigError {
         key: key.to_string(),
         message: message.into(),
     }
@@ -86,7 +92,7 @@ const MIN_KEY_LEN: usize = 32;
 
 impl AuthConfig {
     /// Checks the section and loads the token and key files.
-    pub fn validate(&self) -> Result<AuthSettings, ConfigError> {
+    pub fn validate(&self) -> Result<AuthSettings, AuthConfigError> {
         let mut digests = Vec::new();
         for (i, t) in self.tokens.iter().enumerate() {
             check_token(t).map_err(|e| invalid(&format!("auth.tokens[{i}]"), e.to_string()))?;
@@ -170,7 +176,7 @@ fn check_token(t: &str) -> Result<(), TokenError> {
     Ok(())
 }
 
-fn check_key(key: &str, value: &str) -> Result<Vec<u8>, ConfigError> {
+fn check_key(key: &str, value: &str) -> Result<Vec<u8>, AuthConfigError> {
     if value.len() < MIN_KEY_LEN {
         return Err(invalid(
             key,
@@ -180,7 +186,7 @@ fn check_key(key: &str, value: &str) -> Result<Vec<u8>, ConfigError> {
     Ok(value.as_bytes().to_vec())
 }
 
-fn read_token_file(path: &Path) -> Result<Vec<(usize, String)>, ConfigError> {
+fn read_token_file(path: &Path) -> Result<Vec<(usize, String)>, AuthConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         invalid(
             "auth.token_file",
@@ -195,7 +201,7 @@ fn read_token_file(path: &Path) -> Result<Vec<(usize, String)>, ConfigError> {
         .collect())
 }
 
-fn random_key() -> Result<Vec<u8>, ConfigError> {
+fn random_key() -> Result<Vec<u8>, AuthConfigError> {
     use ring::rand::SecureRandom;
     let mut key = vec![0u8; 32];
     ring::rand::SystemRandom::new()

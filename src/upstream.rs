@@ -15,6 +15,7 @@ mod modules;
 pub mod policy;
 mod providers;
 mod resolve;
+mod settings;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,9 +32,9 @@ pub use documents::{
 pub use git::{GitFetch, GitLimits, MIN_GIT, TAR_OVERHEAD_PER_ENTRY};
 pub use modules::Location;
 pub use providers::ArchiveDownload;
+pub use settings::{HostSettings, ProxyUrl, UpstreamSettings};
 
 use crate::address::Hostname;
-use crate::config::UpstreamSettings;
 use crate::metrics::Metrics;
 
 /// What an upstream request was for; the `operation` label of upstream metrics.
