@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use provender::address::ProviderAddr;
 use provender::trust::Verifier;
-use provender::upstream::SigningKey;
+use provender::records::SigningKey;
 
 const KEY: &str = include_str!("../../src/trust/testdata/author.asc");
 
