@@ -24,6 +24,7 @@
 mod archives;
 mod budget;
 mod flight;
+mod listing;
 mod meta;
 mod modules;
 mod staging;
@@ -31,6 +32,9 @@ mod staging;
 pub use archives::{Archives, StoredArchive, StoredEntry, zip_key};
 pub use budget::{Budget, Lease};
 pub use flight::{Aborted, Flights};
+pub use listing::{
+    FreshnessRules, Listing, Listings, NotCached, Verdict, module_list_key, provider_list_key,
+};
 pub use meta::MetaStore;
 pub use modules::{ModuleStore, StoredModule, package_key};
 pub use staging::{ScratchDir, StagedFile, Staging};
