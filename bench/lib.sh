@@ -7,7 +7,8 @@
 #   bench_tools        nginx, wrk, gpg, openssl, curl, python3 (apt-get as root when missing)
 #   bench_workdir NAME the work directory, the results file and the clean-up trap
 #   bench_machine      machine and load average on stderr (sets LOAD_START)
-#   bench_build        cargo build --release --locked unless --skip-build (PROVENDER, REVISION)
+#   bench_build        cargo build --release --locked unless --skip-build (PROVENDER, REVISION);
+#                      PROVENDER_BIN=<file> measures that binary instead (e.g. an earlier build)
 #   bench_pki          throw-away CA and server certificate (CA, CERT, KEY)
 #   bench_origin       origin registry fixtures (BIG_ZIP, BIG_BYTES, BIG_SHA256, MID_...)
 #   start_origin ...   an nginx serving them
@@ -148,8 +149,10 @@ bench_build() {
     fi
     REVISION=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || REVISION="$REVISION (with uncommitted changes)"
-    PROVENDER=$ROOT/target/release/provender
+    PROVENDER=${PROVENDER_BIN:-$ROOT/target/release/provender}
     [ -x "$PROVENDER" ] || die "no $PROVENDER (run without --skip-build)"
+    # Another build under test (e.g. the previous release, to compare against): its path.
+    [ -z "${PROVENDER_BIN:-}" ] || REVISION="$(basename "$PROVENDER_BIN") (PROVENDER_BIN)"
 }
 # The tool versions every report names.
 tool_versions() {
