@@ -17,7 +17,7 @@
 //!   (the installed version, else every cached version the call allows), with the providers and
 //!   modules the kept cached modules need in turn. A pinned version keeps every platform.
 //! - **Removal** goes through the stores the server uses: each archive record first, then its
-//!   zip ([`crate::cache::Archives::remove`]), so no reader finds half an archive; then the
+//!   zip ([`crate::cache::Objects::remove`]), so no reader finds half an archive; then the
 //!   version's record (`<version>.json`) and its SHA256SUMS copies, which the mirror rebuilds
 //!   from the origin if the version is asked for again. With `upstream.offline`, where the
 //!   cache is all there is, the version also leaves the cached version list (`index.json`,
