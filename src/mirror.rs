@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::cache::{
-    self, Archives, Budget, Flights, MetaStore, ModuleStore, Staging, StoredArchive,
+    self, ArchiveKind, Archives, Budget, Flights, MetaStore, Modules, Opened, Staging,
 };
 use crate::config::Settings;
 use crate::error::{Error, Result};
@@ -93,11 +93,11 @@ pub enum NotReady {
     Timeout,
 }
 
-impl From<StoredArchive> for ArchiveBody {
-    fn from(a: StoredArchive) -> ArchiveBody {
+impl From<Opened<ArchiveKind>> for ArchiveBody {
+    fn from(a: Opened<ArchiveKind>) -> ArchiveBody {
         ArchiveBody {
-            sha256: a.info.sha256,
-            size: Some(a.info.size),
+            sha256: a.record.sha256,
+            size: Some(a.record.size),
             modified: a.modified,
             stream: a.body,
         }
@@ -124,7 +124,7 @@ pub struct Mirror {
     budget: Option<Arc<Budget>>,
     index_flights: Flights<ProviderAddr, Arc<IndexRecord>, Error>,
     version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>, Error>,
-    modules: ModuleStore,
+    modules: Modules,
     module_list_flights: Flights<ModuleAddr, Arc<ModuleVersions>, Error>,
     module_flights: Flights<(ModuleAddr, Version), ModuleRecord, Error>,
     /// When each cached git package's reference was last checked against its origin.
@@ -156,7 +156,7 @@ impl Mirror {
         let entries = settings.cache.metadata_entries;
         let meta = MetaStore::new(storage.clone(), entries);
         let archives = Archives::new(storage.clone(), entries);
-        let modules = ModuleStore::new(storage, entries);
+        let modules = Modules::new(storage, entries);
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
             .with_git(&settings.modules.git.program);
         let budget = settings.cache.max_size.map(Budget::new);
@@ -297,7 +297,7 @@ impl Mirror {
             }
         }
         if let Some(found) = self.open_archive(&key).await? {
-            let trust = self.archive_trust(&key, &found.info).await;
+            let trust = self.archive_trust(&key, &found.record).await;
             self.admit(&key, trust)?;
             self.metrics.lookup("archive", "hit");
             if let Some(rec) = self
@@ -309,7 +309,7 @@ impl Mirror {
                 self.want_hashes(addr, version, &rec);
             }
             self.served(trust);
-            let size = found.info.size;
+            let size = found.record.size;
             let mut body = ArchiveBody::from(found);
             self.record_use(&key);
             if let Some(budget) = &self.budget {
@@ -397,10 +397,10 @@ impl Mirror {
             });
         }
         if let Some(found) = self.open_archive(&key).await? {
-            self.admit(&key, self.archive_trust(&key, &found.info).await)?;
+            self.admit(&key, self.archive_trust(&key, &found.record).await)?;
             return Ok(ArchiveHead {
-                sha256: found.info.sha256,
-                size: Some(found.info.size),
+                sha256: found.record.sha256,
+                size: Some(found.record.size),
                 modified: found.modified,
             });
         }
@@ -435,7 +435,7 @@ impl Mirror {
     }
 
     async fn archive_info(&self, key: &ArchiveKey) -> Result<Option<ArchiveInfo>> {
-        self.store.info(key).await.map_err(Error::from)
+        self.store.record(key).await.map_err(Error::from)
     }
 
     /// The validated key of an archive this mirror may serve.
@@ -507,15 +507,6 @@ impl Mirror {
         }
     }
 
-    /// Why an archive whose SHA-256 is `sha256` does not match the `shasum` its origin published
-    /// (as recorded in the version record), or `None` when it does or nothing is recorded.
-    pub async fn origin_disagrees(&self, key: &ArchiveKey, sha256: &str) -> Option<String> {
-        let rec = self.meta.read_version(&key.addr, &key.version).await?;
-        let pkg = rec.packages.get(&key.platform)?;
-        (pkg.shasum != sha256)
-            .then(|| format!("SHA-256 is {sha256}, the origin published {}", pkg.shasum))
-    }
-
     /// Bookkeeping after an archive entered the store.
     async fn archive_committed(&self, key: &ArchiveKey, size: u64) {
         self.metrics.cache_archives.inc();
@@ -566,6 +557,11 @@ impl Mirror {
         }
     }
 
+    /// The local staging area.
+    pub fn staging(&self) -> &Staging {
+        &self.staging
+    }
+
     /// A new scratch directory in the staging area, removed when dropped.
     pub fn scratch_dir(&self) -> std::io::Result<cache::ScratchDir> {
         self.staging.scratch_dir()
@@ -582,7 +578,7 @@ impl Mirror {
     }
 
     /// The cached modules.
-    pub fn module_store(&self) -> &ModuleStore {
+    pub fn module_store(&self) -> &Modules {
         &self.modules
     }
 
@@ -591,7 +587,7 @@ impl Mirror {
         &self.meta
     }
 
-    async fn open_archive(&self, key: &ArchiveKey) -> Result<Option<StoredArchive>> {
+    async fn open_archive(&self, key: &ArchiveKey) -> Result<Option<Opened<ArchiveKind>>> {
         self.store.open(key).await.map_err(Error::from)
     }
 
@@ -890,7 +886,7 @@ impl Mirror {
                 version: version.clone(),
                 platform: platform.clone(),
             };
-            if let Ok(Some(info)) = self.store.info(&key).await {
+            if let Ok(Some(info)) = self.store.record(&key).await {
                 if info.sha256 == pkg.shasum {
                     pkg.h1 = Some(info.h1);
                 }

@@ -3,8 +3,10 @@
 //! **Records** are what the cache persists and every layer passes around: a provider's version
 //! list ([`IndexRecord`]), everything known about one version ([`VersionRecord`], with a
 //! [`Package`] per platform and the [`SumsRef`]s of its checksum files), and the description of
-//! a stored archive ([`ArchiveInfo`], keyed by [`ArchiveKey`]). `upstream` produces them from
-//! what origins send, `cache` stores them, `mirror` and `ops` read them.
+//! a stored archive ([`ArchiveInfo`], keyed by [`ArchiveKey`]); for modules, a version list
+//! ([`ModuleVersions`]) and a stored package's description ([`ModuleRecord`], keyed by
+//! [`ModuleKey`]). `upstream` produces them from what origins send, `cache` stores them,
+//! `mirror` and `ops` read them.
 //!
 //! **Documents** are the JSON a client is served, rendered from records by the types in
 //! [`docs`]: the network mirror protocol's `index.json` and `<version>.json` (also written by
@@ -17,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod oci;
 
-use crate::address::{Platform, ProviderAddr, Version};
+use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 
 /// How an archive's origin signature was classified; the trust levels, weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -328,6 +330,28 @@ pub enum ModuleSource {
         reference: Option<String>,
         commit: String,
     },
+}
+
+/// Identifies one cached module version: its package and its record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleKey {
+    pub addr: ModuleAddr,
+    pub version: Version,
+}
+
+impl ModuleKey {
+    pub fn new(addr: &ModuleAddr, version: &Version) -> ModuleKey {
+        ModuleKey {
+            addr: addr.clone(),
+            version: version.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for ModuleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "module {} {}", self.addr, self.version)
+    }
 }
 
 /// A cached module version: where it came from and the archive provender serves for it. The

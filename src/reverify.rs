@@ -1,27 +1,31 @@
-//! Periodic re-verification of cached archives.
+//! Re-verification of stored objects: the periodic pass, and [`recheck`], the one check of a
+//! stored object that the pass and `provender verify` share.
 //!
 //! Disks rot and people edit files: an archive that was verified when it was admitted is not
 //! guaranteed to be the same bytes a month later. Every `cache.reverify_interval` the server
-//! re-hashes each archive in the store and compares its SHA-256 with the record written when it
-//! was admitted and with the origin's `shasum` in the version record. A mismatch (or an archive
-//! without a readable record) is taken out of service with [`Archives::quarantine`]: its
-//! bytes are kept for inspection, it is never served again, and the next request fetches and
-//! verifies a fresh copy. Each one is logged as an error and counted in
-//! `provender_verification_failures_total{reason="cached_archive_mismatch"}`.
+//! re-hashes each object in the store. An archive fails when it has no readable record, when
+//! its size, SHA-256 or `h1:` differ from its record, or when its SHA-256 differs from the
+//! origin's `shasum` in the version record; a module package when it has no readable record or
+//! its size or SHA-256 differ from its record. A failure is taken out of service with
+//! [`Objects::quarantine`](crate::cache::Objects::quarantine): its bytes are kept for
+//! inspection, it is never served again, and the next request fetches and verifies a fresh
+//! copy. Each one is logged as an error and counted in
+//! `provender_verification_failures_total{reason="cached_archive_mismatch"}` (archives) or
+//! `reason="cached_module_mismatch"` (module packages). An object that cannot be read is left
+//! for the next pass.
 //!
-//! Module packages are re-hashed the same way against their records
-//! (`reason="cached_module_mismatch"`).
-//!
-//! `provender verify` does the same on demand (and also re-computes `h1:`).
+//! `provender verify` runs the same check on demand.
 
+use std::future::Future;
+use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::cache::{Archives, StoredModule};
-use crate::hash::HashingReader;
+use crate::cache::{ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, StagedFile, Staging};
+use crate::hash::{HashError, HashingReader};
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
-use crate::records::{ArchiveInfo, ArchiveKey};
+use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
 
 /// What one pass found.
@@ -29,6 +33,200 @@ use crate::storage::StorageError;
 pub struct Report {
     pub checked: usize,
     pub quarantined: usize,
+}
+
+/// Why a stored object fails re-verification.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    #[error("no readable record beside it")]
+    NoRecord,
+    /// It could not be read (the store, or the local copy): nothing is known about its bytes.
+    #[error("cannot read it: {0}")]
+    Unreadable(String),
+    /// It differs from its record: in what, as found, as recorded.
+    #[error("{what} is {found}, its record says {recorded}")]
+    Differs {
+        what: &'static str,
+        found: String,
+        recorded: String,
+    },
+    #[error("unusable zip: {0}")]
+    UnusableZip(#[from] HashError),
+    /// Its SHA-256 is not the `shasum` its origin published (as the version record has it).
+    #[error("SHA-256 is {sha256}, the origin published {published}")]
+    Origin { sha256: String, published: String },
+}
+
+impl Problem {
+    /// Whether the object's bytes or record were found wanting, rather than unreadable.
+    pub fn is_mismatch(&self) -> bool {
+        !matches!(self, Problem::Unreadable(_))
+    }
+}
+
+/// What re-verification does with each kind of stored object beyond comparing its size and
+/// SHA-256 with its record.
+pub trait Recheck: Kind + Sized {
+    /// The `provender_verification_failures_total` reason a failure is counted under.
+    const REASON: &'static str;
+
+    /// The mirror's store of this kind.
+    fn store(mirror: &Mirror) -> &Objects<Self>;
+
+    /// Further checks of `copy`, a local copy of the object whose size and SHA-256 (`sha256`)
+    /// match `record`.
+    fn further(
+        mirror: &Mirror,
+        key: &Self::Key,
+        record: &Self::Record,
+        sha256: &str,
+        copy: &Path,
+    ) -> impl Future<Output = Result<(), Problem>> + Send;
+
+    /// The mirror's bookkeeping once an object left the store.
+    fn left_store(_mirror: &Mirror, _entry: &Listed<Self>) {}
+}
+
+impl Recheck for ArchiveKind {
+    const REASON: &'static str = "cached_archive_mismatch";
+
+    fn store(mirror: &Mirror) -> &Objects<Self> {
+        mirror.store()
+    }
+
+    /// Its `h1:` (within the configured zip limits, as when it was fetched), then the origin's
+    /// `shasum`.
+    async fn further(
+        mirror: &Mirror,
+        key: &ArchiveKey,
+        record: &ArchiveInfo,
+        sha256: &str,
+        copy: &Path,
+    ) -> Result<(), Problem> {
+        let path = copy.to_path_buf();
+        let limits = mirror.settings().upstream.hash_limits();
+        let h1 = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(path)?;
+            crate::hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e).into()))?;
+        if h1 != record.h1 {
+            return Err(Problem::Differs {
+                what: "h1",
+                found: h1,
+                recorded: record.h1.clone(),
+            });
+        }
+        let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await else {
+            return Ok(());
+        };
+        match rec.packages.get(&key.platform) {
+            Some(pkg) if pkg.shasum != sha256 => Err(Problem::Origin {
+                sha256: sha256.to_string(),
+                published: pkg.shasum.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn left_store(mirror: &Mirror, entry: &Listed<Self>) {
+        mirror.archive_removed(&entry.key, entry.size);
+    }
+}
+
+impl Recheck for ModuleKind {
+    const REASON: &'static str = "cached_module_mismatch";
+
+    fn store(mirror: &Mirror) -> &Objects<Self> {
+        mirror.module_store()
+    }
+
+    /// Nothing: a package is what provender packed, and its record says all there is.
+    async fn further(
+        _mirror: &Mirror,
+        _key: &ModuleKey,
+        _record: &ModuleRecord,
+        _sha256: &str,
+        _copy: &Path,
+    ) -> Result<(), Problem> {
+        Ok(())
+    }
+}
+
+/// Checks one stored object, as listed with its record, against that record (and what else
+/// [`Recheck::further`] checks). `Ok` too when it left the store since it was listed.
+pub async fn recheck<K: Recheck>(mirror: &Mirror, entry: &Listed<K>) -> Result<(), Problem> {
+    let Some(record) = &entry.record else {
+        return Err(Problem::NoRecord);
+    };
+    let recorded = K::size(record);
+    let size_differs = |size: u64| Problem::Differs {
+        what: "size",
+        found: format!("{size} bytes"),
+        recorded: format!("{recorded} bytes"),
+    };
+    let opened = K::store(mirror)
+        .open(&entry.key)
+        .await
+        .map_err(|e| Problem::Unreadable(e.to_string()))?;
+    let Some(opened) = opened else {
+        // Not served: bytes of another size than the record's, or gone since the listing.
+        return match entry.size == recorded {
+            true => Ok(()),
+            false => Err(size_differs(entry.size)),
+        };
+    };
+    let (copy, sha256, size) = copy_out(mirror.staging(), opened).await?;
+    if size != recorded {
+        return Err(size_differs(size));
+    }
+    if sha256 != K::sha256(record) {
+        return Err(Problem::Differs {
+            what: "SHA-256",
+            found: sha256,
+            recorded: K::sha256(record).to_string(),
+        });
+    }
+    K::further(mirror, &entry.key, record, &sha256, copy.path()).await
+}
+
+/// Copies an opened object into a staging file (some checks need a seekable local file),
+/// returning the file and the SHA-256 and size of what was copied.
+async fn copy_out<K: Kind>(
+    staging: &Staging,
+    opened: Opened<K>,
+) -> Result<(StagedFile, String, u64), Problem> {
+    let unreadable = |doing: &str| {
+        let doing = doing.to_string();
+        move |e: std::io::Error| Problem::Unreadable(format!("{doing}: {e}"))
+    };
+    let (staged, file) = staging
+        .create()
+        .await
+        .map_err(unreadable("creating a staging file"))?;
+    let mut hashing = HashingReader::new(opened.into_reader());
+    let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
+    let size = tokio::io::copy(&mut hashing, &mut out)
+        .await
+        .map_err(unreadable("copying it out of the store"))?;
+    tokio::io::AsyncWriteExt::flush(&mut out)
+        .await
+        .map_err(unreadable("writing a staging file"))?;
+    Ok((staged, hashing.finish(), size))
+}
+
+/// Takes a listed object out of service (see [`Objects::quarantine`]) and does the mirror's
+/// bookkeeping. Returns where it went, or `None` if it was not there.
+pub async fn quarantine<K: Recheck>(
+    mirror: &Mirror,
+    entry: &Listed<K>,
+) -> Result<Option<String>, StorageError> {
+    let to = K::store(mirror).quarantine(&entry.key).await?;
+    if to.is_some() {
+        K::left_store(mirror, entry);
+    }
+    Ok(to)
 }
 
 /// Starts the periodic task (nothing when `every` is zero). It holds the mirror weakly and ends
@@ -46,124 +244,55 @@ pub fn spawn(mirror: &Arc<Mirror>, metrics: Arc<Metrics>, every: Duration) {
                 Ok(r) if r.quarantined > 0 => tracing::warn!(
                     checked = r.checked,
                     quarantined = r.quarantined,
-                    "re-verification took archives out of service"
+                    "re-verification took objects out of service"
                 ),
                 Ok(r) => tracing::debug!(checked = r.checked, "re-verification found no mismatch"),
-                Err(e) => tracing::warn!("re-verification could not list the archive store: {e}"),
+                Err(e) => tracing::warn!("re-verification could not list the store: {e}"),
             }
         }
     });
 }
 
-/// Re-hashes every archive in the store once, quarantining those that no longer match.
+/// Re-checks every archive and module package in the store once, quarantining those that no
+/// longer match.
 pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, StorageError> {
-    let store = mirror.store();
     let mut report = Report::default();
-    for entry in store.list().await? {
+    pass_over::<ArchiveKind>(mirror, metrics, &mut report).await?;
+    pass_over::<ModuleKind>(mirror, metrics, &mut report).await?;
+    Ok(report)
+}
+
+async fn pass_over<K: Recheck>(
+    mirror: &Mirror,
+    metrics: &Metrics,
+    report: &mut Report,
+) -> Result<(), StorageError> {
+    for entry in K::store(mirror).list().await? {
         report.checked += 1;
-        let problem = match check(mirror, store, &entry.key, entry.info.as_ref()).await {
-            Ok(None) => continue,
-            Ok(Some(problem)) => problem,
-            Err(e) => {
-                tracing::warn!(archive = %entry.key, "cannot re-verify: {e}");
+        let problem = match recheck(mirror, &entry).await {
+            Ok(()) => continue,
+            Err(problem) if !problem.is_mismatch() => {
+                tracing::warn!(object = %entry.key, "cannot re-verify: {problem}");
                 continue;
             }
+            Err(problem) => problem,
         };
-        match store.quarantine(&entry.key).await {
+        let noun = K::NOUN;
+        match quarantine(mirror, &entry).await {
             Ok(Some(to)) => {
                 report.quarantined += 1;
-                mirror.archive_removed(&entry.key, entry.size);
-                tracing::error!(archive = %entry.key, provider = %entry.key.addr, "cached archive failed re-verification ({problem}); quarantined to {to}");
+                tracing::error!(object = %entry.key, "cached {noun} failed re-verification ({problem}); quarantined to {to}");
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::error!(archive = %entry.key, provider = %entry.key.addr, "cached archive failed re-verification ({problem}) and could not be quarantined: {e}")
+                tracing::error!(object = %entry.key, "cached {noun} failed re-verification ({problem}) and could not be quarantined: {e}")
             }
         }
         // Counted once it is out of service, so that whoever sees the count sees it gone.
         metrics
             .verification_failures
-            .with_label_values(&["cached_archive_mismatch"])
+            .with_label_values(&[K::REASON])
             .inc();
     }
-    for module in mirror.module_store().list().await? {
-        report.checked += 1;
-        let Some(problem) = module_problem(mirror, &module).await else {
-            continue;
-        };
-        match mirror
-            .module_store()
-            .quarantine(&module.addr, &module.version)
-            .await
-        {
-            Ok(Some(to)) => {
-                report.quarantined += 1;
-                tracing::error!(module = %module.addr, version = %module.version, "cached module package failed re-verification ({problem}); quarantined to {to}");
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(module = %module.addr, version = %module.version, "cached module package failed re-verification ({problem}) and could not be quarantined: {e}")
-            }
-        }
-        metrics
-            .verification_failures
-            .with_label_values(&["cached_module_mismatch"])
-            .inc();
-    }
-    Ok(report)
-}
-
-/// Why a cached module package no longer matches its record, or `None` when it does.
-pub async fn module_problem(mirror: &Mirror, module: &StoredModule) -> Option<String> {
-    let Some(rec) = &module.record else {
-        return Some("no readable record beside the package".into());
-    };
-    let object = match mirror
-        .module_store()
-        .open(&module.addr, &module.version)
-        .await
-    {
-        Ok(Some((_, object))) => object,
-        Ok(None) => {
-            return Some(format!(
-                "{} bytes, its record says {}",
-                module.size, rec.size
-            ));
-        }
-        Err(e) => return Some(format!("cannot read it: {e}")),
-    };
-    let mut hashing = HashingReader::new(object.into_reader());
-    if let Err(e) = tokio::io::copy(&mut hashing, &mut tokio::io::sink()).await {
-        return Some(format!("cannot read it: {e}"));
-    }
-    let sha = hashing.finish();
-    (sha != rec.sha256).then(|| format!("SHA-256 is {sha}, its record says {}", rec.sha256))
-}
-
-/// `Ok(Some(why))` when the archive no longer matches `info` (its record, as listed) or the
-/// origin's `shasum`; `Ok(None)` when it does (or is gone).
-async fn check(
-    mirror: &Mirror,
-    store: &Archives,
-    key: &ArchiveKey,
-    info: Option<&ArchiveInfo>,
-) -> Result<Option<String>, StorageError> {
-    let Some(info) = info else {
-        return Ok(Some("no readable record beside it".into()));
-    };
-    let Some(archive) = store.open(key).await? else {
-        return Ok(None);
-    };
-    let mut hashing = HashingReader::new(archive.into_reader());
-    let size = tokio::io::copy(&mut hashing, &mut tokio::io::sink())
-        .await
-        .map_err(|e| StorageError::io(&store.storage().describe(), key, &e))?;
-    let sha = hashing.finish();
-    if sha != info.sha256 || size != info.size {
-        return Ok(Some(format!(
-            "SHA-256 {sha} and {size} bytes, its record says {} and {} bytes",
-            info.sha256, info.size
-        )));
-    }
-    Ok(mirror.origin_disagrees(key, &sha).await)
+    Ok(())
 }

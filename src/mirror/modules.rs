@@ -18,7 +18,7 @@ use sha2::Digest;
 use super::{Freshness, Mirror};
 use crate::address::{ModuleAddr, ModulePath, Version};
 use crate::error::{Error, Result};
-use crate::records::{ModuleRecord, ModuleSource, ModuleVersions, docs};
+use crate::records::{ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
 
 /// A module version's download answer: where its package is on this mirror.
@@ -74,7 +74,11 @@ impl Mirror {
 
     /// Whether a module version's package is in the cache (without fetching it).
     pub async fn module_cached(&self, addr: &ModuleAddr, version: &Version) -> Result<bool> {
-        Ok(self.modules.record(addr, version).await?.is_some())
+        Ok(self
+            .modules
+            .record(&ModuleKey::new(addr, version))
+            .await?
+            .is_some())
     }
 
     /// The version list: memory, then the store, then the origin, under the same freshness
@@ -83,13 +87,13 @@ impl Mirror {
         self: &Arc<Self>,
         addr: &ModuleAddr,
     ) -> Result<Arc<ModuleVersions>> {
-        let cached = match self.modules.versions.get(addr).await {
+        let cached = match self.meta.module_lists.get(addr).await {
             Some(rec) => Some(rec),
-            None => match self.modules.read_versions(addr).await {
+            None => match self.meta.read_module_versions(addr).await {
                 Some(rec) => {
                     let rec = Arc::new(rec);
-                    self.modules
-                        .versions
+                    self.meta
+                        .module_lists
                         .insert(addr.clone(), rec.clone())
                         .await;
                     Some(rec)
@@ -142,12 +146,12 @@ impl Mirror {
                 versions: found.unwrap_or_default(),
             };
             if rec.found {
-                if let Err(e) = this.modules.write_versions(&owned, &rec).await {
+                if let Err(e) = this.meta.write_module_versions(&owned, &rec).await {
                     tracing::warn!(module = %owned, "cannot persist the version list: {e}");
                 }
             }
             let rec = Arc::new(rec);
-            this.modules.versions.insert(owned, rec.clone()).await;
+            this.meta.module_lists.insert(owned, rec.clone()).await;
             Ok(rec)
         };
         self.module_list_flights.run(addr.clone(), work).await.0
@@ -193,7 +197,7 @@ impl Mirror {
     ) -> Result<ModulePackage> {
         let package = self.module_package(addr, version).await?;
         let (this, addr, version) = (self.clone(), addr.clone(), version.clone());
-        tokio::spawn(async move { this.modules.touch(&addr, &version).await });
+        tokio::spawn(async move { this.modules.touch(&ModuleKey::new(&addr, &version)).await });
         Ok(package)
     }
 
@@ -204,31 +208,32 @@ impl Mirror {
         version: &Version,
     ) -> Result<ModulePackage> {
         self.check_module_host(addr)?;
-        let opened = match self.modules.open(addr, version).await? {
+        let key = ModuleKey::new(addr, version);
+        let opened = match self.modules.open(&key).await? {
             Some(found) => {
                 self.metrics.lookup("module_archive", "hit");
                 found
             }
             None => {
                 // A record whose package is gone (removed by hand) is dropped and fetched again.
-                if self.modules.record(addr, version).await?.is_some() {
-                    self.modules.remove(addr, version).await?;
+                if self.modules.record(&key).await?.is_some() {
+                    self.modules.remove(&key).await?;
                 }
                 self.module_record(addr, version).await?;
-                self.modules.open(addr, version).await?.ok_or_else(|| {
+                self.modules.open(&key).await?.ok_or_else(|| {
                     Error::Internal(format!(
                         "module {addr} {version} vanished from the store right after it was stored"
                     ))
                 })?
             }
         };
-        let (rec, object) = opened;
+        let rec = opened.record;
         self.admit_module(addr, version, &rec)?;
         Ok(ModulePackage {
             sha256: rec.sha256,
             size: rec.size,
-            modified: object.meta.modified,
-            body: object.body,
+            modified: opened.modified,
+            body: opened.body,
         })
     }
 
@@ -240,7 +245,7 @@ impl Mirror {
         version: &Version,
     ) -> Result<super::ArchiveHead> {
         self.check_module_host(addr)?;
-        match self.modules.record(addr, version).await? {
+        match self.modules.record(&ModuleKey::new(addr, version)).await? {
             Some(rec) => self
                 .admit_module(addr, version, &rec)
                 .map(|()| super::ArchiveHead {
@@ -277,7 +282,7 @@ impl Mirror {
         addr: &ModuleAddr,
         version: &Version,
     ) -> Result<ModuleRecord> {
-        if let Some(rec) = self.modules.record(addr, version).await? {
+        if let Some(rec) = self.modules.record(&ModuleKey::new(addr, version)).await? {
             self.admit_module(addr, version, &rec)?;
             self.check_ref_later(addr, version, &rec);
             return Ok(rec);
@@ -423,7 +428,9 @@ impl Mirror {
             fetched_at: crate::clock::now_secs(),
             trust: crate::records::ModuleTrust::Origin,
         };
-        self.modules.commit(addr, version, packed, &rec).await?;
+        self.modules
+            .commit(&ModuleKey::new(addr, version), packed, &rec)
+            .await?;
         tracing::info!(module = %addr, %version, size, sha256 = %rec.sha256, "cached module package");
         Ok(rec)
     }

@@ -14,10 +14,10 @@ use super::bundle::{
 };
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::cache::{StoredArchive, StoredModule};
+use crate::cache::{ArchiveKind, Listed, ModuleKind, Opened};
 use crate::constraints::Constraints;
 use crate::mirror::Mirror;
-use crate::records::{ArchiveInfo, ArchiveKey};
+use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey};
 use crate::storage::StorageError;
 use crate::trust::site::SiteKey;
 
@@ -124,7 +124,7 @@ async fn select(
         if !platforms.is_empty() && !platforms.contains(&key.platform) {
             continue;
         }
-        let Some(info) = entry.info else {
+        let Some(info) = entry.record else {
             failed.push((
                 key.to_string(),
                 "cached archive has no readable record (run provender verify)".into(),
@@ -146,7 +146,7 @@ async fn select_modules(
     mirror: &Arc<Mirror>,
     filters: &[(crate::address::ModuleAddr, Constraints)],
     failed: &mut Vec<(String, String)>,
-) -> Result<Vec<StoredModule>, OpsError> {
+) -> Result<Vec<Listed<ModuleKind>>, OpsError> {
     let listed = mirror
         .module_store()
         .list()
@@ -157,13 +157,13 @@ async fn select_modules(
         let wanted = filters.is_empty()
             || filters
                 .iter()
-                .any(|(a, c)| a == &m.addr && (c.is_empty() || c.allows(&m.version)));
+                .any(|(a, c)| a == &m.key.addr && (c.is_empty() || c.allows(&m.key.version)));
         if !wanted {
             continue;
         }
         if m.record.is_none() {
             failed.push((
-                format!("module {} {}", m.addr, m.version),
+                m.key.to_string(),
                 "cached package has no readable record (run provender verify)".into(),
             ));
             continue;
@@ -248,7 +248,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
             if !modules.is_empty() {
                 println!("  and {} module versions:", modules.len());
                 for m in &modules {
-                    println!("  module {} {}", m.addr, m.version);
+                    println!("  {}", m.key);
                 }
             }
             for ((addr, version), chosen) in &selection {
@@ -264,7 +264,10 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
 }
 
 /// Opens a chosen archive in the store.
-async fn open_chosen(mirror: &Arc<Mirror>, key: &ArchiveKey) -> Result<StoredArchive, ExportError> {
+async fn open_chosen(
+    mirror: &Arc<Mirror>,
+    key: &ArchiveKey,
+) -> Result<Opened<ArchiveKind>, ExportError> {
     mirror
         .store()
         .open(key)
@@ -355,7 +358,7 @@ async fn write_dir(
 async fn write_bundle(
     mirror: &Arc<Mirror>,
     selection: &Selection,
-    modules: &[StoredModule],
+    modules: &[Listed<ModuleKind>],
     file: &Path,
     bytes: u64,
     site_key: Option<&SiteKey>,
@@ -371,9 +374,9 @@ async fn write_bundle(
             .filter_map(|m| {
                 let record = m.record.clone()?;
                 Some(bundle::BundleModule {
-                    source: m.addr.to_string(),
-                    version: m.version.clone(),
-                    path: bundle::module_path(&m.addr, &m.version),
+                    source: m.key.addr.to_string(),
+                    version: m.key.version.clone(),
+                    path: bundle::module_path(&m.key.addr, &m.key.version),
                     size: record.size,
                     sha256: record.sha256.clone(),
                     record,
@@ -505,9 +508,9 @@ async fn write_bundle(
         for m in &manifest.modules {
             let addr = bundle::parse_module_source(&m.source)?;
             let what = format!("module {} {}", m.source, m.version);
-            let (_, object) = mirror
+            let object = mirror
                 .module_store()
-                .open(&addr, &m.version)
+                .open(&ModuleKey::new(&addr, &m.version))
                 .await
                 .map_err(ExportError::store(&what))?
                 .ok_or_else(|| ExportError::Vanished(what.clone()))?;

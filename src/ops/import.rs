@@ -34,12 +34,12 @@ use std::sync::Arc;
 use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
-use crate::cache::{ModuleStore, StagedFile, Staging};
+use crate::cache::{MetaStore, StagedFile, Staging};
 use crate::hash::{HashError, HashLimits};
 use crate::mirror::Mirror;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleTrust, ModuleVersions, Package,
-    SumsRef, VersionRecord, docs,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleKey, ModuleTrust, ModuleVersions,
+    Package, SumsRef, VersionRecord, docs,
 };
 use crate::trust::site::{Custody, CustodyError, SitePublicKey};
 use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
@@ -373,7 +373,11 @@ async fn module_conflicts(mirror: &Arc<Mirror>, modules: &[VerifiedModule]) -> F
     let mut out = Vec::new();
     for m in modules {
         let what = format!("module {} {}", m.addr, m.version);
-        match mirror.module_store().record(&m.addr, &m.version).await {
+        match mirror
+            .module_store()
+            .record(&ModuleKey::new(&m.addr, &m.version))
+            .await
+        {
             Ok(Some(have)) if have.sha256 != m.record.sha256 => out.push((
                 what,
                 format!(
@@ -398,7 +402,7 @@ async fn admit_modules(
         let what = format!("{} {}", m.addr, m.version);
         let store = mirror.module_store();
         if store
-            .record(&m.addr, &m.version)
+            .record(&ModuleKey::new(&m.addr, &m.version))
             .await
             .map_err(ImportError::store(format_args!("module {what}")))?
             .is_some()
@@ -407,10 +411,10 @@ async fn admit_modules(
             continue;
         }
         store
-            .commit(&m.addr, &m.version, m.staged, &m.record)
+            .commit(&ModuleKey::new(&m.addr, &m.version), m.staged, &m.record)
             .await
             .map_err(ImportError::store(format_args!("storing module {what}")))?;
-        list_module_version(store, &m.addr, &m.version)
+        list_module_version(mirror.meta(), &m.addr, &m.version)
             .await
             .map_err(ImportError::store(format_args!(
                 "module {what}: writing the version list"
@@ -423,12 +427,12 @@ async fn admit_modules(
 /// Adds an imported module version to the module's cached version list (made if missing), so
 /// that a mirror without its origin lists what it can serve, as for providers.
 async fn list_module_version(
-    store: &ModuleStore,
+    store: &MetaStore,
     addr: &ModuleAddr,
     version: &Version,
 ) -> crate::storage::Result<()> {
     let mut rec = store
-        .read_versions(addr)
+        .read_module_versions(addr)
         .await
         .unwrap_or_else(|| ModuleVersions {
             fetched_at: crate::clock::now_secs(),
@@ -440,8 +444,8 @@ async fn list_module_version(
     }
     rec.versions.push(version.clone());
     rec.versions.sort();
-    store.versions.invalidate(addr).await;
-    store.write_versions(addr, &rec).await
+    store.module_lists.invalidate(addr).await;
+    store.write_module_versions(addr, &rec).await
 }
 
 /// What this cache takes but its server will not serve: providers of registry hosts outside
@@ -978,7 +982,7 @@ async fn conflicts(mirror: &Arc<Mirror>, imports: &[VersionImport]) -> Failures 
     for vi in imports {
         let record = mirror.meta().read_version(&vi.addr, &vi.version).await;
         for a in &vi.archives {
-            match mirror.store().info(&a.key).await {
+            match mirror.store().record(&a.key).await {
                 Ok(Some(have)) if have.sha256 != a.info.sha256 => out.push((
                     a.key.to_string(),
                     format!(
@@ -1023,7 +1027,7 @@ async fn admit(
         for a in vi.archives {
             let have = mirror
                 .store()
-                .info(&a.key)
+                .record(&a.key)
                 .await
                 .map_err(ImportError::store(&a.key))?;
             if have.is_some() {

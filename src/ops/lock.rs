@@ -274,7 +274,7 @@ async fn hashes_for(
         };
         let info = mirror
             .store()
-            .info(&key)
+            .record(&key)
             .await
             .map_err(|source| HashesError::Store {
                 what: key.to_string(),

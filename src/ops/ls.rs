@@ -44,7 +44,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
     });
     let mut trust = Vec::with_capacity(entries.len());
     for e in &entries {
-        trust.push(match &e.info {
+        trust.push(match &e.record {
             Some(info) => mirror.archive_trust(&e.key, info).await.as_str(),
             None => "-",
         });
@@ -67,8 +67,8 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 None => "(no record: not served)".to_string(),
             };
             [
-                m.addr.to_string(),
-                m.version.to_string(),
+                m.key.addr.to_string(),
+                m.key.version.to_string(),
                 human_bytes(m.size),
                 m.record
                     .as_ref()
@@ -83,8 +83,8 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         let module_objects = modules.iter().map(|m| {
             serde_json::json!({
                 "kind": "module",
-                "module": m.addr.to_string(),
-                "version": m.version.to_string(),
+                "module": m.key.addr.to_string(),
+                "version": m.key.version.to_string(),
                 "size": m.size,
                 "sha256": m.record.as_ref().map(|r| r.sha256.clone()),
                 "source": m.record.as_ref().map(|r| &r.source),
@@ -104,8 +104,8 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                     "version": e.key.version.to_string(),
                     "platform": e.key.platform.to_string(),
                     "size": e.size,
-                    "sha256": e.info.as_ref().map(|i| i.sha256.clone()),
-                    "h1": e.info.as_ref().map(|i| i.h1.clone()),
+                    "sha256": e.record.as_ref().map(|i| i.sha256.clone()),
+                    "h1": e.record.as_ref().map(|i| i.h1.clone()),
                     "trust": (*trust != "-").then_some(trust),
                     "modified": when(Some(e.modified)),
                     "last_used": when(Some(e.last_use())),
@@ -124,7 +124,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         .zip(&trust)
         .map(|(e, trust)| {
             let mut size = human_bytes(e.size);
-            if e.info.is_none() {
+            if e.record.is_none() {
                 size.push_str(" (no record: not served)");
             }
             [

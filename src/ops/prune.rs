@@ -17,7 +17,7 @@
 //!   (the installed version, else every cached version the call allows), with the providers and
 //!   modules the kept cached modules need in turn. A pinned version keeps every platform.
 //! - **Removal** goes through the stores the server uses: each archive record first, then its
-//!   zip ([`crate::cache::Archives::remove`]), so no reader finds half an archive; then the
+//!   zip ([`crate::cache::Objects::remove`]), so no reader finds half an archive; then the
 //!   version's record (`<version>.json`) and its SHA256SUMS copies, which the mirror rebuilds
 //!   from the origin if the version is asked for again. With `upstream.offline`, where the
 //!   cache is all there is, the version also leaves the cached version list (`index.json`,
@@ -44,7 +44,7 @@ use super::configuration::WantedModule;
 use super::inputs::{self, Wanted};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, usage};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
-use crate::cache::{StoredEntry, StoredModule};
+use crate::cache::{ArchiveKind, Listed, ModuleKind};
 use crate::config::Tool;
 use crate::mirror::Mirror;
 
@@ -152,10 +152,10 @@ enum Removal {
     Provider {
         addr: ProviderAddr,
         version: Version,
-        archives: Vec<StoredEntry>,
+        archives: Vec<Listed<ArchiveKind>>,
     },
     /// A module version's package.
-    Module(StoredModule),
+    Module(Listed<ModuleKind>),
 }
 
 impl Removal {
@@ -195,7 +195,7 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     };
     pin_modules(&mirror, &modules, keep.modules, tool, &mut pins).await?;
 
-    let mut versions: BTreeMap<(ProviderAddr, Version), Vec<StoredEntry>> = BTreeMap::new();
+    let mut versions: BTreeMap<(ProviderAddr, Version), Vec<Listed<ArchiveKind>>> = BTreeMap::new();
     for a in archives {
         versions
             .entry((a.key.addr.clone(), a.key.version.clone()))
@@ -205,7 +205,7 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     let mut plan = Vec::new();
     let mut pinned = Vec::new();
     for ((addr, version), mut archives) in versions {
-        let last_use = archives.iter().map(StoredEntry::last_use).max();
+        let last_use = archives.iter().map(Listed::last_use).max();
         if last_use.is_none_or(|used| used >= cutoff) {
             continue;
         }
@@ -221,13 +221,13 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
         });
     }
     let mut modules = modules;
-    modules.sort_by(|a, b| (&a.addr, &a.version).cmp(&(&b.addr, &b.version)));
+    modules.sort_by(|a, b| a.key.cmp(&b.key));
     for m in modules {
         if m.last_use() >= cutoff {
             continue;
         }
-        if pins.keeps_module(&m.addr, &m.version) {
-            pinned.push(Pinned::Module(m.addr, m.version));
+        if pins.keeps_module(&m.key.addr, &m.key.version) {
+            pinned.push(Pinned::Module(m.key.addr, m.key.version));
             continue;
         }
         plan.push(Removal::Module(m));
@@ -282,7 +282,7 @@ fn parse_unused_for(text: Option<&str>) -> Result<Duration, OpsError> {
 /// them need in turn (read from their packages, as `seed` reads a module it fetched).
 async fn pin_modules(
     mirror: &Arc<Mirror>,
-    cached: &[StoredModule],
+    cached: &[Listed<ModuleKind>],
     wanted: Vec<WantedModule>,
     tool: Tool,
     pins: &mut Pins,
@@ -290,25 +290,25 @@ async fn pin_modules(
     let mut read: BTreeSet<(ModuleAddr, Version)> = BTreeSet::new();
     let mut queue = wanted;
     while let Some(w) = queue.pop() {
-        let needs_reading: Vec<&StoredModule> = if w.installed.is_some() {
+        let needs_reading: Vec<&Listed<ModuleKind>> = if w.installed.is_some() {
             // Installed: its providers and modules were read in place with the configuration.
             Vec::new()
         } else {
             cached
                 .iter()
-                .filter(|m| m.addr == w.addr && w.constraints.allows(&m.version))
+                .filter(|m| m.key.addr == w.addr && w.constraints.allows(&m.key.version))
                 .collect()
         };
         pins.modules.push(w);
         for m in needs_reading {
             let Some(record) = &m.record else { continue };
-            if !read.insert((m.addr.clone(), m.version.clone())) {
+            if !read.insert((m.key.addr.clone(), m.key.version.clone())) {
                 continue;
             }
             let config = super::seed::read_package(
                 mirror,
-                &m.addr,
-                &m.version,
+                &m.key.addr,
+                &m.key.version,
                 record.subdir.as_deref(),
                 tool,
             )
@@ -317,8 +317,8 @@ async fn pin_modules(
                 OpsError::Failed(anyhow::anyhow!(
                     "module {} {} is kept, but what it needs cannot be told: {e}; nothing was \
                      removed",
-                    m.addr,
-                    m.version
+                    m.key.addr,
+                    m.key.version
                 ))
             })?;
             pins.providers.extend(config.providers);
@@ -374,14 +374,17 @@ async fn remove(
                 }
             }
             Removal::Module(m) => {
-                let what = format!("module {} {}", m.addr, m.version);
-                let store = mirror.module_store();
-                if let Err(e) = store.remove(&m.addr, &m.version).await {
+                let what = m.key.to_string();
+                if let Err(e) = mirror.module_store().remove(&m.key).await {
                     failed.push((what, e.to_string()));
                     continue;
                 }
                 if offline {
-                    if let Err(e) = store.unlist(&m.addr, &m.version).await {
+                    if let Err(e) = mirror
+                        .meta()
+                        .unlist_module(&m.key.addr, &m.key.version)
+                        .await
+                    {
                         failed.push((what, format!("updating the version list: {e}")));
                     }
                 }
@@ -439,8 +442,8 @@ impl Report<'_> {
                     ]
                 })),
                 Removal::Module(m) => rows.push([
-                    format!("module {}", m.addr),
-                    m.version.to_string(),
+                    format!("module {}", m.key.addr),
+                    m.key.version.to_string(),
                     "-".into(),
                     human_bytes(m.size),
                     when(m.last_use()),
@@ -534,8 +537,8 @@ impl Report<'_> {
                     .collect::<Vec<_>>(),
                 Removal::Module(m) => vec![serde_json::json!({
                     "kind": "module",
-                    "module": m.addr.to_string(),
-                    "version": m.version.to_string(),
+                    "module": m.key.addr.to_string(),
+                    "version": m.key.version.to_string(),
                     "size": m.size,
                     "last_used": when(m.last_use()),
                 })],

@@ -1,20 +1,22 @@
 //! `provender verify`: re-hash every cached archive and module package and take out of service
 //! those that no longer match what was recorded when they were admitted.
 //!
-//! An archive fails when it has no readable record, when its size, SHA-256 or `h1:` differ
+//! Each object goes through [`reverify::recheck`], the check the periodic re-verification runs:
+//! an archive fails when it has no readable record, when its size, SHA-256 or `h1:` differ
 //! from its record, or when its SHA-256 differs from the origin's `shasum` in the version
-//! record. A module package fails when it has no readable record or its size or SHA-256 differ
-//! from its record. Failures are moved to `quarantine/` (kept for inspection, never served; the
-//! next request fetches a fresh copy), unless `--no-quarantine` is given.
+//! record; a module package when it has no readable record or its size or SHA-256 differ from
+//! its record. Failures are moved to `quarantine/` (kept for inspection, never served; the
+//! next request fetches a fresh copy), unless `--no-quarantine` is given. What is left here is
+//! the command's output and exit code.
 
 use std::sync::Arc;
 
 use futures_util::StreamExt;
 
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress};
-use crate::cache::Staging;
+use crate::cache::{ArchiveKind, ModuleKind};
 use crate::mirror::Mirror;
-use crate::records::{ArchiveInfo, ArchiveKey};
+use crate::reverify::{self, Recheck};
 
 /// `provender verify`
 #[derive(clap::Args, Debug)]
@@ -29,123 +31,35 @@ pub struct VerifyArgs {
     pub concurrency: Option<u16>,
 }
 
-/// Why a cached archive fails verification.
-#[derive(Debug, thiserror::Error)]
-enum Failure {
-    #[error("no readable record (.zip.json) beside the archive")]
-    NoRecord,
-    #[error("{0}")]
-    Unreadable(#[from] super::CopyError),
-    /// It differs from its record: in what, as found, as recorded.
-    #[error("{what} is {found}, its record says {recorded}")]
-    Differs {
-        what: &'static str,
-        found: String,
-        recorded: String,
-    },
-    #[error("unusable zip: {0}")]
-    UnusableZip(#[from] crate::hash::HashError),
-    /// Its SHA-256 is not the `shasum` its origin published, in the mirror's words.
-    #[error("{0}")]
-    Origin(String),
+/// What checking every object of one kind found.
+struct Checked {
+    count: usize,
+    bytes: u64,
+    /// What failed (sorted), and why and what became of it.
+    failed: Vec<(String, String)>,
 }
 
-/// Checks one archive; `Err` says why it no longer matches.
-async fn check(
-    mirror: &Mirror,
-    staging: &Staging,
-    key: &ArchiveKey,
-    info: Option<&ArchiveInfo>,
-) -> Result<(), Failure> {
-    let Some(info) = info else {
-        return Err(Failure::NoRecord);
-    };
-    let (copy, sha, size) = super::local_copy(mirror, staging, key).await?;
-    if size != info.size {
-        return Err(Failure::Differs {
-            what: "size",
-            found: format!("{size} bytes"),
-            recorded: format!("{} bytes", info.size),
-        });
-    }
-    if sha != info.sha256 {
-        return Err(Failure::Differs {
-            what: "SHA-256",
-            found: sha,
-            recorded: info.sha256.clone(),
-        });
-    }
-    let path = copy.path().to_path_buf();
-    let limits = mirror.settings().upstream.hash_limits();
-    let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path, limits))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e).into()))?;
-    drop(copy);
-    if h1 != info.h1 {
-        return Err(Failure::Differs {
-            what: "h1",
-            found: h1,
-            recorded: info.h1.clone(),
-        });
-    }
-    match mirror.origin_disagrees(key, &sha).await {
-        Some(problem) => Err(Failure::Origin(problem)),
-        None => Ok(()),
-    }
-}
-
-/// Re-hashes every cached module package; returns how many were checked and the failures.
-async fn verify_modules(
+/// Re-checks every stored object of kind `K`, `concurrency` at once, quarantining failures
+/// unless `no_quarantine`.
+async fn check_all<K: Recheck>(
     mirror: &Arc<Mirror>,
+    concurrency: usize,
     no_quarantine: bool,
-) -> Result<(usize, Vec<(String, String)>), OpsError> {
-    let listed = mirror
-        .module_store()
-        .list()
-        .await
-        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
-    let mut failed = Vec::new();
-    for m in &listed {
-        let what = format!("module {} {}", m.addr, m.version);
-        let problem = crate::reverify::module_problem(mirror, m).await;
-        let Some(why) = problem else { continue };
-        let outcome = if no_quarantine {
-            "left in place (--no-quarantine)".to_string()
-        } else {
-            match mirror.module_store().quarantine(&m.addr, &m.version).await {
-                Ok(Some(to)) => format!("quarantined to {to}"),
-                Ok(None) => "already gone".to_string(),
-                Err(e) => format!("could not quarantine: {e}"),
-            }
-        };
-        failed.push((what, format!("{why}; {outcome}")));
-    }
-    Ok((listed.len(), failed))
-}
-
-/// Runs `provender verify`.
-pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
-    let settings = super::load_settings(&args.common)?;
-    let (mirror, staging) = super::open_mirror(settings)?;
-    let entries = mirror
-        .store()
-        .list()
-        .await
-        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
-    let total: u64 = entries.iter().map(|e| e.size).sum();
-    let concurrency = args.concurrency.map(usize::from).unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-    });
-    let bar = progress(total, "verifying", true);
-    let staging = Arc::new(staging);
+) -> Result<Checked, OpsError> {
+    let entries = K::store(mirror).list().await.map_err(|e| {
+        OpsError::Failed(anyhow::anyhow!(
+            "listing the {}s in the store: {e}",
+            K::NOUN
+        ))
+    })?;
+    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+    let bar = progress(bytes, "verifying", true);
     let results = futures_util::stream::iter(entries)
         .map(|entry| {
-            let (mirror, staging, bar) = (mirror.clone(), staging.clone(), bar.clone());
+            let (mirror, bar) = (mirror.clone(), bar.clone());
             async move {
                 bar.set_message(entry.key.to_string());
-                let result = check(&mirror, &staging, &entry.key, entry.info.as_ref()).await;
+                let result = reverify::recheck(&mirror, &entry).await;
                 bar.inc(entry.size);
                 (entry, result)
             }
@@ -154,14 +68,14 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
         .collect::<Vec<_>>()
         .await;
     bar.finish_and_clear();
-    let checked = results.len();
+    let count = results.len();
     let mut failed = Vec::new();
     for (entry, result) in results {
         let Err(why) = result else { continue };
-        let outcome = if args.no_quarantine {
+        let outcome = if no_quarantine {
             "left in place (--no-quarantine)".to_string()
         } else {
-            match mirror.store().quarantine(&entry.key).await {
+            match reverify::quarantine(mirror, &entry).await {
                 Ok(Some(to)) => format!("quarantined to {to}"),
                 Ok(None) => "already gone".to_string(),
                 Err(e) => format!("could not quarantine: {e}"),
@@ -170,21 +84,41 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
         failed.push((entry.key.to_string(), format!("{why}; {outcome}")));
     }
     failed.sort();
+    Ok(Checked {
+        count,
+        bytes,
+        failed,
+    })
+}
+
+/// Runs `provender verify`.
+pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
+    let settings = super::load_settings(&args.common)?;
+    let (mirror, _) = super::open_mirror(settings)?;
+    let concurrency = args.concurrency.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    });
+    let archives = check_all::<ArchiveKind>(&mirror, concurrency, args.no_quarantine).await?;
     println!(
-        "verify: {checked} archives ({}) checked, {} ok, {} failed",
-        human_bytes(total),
-        checked - failed.len(),
-        failed.len()
+        "verify: {} archives ({}) checked, {} ok, {} failed",
+        archives.count,
+        human_bytes(archives.bytes),
+        archives.count - archives.failed.len(),
+        archives.failed.len()
     );
-    let (modules_checked, module_failures) = verify_modules(&mirror, args.no_quarantine).await?;
-    if modules_checked > 0 {
+    let modules = check_all::<ModuleKind>(&mirror, concurrency, args.no_quarantine).await?;
+    if modules.count > 0 {
         println!(
-            "verify: {modules_checked} module packages checked, {} ok, {} failed",
-            modules_checked - module_failures.len(),
-            module_failures.len()
+            "verify: {} module packages checked, {} ok, {} failed",
+            modules.count,
+            modules.count - modules.failed.len(),
+            modules.failed.len()
         );
     }
-    failed.extend(module_failures);
+    let mut failed = archives.failed;
+    failed.extend(modules.failed);
     super::print_failures(&failed);
     Ok(Outcome::from_failures(failed.len()))
 }

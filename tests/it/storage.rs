@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use provender::address::{Platform, ProviderAddr, Version};
-use provender::cache::{Archives, Staging};
+use provender::cache::{ArchiveKind, Archives, Kind, Staging};
 use provender::records::{ArchiveInfo, ArchiveKey};
 use provender::storage::{DiskStorage, Key, ObjectMeta, ObjectStorage, Storage};
 use tokio::io::AsyncWriteExt;
@@ -329,15 +329,15 @@ async fn crash_between_upload_and_commit(storage: Arc<dyn Storage>) {
     let scratch = tempfile::tempdir().unwrap();
     let (staging, _) = Staging::open(scratch.path().join("tmp")).unwrap();
     let k = archive_key();
-    let zip = provender::cache::zip_key(&k);
+    let zip = ArchiveKind::object_key(&k);
     let file = staged(scratch.path(), "orphan", b"uploaded, never committed");
     storage.put_file(&zip, &file).await.unwrap();
     let archives = Archives::new(storage.clone(), 10);
     assert!(archives.open(&k).await.unwrap().is_none(), "not served");
-    assert!(archives.info(&k).await.unwrap().is_none());
+    assert!(archives.record(&k).await.unwrap().is_none());
     let listed = archives.list().await.unwrap();
     assert_eq!(listed.len(), 1);
-    assert!(listed[0].info.is_none(), "listed without a record");
+    assert!(listed[0].record.is_none(), "listed without a record");
 
     let (staged_file, mut out) = staging.create().await.unwrap();
     out.write_all(b"the verified archive").await.unwrap();
@@ -352,7 +352,7 @@ async fn crash_between_upload_and_commit(storage: Arc<dyn Storage>) {
     // A fresh view of the store (another replica) sees it whole.
     let fresh = Archives::new(storage.clone(), 10);
     let got = fresh.open(&k).await.unwrap().unwrap();
-    assert_eq!(got.info, info);
+    assert_eq!(got.record, info);
     let mut body = got.body;
     let mut bytes = Vec::new();
     while let Some(chunk) = body.next().await {
