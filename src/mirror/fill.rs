@@ -30,18 +30,19 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use sha2::{Digest, Sha256};
+use futures_util::{FutureExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::hash;
-use crate::records::{ArchiveInfo, ArchiveKey, Package};
+use crate::hash::Hashing;
+use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
 use super::Mirror;
+use super::admission::{self, Expected, VerifiedArchive};
 use super::hash_job::Bandwidth;
 
 /// How many bytes are gathered before they are written out and offered to readers.
@@ -53,6 +54,17 @@ const HEAD_START: u64 = WRITE_CHUNK as u64;
 /// How far readers trail the download until its SHA-256 is known to match: the end of a bad
 /// archive never leaves the mirror.
 const TAIL: u64 = WRITE_CHUNK as u64;
+
+/// An archive's bytes as its origin sends them: all a fill takes from the network.
+pub(super) struct OriginBody {
+    /// From the origin's `Content-Length`, when it sent one.
+    pub size: Option<u64>,
+    /// The bytes; ends with an error if the download breaks off or exceeds its bounds.
+    pub body: BoxStream<'static, Result<Bytes>>,
+}
+
+/// Where a fill gets its archive: the origin's answer, once it comes.
+pub(super) type Origin = BoxFuture<'static, Result<OriginBody>>;
 
 /// The origin answered: what readers need to start.
 #[derive(Clone)]
@@ -334,8 +346,27 @@ impl Mirror {
         ));
         fills.insert(key.clone(), fill.clone());
         self.metrics.fills_in_flight.inc();
-        tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone()));
+        let origin = self.origin_of(key, pkg);
+        tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone(), origin));
         (fill, true)
+    }
+
+    /// The archive's download from its origin, started when the fill first polls it.
+    fn origin_of(self: &Arc<Self>, key: &ArchiveKey, pkg: &Package) -> Origin {
+        let this = self.clone();
+        let host = key.addr.hostname.clone();
+        let url = pkg.download_url.clone();
+        async move {
+            let download = this.upstream.archive(&host, &url).await?;
+            Ok(OriginBody {
+                size: download.size,
+                body: download
+                    .body
+                    .map(|chunk| chunk.map_err(Error::from))
+                    .boxed(),
+            })
+        }
+        .boxed()
     }
 
     /// Waits until no archive download is in progress (for a clean shutdown).
@@ -375,8 +406,8 @@ impl Mirror {
             .cloned()
     }
 
-    async fn run_fill(self: Arc<Self>, fill: Arc<Fill>, pkg: Package) {
-        let result = self.fill_archive(&fill, &pkg).await;
+    async fn run_fill(self: Arc<Self>, fill: Arc<Fill>, pkg: Package, origin: Origin) {
+        let result = self.fill_archive(&fill, &pkg, origin).await;
         if let Err(e) = &result {
             tracing::warn!(archive = %fill.key, "archive not cached: {e}");
         }
@@ -397,12 +428,9 @@ impl Mirror {
         });
     }
 
-    async fn fill_archive(&self, fill: &Fill, pkg: &Package) -> Result<()> {
+    async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
         let key = &fill.key;
-        let download = self
-            .upstream
-            .archive(&key.addr.hostname, &pkg.download_url)
-            .await?;
+        let download = origin.await?;
         let (staged, mut file) = self
             .staging
             .create()
@@ -418,17 +446,21 @@ impl Mirror {
             })
         });
 
-        let mut hasher = Sha256::new();
-        let mut size: u64 = 0;
         let mut pending = BytesMut::with_capacity(WRITE_CHUNK);
         let mut disk_ok = true;
         let mut body = download.body;
-        let streamed: Result<String> = async {
+        let expected = Expected {
+            sha256: &fill.sha256,
+            size: None,
+        };
+        let streamed: Result<crate::hash::Digest> = async {
+            let mut hashing = Hashing::bare();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk?;
                 fill.pace(chunk.len()).await;
-                size += chunk.len() as u64;
-                hasher.update(&chunk);
+                hashing
+                    .update(&chunk)
+                    .map_err(admission::AdmitError::from)?;
                 pending.extend_from_slice(&chunk);
                 if pending.len() >= WRITE_CHUNK {
                     self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
@@ -439,23 +471,23 @@ impl Mirror {
                 self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
                     .await?;
             }
-            let sha256 = hex::encode(hasher.finalize());
-            if sha256 != fill.sha256 {
+            let digest = hashing.digest();
+            if expected.check(&digest).is_err() {
                 return Err(self.verification_failed(
                     "archive_checksum",
                     &key.addr,
                     &key.version,
                     format!(
-                        "{} has SHA-256 {sha256} but the origin published {}",
-                        pkg.filename, fill.sha256
+                        "{} has SHA-256 {} but the origin published {}",
+                        pkg.filename, digest.sha256, fill.sha256
                     ),
                 ));
             }
-            Ok(sha256)
+            Ok(digest)
         }
         .await;
         // A failure reaches readers from `run_fill`, once the fill has left the table.
-        let sha256 = streamed?;
+        let digest = streamed?;
         fill.update(|p| p.streamed = Some(Ok(())));
         if !disk_ok {
             return Err(Error::Internal(format!(
@@ -467,17 +499,9 @@ impl Mirror {
             .await
             .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
         drop(file);
-        let path = staged.path().to_path_buf();
         let limits = self.settings.upstream.hash_limits();
         let timer = self.metrics.hash_duration.start_timer();
-        let h1 = tokio::task::spawn_blocking(move || {
-            let file =
-                std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
-            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
-                .map_err(|e| Error::Verification(e.to_string()))
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
+        let h1 = admission::h1_of_file(staged.path(), limits).await;
         timer.observe_duration();
         let h1 = h1.map_err(|e| {
             self.verification_failed(
@@ -488,14 +512,18 @@ impl Mirror {
             )
         })?;
 
-        let info = ArchiveInfo {
-            sha256,
-            h1: h1.clone(),
-            size,
-            trust: Some(fill.trust),
+        let size = digest.size;
+        let verified = VerifiedArchive {
+            file: staged,
+            info: crate::records::ArchiveInfo {
+                sha256: digest.sha256,
+                h1: h1.clone(),
+                size,
+                trust: Some(fill.trust),
+            },
         };
-        self.store
-            .commit(key, staged, &info)
+        verified
+            .commit(&self.store, key)
             .await
             .map_err(|e| {
                 self.metrics.cache_write_errors.inc();

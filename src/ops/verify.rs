@@ -77,9 +77,7 @@ async fn check(
     }
     let path = copy.path().to_path_buf();
     let limits = mirror.settings().upstream.hash_limits();
-    let h1 = tokio::task::spawn_blocking(move || super::bundle::h1_of_file(&path, limits))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e).into()))?;
+    let h1 = crate::mirror::admission::h1_of_file(&path, limits).await?;
     drop(copy);
     if h1 != info.h1 {
         return Err(Failure::Differs {
