@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
 use base64::Engine as _;
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 
 /// Bounds on the work of hashing one archive.
 #[derive(Debug, Clone, Copy)]
@@ -112,7 +112,7 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
             &mut budget,
             limits.max_uncompressed_bytes,
         )?;
-        summary.update(hex::encode(digest).as_bytes());
+        summary.update(digest.as_bytes());
         summary.update(b"  ");
         summary.update(name);
         summary.update(b"\n");
@@ -164,24 +164,17 @@ pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, H
         return Ok(zip_h1.to_string());
     }
     let mut summary = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
     for (name, index) in &files {
         if name.contains('\n') {
             return Err(HashError::NewlineInName(name.clone()));
         }
         let mut entry = zip.by_index(*index)?;
-        let mut hasher = Sha256::new();
-        loop {
-            let n = entry.read(&mut buf).map_err(|source| HashError::Entry {
-                name: name.clone(),
-                source,
-            })?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-        }
-        summary.update(format!("{}  {name}\n", hex::encode(hasher.finalize())).as_bytes());
+        let mut hasher = Hashing::new(std::io::sink());
+        std::io::copy(&mut entry, &mut hasher).map_err(|source| HashError::Entry {
+            name: name.clone(),
+            source,
+        })?;
+        summary.update(format!("{}  {name}\n", hasher.finish()).as_bytes());
     }
     Ok(format!(
         "h1:{}",
@@ -195,12 +188,12 @@ fn hash_entry<R: Read + Seek>(
     name: &[u8],
     budget: &mut u64,
     limit: u64,
-) -> Result<[u8; 32], HashError> {
+) -> Result<String, HashError> {
     let entry_err = |source| HashError::Entry {
         name: String::from_utf8_lossy(name).into_owned(),
         source,
     };
-    let mut hasher = Sha256::new();
+    let mut hasher = Hashing::new(std::io::sink());
     let entry = zip.by_index(index)?;
     // Go's archive/zip reads directory entries as empty files, and refuses those with data.
     if name.ends_with(b"/") {
@@ -209,16 +202,16 @@ fn hash_entry<R: Read + Seek>(
                 String::from_utf8_lossy(name).into_owned(),
             ));
         }
-        return Ok(hasher.finalize().into());
+        return Ok(hasher.finish());
     }
     // Read at most one byte past the remaining budget, so a lying header cannot make us read more.
     let mut limited = entry.take(budget.saturating_add(1));
-    let copied = std::io::copy(&mut limited, &mut HashWriter(&mut hasher)).map_err(entry_err)?;
+    let copied = std::io::copy(&mut limited, &mut hasher).map_err(entry_err)?;
     if copied > *budget {
         return Err(HashError::TooLarge(limit));
     }
     *budget -= copied;
-    Ok(hasher.finalize().into())
+    Ok(hasher.finish())
 }
 
 /// What go-getter would unpack: no `..` element (split on `/` and `\\`), not absolute, no NUL.
@@ -229,18 +222,6 @@ fn is_safe_name(name: &[u8]) -> bool {
         && !name
             .split(|b| *b == b'/' || *b == b'\\')
             .any(|part| part == b"..")
-}
-
-struct HashWriter<'a>(&'a mut Sha256);
-
-impl std::io::Write for HashWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Whether `s` is a well-formed `h1:` hash: the prefix and a base64 SHA-256.
@@ -261,27 +242,142 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// An `AsyncRead` adapter that computes the SHA-256 (`zh:` for a zip) of what passes through.
-pub struct HashingReader<R> {
-    inner: R,
-    hasher: sha2::Sha256,
+/// The SHA-256 (lowercase hex) and length of a byte sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digest {
+    pub sha256: String,
+    pub size: u64,
 }
 
-impl<R> HashingReader<R> {
-    pub fn new(inner: R) -> Self {
-        HashingReader {
+/// More bytes than a [`Hashing`] was allowed to pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("more than the limit of {limit} bytes")]
+pub struct TooLarge {
+    pub limit: u64,
+}
+
+impl TooLarge {
+    /// The `TooLarge` an I/O error of a [`Hashing`] stands for, if it is one.
+    pub fn in_io(e: &std::io::Error) -> Option<TooLarge> {
+        e.get_ref()?.downcast_ref::<TooLarge>().copied()
+    }
+}
+
+impl From<TooLarge> for std::io::Error {
+    fn from(e: TooLarge) -> std::io::Error {
+        std::io::Error::other(e)
+    }
+}
+
+/// The one streaming hasher: computes the SHA-256 and counts the bytes of what passes through
+/// it, optionally refusing more than a cap ([`TooLarge`]). It wraps a writer
+/// (`std::io::Write`), a reader (`std::io::Read`, `tokio::io::AsyncRead`), or nothing (`()`,
+/// fed chunk by chunk with [`Hashing::update`], as a stream's chunks arrive). Bytes are counted
+/// and hashed only once the inner writer or reader has taken or given them.
+pub struct Hashing<T> {
+    inner: T,
+    hasher: Sha256,
+    size: u64,
+    cap: Option<u64>,
+}
+
+/// The name readers of stored objects know it by.
+pub type HashingReader<R> = Hashing<R>;
+
+impl Hashing<()> {
+    /// A hasher fed with [`update`](Hashing::update).
+    pub fn bare() -> Self {
+        Hashing::new(())
+    }
+}
+
+impl<T> Hashing<T> {
+    pub fn new(inner: T) -> Self {
+        Hashing {
             inner,
-            hasher: sha2::Digest::new(),
+            hasher: Sha256::new(),
+            size: 0,
+            cap: None,
         }
     }
 
-    /// The lowercase hex SHA-256 of everything read.
+    /// Refuses more than `max` bytes in total: the write, read or update that would pass the
+    /// cap fails with [`TooLarge`] and hashes nothing of it.
+    pub fn capped(mut self, max: u64) -> Self {
+        self.cap = Some(max);
+        self
+    }
+
+    /// Counts and hashes `bytes`, unless that would pass the cap.
+    pub fn update(&mut self, bytes: &[u8]) -> Result<(), TooLarge> {
+        self.admit(bytes.len())?;
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn admit(&self, len: usize) -> Result<(), TooLarge> {
+        match self.cap {
+            Some(limit) if self.size.saturating_add(len as u64) > limit => Err(TooLarge { limit }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Bytes passed so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+
+    /// The digest of everything passed, and the inner writer or reader.
+    pub fn into_parts(self) -> (Digest, T) {
+        let digest = Digest {
+            sha256: hex::encode(self.hasher.finalize()),
+            size: self.size,
+        };
+        (digest, self.inner)
+    }
+
+    /// The digest of everything passed.
+    pub fn digest(self) -> Digest {
+        self.into_parts().0
+    }
+
+    /// The lowercase hex SHA-256 of everything passed.
     pub fn finish(self) -> String {
-        hex::encode(sha2::Digest::finalize(self.hasher))
+        self.digest().sha256
     }
 }
 
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HashingReader<R> {
+impl<W: std::io::Write> std::io::Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.admit(buf.len())?;
+        let n = self.inner.write(buf)?;
+        self.update(&buf[..n])?;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.update(&buf[..n])?;
+        Ok(n)
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Hashing<R> {
     fn poll_read(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
@@ -290,8 +386,10 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for HashingReader<R> 
         let before = buf.filled().len();
         let this = &mut *self;
         let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
-        if poll.is_ready() {
-            sha2::Digest::update(&mut this.hasher, &buf.filled()[before..]);
+        if let std::task::Poll::Ready(Ok(())) = &poll {
+            if let Err(e) = this.update(&buf.filled()[before..]) {
+                return std::task::Poll::Ready(Err(e.into()));
+            }
         }
         poll
     }

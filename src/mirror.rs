@@ -36,6 +36,7 @@ use crate::records::{
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
+pub mod admission;
 mod facade;
 mod fill;
 mod hash_job;
@@ -45,6 +46,18 @@ mod oci;
 pub use fill::Fill;
 pub use modules::{ModuleAnswer, ModulePackage};
 pub use oci::{OciBlob, OciBlobHead, empty_config};
+
+/// A failure to admit bytes, as a client is answered: a check that failed is a verification
+/// failure (502), a local file operation our own fault.
+impl From<admission::AdmitError> for Error {
+    fn from(e: admission::AdmitError) -> Error {
+        match e {
+            admission::AdmitError::Local { doing, source } => Error::io(doing, source),
+            admission::AdmitError::Source(source) => Error::io("reading", source),
+            e => Error::Verification(e.to_string()),
+        }
+    }
+}
 
 /// An archive on its way to a client: from the store, or from a download in progress.
 pub struct ArchiveBody {

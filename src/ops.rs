@@ -224,7 +224,7 @@ pub async fn local_copy(
         .create()
         .await
         .map_err(local("creating a staging file"))?;
-    let mut hashing = crate::hash::HashingReader::new(stored.into_reader());
+    let mut hashing = crate::hash::Hashing::new(stored.into_reader());
     let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
     let size = tokio::io::copy(&mut hashing, &mut out)
         .await

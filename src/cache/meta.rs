@@ -387,6 +387,101 @@ impl MetaStore {
     }
 }
 
+/// What `provender import` admits, merged into the records through the store's own write path.
+impl MetaStore {
+    /// Merges imported packages (their checksum files first, each kept once: reference,
+    /// document, signature) into a version's record, made if missing. A package already
+    /// recorded stays as it is, only gaining an `h1:` it lacked; each imported platform becomes
+    /// offered and available.
+    pub async fn merge_imported_version(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        packages: BTreeMap<Platform, Package>,
+        sums: Vec<(crate::records::SumsRef, Bytes, Bytes)>,
+    ) -> Result<()> {
+        let _serialised = self.updates.lock().await;
+        let existing = self.read_version(addr, version).await;
+        let mut rec = existing.clone().unwrap_or_else(|| VersionRecord {
+            fetched_at: crate::clock::now_secs(),
+            offered: Vec::new(),
+            unavailable: Vec::new(),
+            packages: BTreeMap::new(),
+            sums: Vec::new(),
+            rendered: Default::default(),
+        });
+        for (reference, doc, sig) in sums {
+            if rec.sums_index(&reference.url).is_some() {
+                continue;
+            }
+            let n = rec.sums.len();
+            self.write_sums(addr, version, n, false, doc).await?;
+            self.write_sums(addr, version, n, true, sig).await?;
+            rec.sums.push(reference);
+        }
+        for (platform, pkg) in packages {
+            match rec.packages.get_mut(&platform) {
+                Some(have) => {
+                    if have.h1.is_none() {
+                        have.h1 = pkg.h1;
+                    }
+                }
+                None => {
+                    rec.packages.insert(platform.clone(), pkg);
+                }
+            }
+            if !rec.offered.contains(&platform) {
+                rec.offered.push(platform.clone());
+            }
+            rec.unavailable.retain(|p| p != &platform);
+        }
+        rec.offered.sort();
+        if existing.as_ref() != Some(&rec) {
+            self.write_version(addr, version, &rec).await?;
+            self.versions
+                .insert((addr.clone(), version.clone()), Arc::new(rec))
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Adds imported versions to a provider's version list (made if missing); a version already
+    /// listed gains the platforms it lacked, and its protocols if it had none.
+    pub async fn list_imported_versions(
+        &self,
+        addr: &ProviderAddr,
+        versions: Vec<crate::records::IndexVersion>,
+    ) -> Result<()> {
+        let existing = self.read_index(addr).await;
+        let mut rec = existing.clone().unwrap_or_else(|| IndexRecord {
+            fetched_at: crate::clock::now_secs(),
+            found: true,
+            versions: Vec::new(),
+            rendered: Default::default(),
+        });
+        for v in versions {
+            match rec.versions.iter_mut().find(|x| x.version == v.version) {
+                Some(have) => {
+                    for p in v.platforms {
+                        if !have.platforms.contains(&p) {
+                            have.platforms.push(p);
+                        }
+                    }
+                    if have.protocols.is_empty() {
+                        have.protocols = v.protocols;
+                    }
+                }
+                None => rec.versions.push(v),
+            }
+        }
+        if existing.as_ref() != Some(&rec) {
+            self.write_index(addr, &rec).await?;
+            self.indexes.invalidate(addr).await;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,18 +30,19 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use sha2::{Digest, Sha256};
+use futures_util::{FutureExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::hash;
-use crate::records::{ArchiveInfo, ArchiveKey, Package};
+use crate::hash::Hashing;
+use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
 use super::Mirror;
+use super::admission::{self, Expected, VerifiedArchive};
 use super::hash_job::Bandwidth;
 
 /// How many bytes are gathered before they are written out and offered to readers.
@@ -53,6 +54,17 @@ const HEAD_START: u64 = WRITE_CHUNK as u64;
 /// How far readers trail the download until its SHA-256 is known to match: the end of a bad
 /// archive never leaves the mirror.
 const TAIL: u64 = WRITE_CHUNK as u64;
+
+/// An archive's bytes as its origin sends them: all a fill takes from the network.
+pub(super) struct OriginBody {
+    /// From the origin's `Content-Length`, when it sent one.
+    pub size: Option<u64>,
+    /// The bytes; ends with an error if the download breaks off or exceeds its bounds.
+    pub body: BoxStream<'static, Result<Bytes>>,
+}
+
+/// Where a fill gets its archive: the origin's answer, once it comes.
+pub(super) type Origin = BoxFuture<'static, Result<OriginBody>>;
 
 /// The origin answered: what readers need to start.
 #[derive(Clone)]
@@ -318,6 +330,19 @@ impl Mirror {
         client: bool,
         limit: Option<Arc<Bandwidth>>,
     ) -> (Arc<Fill>, bool) {
+        self.fill_from(key, pkg, trust, client, limit, || self.origin_of(key, pkg))
+    }
+
+    /// Joins the fill in progress for `key`, or starts one whose bytes come from `origin`.
+    fn fill_from(
+        self: &Arc<Self>,
+        key: &ArchiveKey,
+        pkg: &Package,
+        trust: SignatureKind,
+        client: bool,
+        limit: Option<Arc<Bandwidth>>,
+        origin: impl FnOnce() -> Origin,
+    ) -> (Arc<Fill>, bool) {
         let mut fills = self.fills.lock().expect("fill table lock");
         if let Some(fill) = fills.get(key) {
             if client {
@@ -334,8 +359,26 @@ impl Mirror {
         ));
         fills.insert(key.clone(), fill.clone());
         self.metrics.fills_in_flight.inc();
-        tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone()));
+        tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone(), origin()));
         (fill, true)
+    }
+
+    /// The archive's download from its origin, started when the fill first polls it.
+    fn origin_of(self: &Arc<Self>, key: &ArchiveKey, pkg: &Package) -> Origin {
+        let this = self.clone();
+        let host = key.addr.hostname.clone();
+        let url = pkg.download_url.clone();
+        async move {
+            let download = this.upstream.archive(&host, &url).await?;
+            Ok(OriginBody {
+                size: download.size,
+                body: download
+                    .body
+                    .map(|chunk| chunk.map_err(Error::from))
+                    .boxed(),
+            })
+        }
+        .boxed()
     }
 
     /// Waits until no archive download is in progress (for a clean shutdown).
@@ -375,8 +418,8 @@ impl Mirror {
             .cloned()
     }
 
-    async fn run_fill(self: Arc<Self>, fill: Arc<Fill>, pkg: Package) {
-        let result = self.fill_archive(&fill, &pkg).await;
+    async fn run_fill(self: Arc<Self>, fill: Arc<Fill>, pkg: Package, origin: Origin) {
+        let result = self.fill_archive(&fill, &pkg, origin).await;
         if let Err(e) = &result {
             tracing::warn!(archive = %fill.key, "archive not cached: {e}");
         }
@@ -397,12 +440,9 @@ impl Mirror {
         });
     }
 
-    async fn fill_archive(&self, fill: &Fill, pkg: &Package) -> Result<()> {
+    async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
         let key = &fill.key;
-        let download = self
-            .upstream
-            .archive(&key.addr.hostname, &pkg.download_url)
-            .await?;
+        let download = origin.await?;
         let (staged, mut file) = self
             .staging
             .create()
@@ -418,17 +458,21 @@ impl Mirror {
             })
         });
 
-        let mut hasher = Sha256::new();
-        let mut size: u64 = 0;
         let mut pending = BytesMut::with_capacity(WRITE_CHUNK);
         let mut disk_ok = true;
         let mut body = download.body;
-        let streamed: Result<String> = async {
+        let expected = Expected {
+            sha256: &fill.sha256,
+            size: None,
+        };
+        let streamed: Result<crate::hash::Digest> = async {
+            let mut hashing = Hashing::bare();
             while let Some(chunk) = body.next().await {
                 let chunk = chunk?;
                 fill.pace(chunk.len()).await;
-                size += chunk.len() as u64;
-                hasher.update(&chunk);
+                hashing
+                    .update(&chunk)
+                    .map_err(admission::AdmitError::from)?;
                 pending.extend_from_slice(&chunk);
                 if pending.len() >= WRITE_CHUNK {
                     self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
@@ -439,23 +483,23 @@ impl Mirror {
                 self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
                     .await?;
             }
-            let sha256 = hex::encode(hasher.finalize());
-            if sha256 != fill.sha256 {
+            let digest = hashing.digest();
+            if expected.check(&digest).is_err() {
                 return Err(self.verification_failed(
                     "archive_checksum",
                     &key.addr,
                     &key.version,
                     format!(
-                        "{} has SHA-256 {sha256} but the origin published {}",
-                        pkg.filename, fill.sha256
+                        "{} has SHA-256 {} but the origin published {}",
+                        pkg.filename, digest.sha256, fill.sha256
                     ),
                 ));
             }
-            Ok(sha256)
+            Ok(digest)
         }
         .await;
         // A failure reaches readers from `run_fill`, once the fill has left the table.
-        let sha256 = streamed?;
+        let digest = streamed?;
         fill.update(|p| p.streamed = Some(Ok(())));
         if !disk_ok {
             return Err(Error::Internal(format!(
@@ -467,17 +511,9 @@ impl Mirror {
             .await
             .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
         drop(file);
-        let path = staged.path().to_path_buf();
         let limits = self.settings.upstream.hash_limits();
         let timer = self.metrics.hash_duration.start_timer();
-        let h1 = tokio::task::spawn_blocking(move || {
-            let file =
-                std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
-            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
-                .map_err(|e| Error::Verification(e.to_string()))
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
+        let h1 = admission::h1_of_file(staged.path(), limits).await;
         timer.observe_duration();
         let h1 = h1.map_err(|e| {
             self.verification_failed(
@@ -488,14 +524,18 @@ impl Mirror {
             )
         })?;
 
-        let info = ArchiveInfo {
-            sha256,
-            h1: h1.clone(),
-            size,
-            trust: Some(fill.trust),
+        let size = digest.size;
+        let verified = VerifiedArchive {
+            file: staged,
+            info: crate::records::ArchiveInfo {
+                sha256: digest.sha256,
+                h1: h1.clone(),
+                size,
+                trust: Some(fill.trust),
+            },
         };
-        self.store
-            .commit(key, staged, &info)
+        verified
+            .commit(&self.store, key)
             .await
             .map_err(|e| {
                 self.metrics.cache_write_errors.inc();
@@ -567,5 +607,224 @@ impl Mirror {
         self.metrics.cache_write_errors.inc();
         tracing::error!(archive = %key, "{what} failed: {e}; the archive is served but not cached");
         Error::io(format!("{what} for {key}"), e)
+    }
+}
+
+/// Fills driven without a network: the origin is a channel the test feeds, chunk by chunk.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::{Platform, ProviderAddr, Version};
+
+    struct Setup {
+        dir: tempfile::TempDir,
+        mirror: Arc<Mirror>,
+        key: ArchiveKey,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = format!("[cache]\ndir = {:?}\n", dir.path().display().to_string());
+        let settings = crate::config::Config::from_toml(&toml)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let mirror = Mirror::open(Arc::new(settings), metrics).unwrap();
+        let key = ArchiveKey {
+            addr: ProviderAddr::new("registry.example.com", "acme", "foo").unwrap(),
+            version: Version::parse("1.0.0").unwrap(),
+            platform: Platform::new("linux", "amd64").unwrap(),
+        };
+        Setup { dir, mirror, key }
+    }
+
+    fn package(key: &ArchiveKey, shasum: String) -> Package {
+        Package {
+            protocols: vec!["5.0".into()],
+            filename: key.filename(),
+            download_url: String::new(),
+            shasum,
+            shasums_url: String::new(),
+            shasums_signature_url: String::new(),
+            signing_keys: Vec::new(),
+            h1: None,
+            size: None,
+            reported_h1: None,
+        }
+    }
+
+    /// Starts a fill whose origin answers at once with what the returned sender sends; the
+    /// body ends cleanly when the sender is dropped.
+    fn start(
+        s: &Setup,
+        pkg: &Package,
+        size: usize,
+    ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok(b), rx))
+        })
+        .boxed();
+        let origin = OriginBody {
+            size: Some(size as u64),
+            body,
+        };
+        let (fill, started) = s.mirror.fill_from(
+            &s.key,
+            pkg,
+            SignatureKind::Community,
+            true,
+            None,
+            move || async move { Ok(origin) }.boxed(),
+        );
+        assert!(started);
+        (tx, fill)
+    }
+
+    /// A client reading the fill: what it received, how it ended, and a count of the bytes
+    /// received so far to wait on.
+    struct Reader {
+        received: watch::Receiver<usize>,
+        done: tokio::task::JoinHandle<(Vec<u8>, Option<io::Error>)>,
+    }
+
+    fn read(fill: &Arc<Fill>) -> Reader {
+        let mut stream = fill.stream();
+        let (count, received) = watch::channel(0);
+        let done = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(bytes) => {
+                        got.extend_from_slice(&bytes);
+                        count.send_replace(got.len());
+                    }
+                    Err(e) => return (got, Some(e)),
+                }
+            }
+            (got, None)
+        });
+        Reader { received, done }
+    }
+
+    fn noise(len: usize) -> Vec<u8> {
+        let mut rng = fastrand::Rng::with_seed(7);
+        (0..len).map(|_| rng.u8(..)).collect()
+    }
+
+    fn zip_of(content: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        w.start_file("terraform-provider-foo", opts).unwrap();
+        w.write_all(content).unwrap();
+        w.finish().unwrap().into_inner()
+    }
+
+    /// Nothing of the archive is in the store, and nothing is left in the staging area.
+    async fn nothing_committed(s: &Setup) {
+        assert!(s.mirror.store().info(&s.key).await.unwrap().is_none());
+        let zip = crate::cache::zip_key(&s.key);
+        assert!(
+            s.mirror
+                .store()
+                .storage()
+                .head(&zip)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let left = std::fs::read_dir(s.dir.path().join("tmp")).unwrap().count();
+        assert_eq!(left, 0, "the staging file is removed");
+    }
+
+    #[tokio::test]
+    async fn readers_get_every_byte_of_a_matching_archive_and_it_is_committed() {
+        let s = setup();
+        let archive = zip_of(&noise(300 * 1024));
+        let pkg = package(&s.key, crate::hash::sha256_hex(&archive));
+        let (tx, fill) = start(&s, &pkg, archive.len());
+        let first = read(&fill);
+        let (head, tail) = archive.split_at(archive.len() / 2);
+        for chunk in head.chunks(10_000) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        let second = read(&fill);
+        for chunk in tail.chunks(10_000) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        drop(tx);
+        for reader in [first, second] {
+            let (got, err) = reader.done.await.unwrap();
+            assert!(err.is_none(), "{err:?}");
+            assert!(got == archive, "every byte, in order");
+        }
+        fill.finished().await.unwrap();
+        let info = s.mirror.store().info(&s.key).await.unwrap().unwrap();
+        assert_eq!(info.sha256, pkg.shasum);
+        assert_eq!(info.size, archive.len() as u64);
+        assert!(crate::hash::is_h1(&info.h1));
+    }
+
+    #[tokio::test]
+    async fn a_tampered_archive_ends_every_body_in_an_error_without_its_tail() {
+        let s = setup();
+        let archive = noise(5 * WRITE_CHUNK);
+        let mut signed = archive.clone();
+        signed[archive.len() - 1] ^= 1;
+        let pkg = package(&s.key, crate::hash::sha256_hex(&signed));
+        let (tx, fill) = start(&s, &pkg, archive.len());
+        let readers = [read(&fill), read(&fill)];
+        // Whole write chunks, so every byte sent is on disk while the origin stays open.
+        for chunk in archive.chunks(WRITE_CHUNK) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        let all_in = archive.len() as u64;
+        let mut progress = fill.progress.subscribe();
+        progress.wait_for(|p| p.on_disk == all_in).await.unwrap();
+        let held_back = archive.len() - TAIL as usize;
+        for reader in &readers {
+            let mut received = reader.received.clone();
+            received.wait_for(|n| *n == held_back).await.unwrap();
+        }
+        assert!(
+            fill.progress.borrow().streamed.is_none(),
+            "no verdict while the origin is open"
+        );
+        drop(tx);
+        for reader in readers {
+            let (got, err) = reader.done.await.unwrap();
+            assert!(err.is_some(), "the body ends in an error");
+            assert_eq!(got.len(), held_back, "the last {TAIL} bytes never left");
+            assert!(got == archive[..held_back]);
+        }
+        assert!(matches!(fill.finished().await, Err(Error::Verification(_))));
+        nothing_committed(&s).await;
+    }
+
+    #[tokio::test]
+    async fn a_small_tampered_archive_is_a_plain_error_before_any_byte() {
+        let s = setup();
+        let archive = zip_of(b"small");
+        assert!((archive.len() as u64) < HEAD_START);
+        let pkg = package(&s.key, crate::hash::sha256_hex(b"something else"));
+        let (tx, fill) = start(&s, &pkg, archive.len());
+        let reader = read(&fill);
+        let ready = {
+            let fill = fill.clone();
+            tokio::spawn(async move { fill.ready().await })
+        };
+        tx.send(Bytes::from(archive)).await.unwrap();
+        drop(tx);
+        let err = ready.await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Verification(_)), "{err}");
+        assert_eq!(err.status(), http::StatusCode::BAD_GATEWAY);
+        let (got, err) = reader.done.await.unwrap();
+        assert!(got.is_empty(), "no byte before the verdict");
+        assert!(err.is_some());
+        assert!(fill.finished().await.is_err());
+        nothing_committed(&s).await;
     }
 }

@@ -13,8 +13,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::Digest;
+use futures_util::StreamExt;
 
+use super::admission::{self, Expected, StageWriter};
 use super::{Freshness, Mirror};
 use crate::address::{ModuleAddr, ModulePath, Version};
 use crate::error::{Error, Result};
@@ -373,23 +374,15 @@ impl Mirror {
                 )));
             }
         };
-        let (packed, out) = self
-            .staging
-            .create()
-            .await
-            .map_err(|e| Error::io("creating a staging file", e))?;
-        let (unpacked, out_path) = (scratch.path().join("unpacked"), packed.path().to_path_buf());
-        out.sync_all().await.ok();
-        drop(out);
+        let packed = StageWriter::create(&self.staging, None).await?;
+        let unpacked = scratch.path().join("unpacked");
         let limits = modules.limits;
         let sub = subdir.clone();
         let what = format!("module {addr} {version}");
-        let digest = tokio::task::spawn_blocking(move || -> Result<(String, u64)> {
+        let staged = tokio::task::spawn_blocking(move || -> Result<admission::Staged> {
             std::fs::create_dir(&unpacked)
                 .map_err(|e| Error::io("creating a scratch directory", e))?;
-            let file =
-                std::fs::File::create(&out_path).map_err(|e| Error::io("writing a package", e))?;
-            let mut hashing = HashingWriter::new(std::io::BufWriter::new(file));
+            let mut packed = packed;
             crate::package::repack(
                 &input_path,
                 format,
@@ -397,19 +390,14 @@ impl Mirror {
                 strip_top,
                 sub.as_deref(),
                 limits,
-                &mut hashing,
+                &mut packed,
             )
             .map_err(|e| Error::Verification(format!("{what}: the package {e}")))?;
-            let (sha256, size, file) = hashing
-                .finish()
-                .map_err(|e| Error::io("writing a package", e))?;
-            file.sync_all()
-                .map_err(|e| Error::io("syncing a package", e))?;
-            Ok((sha256, size))
+            Ok(packed.finish()?)
         })
         .await
         .map_err(|e| Error::Internal(format!("packing task failed: {e}")))?;
-        let (sha256, size) = match digest {
+        let staged = match staged {
             Ok(d) => d,
             Err(e) => {
                 self.metrics
@@ -423,15 +411,13 @@ impl Mirror {
         let rec = ModuleRecord {
             source,
             subdir,
-            sha256,
-            size,
+            sha256: staged.digest.sha256,
+            size: staged.digest.size,
             fetched_at: crate::clock::now_secs(),
             trust: crate::records::ModuleTrust::Origin,
         };
-        self.modules
-            .commit(&ModuleKey::new(addr, version), packed, &rec)
-            .await?;
-        tracing::info!(module = %addr, %version, size, sha256 = %rec.sha256, "cached module package");
+        admission::commit_module(&self.modules, addr, version, staged.file, &rec).await?;
+        tracing::info!(module = %addr, %version, size = rec.size, sha256 = %rec.sha256, "cached module package");
         Ok(rec)
     }
 
@@ -443,8 +429,6 @@ impl Mirror {
         url: &url::Url,
         sha256: Option<&str>,
     ) -> Result<crate::cache::StagedFile> {
-        use futures_util::StreamExt;
-        use tokio::io::AsyncWriteExt;
         let max = self.settings.modules.max_archive_size;
         let download = self
             .upstream
@@ -456,37 +440,28 @@ impl Mirror {
                 "modules.max_archive_size",
             )
             .await?;
-        let (staged, file) = self
-            .staging
-            .create()
-            .await
-            .map_err(|e| Error::io("creating a staging file", e))?;
-        let mut out = tokio::io::BufWriter::new(file);
-        let mut hasher = sha2::Sha256::new();
-        let mut body = download.body;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk?;
-            hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(|e| Error::io("writing a staging file", e))?;
-        }
-        out.flush()
-            .await
-            .map_err(|e| Error::io("writing a staging file", e))?;
-        let got = hex::encode(hasher.finalize());
+        let body = download
+            .body
+            .map(|chunk| chunk.map_err(Error::from))
+            .boxed();
+        let staged = admission::stage_stream(&self.staging, body, None).await?;
         if let Some(want) = sha256 {
-            if got != want {
+            let expected = Expected {
+                sha256: want,
+                size: None,
+            };
+            if expected.check(&staged.digest).is_err() {
                 self.metrics
                     .verification_failures
                     .with_label_values(&["module_checksum"])
                     .inc();
                 return Err(Error::Verification(format!(
-                    "module {addr}: {url} has SHA-256 {got} but its source's checksum says {want}"
+                    "module {addr}: {url} has SHA-256 {} but its source's checksum says {want}",
+                    staged.digest.sha256
                 )));
             }
         }
-        Ok(staged)
+        Ok(staged.file)
     }
 
     /// For a package fetched from git: at most once per [`REF_CHECK_EVERY`] (counted from the
@@ -542,42 +517,5 @@ impl Mirror {
                 }
             }
         });
-    }
-}
-
-/// A writer that computes the SHA-256 and size of what passes through.
-struct HashingWriter<W> {
-    inner: W,
-    hasher: sha2::Sha256,
-    size: u64,
-}
-
-impl<W: std::io::Write> HashingWriter<W> {
-    fn new(inner: W) -> Self {
-        HashingWriter {
-            inner,
-            hasher: sha2::Sha256::new(),
-            size: 0,
-        }
-    }
-}
-
-impl HashingWriter<std::io::BufWriter<std::fs::File>> {
-    fn finish(self) -> std::io::Result<(String, u64, std::fs::File)> {
-        let file = self.inner.into_inner().map_err(|e| e.into_error())?;
-        Ok((hex::encode(self.hasher.finalize()), self.size, file))
-    }
-}
-
-impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.size += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
     }
 }

@@ -24,13 +24,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Read};
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::address::{Platform, ProviderAddr, Version};
+use crate::hash::Hashing;
 use crate::records::{Package, SumsRef, docs};
 
 /// The manifest's name inside a bundle (always its first entry).
@@ -593,39 +592,6 @@ pub fn parse_source(source: &str) -> Result<ProviderAddr, BundleError> {
     Ok(addr)
 }
 
-/// SHA-256 (hex) and length of everything `reader` yields, copying it to `out`, reading at most
-/// `limit` bytes (one more means "too large").
-pub fn copy_hashing(
-    reader: &mut (impl Read + ?Sized),
-    out: &mut impl io::Write,
-    limit: u64,
-) -> io::Result<(String, u64)> {
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut limited = reader.take(limit.saturating_add(1));
-    loop {
-        let n = limited.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])?;
-        size += n as u64;
-    }
-    Ok((hex::encode(hasher.finalize()), size))
-}
-
-/// The `h1:` hash of a zip file on disk, within `limits` (the configuration's
-/// [`Settings::hash_limits`](crate::config::Settings::hash_limits), as when `serve` fetches).
-pub fn h1_of_file(
-    path: &Path,
-    limits: crate::hash::HashLimits,
-) -> Result<String, crate::hash::HashError> {
-    let file = std::fs::File::open(path)?;
-    crate::hash::h1_zip(io::BufReader::with_capacity(256 * 1024, file), limits)
-}
-
 /// Writes a tar stream asynchronously: ustar headers from the `tar` crate, bodies streamed.
 pub struct TarWriter<W> {
     out: W,
@@ -654,29 +620,25 @@ impl<W: AsyncWrite + Unpin> TarWriter<W> {
         header.set_entry_type(tar::EntryType::Regular);
         header.set_cksum();
         self.out.write_all(header.as_bytes()).await?;
-        let mut hasher = Sha256::new();
-        let mut written = 0u64;
+        let mut hashing = Hashing::new(body);
         let mut buf = vec![0u8; 256 * 1024];
         loop {
-            let n = tokio::io::AsyncReadExt::read(body, &mut buf).await?;
-            if n == 0 {
+            let n = tokio::io::AsyncReadExt::read(&mut hashing, &mut buf).await?;
+            if n == 0 || hashing.size() > size {
                 break;
             }
-            written += n as u64;
-            if written > size {
-                break;
-            }
-            hasher.update(&buf[..n]);
             self.out.write_all(&buf[..n]).await?;
         }
-        if written != size {
+        let (digest, _) = hashing.into_parts();
+        if digest.size != size {
             return Err(io::Error::other(format!(
-                "{path}: expected {size} bytes, read {written}"
+                "{path}: expected {size} bytes, read {}",
+                digest.size
             )));
         }
         let pad = (512 - size % 512) % 512;
         self.out.write_all(&vec![0u8; pad as usize]).await?;
-        Ok(hex::encode(hasher.finalize()))
+        Ok(digest.sha256)
     }
 
     /// Appends a file held in memory.

@@ -284,7 +284,7 @@ async fn copy_archive(
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
 ) -> Result<(), ExportError> {
     let stored = open_chosen(mirror, key).await?;
-    let mut hashing = crate::hash::HashingReader::new(stored.into_reader());
+    let mut hashing = crate::hash::Hashing::new(stored.into_reader());
     tokio::io::copy(&mut hashing, out)
         .await
         .map_err(ExportError::io(format_args!("copying {key}")))?;

@@ -35,11 +35,12 @@ use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::cache::{MetaStore, StagedFile, Staging};
-use crate::hash::{HashError, HashLimits};
+use crate::hash::{HashError, HashLimits, Hashing};
 use crate::mirror::Mirror;
+use crate::mirror::admission::{self, AdmitError, Expected, Staged, VerifiedArchive};
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleKey, ModuleTrust, ModuleVersions,
-    Package, SumsRef, VersionRecord, docs,
+    ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, ModuleVersions, Package,
+    SumsRef, docs,
 };
 use crate::trust::site::{Custody, CustodyError, SitePublicKey};
 use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
@@ -68,8 +69,7 @@ pub struct ImportArgs {
 /// One archive that passed every check, waiting in the staging area.
 struct Verified {
     key: ArchiveKey,
-    staged: StagedFile,
-    info: ArchiveInfo,
+    archive: VerifiedArchive,
     origin: Option<Package>,
 }
 
@@ -161,6 +161,38 @@ impl ImportError {
     }
 }
 
+/// What the source holds, measured while it was staged and checked, against what it promises.
+impl From<AdmitError> for ImportError {
+    fn from(e: AdmitError) -> ImportError {
+        match e {
+            AdmitError::Local { doing, source } => ImportError::Local {
+                doing: doing.to_string(),
+                source,
+            },
+            AdmitError::Source(source) => ImportError::Local {
+                doing: "reading".into(),
+                source,
+            },
+            AdmitError::TooLarge(t) => ImportError::Mismatch {
+                what: "size",
+                found: format!("more than {} bytes", t.limit),
+                promised: format!("{} bytes", t.limit),
+            },
+            AdmitError::Size { found, expected } => ImportError::Mismatch {
+                what: "size",
+                found: format!("{found} bytes"),
+                promised: format!("{expected} bytes"),
+            },
+            AdmitError::Checksum { found, expected } => ImportError::Mismatch {
+                what: "SHA-256",
+                found,
+                promised: expected,
+            },
+            AdmitError::UnusableZip(e) => ImportError::UnusableZip(e),
+        }
+    }
+}
+
 /// Runs `provender import`.
 pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
@@ -220,7 +252,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let mut levels: BTreeMap<SignatureKind, usize> = BTreeMap::new();
     for a in imports.iter().flat_map(|v| &v.archives) {
         *levels
-            .entry(a.info.trust.unwrap_or(SignatureKind::Unverified))
+            .entry(a.archive.info.trust.unwrap_or(SignatureKind::Unverified))
             .or_default() += 1;
     }
     let admitted = match admit(&mirror, imports).await {
@@ -295,17 +327,21 @@ fn check_module(
     reader: &mut dyn Read,
     meta: &bundle::BundleModule,
 ) -> Result<StagedFile, ImportError> {
-    let (file, sha, size) = stage(checker, reader, meta.size)?;
-    check_size_and_sha256(size, &sha, meta.size, &meta.sha256)?;
+    let staged = stage(checker, reader, Some(meta.size))?;
+    Expected {
+        sha256: &meta.sha256,
+        size: Some(meta.size),
+    }
+    .check(&staged.digest)?;
     let scratch = checker
         .staging
         .scratch_dir()
         .map_err(ImportError::local("creating a scratch directory"))?;
     let unpacked = scratch.path().join("unpacked");
     std::fs::create_dir(&unpacked).map_err(ImportError::local("creating a scratch directory"))?;
-    let mut hasher = Sha256Writer::default();
+    let mut hasher = Hashing::new(std::io::sink());
     crate::package::repack(
-        file.path(),
+        staged.file.path(),
         crate::package::Format::TarGz,
         &unpacked,
         false,
@@ -314,57 +350,10 @@ fn check_module(
         &mut hasher,
     )?;
     let again = hasher.finish();
-    if again != sha {
+    if again != staged.digest.sha256 {
         return Err(ImportError::NotCanonical { repacked: again });
     }
-    Ok(file)
-}
-
-/// `Err` unless what was staged has the size and SHA-256 its manifest entry promises.
-fn check_size_and_sha256(
-    size: u64,
-    sha256: &str,
-    promised_size: u64,
-    promised_sha256: &str,
-) -> Result<(), ImportError> {
-    if size != promised_size {
-        return Err(ImportError::Mismatch {
-            what: "size",
-            found: format!("{size} bytes"),
-            promised: format!("{promised_size} bytes"),
-        });
-    }
-    if sha256 != promised_sha256 {
-        return Err(ImportError::Mismatch {
-            what: "SHA-256",
-            found: sha256.to_string(),
-            promised: promised_sha256.to_string(),
-        });
-    }
-    Ok(())
-}
-
-/// A writer that only computes the SHA-256 of what is written.
-#[derive(Default)]
-struct Sha256Writer(sha2::Sha256);
-
-impl Sha256Writer {
-    fn finish(self) -> String {
-        use sha2::Digest;
-        hex::encode(self.0.finalize())
-    }
-}
-
-impl std::io::Write for Sha256Writer {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        use sha2::Digest;
-        self.0.update(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    Ok(staged.file)
 }
 
 /// Module versions the cache already holds with another package: refused before anything is
@@ -410,8 +399,7 @@ async fn admit_modules(
             present.push(what);
             continue;
         }
-        store
-            .commit(&ModuleKey::new(&m.addr, &m.version), m.staged, &m.record)
+        admission::commit_module(store, &m.addr, &m.version, m.staged, &m.record)
             .await
             .map_err(ImportError::store(format_args!("storing module {what}")))?;
         list_module_version(mirror.meta(), &m.addr, &m.version)
@@ -508,26 +496,18 @@ struct Checker<'a> {
     rules: &'a Rules,
 }
 
-/// Copies `reader` into a new staging file, hashing it; returns the file, its SHA-256 and size.
+/// Copies `reader` into a new staging file, hashing it, refusing more than `cap` bytes.
 fn stage(
     checker: &Checker,
     reader: &mut dyn Read,
-    limit: u64,
-) -> Result<(StagedFile, String, u64), ImportError> {
-    let (staged, file) = checker
-        .handle
-        .block_on(checker.staging.create())
-        .map_err(ImportError::local("creating a staging file"))?;
-    let file = checker.handle.block_on(file.into_std());
-    let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
-    let (sha, size) =
-        bundle::copy_hashing(reader, &mut out, limit).map_err(ImportError::local("reading"))?;
-    let file = out
-        .into_inner()
-        .map_err(|e| ImportError::local("writing a staging file")(e.into_error()))?;
-    file.sync_all()
-        .map_err(ImportError::local("syncing a staging file"))?;
-    Ok((staged, sha, size))
+    cap: Option<u64>,
+) -> Result<Staged, ImportError> {
+    Ok(admission::stage_read(
+        checker.handle,
+        checker.staging,
+        reader,
+        cap,
+    )?)
 }
 
 /// Who vouches for a bundle, from its head: refused outright when a trusted site's signature
@@ -560,7 +540,7 @@ fn from_bundle(
     };
     let reader = BufReader::with_capacity(256 * 1024, checker.bar.wrap_read(file));
     let mut vouched = None;
-    let mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)> = HashMap::new();
+    let mut staged: HashMap<(usize, usize), VerifiedArchive> = HashMap::new();
     let mut staged_modules: HashMap<usize, StagedFile> = HashMap::new();
     let mut problems = Vec::new();
     let walked = bundle::walk(
@@ -636,24 +616,24 @@ fn check_archive(
     checker: &Checker,
     reader: &mut dyn Read,
     meta: &bundle::BundleArchive,
-) -> Result<(StagedFile, ArchiveInfo), ImportError> {
-    let (file, sha, size) = stage(checker, reader, meta.size)?;
-    check_size_and_sha256(size, &sha, meta.size, &meta.sha256)?;
-    let h1 = bundle::h1_of_file(file.path(), checker.limits)?;
-    if h1 != meta.h1 {
+) -> Result<VerifiedArchive, ImportError> {
+    let staged = stage(checker, reader, Some(meta.size))?;
+    let expected = Expected {
+        sha256: &meta.sha256,
+        size: Some(meta.size),
+    };
+    let verified =
+        checker
+            .handle
+            .block_on(admission::verify_archive(staged, expected, checker.limits))?;
+    if verified.info.h1 != meta.h1 {
         return Err(ImportError::Mismatch {
             what: "h1",
-            found: h1,
+            found: verified.info.h1,
             promised: meta.h1.clone(),
         });
     }
-    let info = ArchiveInfo {
-        sha256: sha,
-        h1,
-        size,
-        trust: None,
-    };
-    Ok((file, info))
+    Ok(verified)
 }
 
 /// Checks every version's origin checksums against the trust policy, and classifies each
@@ -662,7 +642,7 @@ fn bundle_versions(
     checker: &Checker,
     head: &Head,
     mut sums: SumsFiles,
-    mut staged: HashMap<(usize, usize), (StagedFile, ArchiveInfo)>,
+    mut staged: HashMap<(usize, usize), VerifiedArchive>,
     custody: &Custody,
     shown: &str,
     failed: &mut Failures,
@@ -709,7 +689,7 @@ fn bundle_versions(
         }
         let mut archives = Vec::new();
         for (ai, a) in v.archives.iter().enumerate() {
-            let Some((file, mut info)) = staged.remove(&(vi, ai)) else {
+            let Some(mut archive) = staged.remove(&(vi, ai)) else {
                 continue;
             };
             let fail = |why: String| (format!("{shown}: {}", a.path), why);
@@ -729,15 +709,14 @@ fn bundle_versions(
                 failed.push(fail(why.to_string()));
                 continue;
             }
-            info.trust = Some(kind);
+            archive.info.trust = Some(kind);
             archives.push(Verified {
                 key: ArchiveKey {
                     addr: addr.clone(),
                     version: v.version.clone(),
                     platform: a.platform.clone(),
                 },
-                staged: file,
-                info,
+                archive,
                 origin: a.origin.clone(),
             });
         }
@@ -906,14 +885,13 @@ fn provider_from_dir(
             let zip_path = dir.join(&entry.url);
             checker.bar.set_message(entry.url.clone());
             match check_listed(checker, &zip_path, &entry.hashes) {
-                Ok((staged, info)) => archives.push(Verified {
+                Ok(archive) => archives.push(Verified {
                     key: ArchiveKey {
                         addr: addr.clone(),
                         version: version.clone(),
                         platform,
                     },
-                    staged,
-                    info,
+                    archive,
                     origin: None,
                 }),
                 Err(e) => failed.push((zip_path.display().to_string(), e.to_string())),
@@ -943,14 +921,17 @@ fn check_listed(
     checker: &Checker,
     zip: &Path,
     hashes: &[String],
-) -> Result<(StagedFile, ArchiveInfo), ImportError> {
+) -> Result<VerifiedArchive, ImportError> {
     if hashes.is_empty() {
         return Err(ImportError::NothingListed);
     }
     let file = std::fs::File::open(zip).map_err(ImportError::local("opening"))?;
     let mut reader = BufReader::new(checker.bar.wrap_read(file));
-    let (staged, sha, size) = stage(checker, &mut reader, u64::MAX - 1)?;
-    let h1 = bundle::h1_of_file(staged.path(), checker.limits)?;
+    let staged = stage(checker, &mut reader, None)?;
+    let h1 = checker
+        .handle
+        .block_on(admission::h1_of_file(staged.file.path(), checker.limits))?;
+    let sha = staged.digest.sha256;
     for listed in hashes {
         let ok = match listed.split_once(':') {
             Some(("h1", _)) => listed == &h1,
@@ -965,15 +946,15 @@ fn check_listed(
             });
         }
     }
-    Ok((
-        staged,
-        ArchiveInfo {
+    Ok(VerifiedArchive {
+        file: staged.file,
+        info: ArchiveInfo {
             sha256: sha,
             h1,
-            size,
+            size: staged.digest.size,
             trust: Some(SignatureKind::Unverified),
         },
-    ))
+    })
 }
 
 /// Archives the cache already holds with different bytes: refused before anything is admitted.
@@ -983,11 +964,11 @@ async fn conflicts(mirror: &Arc<Mirror>, imports: &[VersionImport]) -> Failures 
         let record = mirror.meta().read_version(&vi.addr, &vi.version).await;
         for a in &vi.archives {
             match mirror.store().record(&a.key).await {
-                Ok(Some(have)) if have.sha256 != a.info.sha256 => out.push((
+                Ok(Some(have)) if have.sha256 != a.archive.info.sha256 => out.push((
                     a.key.to_string(),
                     format!(
                         "the cache holds a different archive (SHA-256 {}) than the import ({})",
-                        have.sha256, a.info.sha256
+                        have.sha256, a.archive.info.sha256
                     ),
                 )),
                 Ok(_) => {}
@@ -997,12 +978,12 @@ async fn conflicts(mirror: &Arc<Mirror>, imports: &[VersionImport]) -> Failures 
                 .as_ref()
                 .and_then(|r| r.packages.get(&a.key.platform))
             {
-                if pkg.shasum != a.info.sha256 {
+                if pkg.shasum != a.archive.info.sha256 {
                     out.push((
                         a.key.to_string(),
                         format!(
                             "the cache's origin metadata says SHA-256 {}, the import has {}",
-                            pkg.shasum, a.info.sha256
+                            pkg.shasum, a.archive.info.sha256
                         ),
                     ));
                 }
@@ -1014,7 +995,8 @@ async fn conflicts(mirror: &Arc<Mirror>, imports: &[VersionImport]) -> Failures 
 
 type Admitted = Vec<(ArchiveKey, u64)>;
 
-/// Commits verified archives, then the metadata that describes them.
+/// Commits verified archives, then the metadata that describes them (through the cache's own
+/// merges: checksum files, then version records, then version lists).
 async fn admit(
     mirror: &Arc<Mirror>,
     imports: Vec<VersionImport>,
@@ -1030,21 +1012,21 @@ async fn admit(
                 .record(&a.key)
                 .await
                 .map_err(ImportError::store(&a.key))?;
+            let info = a.archive.info.clone();
             if have.is_some() {
-                present.push((a.key.clone(), a.info.size));
+                present.push((a.key.clone(), info.size));
             } else {
-                mirror
-                    .store()
-                    .commit(&a.key, a.staged, &a.info)
+                a.archive
+                    .commit(mirror.store(), &a.key)
                     .await
                     .map_err(ImportError::store(format_args!("storing {}", a.key)))?;
-                added.push((a.key.clone(), a.info.size));
+                added.push((a.key.clone(), info.size));
             }
             let mut pkg = a.origin.unwrap_or_else(|| Package {
                 protocols: vi.protocols.clone(),
                 filename: a.key.filename(),
                 download_url: String::new(),
-                shasum: a.info.sha256.clone(),
+                shasum: info.sha256.clone(),
                 shasums_url: String::new(),
                 shasums_signature_url: String::new(),
                 signing_keys: Vec::new(),
@@ -1052,56 +1034,22 @@ async fn admit(
                 size: None,
                 reported_h1: None,
             });
-            pkg.h1 = Some(a.info.h1.clone());
-            pkg.size = Some(a.info.size);
+            pkg.h1 = Some(info.h1);
+            pkg.size = Some(info.size);
             packages.insert(a.key.platform.clone(), pkg);
         }
-        let existing = meta.read_version(&vi.addr, &vi.version).await;
-        let mut rec = existing.clone().unwrap_or_else(|| VersionRecord {
-            fetched_at: crate::clock::now_secs(),
-            offered: Vec::new(),
-            unavailable: Vec::new(),
-            packages: BTreeMap::new(),
-            sums: Vec::new(),
-            rendered: Default::default(),
-        });
-        let ctx = |what: &str| ImportError::store(format!("{} {}: {what}", vi.addr, vi.version));
-        for (r, doc, sig) in vi.sums {
-            if rec.sums_index(&r.url).is_some() {
-                continue;
-            }
-            let n = rec.sums.len();
-            meta.write_sums(&vi.addr, &vi.version, n, false, doc.into())
-                .await
-                .map_err(ctx("writing SHA256SUMS"))?;
-            meta.write_sums(&vi.addr, &vi.version, n, true, sig.into())
-                .await
-                .map_err(ctx("writing the SHA256SUMS signature"))?;
-            rec.sums.push(r);
-        }
         let platforms: Vec<Platform> = packages.keys().cloned().collect();
-        for (platform, pkg) in packages {
-            match rec.packages.get_mut(&platform) {
-                Some(have) => {
-                    if have.h1.is_none() {
-                        have.h1 = pkg.h1;
-                    }
-                }
-                None => {
-                    rec.packages.insert(platform.clone(), pkg);
-                }
-            }
-            if !rec.offered.contains(&platform) {
-                rec.offered.push(platform.clone());
-            }
-            rec.unavailable.retain(|p| p != &platform);
-        }
-        rec.offered.sort();
-        if existing.as_ref() != Some(&rec) {
-            meta.write_version(&vi.addr, &vi.version, &rec)
-                .await
-                .map_err(ctx("writing the version record"))?;
-        }
+        let sums = vi
+            .sums
+            .into_iter()
+            .map(|(r, doc, sig)| (r, doc.into(), sig.into()))
+            .collect();
+        meta.merge_imported_version(&vi.addr, &vi.version, packages, sums)
+            .await
+            .map_err(ImportError::store(format_args!(
+                "{} {}: recording the version",
+                vi.addr, vi.version
+            )))?;
         index_updates
             .entry(vi.addr.clone())
             .or_default()
@@ -1112,35 +1060,11 @@ async fn admit(
             });
     }
     for (addr, versions) in index_updates {
-        let existing = meta.read_index(&addr).await;
-        let mut rec = existing.clone().unwrap_or_else(|| IndexRecord {
-            fetched_at: crate::clock::now_secs(),
-            found: true,
-            versions: Vec::new(),
-            rendered: Default::default(),
-        });
-        for v in versions {
-            match rec.versions.iter_mut().find(|x| x.version == v.version) {
-                Some(have) => {
-                    for p in v.platforms {
-                        if !have.platforms.contains(&p) {
-                            have.platforms.push(p);
-                        }
-                    }
-                    if have.protocols.is_empty() {
-                        have.protocols = v.protocols;
-                    }
-                }
-                None => rec.versions.push(v),
-            }
-        }
-        if existing.as_ref() != Some(&rec) {
-            meta.write_index(&addr, &rec)
-                .await
-                .map_err(ImportError::store(format_args!(
-                    "{addr}: writing the version list"
-                )))?;
-        }
+        meta.list_imported_versions(&addr, versions)
+            .await
+            .map_err(ImportError::store(format_args!(
+                "{addr}: writing the version list"
+            )))?;
     }
     added.sort_by_key(|a| a.0.to_string());
     present.sort_by_key(|a| a.0.to_string());
