@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::cache::{Archives, StoredModule};
 use crate::hash::HashingReader;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Mirror;
 use crate::records::{ArchiveInfo, ArchiveKey};
 use crate::storage::StorageError;
@@ -81,10 +81,7 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
             }
         }
         // Counted once it is out of service, so that whoever sees the count sees it gone.
-        metrics
-            .verification_failures
-            .with_label_values(&["cached_archive_mismatch"])
-            .inc();
+        metrics.verification_failed(VerificationReason::CachedArchiveMismatch);
     }
     for module in mirror.module_store().list().await? {
         report.checked += 1;
@@ -105,10 +102,7 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
                 tracing::error!(module = %module.addr, version = %module.version, "cached module package failed re-verification ({problem}) and could not be quarantined: {e}")
             }
         }
-        metrics
-            .verification_failures
-            .with_label_values(&["cached_module_mismatch"])
-            .inc();
+        metrics.verification_failed(VerificationReason::CachedModuleMismatch);
     }
     Ok(report)
 }

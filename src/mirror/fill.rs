@@ -36,8 +36,9 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, Result};
 use crate::hash;
+use crate::metrics::VerificationReason;
 use crate::records::{ArchiveInfo, ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
@@ -138,12 +139,12 @@ impl Fill {
         let progress = rx
             .wait_for(|p| p.streamed.is_some() || p.on_disk + p.in_memory >= HEAD_START)
             .await;
-        let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
+        let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
         match (&progress.started, &progress.streamed) {
             (_, Some(Err(e))) => Err(e.clone()),
             (Some(s), _) => Ok(s.size),
-            _ => Err(Error::Internal(
-                "archive download ended before it started".into(),
+            _ => Err(Error::unexpected(
+                "archive download ended before it started",
             )),
         }
     }
@@ -157,11 +158,11 @@ impl Fill {
     pub async fn finished(&self) -> Result<()> {
         let mut rx = self.progress.subscribe();
         let progress = rx.wait_for(|p| p.finished.is_some()).await;
-        let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
+        let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
         progress
             .finished
             .clone()
-            .unwrap_or_else(|| Err(Error::Internal("archive download ended oddly".into())))
+            .unwrap_or_else(|| Err(Error::unexpected("archive download ended oddly")))
     }
 
     /// The archive's bytes, as they arrive. Ends with an error if the download fails or the
@@ -442,13 +443,13 @@ impl Mirror {
             let sha256 = hex::encode(hasher.finalize());
             if sha256 != fill.sha256 {
                 return Err(self.verification_failed(
-                    "archive_checksum",
                     &key.addr,
                     &key.version,
-                    format!(
-                        "{} has SHA-256 {sha256} but the origin published {}",
-                        pkg.filename, fill.sha256
-                    ),
+                    Failure::ArchiveChecksum {
+                        file: pkg.filename.clone(),
+                        expected: fill.sha256.clone(),
+                        found: sha256,
+                    },
                 ));
             }
             Ok(sha256)
@@ -458,7 +459,7 @@ impl Mirror {
         let sha256 = streamed?;
         fill.update(|p| p.streamed = Some(Ok(())));
         if !disk_ok {
-            return Err(Error::Internal(format!(
+            return Err(Error::unexpected(format!(
                 "archive {key} was served but not cached: writing to the cache failed"
             )));
         }
@@ -473,18 +474,22 @@ impl Mirror {
         let h1 = tokio::task::spawn_blocking(move || {
             let file =
                 std::fs::File::open(&path).map_err(|e| Error::io("reading a staging file", e))?;
-            hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
-                .map_err(|e| Error::Verification(e.to_string()))
+            Ok::<_, Error>(hash::h1_zip(
+                std::io::BufReader::with_capacity(256 * 1024, file),
+                limits,
+            ))
         })
         .await
-        .map_err(|e| Error::Internal(format!("hashing task failed: {e}")))?;
+        .map_err(|e| Error::task("hashing task", e))??;
         timer.observe_duration();
         let h1 = h1.map_err(|e| {
             self.verification_failed(
-                "unusable_zip",
                 &key.addr,
                 &key.version,
-                format!("{}: {e}", pkg.filename),
+                Failure::UnusableZip {
+                    file: pkg.filename.clone(),
+                    source: Arc::new(e),
+                },
             )
         })?;
 
@@ -506,9 +511,7 @@ impl Mirror {
         if let Some(reported) = pkg.reported_h1.as_deref().filter(|r| *r != h1) {
             // The archive is the signed one; the registry's statement about it is wrong.
             self.metrics
-                .verification_failures
-                .with_label_values(&["reported_h1_mismatch"])
-                .inc();
+                .verification_failed(VerificationReason::ReportedH1Mismatch);
             tracing::error!(archive = %key, computed = %h1, %reported, "the origin registry reports another h1: for this archive; serving the computed one");
         }
         if let Err(e) = self

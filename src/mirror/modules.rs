@@ -17,7 +17,8 @@ use sha2::Digest;
 
 use super::{Freshness, Mirror};
 use crate::address::{ModuleAddr, ModulePath, Version};
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, RefusalKind, Result};
+use crate::metrics::{Lookup, LookupKind, VerificationReason};
 use crate::records::{ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
 
@@ -100,11 +101,12 @@ impl Mirror {
         if let Some(rec) = cached {
             match self.list_freshness(rec.fetched_at, rec.found) {
                 Freshness::Hit(result) => {
-                    self.metrics.lookup("module_versions", result);
+                    self.metrics.lookup(LookupKind::ModuleVersions, result);
                     return Ok(rec);
                 }
                 Freshness::Stale => {
-                    self.metrics.lookup("module_versions", "stale");
+                    self.metrics
+                        .lookup(LookupKind::ModuleVersions, Lookup::Stale);
                     if !self.module_list_flights.contains(addr) {
                         let this = self.clone();
                         let addr = addr.clone();
@@ -124,7 +126,8 @@ impl Mirror {
                 "offline mode: module {addr} is not in the cache"
             )));
         }
-        self.metrics.lookup("module_versions", "miss");
+        self.metrics
+            .lookup(LookupKind::ModuleVersions, Lookup::Miss);
         self.refresh_module_versions(addr).await
     }
 
@@ -206,7 +209,7 @@ impl Mirror {
         self.check_module_host(addr)?;
         let opened = match self.modules.open(addr, version).await? {
             Some(found) => {
-                self.metrics.lookup("module_archive", "hit");
+                self.metrics.lookup(LookupKind::ModuleArchive, Lookup::Hit);
                 found
             }
             None => {
@@ -216,7 +219,7 @@ impl Mirror {
                 }
                 self.module_record(addr, version).await?;
                 self.modules.open(addr, version).await?.ok_or_else(|| {
-                    Error::Internal(format!(
+                    Error::unexpected(format!(
                         "module {addr} {version} vanished from the store right after it was stored"
                     ))
                 })?
@@ -261,12 +264,16 @@ impl Mirror {
             .trust
             .admit_module(addr, rec.trust)
             .map_err(|refusal| {
-                self.metrics
-                    .policy_refusals
-                    .with_label_values(&[refusal.reason()])
-                    .inc();
+                match RefusalKind::of(&refusal) {
+                    RefusalKind::Policy(rule) => self.metrics.policy_refused(rule),
+                    RefusalKind::Failed(reason) => self.metrics.verification_failed(reason),
+                }
                 tracing::info!(module = %addr, %version, "refused by policy: {refusal}");
-                Error::Policy(format!("{addr} {version}: refused by policy: {refusal}"))
+                Error::refused(
+                    Error::module(addr, Some(version)),
+                    refusal,
+                    "module package",
+                )
             })
     }
 
@@ -294,8 +301,10 @@ impl Mirror {
             .module_flights
             .run((addr.clone(), version.clone()), work)
             .await;
-        self.metrics
-            .lookup("module_archive", if leader { "miss" } else { "joined" });
+        self.metrics.lookup(
+            LookupKind::ModuleArchive,
+            if leader { Lookup::Miss } else { Lookup::Joined },
+        );
         result
     }
 
@@ -363,7 +372,7 @@ impl Mirror {
                 (None, fetched.tar, format, false, subdir, source)
             }
             Location::Indirect { url, .. } => {
-                return Err(Error::Internal(format!(
+                return Err(Error::unexpected(format!(
                     "module {addr} {version}: unresolved source {url}"
                 )));
             }
@@ -378,7 +387,7 @@ impl Mirror {
         drop(out);
         let limits = modules.limits;
         let sub = subdir.clone();
-        let what = format!("module {addr} {version}");
+        let subject = Error::module(addr, Some(version));
         let digest = tokio::task::spawn_blocking(move || -> Result<(String, u64)> {
             std::fs::create_dir(&unpacked)
                 .map_err(|e| Error::io("creating a scratch directory", e))?;
@@ -394,7 +403,7 @@ impl Mirror {
                 limits,
                 &mut hashing,
             )
-            .map_err(|e| Error::Verification(format!("{what}: the package {e}")))?;
+            .map_err(|e| Error::verification(subject, Failure::UnusablePackage(Arc::new(e))))?;
             let (sha256, size, file) = hashing
                 .finish()
                 .map_err(|e| Error::io("writing a package", e))?;
@@ -403,14 +412,12 @@ impl Mirror {
             Ok((sha256, size))
         })
         .await
-        .map_err(|e| Error::Internal(format!("packing task failed: {e}")))?;
+        .map_err(|e| Error::task("packing task", e))?;
         let (sha256, size) = match digest {
             Ok(d) => d,
             Err(e) => {
                 self.metrics
-                    .verification_failures
-                    .with_label_values(&["unusable_module_package"])
-                    .inc();
+                    .verification_failed(VerificationReason::UnusableModulePackage);
                 tracing::error!(module = %addr, %version, "{e}");
                 return Err(e);
             }
@@ -470,13 +477,13 @@ impl Mirror {
         let got = hex::encode(hasher.finalize());
         if let Some(want) = sha256 {
             if got != want {
-                self.metrics
-                    .verification_failures
-                    .with_label_values(&["module_checksum"])
-                    .inc();
-                return Err(Error::Verification(format!(
-                    "module {addr}: {url} has SHA-256 {got} but its source's checksum says {want}"
-                )));
+                let failure = Failure::PackageChecksum {
+                    url: url.clone(),
+                    expected: want.to_string(),
+                    found: got,
+                };
+                self.metrics.verification_failed(failure.reason());
+                return Err(Error::verification(Error::module(addr, None), failure));
             }
         }
         Ok(staged)
