@@ -373,7 +373,7 @@ impl App {
 
     /// The module registry facade (see `mirror::modules`).
     async fn module(&self, req: &Request<Incoming>, path: &str) -> Result<Response<Body>, Error> {
-        let parsed = ModulePath::parse(path).map_err(|e| Error::BadRequest(e))?;
+        let parsed = ModulePath::parse(path).map_err(Error::BadRequest)?;
         let m = &self.mirror;
         Ok(match parsed {
             ModulePath::Versions(addr) => {
@@ -428,7 +428,7 @@ impl App {
 
     /// The registry-protocol facade (see `mirror::facade`).
     async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
-        let parsed = RegistryPath::parse(path).map_err(|e| Error::BadRequest(e))?;
+        let parsed = RegistryPath::parse(path).map_err(Error::BadRequest)?;
         let m = &self.mirror;
         Ok(match parsed {
             RegistryPath::Versions(addr) => {
