@@ -8,37 +8,146 @@ use prometheus::{
     IntGaugeVec, Opts, Registry,
 };
 
-/// Every `reason` of `provender_verification_failures_total`.
-pub const VERIFICATION_REASONS: [&str; 18] = [
-    "archive_checksum",
-    "shasums_mismatch",
-    "shasums_missing",
-    "unusable_zip",
-    "signature_invalid",
-    "signature_unknown_key",
-    "signature_malformed",
-    "signature_missing_keys",
-    "signing_key_invalid",
-    "trust_signature_invalid",
-    "signature_not_hashicorp",
-    "signature_not_opentofu",
-    "package_filename_mismatch",
-    "cached_archive_mismatch",
-    "module_checksum",
-    "unusable_module_package",
-    "cached_module_mismatch",
-    "reported_h1_mismatch",
-];
+/// An enum of the values one label takes, each with its text (`as_str`) and the whole set
+/// (`ALL`, for the series that start at 0).
+macro_rules! label_values {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:literal,)+ }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
 
-/// Every `reason` of `provender_connections_closed_total`: why the server closed a connection
-/// on its own (see `server::conn`).
-pub const CONNECTION_CLOSE_REASONS: [&str; 5] = [
-    "handshake_timeout",
-    "header_timeout",
-    "idle",
-    "keep_alive_timeout",
-    "limit",
-];
+        impl $name {
+            /// Every value, in order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The label value, as dashboards and alerts name it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $value,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// The `reason` of `provender_verification_failures_total`.
+    pub enum VerificationReason {
+        /// An archive's SHA-256 is not the one its origin published.
+        ArchiveChecksum = "archive_checksum",
+        ShasumsMismatch = "shasums_mismatch",
+        ShasumsMissing = "shasums_missing",
+        /// An archive is not a zip Terraform could hash or unpack.
+        UnusableZip = "unusable_zip",
+        SignatureInvalid = "signature_invalid",
+        SignatureUnknownKey = "signature_unknown_key",
+        SignatureMalformed = "signature_malformed",
+        SignatureMissingKeys = "signature_missing_keys",
+        SigningKeyInvalid = "signing_key_invalid",
+        TrustSignatureInvalid = "trust_signature_invalid",
+        SignatureNotHashicorp = "signature_not_hashicorp",
+        SignatureNotOpentofu = "signature_not_opentofu",
+        PackageFilenameMismatch = "package_filename_mismatch",
+        /// A cached archive failed re-verification.
+        CachedArchiveMismatch = "cached_archive_mismatch",
+        ModuleChecksum = "module_checksum",
+        UnusableModulePackage = "unusable_module_package",
+        CachedModuleMismatch = "cached_module_mismatch",
+        /// The origin states another `h1:` than the one computed (the archive is served).
+        ReportedH1Mismatch = "reported_h1_mismatch",
+    }
+}
+
+label_values! {
+    /// The `rule` of `provender_policy_refusals_total`.
+    pub enum PolicyRule {
+        /// `upstream.min_trust`.
+        MinTrust = "min_trust",
+    }
+}
+
+label_values! {
+    /// The `kind` of `provender_cache_lookups_total`: what was looked up.
+    pub enum LookupKind {
+        Index = "index",
+        Version = "version",
+        Archive = "archive",
+        ModuleVersions = "module_versions",
+        ModuleArchive = "module_archive",
+        OciManifest = "oci_manifest",
+    }
+}
+
+label_values! {
+    /// The `result` of `provender_cache_lookups_total`.
+    pub enum Lookup {
+        /// Answered from the cache.
+        Hit = "hit",
+        /// Fetched from the origin by this request.
+        Miss = "miss",
+        /// Joined a fetch another request started.
+        Joined = "joined",
+        /// Answered from the cache past its freshness, while a refresh runs.
+        Stale = "stale",
+        /// A remembered "no such provider" or module.
+        NegativeHit = "negative_hit",
+    }
+}
+
+impl LookupKind {
+    /// The results a lookup of this kind can have (their series start at 0).
+    pub fn results(self) -> &'static [Lookup] {
+        use Lookup::*;
+        match self {
+            LookupKind::Index | LookupKind::ModuleVersions => &[Hit, Miss, Stale, NegativeHit],
+            LookupKind::Version | LookupKind::OciManifest => &[Hit, Miss],
+            LookupKind::Archive | LookupKind::ModuleArchive => &[Hit, Miss, Joined],
+        }
+    }
+}
+
+label_values! {
+    /// The `result` of `provender_tls_reloads_total`.
+    pub enum TlsReload {
+        Ok = "ok",
+        Error = "error",
+    }
+}
+
+label_values! {
+    /// The `result` of `provender_hash_job_archives_total`.
+    pub enum HashJobResult {
+        /// The job fetched and hashed the archive.
+        Hashed = "hashed",
+        /// The cache had it, or a client's download got it.
+        Present = "present",
+        Failed = "failed",
+    }
+}
+
+label_values! {
+    /// The `reason` of `provender_connections_closed_total`: why the server closed a connection
+    /// on its own (see `server::conn`).
+    pub enum ConnectionClose {
+        HandshakeTimeout = "handshake_timeout",
+        HeaderTimeout = "header_timeout",
+        Idle = "idle",
+        KeepAliveTimeout = "keep_alive_timeout",
+        /// `server.max_connections` connections were open.
+        Limit = "limit",
+    }
+}
 
 /// Every metric the mirror exports.
 pub struct Metrics {
@@ -266,42 +375,72 @@ impl Metrics {
     /// Creates the series whose label values are known in advance, at 0, so that dashboards
     /// and alerts see a 0 rather than no series until something happens.
     fn start_at_zero(&self) {
-        for (kind, results) in [
-            ("index", &["hit", "miss", "stale", "negative_hit"][..]),
-            ("version", &["hit", "miss"][..]),
-            ("archive", &["hit", "miss", "joined"][..]),
-            (
-                "module_versions",
-                &["hit", "miss", "stale", "negative_hit"][..],
-            ),
-            ("module_archive", &["hit", "miss", "joined"][..]),
-            ("oci_manifest", &["hit", "miss"][..]),
-        ] {
-            for result in results {
-                self.cache_lookups.with_label_values(&[kind, result]);
+        for &kind in LookupKind::ALL {
+            for &result in kind.results() {
+                self.cache_lookups
+                    .with_label_values(&[kind.as_str(), result.as_str()]);
             }
         }
-        for reason in VERIFICATION_REASONS {
-            self.verification_failures.with_label_values(&[reason]);
+        for reason in VerificationReason::ALL {
+            self.verification_failures
+                .with_label_values(&[reason.as_str()]);
         }
         for trust in crate::records::SignatureKind::ALL {
             self.archive_responses.with_label_values(&[trust.as_str()]);
         }
-        self.policy_refusals.with_label_values(&["min_trust"]);
-        for result in ["ok", "error"] {
-            self.tls_reloads.with_label_values(&[result]);
+        for rule in PolicyRule::ALL {
+            self.policy_refusals.with_label_values(&[rule.as_str()]);
         }
-        for result in ["hashed", "present", "failed"] {
-            self.hash_job_archives.with_label_values(&[result]);
+        for result in TlsReload::ALL {
+            self.tls_reloads.with_label_values(&[result.as_str()]);
         }
-        for reason in CONNECTION_CLOSE_REASONS {
-            self.connections_closed.with_label_values(&[reason]);
+        for result in HashJobResult::ALL {
+            self.hash_job_archives.with_label_values(&[result.as_str()]);
+        }
+        for reason in ConnectionClose::ALL {
+            self.connections_closed
+                .with_label_values(&[reason.as_str()]);
         }
     }
 
     /// Records one cache lookup.
-    pub fn lookup(&self, kind: &str, result: &str) {
-        self.cache_lookups.with_label_values(&[kind, result]).inc();
+    pub fn lookup(&self, kind: LookupKind, result: Lookup) {
+        self.cache_lookups
+            .with_label_values(&[kind.as_str(), result.as_str()])
+            .inc();
+    }
+
+    /// Counts one verification failure.
+    pub fn verification_failed(&self, reason: VerificationReason) {
+        self.verification_failures
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    /// Counts one refusal by the operator's policy.
+    pub fn policy_refused(&self, rule: PolicyRule) {
+        self.policy_refusals
+            .with_label_values(&[rule.as_str()])
+            .inc();
+    }
+
+    /// Counts one connection the server closed on its own.
+    pub fn connection_closed(&self, reason: ConnectionClose) {
+        self.connections_closed
+            .with_label_values(&[reason.as_str()])
+            .inc();
+    }
+
+    /// Counts one reload of the TLS certificate files.
+    pub fn tls_reloaded(&self, result: TlsReload) {
+        self.tls_reloads.with_label_values(&[result.as_str()]).inc();
+    }
+
+    /// Counts one archive the background hash job dealt with.
+    pub fn hash_job_archive(&self, result: HashJobResult) {
+        self.hash_job_archives
+            .with_label_values(&[result.as_str()])
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

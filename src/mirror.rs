@@ -25,9 +25,9 @@ use crate::cache::{
     self, ArchiveKind, Archives, Budget, Flights, MetaStore, Modules, Opened, Staging,
 };
 use crate::config::Settings;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::hash;
-use crate::metrics::Metrics;
+use crate::metrics::{Lookup, LookupKind, Metrics};
 use crate::records::oci::ProviderImage;
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexRecord, ModuleRecord, ModuleVersions, Package, SumsRef,
@@ -47,14 +47,18 @@ pub use fill::Fill;
 pub use modules::{ModuleAnswer, ModulePackage};
 pub use oci::{OciBlob, OciBlobHead, empty_config};
 
-/// A failure to admit bytes, as a client is answered: a check that failed is a verification
-/// failure (502), a local file operation our own fault.
+/// A failure to stage bytes, as a client is answered: a local file operation is our own fault.
+/// Digest and size checks are made by the callers themselves, which name what they checked
+/// ([`Error::verification`]); one that reaches this conversion unchecked is a bug.
 impl From<admission::AdmitError> for Error {
     fn from(e: admission::AdmitError) -> Error {
+        use admission::AdmitError as A;
         match e {
-            admission::AdmitError::Local { doing, source } => Error::io(doing, source),
-            admission::AdmitError::Source(source) => Error::io("reading", source),
-            e => Error::Verification(e.to_string()),
+            A::Local { doing, source } => Error::io(doing, source),
+            A::Source(source) => Error::io("reading", source),
+            e @ (A::TooLarge(_) | A::Size { .. } | A::Checksum { .. } | A::UnusableZip(_)) => {
+                Error::unexpected(format!("an unattributed admission check failed: {e}"))
+            }
         }
     }
 }
@@ -72,8 +76,8 @@ pub struct ArchiveBody {
 
 /// What a cached version list allows, by its age.
 enum Freshness {
-    /// Serve it; the lookup result to count (`hit`, `negative_hit`).
-    Hit(&'static str),
+    /// Serve it; the lookup result to count (`Hit`, `NegativeHit`).
+    Hit(Lookup),
     /// Serve it, and refresh it in the background.
     Stale,
     /// Fetch it again.
@@ -294,7 +298,7 @@ impl Mirror {
         let key = self.archive_key(addr, version, platform)?;
         if let Some(fill) = self.join_fill(&key) {
             self.admit(&key, fill.trust)?;
-            self.metrics.lookup("archive", "joined");
+            self.metrics.lookup(LookupKind::Archive, Lookup::Joined);
             return self.body_from_fill(fill).await.map(Served::Body);
         }
         if self.settings.cache.redirect_downloads {
@@ -302,7 +306,7 @@ impl Mirror {
                 let trust = self.archive_trust(&key, &info).await;
                 self.admit(&key, trust)?;
                 if let Some(url) = self.store.signed_url(&key, REDIRECT_TTL).await? {
-                    self.metrics.lookup("archive", "hit");
+                    self.metrics.lookup(LookupKind::Archive, Lookup::Hit);
                     self.served(trust);
                     self.record_use(&key);
                     return Ok(Served::Redirect(url));
@@ -312,7 +316,7 @@ impl Mirror {
         if let Some(found) = self.open_archive(&key).await? {
             let trust = self.archive_trust(&key, &found.record).await;
             self.admit(&key, trust)?;
-            self.metrics.lookup("archive", "hit");
+            self.metrics.lookup(LookupKind::Archive, Lookup::Hit);
             if let Some(rec) = self
                 .meta
                 .versions
@@ -340,8 +344,10 @@ impl Mirror {
         }
         let (pkg, trust) = self.package_to_fetch(&key).await?;
         let (fill, leader) = self.fill_for(&key, &pkg, trust);
-        self.metrics
-            .lookup("archive", if leader { "miss" } else { "joined" });
+        self.metrics.lookup(
+            LookupKind::Archive,
+            if leader { Lookup::Miss } else { Lookup::Joined },
+        );
         self.body_from_fill(fill).await.map(Served::Body)
     }
 
@@ -443,7 +449,7 @@ impl Mirror {
         self.fetch_archive(&key).await?;
         let found = self.archive_info(&key).await?;
         found.map(|i| (i, true)).ok_or_else(|| {
-            Error::Internal(format!("archive {key} vanished right after it was stored"))
+            Error::unexpected(format!("archive {key} vanished right after it was stored"))
         })
     }
 
@@ -476,8 +482,10 @@ impl Mirror {
     async fn fetch_archive(self: &Arc<Self>, key: &ArchiveKey) -> Result<()> {
         let (pkg, trust) = self.package_to_fetch(key).await?;
         let (fill, leader) = self.fill_for(key, &pkg, trust);
-        self.metrics
-            .lookup("archive", if leader { "miss" } else { "joined" });
+        self.metrics.lookup(
+            LookupKind::Archive,
+            if leader { Lookup::Miss } else { Lookup::Joined },
+        );
         fill.finished().await
     }
 
@@ -634,11 +642,11 @@ impl Mirror {
         if let Some(rec) = cached {
             match self.list_freshness(rec.fetched_at, rec.found) {
                 Freshness::Hit(result) => {
-                    self.metrics.lookup("index", result);
+                    self.metrics.lookup(LookupKind::Index, result);
                     return Ok(rec);
                 }
                 Freshness::Stale => {
-                    self.metrics.lookup("index", "stale");
+                    self.metrics.lookup(LookupKind::Index, Lookup::Stale);
                     if !self.index_flights.contains(addr) {
                         let this = self.clone();
                         let addr = addr.clone();
@@ -658,7 +666,7 @@ impl Mirror {
                 "offline mode: {addr} is not in the cache"
             )));
         }
-        self.metrics.lookup("index", "miss");
+        self.metrics.lookup(LookupKind::Index, Lookup::Miss);
         self.refresh_index(addr).await
     }
 
@@ -671,12 +679,12 @@ impl Mirror {
         let age = Duration::from_secs(crate::clock::now_secs().saturating_sub(fetched_at));
         if !found {
             return match age < cache.not_found_ttl {
-                true => Freshness::Hit("negative_hit"),
+                true => Freshness::Hit(Lookup::NegativeHit),
                 false => Freshness::Expired,
             };
         }
         if age < cache.index_ttl || self.settings.upstream.offline {
-            Freshness::Hit("hit")
+            Freshness::Hit(Lookup::Hit)
         } else if age < cache.stale_if_error {
             Freshness::Stale
         } else {
@@ -723,7 +731,7 @@ impl Mirror {
                 if self.settings.upstream.offline
                     || rec.covers(|p| self.settings.upstream.platform_allowed(p)) =>
             {
-                self.metrics.lookup("version", "hit");
+                self.metrics.lookup(LookupKind::Version, Lookup::Hit);
                 rec
             }
             _ => {
@@ -753,7 +761,7 @@ impl Mirror {
     ) -> Result<Arc<VersionRecord>> {
         if let Some(mut rec) = self.meta.read_version(&addr, &version).await {
             if rec.covers(|p| self.settings.upstream.platform_allowed(p)) {
-                self.metrics.lookup("version", "hit");
+                self.metrics.lookup(LookupKind::Version, Lookup::Hit);
                 self.fill_in_h1(&addr, &version, &mut rec).await;
                 return Ok(Arc::new(rec));
             }
@@ -761,7 +769,7 @@ impl Mirror {
         if self.settings.upstream.offline {
             return match self.meta.read_version(&addr, &version).await {
                 Some(mut rec) => {
-                    self.metrics.lookup("version", "hit");
+                    self.metrics.lookup(LookupKind::Version, Lookup::Hit);
                     self.fill_in_h1(&addr, &version, &mut rec).await;
                     Ok(Arc::new(rec))
                 }
@@ -770,7 +778,7 @@ impl Mirror {
                 ))),
             };
         }
-        self.metrics.lookup("version", "miss");
+        self.metrics.lookup(LookupKind::Version, Lookup::Miss);
         let index = self.index_record(&addr).await?;
         if !index.found {
             return Err(Error::NotFound(format!(
@@ -907,19 +915,18 @@ impl Mirror {
         }
     }
 
+    /// A failed verification of a provider version as the error a client gets, counted under
+    /// `provender_verification_failures_total` and logged.
     fn verification_failed(
         &self,
-        reason: &str,
         addr: &ProviderAddr,
         version: &Version,
-        detail: String,
+        failure: Failure,
     ) -> Error {
-        self.metrics
-            .verification_failures
-            .with_label_values(&[reason])
-            .inc();
-        tracing::error!(provider = %addr, %version, reason, "verification failed: {detail}");
-        Error::Verification(format!("{addr} {version}: verification failed: {detail}"))
+        let reason = failure.reason();
+        self.metrics.verification_failed(reason);
+        tracing::error!(provider = %addr, %version, reason = reason.as_str(), "verification failed: {failure}");
+        Error::verification(Error::provider(addr, version), failure)
     }
 
     /// A [`Refusal`] as the error a client gets: a policy refusal (403) is counted under
@@ -932,19 +939,16 @@ impl Mirror {
         refusal: Refusal,
         what: &str,
     ) -> Error {
-        if refusal.is_policy() {
-            self.metrics
-                .policy_refusals
-                .with_label_values(&[refusal.reason()])
-                .inc();
-            tracing::info!(provider = %addr, %version, "refused by policy: {refusal}");
-            return Error::Policy(format!("{addr} {version}: refused by policy: {refusal}"));
+        match RefusalKind::of(&refusal) {
+            RefusalKind::Policy(rule) => {
+                self.metrics.policy_refused(rule);
+                tracing::info!(provider = %addr, %version, "refused by policy: {refusal}");
+            }
+            RefusalKind::Failed(reason) => {
+                self.metrics.verification_failed(reason);
+                tracing::error!(provider = %addr, %version, reason = reason.as_str(), "verification failed: {refusal} ({what})");
+            }
         }
-        self.verification_failed(
-            refusal.reason(),
-            addr,
-            version,
-            format!("{refusal} ({what})"),
-        )
+        Error::refused(Error::provider(addr, version), refusal, what)
     }
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use crate::cache::{ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, StagedFile, Staging};
 use crate::hash::{HashError, HashingReader};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Mirror;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
@@ -68,7 +68,7 @@ impl Problem {
 /// SHA-256 with its record.
 pub trait Recheck: Kind + Sized {
     /// The `provender_verification_failures_total` reason a failure is counted under.
-    const REASON: &'static str;
+    const REASON: VerificationReason;
 
     /// The mirror's store of this kind.
     fn store(mirror: &Mirror) -> &Objects<Self>;
@@ -88,7 +88,7 @@ pub trait Recheck: Kind + Sized {
 }
 
 impl Recheck for ArchiveKind {
-    const REASON: &'static str = "cached_archive_mismatch";
+    const REASON: VerificationReason = VerificationReason::CachedArchiveMismatch;
 
     fn store(mirror: &Mirror) -> &Objects<Self> {
         mirror.store()
@@ -136,7 +136,7 @@ impl Recheck for ArchiveKind {
 }
 
 impl Recheck for ModuleKind {
-    const REASON: &'static str = "cached_module_mismatch";
+    const REASON: VerificationReason = VerificationReason::CachedModuleMismatch;
 
     fn store(mirror: &Mirror) -> &Objects<Self> {
         mirror.module_store()
@@ -289,10 +289,7 @@ async fn pass_over<K: Recheck>(
             }
         }
         // Counted once it is out of service, so that whoever sees the count sees it gone.
-        metrics
-            .verification_failures
-            .with_label_values(&[K::REASON])
-            .inc();
+        metrics.verification_failed(K::REASON);
     }
     Ok(())
 }

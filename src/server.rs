@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{Settings, TlsSource};
-use crate::metrics::Metrics;
+use crate::metrics::{ConnectionClose, Metrics, TlsReload};
 use crate::mirror::Mirror;
 use crate::tls;
 
@@ -196,9 +196,7 @@ impl Server {
                 }
                 self.shared
                     .metrics
-                    .connections_closed
-                    .with_label_values(&["limit"])
-                    .inc();
+                    .connection_closed(ConnectionClose::Limit);
                 drop(stream);
                 continue;
             };
@@ -310,7 +308,7 @@ fn watch_certificate(cert: &Arc<tls::ReloadingCert>, interval: Duration, metrics
             match result {
                 Ok(changed) => {
                     if changed || force {
-                        metrics.tls_reloads.with_label_values(&["ok"]).inc();
+                        metrics.tls_reloaded(TlsReload::Ok);
                         metrics.tls_not_after.set(cert.not_after());
                         tracing::info!(
                             changed,
@@ -321,7 +319,7 @@ fn watch_certificate(cert: &Arc<tls::ReloadingCert>, interval: Duration, metrics
                     }
                 }
                 Err(e) => {
-                    metrics.tls_reloads.with_label_values(&["error"]).inc();
+                    metrics.tls_reloaded(TlsReload::Error);
                     tracing::error!("{e:#}; keeping the current TLS certificate");
                 }
             }

@@ -14,10 +14,35 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 
 type Flight<T, E> = Shared<BoxFuture<'static, Result<T, E>>>;
 
-/// A flight's task ended without a result (it panicked, or the runtime shut down).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("background fetch failed: {0}")]
-pub struct Aborted(pub String);
+/// A flight's task ended without a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Aborted {
+    /// The work panicked; the panic's message, when it was text.
+    #[error("background fetch failed: it panicked{}", .message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Panicked { message: Option<Arc<str>> },
+    /// The work was cancelled: the runtime is shutting down.
+    #[error("background fetch failed: it was cancelled")]
+    Cancelled,
+}
+
+impl Aborted {
+    /// Why a task ended without a result.
+    pub fn of(e: tokio::task::JoinError) -> Aborted {
+        match e.try_into_panic() {
+            Ok(payload) => Aborted::Panicked {
+                message: payload
+                    .downcast_ref::<&str>()
+                    .map(|m| Arc::from(*m))
+                    .or_else(|| {
+                        payload
+                            .downcast_ref::<String>()
+                            .map(|m| Arc::from(m.as_str()))
+                    }),
+            },
+            Err(_) => Aborted::Cancelled,
+        }
+    }
+}
 
 /// A table of in-progress flights keyed by `K`, whose work gives `Result<T, E>`.
 pub struct Flights<K, T, E> {
@@ -63,9 +88,7 @@ where
                 let inner = self.inner.clone();
                 let done_key = key.clone();
                 let flight: Flight<T, E> = async move {
-                    let result = task
-                        .await
-                        .unwrap_or_else(|e| Err(Aborted(e.to_string()).into()));
+                    let result = task.await.unwrap_or_else(|e| Err(Aborted::of(e).into()));
                     // The table lock is held while this flight is inserted, so it is there now.
                     let mut table = inner.lock().expect("flight table lock");
                     if table
@@ -127,7 +150,7 @@ mod tests {
                     .run("k", move || async move {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(50)).await;
-                        Err::<u32, _>(Aborted("boom".into()))
+                        Err::<u32, _>(Aborted::Cancelled)
                     })
                     .await
                     .0
@@ -141,6 +164,28 @@ mod tests {
         let (ok, leader) = flights.run("k", || async { Ok(7) }).await;
         assert_eq!(ok.unwrap(), 7);
         assert!(leader);
+    }
+
+    #[tokio::test]
+    async fn every_caller_learns_that_the_work_panicked() {
+        let flights: Arc<Flights<u8, (), Error>> = Arc::new(Flights::default());
+        let slow = flights.run(1, || async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            panic!("the work broke");
+        });
+        let joined = flights.run(1, || async { Ok(()) });
+        let ((first, leader), (second, follower)) = tokio::join!(slow, joined);
+        assert!(leader && !follower);
+        let expected = Aborted::Panicked {
+            message: Some("the work broke".into()),
+        };
+        assert_eq!(first.unwrap_err(), expected);
+        assert_eq!(second.unwrap_err(), expected);
+        assert_eq!(
+            expected.to_string(),
+            "background fetch failed: it panicked: the work broke"
+        );
+        assert!(flights.is_empty());
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use super::{Aborted, Flights};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::clock::Clock;
-use crate::metrics::Metrics;
+use crate::metrics::{Lookup, LookupKind, Metrics};
 use crate::records::{IndexRecord, ModuleVersions};
 use crate::storage::{Key, Storage, StorageError};
 
@@ -31,7 +31,7 @@ pub trait Listing: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// What the list belongs to, as a word for messages (`"provider"`, `"module"`).
     const NOUN: &'static str;
     /// The lookup kind it is counted under in `provender_cache_lookups_total`.
-    const LOOKUP: &'static str;
+    const LOOKUP: LookupKind;
     /// Unix seconds when the origin answered.
     fn fetched_at(&self) -> u64;
     /// Whether the origin knew the thing at all.
@@ -44,7 +44,7 @@ pub trait Listing: Serialize + DeserializeOwned + Send + Sync + 'static {
 
 impl Listing for IndexRecord {
     const NOUN: &'static str = "provider";
-    const LOOKUP: &'static str = "index";
+    const LOOKUP: LookupKind = LookupKind::Index;
     fn fetched_at(&self) -> u64 {
         self.fetched_at
     }
@@ -63,7 +63,7 @@ impl Listing for IndexRecord {
 
 impl Listing for ModuleVersions {
     const NOUN: &'static str = "module";
-    const LOOKUP: &'static str = "module_versions";
+    const LOOKUP: LookupKind = LookupKind::ModuleVersions;
     fn fetched_at(&self) -> u64 {
         self.fetched_at
     }
@@ -236,15 +236,15 @@ where
                 .judge(rec.fetched_at(), rec.found(), self.now())
             {
                 Verdict::Fresh => {
-                    self.count("hit");
+                    self.count(Lookup::Hit);
                     return Ok(rec);
                 }
                 Verdict::KnownAbsent => {
-                    self.count("negative_hit");
+                    self.count(Lookup::NegativeHit);
                     return Ok(rec);
                 }
                 Verdict::Stale => {
-                    self.count("stale");
+                    self.count(Lookup::Stale);
                     if !self.inner.flights.contains(key) {
                         let (this, key) = (self.clone(), key.clone());
                         tokio::spawn(async move {
@@ -264,7 +264,7 @@ where
             }
             .into());
         }
-        self.count("miss");
+        self.count(Lookup::Miss);
         self.refresh(key, fetch).await
     }
 
@@ -353,7 +353,7 @@ where
             .await
     }
 
-    fn count(&self, result: &str) {
+    fn count(&self, result: Lookup) {
         self.inner.metrics.lookup(R::LOOKUP, result);
     }
 }

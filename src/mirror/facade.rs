@@ -57,9 +57,9 @@ impl Mirror {
         }
         let rec = self.version_record(addr, version).await?;
         let pkg = rec.packages.get(platform).ok_or_else(not_found)?;
-        let n = rec
-            .sums_index(&pkg.shasums_url)
-            .ok_or_else(|| Error::Internal(format!("{addr} {version}: SHA256SUMS not recorded")))?;
+        let n = rec.sums_index(&pkg.shasums_url).ok_or_else(|| {
+            Error::unexpected(format!("{addr} {version}: SHA256SUMS not recorded"))
+        })?;
         // Absolute-path references: the client resolves them against this document's URL, so
         // they never depend on a Host header.
         let base = &self.settings.server.base_path;
@@ -111,7 +111,7 @@ impl Mirror {
             .read_sums(addr, version, index, signature)
             .await?
             .ok_or_else(|| {
-                Error::Internal(format!("the stored {what} of {addr} {version} is missing"))
+                Error::unexpected(format!("the stored {what} of {addr} {version} is missing"))
             })
     }
 }

@@ -36,8 +36,9 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, Result};
 use crate::hash::Hashing;
+use crate::metrics::VerificationReason;
 use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
@@ -150,12 +151,12 @@ impl Fill {
         let progress = rx
             .wait_for(|p| p.streamed.is_some() || p.on_disk + p.in_memory >= HEAD_START)
             .await;
-        let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
+        let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
         match (&progress.started, &progress.streamed) {
             (_, Some(Err(e))) => Err(e.clone()),
             (Some(s), _) => Ok(s.size),
-            _ => Err(Error::Internal(
-                "archive download ended before it started".into(),
+            _ => Err(Error::unexpected(
+                "archive download ended before it started",
             )),
         }
     }
@@ -169,11 +170,11 @@ impl Fill {
     pub async fn finished(&self) -> Result<()> {
         let mut rx = self.progress.subscribe();
         let progress = rx.wait_for(|p| p.finished.is_some()).await;
-        let progress = progress.map_err(|_| Error::Internal("archive download vanished".into()))?;
+        let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
         progress
             .finished
             .clone()
-            .unwrap_or_else(|| Err(Error::Internal("archive download ended oddly".into())))
+            .unwrap_or_else(|| Err(Error::unexpected("archive download ended oddly")))
     }
 
     /// The archive's bytes, as they arrive. Ends with an error if the download fails or the
@@ -486,13 +487,13 @@ impl Mirror {
             let digest = hashing.digest();
             if expected.check(&digest).is_err() {
                 return Err(self.verification_failed(
-                    "archive_checksum",
                     &key.addr,
                     &key.version,
-                    format!(
-                        "{} has SHA-256 {} but the origin published {}",
-                        pkg.filename, digest.sha256, fill.sha256
-                    ),
+                    Failure::ArchiveChecksum {
+                        file: pkg.filename.clone(),
+                        expected: fill.sha256.clone(),
+                        found: digest.sha256.clone(),
+                    },
                 ));
             }
             Ok(digest)
@@ -502,7 +503,7 @@ impl Mirror {
         let digest = streamed?;
         fill.update(|p| p.streamed = Some(Ok(())));
         if !disk_ok {
-            return Err(Error::Internal(format!(
+            return Err(Error::unexpected(format!(
                 "archive {key} was served but not cached: writing to the cache failed"
             )));
         }
@@ -517,10 +518,12 @@ impl Mirror {
         timer.observe_duration();
         let h1 = h1.map_err(|e| {
             self.verification_failed(
-                "unusable_zip",
                 &key.addr,
                 &key.version,
-                format!("{}: {e}", pkg.filename),
+                Failure::UnusableZip {
+                    file: pkg.filename.clone(),
+                    source: Arc::new(e),
+                },
             )
         })?;
 
@@ -546,9 +549,7 @@ impl Mirror {
         if let Some(reported) = pkg.reported_h1.as_deref().filter(|r| *r != h1) {
             // The archive is the signed one; the registry's statement about it is wrong.
             self.metrics
-                .verification_failures
-                .with_label_values(&["reported_h1_mismatch"])
-                .inc();
+                .verification_failed(VerificationReason::ReportedH1Mismatch);
             tracing::error!(archive = %key, computed = %h1, %reported, "the origin registry reports another h1: for this archive; serving the computed one");
         }
         if let Err(e) = self
@@ -725,8 +726,8 @@ mod tests {
 
     /// Nothing of the archive is in the store, and nothing is left in the staging area.
     async fn nothing_committed(s: &Setup) {
-        assert!(s.mirror.store().info(&s.key).await.unwrap().is_none());
-        let zip = crate::cache::zip_key(&s.key);
+        assert!(s.mirror.store().record(&s.key).await.unwrap().is_none());
+        let zip = <crate::cache::ArchiveKind as crate::cache::Kind>::object_key(&s.key);
         assert!(
             s.mirror
                 .store()
@@ -762,7 +763,7 @@ mod tests {
             assert!(got == archive, "every byte, in order");
         }
         fill.finished().await.unwrap();
-        let info = s.mirror.store().info(&s.key).await.unwrap().unwrap();
+        let info = s.mirror.store().record(&s.key).await.unwrap().unwrap();
         assert_eq!(info.sha256, pkg.shasum);
         assert_eq!(info.size, archive.len() as u64);
         assert!(crate::hash::is_h1(&info.h1));

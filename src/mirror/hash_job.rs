@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use super::Mirror;
 use crate::address::{ProviderAddr, Version};
+use crate::metrics::HashJobResult;
 use crate::records::{ArchiveKey, VersionRecord};
 
 /// A bandwidth budget, in bytes per second, shared by every download that takes from it.
@@ -160,17 +161,14 @@ impl Mirror {
                 async move {
                     let result = self.hash_archive(&key, limit).await;
                     let outcome = match &result {
-                        Ok(true) => "hashed",
-                        Ok(false) => "present",
+                        Ok(true) => HashJobResult::Hashed,
+                        Ok(false) => HashJobResult::Present,
                         Err(e) => {
                             tracing::warn!(archive = %key, "complete-hashes job: {e}");
-                            "failed"
+                            HashJobResult::Failed
                         }
                     };
-                    self.metrics
-                        .hash_job_archives
-                        .with_label_values(&[outcome])
-                        .inc();
+                    self.metrics.hash_job_archive(outcome);
                 }
             })
             .await;

@@ -18,7 +18,8 @@ use futures_util::StreamExt;
 use super::admission::{self, Expected, StageWriter};
 use super::{Freshness, Mirror};
 use crate::address::{ModuleAddr, ModulePath, Version};
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, RefusalKind, Result};
+use crate::metrics::{Lookup, LookupKind, VerificationReason};
 use crate::records::{ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
 
@@ -105,11 +106,12 @@ impl Mirror {
         if let Some(rec) = cached {
             match self.list_freshness(rec.fetched_at, rec.found) {
                 Freshness::Hit(result) => {
-                    self.metrics.lookup("module_versions", result);
+                    self.metrics.lookup(LookupKind::ModuleVersions, result);
                     return Ok(rec);
                 }
                 Freshness::Stale => {
-                    self.metrics.lookup("module_versions", "stale");
+                    self.metrics
+                        .lookup(LookupKind::ModuleVersions, Lookup::Stale);
                     if !self.module_list_flights.contains(addr) {
                         let this = self.clone();
                         let addr = addr.clone();
@@ -129,7 +131,8 @@ impl Mirror {
                 "offline mode: module {addr} is not in the cache"
             )));
         }
-        self.metrics.lookup("module_versions", "miss");
+        self.metrics
+            .lookup(LookupKind::ModuleVersions, Lookup::Miss);
         self.refresh_module_versions(addr).await
     }
 
@@ -212,7 +215,7 @@ impl Mirror {
         let key = ModuleKey::new(addr, version);
         let opened = match self.modules.open(&key).await? {
             Some(found) => {
-                self.metrics.lookup("module_archive", "hit");
+                self.metrics.lookup(LookupKind::ModuleArchive, Lookup::Hit);
                 found
             }
             None => {
@@ -222,7 +225,7 @@ impl Mirror {
                 }
                 self.module_record(addr, version).await?;
                 self.modules.open(&key).await?.ok_or_else(|| {
-                    Error::Internal(format!(
+                    Error::unexpected(format!(
                         "module {addr} {version} vanished from the store right after it was stored"
                     ))
                 })?
@@ -267,12 +270,16 @@ impl Mirror {
             .trust
             .admit_module(addr, rec.trust)
             .map_err(|refusal| {
-                self.metrics
-                    .policy_refusals
-                    .with_label_values(&[refusal.reason()])
-                    .inc();
+                match RefusalKind::of(&refusal) {
+                    RefusalKind::Policy(rule) => self.metrics.policy_refused(rule),
+                    RefusalKind::Failed(reason) => self.metrics.verification_failed(reason),
+                }
                 tracing::info!(module = %addr, %version, "refused by policy: {refusal}");
-                Error::Policy(format!("{addr} {version}: refused by policy: {refusal}"))
+                Error::refused(
+                    Error::module(addr, Some(version)),
+                    refusal,
+                    "module package",
+                )
             })
     }
 
@@ -300,8 +307,10 @@ impl Mirror {
             .module_flights
             .run((addr.clone(), version.clone()), work)
             .await;
-        self.metrics
-            .lookup("module_archive", if leader { "miss" } else { "joined" });
+        self.metrics.lookup(
+            LookupKind::ModuleArchive,
+            if leader { Lookup::Miss } else { Lookup::Joined },
+        );
         result
     }
 
@@ -369,7 +378,7 @@ impl Mirror {
                 (None, fetched.tar, format, false, subdir, source)
             }
             Location::Indirect { url, .. } => {
-                return Err(Error::Internal(format!(
+                return Err(Error::unexpected(format!(
                     "module {addr} {version}: unresolved source {url}"
                 )));
             }
@@ -378,7 +387,7 @@ impl Mirror {
         let unpacked = scratch.path().join("unpacked");
         let limits = modules.limits;
         let sub = subdir.clone();
-        let what = format!("module {addr} {version}");
+        let subject = Error::module(addr, Some(version));
         let staged = tokio::task::spawn_blocking(move || -> Result<admission::Staged> {
             std::fs::create_dir(&unpacked)
                 .map_err(|e| Error::io("creating a scratch directory", e))?;
@@ -392,18 +401,16 @@ impl Mirror {
                 limits,
                 &mut packed,
             )
-            .map_err(|e| Error::Verification(format!("{what}: the package {e}")))?;
+            .map_err(|e| Error::verification(subject, Failure::UnusablePackage(Arc::new(e))))?;
             Ok(packed.finish()?)
         })
         .await
-        .map_err(|e| Error::Internal(format!("packing task failed: {e}")))?;
+        .map_err(|e| Error::task("packing task", e))?;
         let staged = match staged {
             Ok(d) => d,
             Err(e) => {
                 self.metrics
-                    .verification_failures
-                    .with_label_values(&["unusable_module_package"])
-                    .inc();
+                    .verification_failed(VerificationReason::UnusableModulePackage);
                 tracing::error!(module = %addr, %version, "{e}");
                 return Err(e);
             }
@@ -451,14 +458,13 @@ impl Mirror {
                 size: None,
             };
             if expected.check(&staged.digest).is_err() {
-                self.metrics
-                    .verification_failures
-                    .with_label_values(&["module_checksum"])
-                    .inc();
-                return Err(Error::Verification(format!(
-                    "module {addr}: {url} has SHA-256 {} but its source's checksum says {want}",
-                    staged.digest.sha256
-                )));
+                let failure = Failure::PackageChecksum {
+                    url: url.clone(),
+                    expected: want.to_string(),
+                    found: staged.digest.sha256.clone(),
+                };
+                self.metrics.verification_failed(failure.reason());
+                return Err(Error::verification(Error::module(addr, None), failure));
             }
         }
         Ok(staged.file)

@@ -25,6 +25,7 @@ use futures_util::StreamExt;
 use super::{ArchiveHead, Mirror, Served};
 use crate::address::{OciReference, Platform, ProviderAddr, Version};
 use crate::error::{Error, Result};
+use crate::metrics::{Lookup, LookupKind};
 use crate::records::oci::{self, BlobLink, Document, Layer, ProviderImage};
 use crate::records::{ArchiveKey, VersionRecord};
 
@@ -60,8 +61,14 @@ impl Mirror {
             OciReference::Digest(sha256) => {
                 self.check_host(addr)?;
                 let found = self.meta.read_oci_manifest(addr, sha256).await;
-                self.metrics
-                    .lookup("oci_manifest", if found.is_some() { "hit" } else { "miss" });
+                self.metrics.lookup(
+                    LookupKind::OciManifest,
+                    if found.is_some() {
+                        Lookup::Hit
+                    } else {
+                        Lookup::Miss
+                    },
+                );
                 found.ok_or_else(|| {
                     Error::NotFound(format!(
                         "{addr} has no manifest sha256:{sha256} (resolve a tag first)"
@@ -139,11 +146,11 @@ impl Mirror {
         let key = (addr.clone(), version.clone());
         if let Some(image) = self.oci_images.get(&key).await {
             if self.still_describes(&image, &rec) {
-                self.metrics.lookup("oci_manifest", "hit");
+                self.metrics.lookup(LookupKind::OciManifest, Lookup::Hit);
                 return Ok(image);
             }
         }
-        self.metrics.lookup("oci_manifest", "miss");
+        self.metrics.lookup(LookupKind::OciManifest, Lookup::Miss);
         let this = self.clone();
         let (a, v) = key.clone();
         let work = move || async move {

@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::routes;
 use crate::config::ConnectionLimits;
-use crate::metrics::Metrics;
+use crate::metrics::{ConnectionClose, Metrics};
 
 /// HTTP/2 streams a client may have open at once on one connection. RFC 9113 advises at least
 /// 100; Terraform and OpenTofu fetch a few archives at a time.
@@ -117,13 +117,7 @@ pub(super) async fn serve(
 ) {
     let _slot = slot;
     let limits = &shared.limits;
-    let closed = |reason: &str| {
-        shared
-            .metrics
-            .connections_closed
-            .with_label_values(&[reason])
-            .inc();
-    };
+    let closed = |reason: ConnectionClose| shared.metrics.connection_closed(reason);
     let tls =
         match tokio::time::timeout(limits.tls_handshake_timeout, shared.tls.accept(stream)).await {
             Ok(Ok(tls)) => tls,
@@ -133,7 +127,7 @@ pub(super) async fn serve(
             }
             Err(_) => {
                 tracing::debug!(%peer, "TLS handshake timed out (server.tls_handshake_timeout)");
-                closed("handshake_timeout");
+                closed(ConnectionClose::HandshakeTimeout);
                 return;
             }
         };
@@ -161,7 +155,7 @@ pub(super) async fn serve(
         result = conn.as_mut() => result,
         () = idle_for(&activity, limits.idle_timeout) => {
             tracing::debug!(%peer, "closing an idle connection (server.idle_timeout)");
-            closed("idle");
+            closed(ConnectionClose::Idle);
             // HTTP/1.1 closes at once; HTTP/2 says GOAWAY and waits for the client's answer,
             // for at most another idle_timeout. Either way the close is counted, as idle.
             conn.as_mut().graceful_shutdown();
@@ -177,7 +171,7 @@ pub(super) async fn serve(
         match e.downcast_ref::<hyper::Error>() {
             Some(e) if e.is_timeout() => {
                 let reason = activity.timeout_reason();
-                tracing::debug!(%peer, reason, "connection timed out: {e}");
+                tracing::debug!(%peer, reason = reason.as_str(), "connection timed out: {e}");
                 closed(reason);
             }
             _ => tracing::debug!(%peer, "connection ended with an error: {e}"),
@@ -244,14 +238,14 @@ impl Activity {
     /// request-head timer and HTTP/2's keep-alive ping: with a request in flight only an
     /// unanswered ping ends a connection; otherwise the head timer did, on a head that was
     /// arriving too slowly, or on a keep-alive connection nobody used.
-    fn timeout_reason(&self) -> &'static str {
+    fn timeout_reason(&self) -> ConnectionClose {
         let state = self.state();
         if state.in_flight > 0 {
-            "keep_alive_timeout"
+            ConnectionClose::KeepAliveTimeout
         } else if state.received {
-            "header_timeout"
+            ConnectionClose::HeaderTimeout
         } else {
-            "idle"
+            ConnectionClose::Idle
         }
     }
 }

@@ -243,7 +243,7 @@ impl App {
         }
         let parsed = match MirrorPath::parse(rest) {
             Ok(p) => p,
-            Err(e) => return (Route::Other, Err(Error::BadRequest(e.to_string()))),
+            Err(e) => return (Route::Other, Err(Error::BadRequest(e))),
         };
         match parsed {
             MirrorPath::Index(addr) => (
@@ -373,7 +373,7 @@ impl App {
 
     /// The module registry facade (see `mirror::modules`).
     async fn module(&self, req: &Request<Incoming>, path: &str) -> Result<Response<Body>, Error> {
-        let parsed = ModulePath::parse(path).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let parsed = ModulePath::parse(path).map_err(Error::BadRequest)?;
         let m = &self.mirror;
         Ok(match parsed {
             ModulePath::Versions(addr) => {
@@ -389,7 +389,7 @@ impl App {
                 resp.headers_mut().insert(
                     "x-terraform-get",
                     HeaderValue::from_str(&answer.location)
-                        .map_err(|e| Error::Internal(format!("module location: {e}")))?,
+                        .map_err(|e| Error::unexpected(format!("module location: {e}")))?,
                 );
                 resp
             }
@@ -428,7 +428,7 @@ impl App {
 
     /// The registry-protocol facade (see `mirror::facade`).
     async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
-        let parsed = RegistryPath::parse(path).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let parsed = RegistryPath::parse(path).map_err(Error::BadRequest)?;
         let m = &self.mirror;
         Ok(match parsed {
             RegistryPath::Versions(addr) => {

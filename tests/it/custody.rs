@@ -13,7 +13,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use crate::ops::{
+use crate::support::cli::{
     config_file, export_bundle, import, import_unverified, path_str, provender, seed, snapshot,
     tamper, zips,
 };
@@ -112,7 +112,7 @@ async fn bundles_are_admitted_on_a_trusted_sites_word_only() {
     // A site that trusts another key.
     let (_, stranger) = {
         let other = tempfile::tempdir().unwrap();
-        let pair = crate::ops::site_key(other.path());
+        let pair = crate::support::cli::site_key(other.path());
         (other, pair.1)
     };
     let suspicious = config_with_bundles(
@@ -519,7 +519,7 @@ async fn min_trust_refuses_below_it_in_serve_seed_lock_and_import() {
 
 /// `trust` of each cached module version, by `module@version`, from `ls --json`.
 async fn module_trust(cfg: &str) -> Vec<(String, String)> {
-    crate::ops::listed_modules(cfg)
+    crate::support::cli::listed_modules(cfg)
         .await
         .into_iter()
         .map(|(shown, row)| (shown, row["trust"].as_str().unwrap_or_default().into()))

@@ -24,7 +24,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use tempfile::TempDir;
 
-use crate::ops::{config_file, path_str, provender, sealed_config};
+use crate::support::cli::{config_file, path_str, provender, sealed_config};
 use crate::support::http::get;
 use crate::support::origin::{
     DownloadAnswer, FakeOrigin, Fault, HostileModule, LONG_NAME_BOMB_DECLARED, ModuleSource,
@@ -654,7 +654,7 @@ async fn modules_cross_an_air_gap_with_seed_export_import_and_verify() {
     ])
     .await;
     seeded.ok();
-    let mut seen: Vec<String> = crate::ops::listed_modules(cfg)
+    let mut seen: Vec<String> = crate::support::cli::listed_modules(cfg)
         .await
         .into_iter()
         .map(|(shown, _)| shown)

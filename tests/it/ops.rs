@@ -13,18 +13,22 @@
 //! - `ls`, `verify` (quarantine of a damaged archive), failures reported with non-zero exits;
 //! - `verify` and `import` hash archives within the configured zip limits.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use tempfile::TempDir;
 
+#[cfg(target_os = "linux")]
+use crate::support::cli::provender_with_peak_memory;
+use crate::support::cli::{
+    config_file, export_bundle, import, import_unverified, path_str, provender, sealed_config,
+    seed, snapshot, tamper, zips,
+};
 use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
 use crate::support::static_server::StaticServer;
 use crate::support::tf_config::{self, FOO_BAR_DIRS, local_platform_and, root_module};
-use crate::support::{TIMEOUT, Terraform, init_fresh};
+use crate::support::{Terraform, init_fresh};
 
 /// The local platform plus two others, as `(os, arch)` pairs.
 fn platforms() -> Vec<(&'static str, &'static str)> {
@@ -43,62 +47,6 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
         ],
     )
     .await
-}
-
-/// A provender configuration file for a cache directory, reaching the origin at `origin`.
-/// Every configuration in one `dir` shares one site key ([`site_key`]): exports sign bundles
-/// with it and imports trust it, as two sites that exchanged public keys would.
-pub fn config_file(
-    dir: &Path,
-    name: &str,
-    cache: &Path,
-    origin: SocketAddr,
-    ca: &TestCa,
-    extra: &str,
-) -> PathBuf {
-    let ca_file = ca.write_ca(dir);
-    let (key_file, public) = site_key(dir);
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!(
-            "[cache]\ndir = \"{}\"\n\n[upstream]\nallowed_hosts = [\"{REGISTRY}\"]\nca_file = \"{}\"\n{extra}\n\n[upstream.hosts.\"{REGISTRY}\"]\nconnect_to = \"{origin}\"\n\n[bundles]\nsigning_key_file = \"{}\"\ntrusted_keys = [\"{public}\"]\n",
-            cache.display(),
-            ca_file.display(),
-            key_file.display(),
-        ),
-    )
-    .unwrap();
-    path
-}
-
-/// The site key of `dir` (`dir/site.key`, made with `provender keygen` on first use) and its
-/// public key.
-pub fn site_key(dir: &Path) -> (PathBuf, String) {
-    let key = dir.join("site.key");
-    if !key.exists() {
-        let made = Command::new(env!("CARGO_BIN_EXE_provender"))
-            .args(["keygen", "--output"])
-            .arg(&key)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run provender keygen");
-        assert!(made.status.success(), "keygen: {made:?}");
-        let printed = String::from_utf8(made.stdout).unwrap();
-        let public = std::fs::read_to_string(dir.join("site.key.pub")).unwrap();
-        assert!(
-            printed.contains(public.trim()),
-            "keygen prints the public key: {printed}"
-        );
-    }
-    let public = std::fs::read_to_string(dir.join("site.key.pub")).unwrap();
-    (key, public.trim().to_string())
-}
-
-/// A configuration for an offline cache: the origin it names (a closed port) is never dialled.
-pub fn sealed_config(dir: &Path, name: &str, cache: &Path, ca: &TestCa) -> PathBuf {
-    let nowhere = "127.0.0.1:9".parse().unwrap();
-    config_file(dir, name, cache, nowhere, ca, "offline = true")
 }
 
 /// A CA, the origin, a work directory, and in it `provender.toml` for a cache at `work/cache`
@@ -133,209 +81,12 @@ async fn connected() -> Connected {
     }
 }
 
-/// What one `provender` command did.
-pub struct Run {
-    pub args: Vec<String>,
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    pub fn ok(&self) -> &Run {
-        assert_eq!(
-            self.code,
-            Some(0),
-            "provender {:?} failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.args,
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    pub fn fails(&self, code: i32) -> &Run {
-        assert_eq!(
-            self.code,
-            Some(code),
-            "provender {:?}: expected exit {code}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.args,
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    pub fn out(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-}
-
-/// Runs the real `provender` binary without blocking the runtime (the origin keeps serving).
-pub async fn provender(args: &[&str]) -> Run {
-    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let argv = owned.clone();
-    let output = tokio::time::timeout(
-        TIMEOUT * 4,
-        tokio::task::spawn_blocking(move || {
-            Command::new(env!("CARGO_BIN_EXE_provender"))
-                .args(&argv)
-                .env_clear()
-                .env("PATH", std::env::var("PATH").unwrap_or_default())
-                .stdin(Stdio::null())
-                .output()
-                .expect("run provender")
-        }),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("provender {owned:?} did not finish"))
-    .expect("provender runner");
-    Run {
-        args: owned,
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-/// Runs the real `provender` binary like [`provender`], and also returns its peak resident
-/// memory in bytes (from `wait4`, which reports it for exactly that process).
-#[cfg(target_os = "linux")]
-pub async fn provender_with_peak_memory(args: &[&str]) -> (Run, u64) {
-    use std::io::Read;
-    use std::os::unix::process::ExitStatusExt;
-    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let argv = owned.clone();
-    let (status, stdout, stderr, max_rss_kib) = tokio::time::timeout(
-        TIMEOUT * 4,
-        #[allow(clippy::zombie_processes, reason = "reaped by wait4, not by std")]
-        tokio::task::spawn_blocking(move || {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_provender"))
-                .args(&argv)
-                .env_clear()
-                .env("PATH", std::env::var("PATH").unwrap_or_default())
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run provender");
-            let mut stderr_pipe = child.stderr.take().unwrap();
-            let stderr = std::thread::spawn(move || {
-                let mut out = Vec::new();
-                stderr_pipe.read_to_end(&mut out).map(|_| out)
-            });
-            let mut stdout = Vec::new();
-            child
-                .stdout
-                .take()
-                .unwrap()
-                .read_to_end(&mut stdout)
-                .unwrap();
-            let stderr = stderr.join().unwrap().unwrap();
-            let mut status = 0;
-            // SAFETY: rusage is plain data, all zeros is a valid value; wait4 fills it in.
-            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-            // SAFETY: waits for our own child, which nothing else waits for.
-            let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-            assert_eq!(
-                pid,
-                child.id() as libc::pid_t,
-                "wait4: {}",
-                std::io::Error::last_os_error()
-            );
-            let status = std::process::ExitStatus::from_raw(status);
-            (status, stdout, stderr, usage.ru_maxrss as u64)
-        }),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("provender {owned:?} did not finish"))
-    .expect("provender runner");
-    let run = Run {
-        args: owned,
-        code: status.code(),
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    };
-    (run, max_rss_kib * 1024)
-}
-
-/// `provender seed --config <cfg>` for each of `platforms` and of `providers`
-/// (`SOURCE[@CONSTRAINT]`).
-pub async fn seed(cfg: &str, platforms: &[&str], providers: &[&str]) -> Run {
-    let mut args = vec!["seed", "--config", cfg];
-    for p in platforms {
-        args.extend(["--platform", p]);
-    }
-    for p in providers {
-        args.extend(["--provider", p]);
-    }
-    provender(&args).await
-}
-
-/// The cached module versions `provender ls --json` lists, as `host/ns/name/system@version`
-/// with each one's row.
-pub async fn listed_modules(cfg: &str) -> Vec<(String, serde_json::Value)> {
-    let ls = provender(&["ls", "--config", cfg, "--json"]).await;
-    ls.ok();
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&ls.stdout).unwrap();
-    rows.into_iter()
-        .filter(|r| r["kind"] == "module")
-        .map(|r| {
-            let shown = format!(
-                "{}@{}",
-                r["module"].as_str().unwrap(),
-                r["version"].as_str().unwrap()
-            );
-            (shown, r)
-        })
-        .collect()
-}
-
-/// `provender import --config <cfg> <source>`.
-pub async fn import(cfg: &str, source: &Path) -> Run {
-    provender(&["import", "--config", cfg, path_str(source)]).await
-}
-
-/// `provender import --config <cfg> --allow-unverified <source>`.
-pub async fn import_unverified(cfg: &str, source: &Path) -> Run {
-    provender(&[
-        "import",
-        "--config",
-        cfg,
-        "--allow-unverified",
-        path_str(source),
-    ])
-    .await
-}
-
-/// `provender export --config <cfg> --bundle <bundle>`, which must succeed.
-pub async fn export_bundle(cfg: &str, bundle: &Path) {
-    provender(&["export", "--config", cfg, "--bundle", path_str(bundle)])
-        .await
-        .ok();
-}
-
-pub fn path_str(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
-
 /// `<flag>=<os>_<arch>` for each of [`platforms`]: `--platform` for provender, `-platform`
 /// for terraform.
 fn platform_args(flag: &str) -> Vec<String> {
     platforms()
         .iter()
         .map(|(o, a)| format!("{flag}={o}_{a}"))
-        .collect()
-}
-
-/// Every file under `dir` with its bytes: a snapshot to compare a cache before and after.
-pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    files_under(dir)
-        .into_iter()
-        .map(|p| {
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
         .collect()
 }
 
@@ -362,16 +113,6 @@ async fn init_from_sealed_cache(ca: &TestCa, origin: FakeOrigin, cache: &Path) -
     let fresh = init_fresh(ca, &cli, FOO_BAR_DIRS).await;
     mirror.stop().await;
     fresh
-}
-
-pub fn zips(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = files_under(dir)
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
-        .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The archives a seed of [`FOO_BAR_DIRS`] plus `bar 2.3.0` fetches.
@@ -752,29 +493,6 @@ async fn terraform_providers_mirror_directory_imports_and_serves_sealed() {
 
 /// A change made to one entry of a bundle.
 type Change = Box<dyn Fn(&mut Vec<u8>)>;
-
-/// Rewrites the bundle's tar, changing the entry named `target` with `change`.
-pub fn tamper(bundle: &Path, out: &Path, target: &str, change: impl Fn(&mut Vec<u8>)) {
-    let mut archive = tar::Archive::new(std::fs::File::open(bundle).unwrap());
-    let mut builder = tar::Builder::new(std::fs::File::create(out).unwrap());
-    let mut found = false;
-    for entry in archive.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        let path = entry.path().unwrap().to_string_lossy().to_string();
-        let mut body = Vec::new();
-        std::io::Read::read_to_end(&mut entry, &mut body).unwrap();
-        if path == target {
-            change(&mut body);
-            found = true;
-        }
-        let mut header = entry.header().clone();
-        header.set_size(body.len() as u64);
-        header.set_cksum();
-        builder.append(&header, &body[..]).unwrap();
-    }
-    builder.finish().unwrap();
-    assert!(found, "no entry {target} in the bundle");
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn import_refuses_tampered_bundles_and_leaves_the_cache_alone() {

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use crate::ops::{Run, config_file, path_str, provender, sealed_config};
+use crate::support::cli::{Run, config_file, path_str, provender, sealed_config};
 use crate::support::garage::Garage;
 use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec, RequestKind};

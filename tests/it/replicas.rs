@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::ops::{config_file, export_bundle, import, path_str, provender, seed, zips};
+use crate::support::cli::{config_file, export_bundle, import, path_str, provender, seed, zips};
 use crate::support::garage::Garage;
 use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};

@@ -883,37 +883,51 @@ async fn corrupted_cache_entries_are_quarantined_on_schedule() {
     let url = mirror.url(&zip("foo", "linux_amd64"));
     let genuine = origin.archive("acme", "foo", "1.0.0", "linux", "amd64");
     assert_eq!(get(&client, &url).await.body, genuine);
-    wait_for_archives(&mirror, 1).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let m = mirror.metrics(&client).await;
-    assert_eq!(
-        crate::support::sample(
-            &m,
-            r#"provender_verification_failures_total{reason="cached_archive_mismatch"}"#
-        ),
-        0,
-        "a sound archive passes: {m}"
-    );
+    // A sound archive beside it, which every pass checks too.
+    let sound = mirror.url(&zip("foo", "darwin_arm64"));
+    assert_eq!(get(&client, &sound).await.status, 200);
+    wait_for_archives(&mirror, 2).await;
+    let failures = r#"provender_verification_failures_total{reason="cached_archive_mismatch"}"#;
+    let damage = || {
+        let path = mirror
+            .cached_archives()
+            .into_iter()
+            .find(|p| p.to_string_lossy().ends_with("_linux_amd64.zip"))
+            .expect("the linux archive is cached");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+    };
 
-    let path = mirror.cached_archives().remove(0);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0x40;
-    std::fs::write(&path, &bytes).unwrap();
-    wait_for_metric(
-        &client,
-        &mirror,
-        r#"provender_verification_failures_total{reason="cached_archive_mismatch"} 1"#,
-    )
-    .await;
-    assert!(mirror.cached_archives().is_empty(), "taken out of service");
+    damage();
+    wait_for_metric(&client, &mirror, &format!("{failures} 1")).await;
+    assert_eq!(mirror.cached_archives().len(), 1, "taken out of service");
     let kept = files_under(&mirror.cache_dir.join("quarantine"));
     assert!(!kept.is_empty(), "the bad copy is kept for inspection");
 
     let again = get(&client, &url).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body, genuine, "a fresh, verified copy");
-    assert_eq!(origin.count(RequestKind::Archive), 2);
+    assert_eq!(origin.count(RequestKind::Archive), 3);
+
+    // The fresh copy, damaged in turn, can only be found by a pass that listed the store after
+    // it was stored, so the pass that found the first one is over: the sound archive went
+    // through it (and any before) and is still there.
+    wait_for_archives(&mirror, 2).await;
+    damage();
+    wait_for_metric(&client, &mirror, &format!("{failures} 2")).await;
+    let m = mirror.metrics(&client).await;
+    assert_eq!(
+        crate::support::sample(&m, failures),
+        2,
+        "a sound archive passes: {m}"
+    );
+    let left = mirror.cached_archives();
+    assert!(
+        left.len() == 1 && left[0].to_string_lossy().ends_with("_darwin_arm64.zip"),
+        "{left:?}"
+    );
 }
 
 /// Sends `GET <target>` exactly as given, over TLS, and returns the status and body.

@@ -15,6 +15,7 @@
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod egress_proxy;
 pub mod garage;
 pub mod http;
