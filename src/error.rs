@@ -358,6 +358,12 @@ impl Error {
 /// Shorthand used throughout the request path.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<crate::cache::NotCached> for Error {
+    fn from(e: crate::cache::NotCached) -> Error {
+        Error::NotFound(e.to_string())
+    }
+}
+
 impl From<crate::cache::Aborted> for Error {
     fn from(e: crate::cache::Aborted) -> Error {
         Error::Internal(Internal::Aborted(e))

@@ -9,7 +9,7 @@
 //!   files, configurations or lists pin;
 //! - `keygen`: a site key that signs bundles, so that importers know who made them.
 //!
-//! Every command opens the same [`Mirror`] as `serve` (same `--config`, cache directory,
+//! Every command opens the same [`Core`](crate::mirror::Core) as `serve` (same `--config`, cache directory,
 //! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
 //! when anything failed. Progress bars go to stderr and only when it is a terminal.
 //!
@@ -31,6 +31,7 @@ pub mod ls;
 pub mod prune;
 pub mod seed;
 pub mod verify;
+pub mod wanted;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,7 +44,7 @@ use crate::address::Platform;
 use crate::cache::{StagedFile, Staging};
 use crate::config::Settings;
 use crate::metrics::Metrics;
-use crate::mirror::Mirror;
+use crate::mirror::Core;
 use crate::records::{ArchiveInfo, ArchiveKey};
 use crate::storage::StorageError;
 
@@ -186,10 +187,10 @@ pub fn load_settings(common: &CommonArgs) -> Result<Settings, OpsError> {
 
 /// Opens the cache with `settings` (no network is touched until something is missing), and
 /// a handle on its staging directory for this command's own temporary copies.
-pub fn open_mirror(settings: Settings) -> Result<(Arc<Mirror>, Staging), OpsError> {
+pub fn open_core(settings: Settings) -> Result<(Arc<Core>, Staging), OpsError> {
     let tmp = settings.cache.dir.join("tmp");
     let mirror =
-        Mirror::open(Arc::new(settings), Arc::new(Metrics::new())).map_err(OpsError::Failed)?;
+        Core::open(Arc::new(settings), Arc::new(Metrics::new())).map_err(OpsError::Failed)?;
     // Opened before any download starts, so its clean-up cannot remove one in progress.
     let (staging, _) = Staging::open(tmp)
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("cache.dir: cannot open tmp/: {e}")))?;
@@ -214,12 +215,16 @@ pub enum CopyError {
 /// Copies a cached archive into a staging file (for work that needs a seekable local file),
 /// returning the file and the SHA-256 and size of what was copied.
 pub async fn local_copy(
-    mirror: &Mirror,
+    mirror: &Core,
     staging: &Staging,
     key: &ArchiveKey,
 ) -> Result<(StagedFile, String, u64), CopyError> {
     let local = |doing| move |source| CopyError::Local { doing, source };
-    let stored = mirror.store().open(key).await?.ok_or(CopyError::Missing)?;
+    let stored = mirror
+        .archives()
+        .open(key)
+        .await?
+        .ok_or(CopyError::Missing)?;
     let (staged, file) = staging
         .create()
         .await

@@ -103,6 +103,30 @@ pub struct IndexRecord {
     pub rendered: Rendered,
 }
 
+impl IndexRecord {
+    /// Adds versions (an import's): a version already listed gains the platforms it lacked,
+    /// and its protocols if it had none. Returns whether anything changed.
+    pub fn add_versions(&mut self, versions: Vec<IndexVersion>) -> bool {
+        let before = self.versions.clone();
+        for v in versions {
+            match self.versions.iter_mut().find(|x| x.version == v.version) {
+                Some(have) => {
+                    for p in v.platforms {
+                        if !have.platforms.contains(&p) {
+                            have.platforms.push(p);
+                        }
+                    }
+                    if have.protocols.is_empty() {
+                        have.protocols = v.protocols;
+                    }
+                }
+                None => self.versions.push(v),
+            }
+        }
+        self.versions != before
+    }
+}
+
 /// A rendering of a record, kept with it. Records are immutable once shared (an update builds a
 /// new record), so the memo never goes stale; a clone, which is about to be changed, starts
 /// without it, and it takes no part in comparisons or persistence.
@@ -314,6 +338,18 @@ pub struct ModuleVersions {
     /// `false`: the origin said it has no such module (kept only in memory, briefly).
     pub found: bool,
     pub versions: Vec<Version>,
+}
+
+impl ModuleVersions {
+    /// Adds a version (an import's), keeping the list sorted. Returns whether it was new.
+    pub fn add_version(&mut self, version: &Version) -> bool {
+        if self.versions.contains(version) {
+            return false;
+        }
+        self.versions.push(version.clone());
+        self.versions.sort();
+        true
+    }
 }
 
 /// Where a cached module version came from: what the origin's download answer named.

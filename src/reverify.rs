@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::cache::{ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, StagedFile, Staging};
 use crate::hash::{HashError, HashingReader};
 use crate::metrics::{Metrics, VerificationReason};
-use crate::mirror::Mirror;
+use crate::mirror::Core;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
 
@@ -71,12 +71,12 @@ pub trait Recheck: Kind + Sized {
     const REASON: VerificationReason;
 
     /// The mirror's store of this kind.
-    fn store(mirror: &Mirror) -> &Objects<Self>;
+    fn store(mirror: &Core) -> &Objects<Self>;
 
     /// Further checks of `copy`, a local copy of the object whose size and SHA-256 (`sha256`)
     /// match `record`.
     fn further(
-        mirror: &Mirror,
+        mirror: &Core,
         key: &Self::Key,
         record: &Self::Record,
         sha256: &str,
@@ -84,33 +84,27 @@ pub trait Recheck: Kind + Sized {
     ) -> impl Future<Output = Result<(), Problem>> + Send;
 
     /// The mirror's bookkeeping once an object left the store.
-    fn left_store(_mirror: &Mirror, _entry: &Listed<Self>) {}
+    fn left_store(_mirror: &Core, _entry: &Listed<Self>) {}
 }
 
 impl Recheck for ArchiveKind {
     const REASON: VerificationReason = VerificationReason::CachedArchiveMismatch;
 
-    fn store(mirror: &Mirror) -> &Objects<Self> {
-        mirror.store()
+    fn store(mirror: &Core) -> &Objects<Self> {
+        mirror.archives()
     }
 
     /// Its `h1:` (within the configured zip limits, as when it was fetched), then the origin's
     /// `shasum`.
     async fn further(
-        mirror: &Mirror,
+        mirror: &Core,
         key: &ArchiveKey,
         record: &ArchiveInfo,
         sha256: &str,
         copy: &Path,
     ) -> Result<(), Problem> {
-        let path = copy.to_path_buf();
         let limits = mirror.settings().upstream.hash_limits();
-        let h1 = tokio::task::spawn_blocking(move || {
-            let file = std::fs::File::open(path)?;
-            crate::hash::h1_zip(std::io::BufReader::with_capacity(256 * 1024, file), limits)
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e).into()))?;
+        let h1 = crate::mirror::admission::h1_of_file(copy, limits).await?;
         if h1 != record.h1 {
             return Err(Problem::Differs {
                 what: "h1",
@@ -130,7 +124,7 @@ impl Recheck for ArchiveKind {
         }
     }
 
-    fn left_store(mirror: &Mirror, entry: &Listed<Self>) {
+    fn left_store(mirror: &Core, entry: &Listed<Self>) {
         mirror.archive_removed(&entry.key, entry.size);
     }
 }
@@ -138,13 +132,13 @@ impl Recheck for ArchiveKind {
 impl Recheck for ModuleKind {
     const REASON: VerificationReason = VerificationReason::CachedModuleMismatch;
 
-    fn store(mirror: &Mirror) -> &Objects<Self> {
-        mirror.module_store()
+    fn store(mirror: &Core) -> &Objects<Self> {
+        mirror.modules()
     }
 
     /// Nothing: a package is what provender packed, and its record says all there is.
     async fn further(
-        _mirror: &Mirror,
+        _mirror: &Core,
         _key: &ModuleKey,
         _record: &ModuleRecord,
         _sha256: &str,
@@ -156,7 +150,7 @@ impl Recheck for ModuleKind {
 
 /// Checks one stored object, as listed with its record, against that record (and what else
 /// [`Recheck::further`] checks). `Ok` too when it left the store since it was listed.
-pub async fn recheck<K: Recheck>(mirror: &Mirror, entry: &Listed<K>) -> Result<(), Problem> {
+pub async fn recheck<K: Recheck>(mirror: &Core, entry: &Listed<K>) -> Result<(), Problem> {
     let Some(record) = &entry.record else {
         return Err(Problem::NoRecord);
     };
@@ -219,7 +213,7 @@ async fn copy_out<K: Kind>(
 /// Takes a listed object out of service (see [`Objects::quarantine`]) and does the mirror's
 /// bookkeeping. Returns where it went, or `None` if it was not there.
 pub async fn quarantine<K: Recheck>(
-    mirror: &Mirror,
+    mirror: &Core,
     entry: &Listed<K>,
 ) -> Result<Option<String>, StorageError> {
     let to = K::store(mirror).quarantine(&entry.key).await?;
@@ -231,11 +225,11 @@ pub async fn quarantine<K: Recheck>(
 
 /// Starts the periodic task (nothing when `every` is zero). It holds the mirror weakly and ends
 /// once the server that owns the mirror is gone.
-pub fn spawn(mirror: &Arc<Mirror>, metrics: Arc<Metrics>, every: Duration) {
+pub fn spawn(mirror: &Arc<Core>, metrics: Arc<Metrics>, every: Duration) {
     if every.is_zero() {
         return;
     }
-    let weak: Weak<Mirror> = Arc::downgrade(mirror);
+    let weak: Weak<Core> = Arc::downgrade(mirror);
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
@@ -255,7 +249,7 @@ pub fn spawn(mirror: &Arc<Mirror>, metrics: Arc<Metrics>, every: Duration) {
 
 /// Re-checks every archive and module package in the store once, quarantining those that no
 /// longer match.
-pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, StorageError> {
+pub async fn pass(mirror: &Arc<Core>, metrics: &Metrics) -> Result<Report, StorageError> {
     let mut report = Report::default();
     pass_over::<ArchiveKind>(mirror, metrics, &mut report).await?;
     pass_over::<ModuleKind>(mirror, metrics, &mut report).await?;
@@ -263,7 +257,7 @@ pub async fn pass(mirror: &Arc<Mirror>, metrics: &Metrics) -> Result<Report, Sto
 }
 
 async fn pass_over<K: Recheck>(
-    mirror: &Mirror,
+    mirror: &Core,
     metrics: &Metrics,
     report: &mut Report,
 ) -> Result<(), StorageError> {

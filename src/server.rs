@@ -6,6 +6,7 @@
 //! Requests are answered by [`routes`].
 
 mod conn;
+mod links;
 mod page;
 mod routes;
 
@@ -99,10 +100,14 @@ impl Server {
                 u
             }
         };
-        crate::reverify::spawn(&mirror, metrics.clone(), settings.cache.reverify_interval);
-        mirror.start_hash_job();
+        crate::reverify::spawn(
+            mirror.core(),
+            metrics.clone(),
+            settings.cache.reverify_interval,
+        );
+        mirror.core().start_hash_job();
         watch_certificate(&cert, settings.server.tls_reload_interval, metrics.clone());
-        let usage_mirror = mirror.clone();
+        let usage_mirror = mirror.core().clone();
         tokio::spawn(async move {
             if let Err(e) = usage_mirror.refresh_usage().await {
                 tracing::warn!("cannot measure the cache: {e}");
@@ -221,7 +226,7 @@ impl Server {
         // Downloads run detached from connections: let them finish and commit, so the cache is
         // left clean (an unfinished one is discarded from tmp/ at the next start anyway).
         tokio::select! {
-            () = self.shared.app.mirror().drain() => {}
+            () = self.shared.app.mirror().core().drain() => {}
             () = tokio::time::sleep_until(deadline) => tracing::warn!("shutdown grace period over; abandoning unfinished downloads"),
         }
         Ok(())

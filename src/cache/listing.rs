@@ -40,6 +40,8 @@ pub trait Listing: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn drop_version(&mut self, version: &Version) -> bool;
     /// Whether no version is listed.
     fn is_empty(&self) -> bool;
+    /// A found list without versions, as of `now` (where an import starts from).
+    fn empty(now: u64) -> Self;
 }
 
 impl Listing for IndexRecord {
@@ -59,6 +61,14 @@ impl Listing for IndexRecord {
     fn is_empty(&self) -> bool {
         self.versions.is_empty()
     }
+    fn empty(now: u64) -> Self {
+        IndexRecord {
+            fetched_at: now,
+            found: true,
+            versions: Vec::new(),
+            rendered: Default::default(),
+        }
+    }
 }
 
 impl Listing for ModuleVersions {
@@ -77,6 +87,13 @@ impl Listing for ModuleVersions {
     }
     fn is_empty(&self) -> bool {
         self.versions.is_empty()
+    }
+    fn empty(now: u64) -> Self {
+        ModuleVersions {
+            fetched_at: now,
+            found: true,
+            versions: Vec::new(),
+        }
     }
 }
 
@@ -179,6 +196,8 @@ struct Inner<K, R, E> {
     rules: FreshnessRules,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
+    /// Serialises read-modify-write changes ([`Listings::update`], [`Listings::unlist`]).
+    updates: tokio::sync::Mutex<()>,
 }
 
 impl<K, R, E> Listings<K, R, E>
@@ -207,6 +226,7 @@ where
                 rules,
                 clock,
                 metrics,
+                updates: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -327,9 +347,31 @@ where
         Ok(())
     }
 
+    /// Changes the persisted list for `key` with `change` (starting from an empty, found list
+    /// when there is none), which says whether it changed anything. A changed list is persisted
+    /// and kept in memory. Returns whether it changed.
+    pub async fn update(
+        &self,
+        key: &K,
+        change: impl FnOnce(&mut R) -> bool,
+    ) -> Result<bool, StorageError> {
+        let _serialised = self.inner.updates.lock().await;
+        let mut rec = match self.stored(key).await {
+            Some(rec) => rec,
+            None => R::empty(self.now()),
+        };
+        if !change(&mut rec) {
+            return Ok(false);
+        }
+        self.persist(key, &rec).await?;
+        self.inner.memory.insert(key.clone(), Arc::new(rec)).await;
+        Ok(true)
+    }
+
     /// Drops a version from the persisted list (deleting the list when none is left), for a
     /// mirror that serves only what it holds. Returns whether it was listed.
     pub async fn unlist(&self, key: &K, version: &Version) -> Result<bool, StorageError> {
+        let _serialised = self.inner.updates.lock().await;
         self.inner.memory.invalidate(key).await;
         let Some(mut rec) = self.stored(key).await else {
             return Ok(false);
@@ -531,7 +573,11 @@ mod tests {
         f.clock.advance(2 * HOUR);
         let err = f.lists.get(&addr(), f.down()).await.unwrap_err();
         assert!(matches!(err, TestError::Down), "{err}");
-        assert_eq!(f.fetched(), 3, "one background refresh, then one in the foreground");
+        assert_eq!(
+            f.fetched(),
+            3,
+            "one background refresh, then one in the foreground"
+        );
     }
 
     #[tokio::test]
@@ -580,6 +626,33 @@ mod tests {
             "offline mode: module registry.terraform.io/acme/other/aws is not in the cache"
         );
         assert_eq!(online.fetched(), 1, "offline never fetches");
+    }
+
+    #[tokio::test]
+    async fn an_update_starts_from_an_empty_list_and_persists_only_a_change() {
+        let f = fixture(false);
+        let add = |version: &'static str| {
+            move |rec: &mut ModuleVersions| {
+                let v = v(version);
+                if rec.versions.contains(&v) {
+                    return false;
+                }
+                rec.versions.push(v);
+                true
+            }
+        };
+        assert!(f.lists.update(&addr(), add("1.0.0")).await.unwrap());
+        assert!(!f.lists.update(&addr(), add("1.0.0")).await.unwrap());
+        let stored = f.lists.stored(&addr()).await.unwrap();
+        assert!(stored.found);
+        assert_eq!(stored.versions, vec![v("1.0.0")]);
+        let served = f.lists.get(&addr(), f.down()).await.unwrap();
+        assert_eq!(
+            served.versions,
+            vec![v("1.0.0")],
+            "served from what the update kept"
+        );
+        assert_eq!(f.fetched(), 0);
     }
 
     #[tokio::test]

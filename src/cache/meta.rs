@@ -1,21 +1,20 @@
-//! Metadata: provider version lists and per-version download metadata, the OCI documents
-//! rendered from them, and module version lists.
+//! Provider metadata: per-version download metadata (version records), the origin's SHA256SUMS
+//! copies, and the OCI documents rendered from them. Version lists are kept by
+//! [`Listings`](super::Listings).
 //!
 //! Records live in bounded moka caches (the hot path never touches the store) and are
-//! persisted as JSON in the store (`metadata/`, `oci/`, and
-//! `modules/<host>/<namespace>/<name>/<system>/versions.json`), so a restarted server (or
-//! another replica sharing the store) answers from what is already known. The caches are
-//! bounded by entry count and evict the least recently used; freshness of version lists is
-//! decided by the mirror from each record's `fetched_at`, and version records are immutable.
+//! persisted as JSON in the store (`metadata/`, `oci/`), so a restarted server (or another
+//! replica sharing the store) answers from what is already known. The caches are bounded by
+//! entry count and evict the least recently used; version records are immutable.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
+use crate::address::{Platform, ProviderAddr, Version};
 use crate::records::oci::{BlobLink, Document};
-use crate::records::{IndexRecord, ModuleVersions, Package, VersionRecord};
+use crate::records::{Package, VersionRecord};
 use crate::storage::{Key, Result, Storage};
 
 type VersionKey = (ProviderAddr, Version);
@@ -26,12 +25,9 @@ pub struct MetaStore {
     /// Serialises read-modify-write updates of version records (`set_h1`), which concurrent
     /// downloads of one version's platforms would otherwise race on.
     updates: tokio::sync::Mutex<()>,
-    pub indexes: moka::future::Cache<ProviderAddr, Arc<IndexRecord>>,
     pub versions: moka::future::Cache<VersionKey, Arc<VersionRecord>>,
     /// OCI manifests by their SHA-256 (immutable: a digest names one content).
     oci_manifests: moka::future::Cache<(ProviderAddr, String), Document>,
-    /// Module version lists.
-    pub module_lists: moka::future::Cache<ModuleAddr, Arc<ModuleVersions>>,
 }
 
 /// The key of a provider's metadata directory.
@@ -55,18 +51,6 @@ fn key_of(addr: &ProviderAddr, name: &str) -> Key {
     ])
 }
 
-/// The key of a module's version list.
-fn module_versions_key(addr: &ModuleAddr) -> Key {
-    Key::new([
-        "modules",
-        addr.hostname.as_str(),
-        &addr.namespace,
-        &addr.name,
-        &addr.system,
-        "versions.json",
-    ])
-}
-
 /// The key of a provider's OCI object `name`.
 fn oci_key(addr: &ProviderAddr, name: &str) -> Key {
     Key::new([
@@ -85,16 +69,10 @@ impl MetaStore {
         MetaStore {
             storage,
             updates: tokio::sync::Mutex::new(()),
-            indexes: moka::future::Cache::builder()
-                .max_capacity(capacity)
-                .build(),
             versions: moka::future::Cache::builder()
                 .max_capacity(capacity)
                 .build(),
             oci_manifests: moka::future::Cache::builder()
-                .max_capacity(capacity)
-                .build(),
-            module_lists: moka::future::Cache::builder()
                 .max_capacity(capacity)
                 .build(),
         }
@@ -154,16 +132,6 @@ impl MetaStore {
             .await
     }
 
-    /// The persisted version list, if any (unreadable records are logged and ignored).
-    pub async fn read_index(&self, addr: &ProviderAddr) -> Option<IndexRecord> {
-        self.read_json(key_of(addr, "index.json")).await
-    }
-
-    /// Persists a found version list.
-    pub async fn write_index(&self, addr: &ProviderAddr, rec: &IndexRecord) -> Result<()> {
-        self.write_json(key_of(addr, "index.json"), rec).await
-    }
-
     pub async fn read_version(
         &self,
         addr: &ProviderAddr,
@@ -205,60 +173,6 @@ impl MetaStore {
             }
         }
         Ok(had)
-    }
-
-    /// Drops a version from the provider's cached version list (deleting the list when none is
-    /// left), for a mirror that serves only what it holds. Returns whether it was listed.
-    pub async fn unlist(&self, addr: &ProviderAddr, version: &Version) -> Result<bool> {
-        self.indexes.invalidate(addr).await;
-        let Some(mut rec) = self.read_index(addr).await else {
-            return Ok(false);
-        };
-        let before = rec.versions.len();
-        rec.versions.retain(|v| &v.version != version);
-        if rec.versions.len() == before {
-            return Ok(false);
-        }
-        if rec.versions.is_empty() {
-            self.storage.delete(&key_of(addr, "index.json")).await?;
-        } else {
-            self.write_index(addr, &rec).await?;
-        }
-        Ok(true)
-    }
-
-    /// The persisted version list of a module, if any (unreadable ones are logged and ignored).
-    pub async fn read_module_versions(&self, addr: &ModuleAddr) -> Option<ModuleVersions> {
-        self.read_json(module_versions_key(addr)).await
-    }
-
-    /// Persists a found module version list.
-    pub async fn write_module_versions(
-        &self,
-        addr: &ModuleAddr,
-        rec: &ModuleVersions,
-    ) -> Result<()> {
-        self.write_json(module_versions_key(addr), rec).await
-    }
-
-    /// Drops a version from the module's cached version list (deleting the list when none is
-    /// left), for a mirror that serves only what it holds. Returns whether it was listed.
-    pub async fn unlist_module(&self, addr: &ModuleAddr, version: &Version) -> Result<bool> {
-        self.module_lists.invalidate(addr).await;
-        let Some(mut rec) = self.read_module_versions(addr).await else {
-            return Ok(false);
-        };
-        let before = rec.versions.len();
-        rec.versions.retain(|v| v != version);
-        if rec.versions.len() == before {
-            return Ok(false);
-        }
-        if rec.versions.is_empty() {
-            self.storage.delete(&module_versions_key(addr)).await?;
-        } else {
-            self.write_module_versions(addr, &rec).await?;
-        }
-        Ok(true)
     }
 
     fn sums_key(addr: &ProviderAddr, version: &Version, n: usize, signature: bool) -> Key {
@@ -444,82 +358,12 @@ impl MetaStore {
         }
         Ok(())
     }
-
-    /// Adds imported versions to a provider's version list (made if missing); a version already
-    /// listed gains the platforms it lacked, and its protocols if it had none.
-    pub async fn list_imported_versions(
-        &self,
-        addr: &ProviderAddr,
-        versions: Vec<crate::records::IndexVersion>,
-    ) -> Result<()> {
-        let existing = self.read_index(addr).await;
-        let mut rec = existing.clone().unwrap_or_else(|| IndexRecord {
-            fetched_at: crate::clock::now_secs(),
-            found: true,
-            versions: Vec::new(),
-            rendered: Default::default(),
-        });
-        for v in versions {
-            match rec.versions.iter_mut().find(|x| x.version == v.version) {
-                Some(have) => {
-                    for p in v.platforms {
-                        if !have.platforms.contains(&p) {
-                            have.platforms.push(p);
-                        }
-                    }
-                    if have.protocols.is_empty() {
-                        have.protocols = v.protocols;
-                    }
-                }
-                None => rec.versions.push(v),
-            }
-        }
-        if existing.as_ref() != Some(&rec) {
-            self.write_index(addr, &rec).await?;
-            self.indexes.invalidate(addr).await;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::records::Package;
-
-    #[tokio::test]
-    async fn module_version_lists_are_kept_and_unlisted() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = Arc::new(crate::storage::DiskStorage::new(dir.path().to_path_buf()).unwrap());
-        let store = MetaStore::new(storage, 10);
-        let addr = ModuleAddr::new("registry.terraform.io", "acme", "net", "aws").unwrap();
-        let (v1, v2) = (
-            Version::parse("1.0.0").unwrap(),
-            Version::parse("2.0.0").unwrap(),
-        );
-        assert!(store.read_module_versions(&addr).await.is_none());
-        let rec = ModuleVersions {
-            fetched_at: 1,
-            found: true,
-            versions: vec![v1.clone(), v2.clone()],
-        };
-        store.write_module_versions(&addr, &rec).await.unwrap();
-        assert_eq!(store.read_module_versions(&addr).await.unwrap(), rec);
-        let path = dir
-            .path()
-            .join("modules/registry.terraform.io/acme/net/aws/versions.json");
-        assert!(path.is_file());
-
-        assert!(store.unlist_module(&addr, &v1).await.unwrap());
-        assert!(
-            !store.unlist_module(&addr, &v1).await.unwrap(),
-            "not listed"
-        );
-        let left = store.read_module_versions(&addr).await.unwrap();
-        assert_eq!(left.versions, [v2.clone()][..]);
-        assert!(store.unlist_module(&addr, &v2).await.unwrap());
-        assert!(!path.exists(), "the last version took the list with it");
-    }
 
     #[tokio::test]
     async fn version_records_round_trip_through_disk() {

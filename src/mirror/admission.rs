@@ -272,7 +272,9 @@ pub async fn commit_module(
     file: StagedFile,
     rec: &ModuleRecord,
 ) -> crate::storage::Result<()> {
-    store.commit(&ModuleKey::new(addr, version), file, rec).await
+    store
+        .commit(&ModuleKey::new(addr, version), file, rec)
+        .await
 }
 
 #[cfg(test)]

@@ -8,20 +8,26 @@
 //! names provender's own archive URL. Because the client then verifies the origin's signature
 //! itself, lock files written this way carry the signed `zh:` hashes of every platform.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::error::{Error, Result};
 use crate::records::docs;
 
-use super::Mirror;
+use super::ProviderMirror;
+use crate::records::Package;
 
-impl Mirror {
+/// What a registry download answer is made of: the platform's verified package and the number
+/// of the SHA256SUMS it is listed in (the server renders the URLs).
+pub struct RegistryPackage {
+    pub package: Package,
+    pub sums: usize,
+}
+
+impl ProviderMirror {
     /// `v1/providers/:hostname/:namespace/:type/versions`
-    pub async fn registry_versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Bytes> {
-        let rec = self.versions(addr).await?;
+    pub async fn registry_versions(&self, addr: &ProviderAddr) -> Result<Bytes> {
+        let rec = self.core.versions(addr).await?;
         let versions = rec
             .versions
             .iter()
@@ -31,7 +37,7 @@ impl Mirror {
                 platforms: v
                     .platforms
                     .iter()
-                    .filter(|p| self.settings.upstream.platform_allowed(p))
+                    .filter(|p| self.core.settings().upstream.platform_allowed(p))
                     .map(|p| docs::RegistryPlatform {
                         os: p.os.clone(),
                         arch: p.arch.clone(),
@@ -44,59 +50,35 @@ impl Mirror {
 
     /// `v1/providers/:hostname/:namespace/:type/:version/download/:os/:arch`
     pub async fn registry_download(
-        self: &Arc<Self>,
+        &self,
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
-    ) -> Result<Bytes> {
-        self.check_host(addr)?;
+    ) -> Result<RegistryPackage> {
+        self.core.check_host(addr)?;
         let not_found =
             || Error::NotFound(format!("{addr} {version} has no package for {platform}"));
-        if !self.settings.upstream.platform_allowed(platform) {
+        if !self.core.settings().upstream.platform_allowed(platform) {
             return Err(not_found());
         }
-        let rec = self.version_record(addr, version).await?;
-        let pkg = rec.packages.get(platform).ok_or_else(not_found)?;
-        let n = rec.sums_index(&pkg.shasums_url).ok_or_else(|| {
+        let record = self.core.version_record(addr, version).await?;
+        let package = record.packages.get(platform).ok_or_else(not_found)?.clone();
+        let sums = record.sums_index(&package.shasums_url).ok_or_else(|| {
             Error::unexpected(format!("{addr} {version}: SHA256SUMS not recorded"))
         })?;
-        // Absolute-path references: the client resolves them against this document's URL, so
-        // they never depend on a Host header.
-        let base = &self.settings.server.base_path;
-        // The CLI fetches these three without credentials: with authentication on, they carry an
-        // expiring signature (see `auth`). Each URL is the base path plus the path it is signed
-        // over.
-        let now = std::time::SystemTime::now();
-        let url = |path: String| {
-            self.settings
-                .auth
-                .signed_url(format!("{base}{path}"), &path, now)
-        };
-        Ok(docs::to_bytes(&docs::RegistryDownload {
-            protocols: pkg.protocols.clone(),
-            os: platform.os.clone(),
-            arch: platform.arch.clone(),
-            filename: pkg.filename.clone(),
-            download_url: url(addr.archive_path(version, platform)),
-            shasums_url: url(crate::auth::sums_path(addr, version, n, false)),
-            shasums_signature_url: url(crate::auth::sums_path(addr, version, n, true)),
-            shasum: pkg.shasum.clone(),
-            signing_keys: docs::RegistrySigningKeys {
-                gpg_public_keys: pkg.signing_keys.clone(),
-            },
-        }))
+        Ok(RegistryPackage { package, sums })
     }
 
     /// `v1/providers/:hostname/:namespace/:type/:version/SHA256SUMS/:n[.sig]`: the origin's bytes.
     pub async fn registry_sums(
-        self: &Arc<Self>,
+        &self,
         addr: &ProviderAddr,
         version: &Version,
         index: usize,
         signature: bool,
     ) -> Result<bytes::Bytes> {
-        self.check_host(addr)?;
-        let rec = self.version_record(addr, version).await?;
+        self.core.check_host(addr)?;
+        let rec = self.core.version_record(addr, version).await?;
         let what = if signature {
             "SHA256SUMS signature"
         } else {
@@ -107,7 +89,8 @@ impl Mirror {
                 "{addr} {version} has no {what} number {index}"
             )));
         }
-        self.meta
+        self.core
+            .meta()
             .read_sums(addr, version, index, signature)
             .await?
             .ok_or_else(|| {

@@ -10,25 +10,20 @@
 //! as long as the cache keeps it: a tag that moves upstream, a repository that is deleted, an
 //! origin that is down change nothing.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
 use super::admission::{self, Expected, StageWriter};
-use super::{Freshness, Mirror};
-use crate::address::{ModuleAddr, ModulePath, Version};
+use super::core::Core;
+use crate::address::{ModuleAddr, Version};
+use crate::cache::Flights;
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, VerificationReason};
 use crate::records::{ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
-
-/// A module version's download answer: where its package is on this mirror.
-pub struct ModuleAnswer {
-    /// An absolute-path reference (`/v1/modules/.../module.tar.gz[//subdir]?...`), which
-    /// clients resolve against the download URL.
-    pub location: String,
-}
 
 /// A cached module package on its way to a client.
 pub struct ModulePackage {
@@ -41,9 +36,26 @@ pub struct ModulePackage {
 /// How often a cached git package's reference is checked against its origin, to log a move.
 const REF_CHECK_EVERY: Duration = Duration::from_secs(3600);
 
-impl Mirror {
+/// The module registry protocol's front-end.
+pub struct ModuleRegistry {
+    core: Arc<Core>,
+    /// One package fetch per module version.
+    flights: Flights<(ModuleAddr, Version), ModuleRecord, Error>,
+    /// When each cached git package's reference was last checked against its origin.
+    ref_checks: Mutex<HashMap<(ModuleAddr, Version), Instant>>,
+}
+
+impl ModuleRegistry {
+    pub fn new(core: Arc<Core>) -> Arc<ModuleRegistry> {
+        Arc::new(ModuleRegistry {
+            core,
+            flights: Flights::default(),
+            ref_checks: Mutex::new(HashMap::new()),
+        })
+    }
+
     fn check_module_host(&self, addr: &ModuleAddr) -> Result<()> {
-        if self.settings.upstream.host_allowed(&addr.hostname) {
+        if self.core.settings().upstream.host_allowed(&addr.hostname) {
             Ok(())
         } else {
             Err(Error::NotFound(format!(
@@ -77,119 +89,41 @@ impl Mirror {
     /// Whether a module version's package is in the cache (without fetching it).
     pub async fn module_cached(&self, addr: &ModuleAddr, version: &Version) -> Result<bool> {
         Ok(self
-            .modules
+            .core
+            .modules()
             .record(&ModuleKey::new(addr, version))
             .await?
             .is_some())
     }
 
     /// The version list: memory, then the store, then the origin, under the same freshness
-    /// rules as provider version lists (see [`Mirror::list_freshness`]).
-    pub async fn module_version_list(
-        self: &Arc<Self>,
-        addr: &ModuleAddr,
-    ) -> Result<Arc<ModuleVersions>> {
-        let cached = match self.meta.module_lists.get(addr).await {
-            Some(rec) => Some(rec),
-            None => match self.meta.read_module_versions(addr).await {
-                Some(rec) => {
-                    let rec = Arc::new(rec);
-                    self.meta
-                        .module_lists
-                        .insert(addr.clone(), rec.clone())
-                        .await;
-                    Some(rec)
-                }
-                None => None,
-            },
-        };
-        if let Some(rec) = cached {
-            match self.list_freshness(rec.fetched_at, rec.found) {
-                Freshness::Hit(result) => {
-                    self.metrics.lookup(LookupKind::ModuleVersions, result);
-                    return Ok(rec);
-                }
-                Freshness::Stale => {
-                    self.metrics
-                        .lookup(LookupKind::ModuleVersions, Lookup::Stale);
-                    if !self.module_list_flights.contains(addr) {
-                        let this = self.clone();
-                        let addr = addr.clone();
-                        tokio::spawn(async move {
-                            if let Err(e) = this.refresh_module_versions(&addr).await {
-                                tracing::warn!(module = %addr, "cannot refresh the version list; serving the earlier one: {e}");
-                            }
-                        });
-                    }
-                    return Ok(rec);
-                }
-                Freshness::Expired => {}
-            }
-        }
-        if self.settings.upstream.offline {
-            return Err(Error::NotFound(format!(
-                "offline mode: module {addr} is not in the cache"
-            )));
-        }
-        self.metrics
-            .lookup(LookupKind::ModuleVersions, Lookup::Miss);
-        self.refresh_module_versions(addr).await
-    }
-
-    async fn refresh_module_versions(
-        self: &Arc<Self>,
-        addr: &ModuleAddr,
-    ) -> Result<Arc<ModuleVersions>> {
-        let this = self.clone();
+    /// rules as provider version lists (see [`Listings::get`](crate::cache::Listings::get)).
+    pub async fn module_version_list(&self, addr: &ModuleAddr) -> Result<Arc<ModuleVersions>> {
+        let core = self.core.clone();
         let owned = addr.clone();
-        let work = move || async move {
-            let found = this.upstream.module_versions(&owned).await?;
-            let rec = ModuleVersions {
-                fetched_at: crate::clock::now_secs(),
+        let fetch = move || async move {
+            let found = core
+                .origin(format!("module {owned}"))?
+                .module_versions(&owned)
+                .await?;
+            Ok(ModuleVersions {
+                fetched_at: core.module_lists().now(),
                 found: found.is_some(),
                 versions: found.unwrap_or_default(),
-            };
-            if rec.found {
-                if let Err(e) = this.meta.write_module_versions(&owned, &rec).await {
-                    tracing::warn!(module = %owned, "cannot persist the version list: {e}");
-                }
-            }
-            let rec = Arc::new(rec);
-            this.meta.module_lists.insert(owned, rec.clone()).await;
-            Ok(rec)
+            })
         };
-        self.module_list_flights.run(addr.clone(), work).await.0
+        self.core.module_lists().get(addr, fetch).await
     }
 
-    /// `v1/modules/:hostname/:namespace/:name/:system/:version/download`
+    /// `v1/modules/:hostname/:namespace/:name/:system/:version/download`: the record of the
+    /// cached package (fetched first if needed), from which the server renders its location.
     pub async fn module_download(
         self: &Arc<Self>,
         addr: &ModuleAddr,
         version: &Version,
-    ) -> Result<ModuleAnswer> {
+    ) -> Result<ModuleRecord> {
         self.check_module_host(addr)?;
-        let rec = self.module_record(addr, version).await?;
-        let path = ModulePath::archive_path(addr, version);
-        let mut location = format!("{}v1/modules/{path}", self.settings.server.base_path);
-        if let Some(subdir) = &rec.subdir {
-            location.push_str("//");
-            location.push_str(subdir);
-        }
-        // The CLI fetches the package without credentials: with authentication on, its URL
-        // carries an expiring signature over its canonical path. go-getter checks the
-        // checksum before it unpacks anything.
-        let mut query = vec![format!("checksum=sha256:{}", rec.sha256)];
-        if self.settings.auth.enabled() {
-            let signed_over = format!("v1/modules/{path}");
-            query.push(
-                self.settings
-                    .auth
-                    .sign(&signed_over, std::time::SystemTime::now()),
-            );
-        }
-        location.push('?');
-        location.push_str(&query.join("&"));
-        Ok(ModuleAnswer { location })
+        self.module_record(addr, version).await
     }
 
     /// `v1/modules/:hostname/:namespace/:name/:system/:version/module.tar.gz`: the cached
@@ -201,7 +135,12 @@ impl Mirror {
     ) -> Result<ModulePackage> {
         let package = self.module_package(addr, version).await?;
         let (this, addr, version) = (self.clone(), addr.clone(), version.clone());
-        tokio::spawn(async move { this.modules.touch(&ModuleKey::new(&addr, &version)).await });
+        tokio::spawn(async move {
+            this.core
+                .modules()
+                .touch(&ModuleKey::new(&addr, &version))
+                .await
+        });
         Ok(package)
     }
 
@@ -213,18 +152,20 @@ impl Mirror {
     ) -> Result<ModulePackage> {
         self.check_module_host(addr)?;
         let key = ModuleKey::new(addr, version);
-        let opened = match self.modules.open(&key).await? {
+        let opened = match self.core.modules().open(&key).await? {
             Some(found) => {
-                self.metrics.lookup(LookupKind::ModuleArchive, Lookup::Hit);
+                self.core
+                    .metrics()
+                    .lookup(LookupKind::ModuleArchive, Lookup::Hit);
                 found
             }
             None => {
                 // A record whose package is gone (removed by hand) is dropped and fetched again.
-                if self.modules.record(&key).await?.is_some() {
-                    self.modules.remove(&key).await?;
+                if self.core.modules().record(&key).await?.is_some() {
+                    self.core.modules().remove(&key).await?;
                 }
                 self.module_record(addr, version).await?;
-                self.modules.open(&key).await?.ok_or_else(|| {
+                self.core.modules().open(&key).await?.ok_or_else(|| {
                     Error::unexpected(format!(
                         "module {addr} {version} vanished from the store right after it was stored"
                     ))
@@ -249,7 +190,12 @@ impl Mirror {
         version: &Version,
     ) -> Result<super::ArchiveHead> {
         self.check_module_host(addr)?;
-        match self.modules.record(&ModuleKey::new(addr, version)).await? {
+        match self
+            .core
+            .modules()
+            .record(&ModuleKey::new(addr, version))
+            .await?
+        {
             Some(rec) => self
                 .admit_module(addr, version, &rec)
                 .map(|()| super::ArchiveHead {
@@ -266,13 +212,14 @@ impl Mirror {
     /// `upstream.min_trust` against how a cached package was obtained: a refusal is a 403
     /// naming the rule, counted under `provender_policy_refusals_total`.
     fn admit_module(&self, addr: &ModuleAddr, version: &Version, rec: &ModuleRecord) -> Result<()> {
-        self.settings
+        self.core
+            .settings()
             .trust
             .admit_module(addr, rec.trust)
             .map_err(|refusal| {
                 match RefusalKind::of(&refusal) {
-                    RefusalKind::Policy(rule) => self.metrics.policy_refused(rule),
-                    RefusalKind::Failed(reason) => self.metrics.verification_failed(reason),
+                    RefusalKind::Policy(rule) => self.core.metrics().policy_refused(rule),
+                    RefusalKind::Failed(reason) => self.core.metrics().verification_failed(reason),
                 }
                 tracing::info!(module = %addr, %version, "refused by policy: {refusal}");
                 Error::refused(
@@ -290,24 +237,25 @@ impl Mirror {
         addr: &ModuleAddr,
         version: &Version,
     ) -> Result<ModuleRecord> {
-        if let Some(rec) = self.modules.record(&ModuleKey::new(addr, version)).await? {
+        if let Some(rec) = self
+            .core
+            .modules()
+            .record(&ModuleKey::new(addr, version))
+            .await?
+        {
             self.admit_module(addr, version, &rec)?;
             self.check_ref_later(addr, version, &rec);
             return Ok(rec);
         }
-        if self.settings.upstream.offline {
-            return Err(Error::NotFound(format!(
-                "offline mode: module {addr} {version} is not in the cache"
-            )));
-        }
+        self.core.origin(format!("module {addr} {version}"))?;
         let this = self.clone();
         let (a, v) = (addr.clone(), version.clone());
         let work = move || async move { this.fetch_module(&a, &v).await };
         let (result, leader) = self
-            .module_flights
+            .flights
             .run((addr.clone(), version.clone()), work)
             .await;
-        self.metrics.lookup(
+        self.core.metrics().lookup(
             LookupKind::ModuleArchive,
             if leader { Lookup::Miss } else { Lookup::Joined },
         );
@@ -322,7 +270,8 @@ impl Mirror {
         version: &Version,
     ) -> Result<ModuleRecord> {
         let location = self
-            .upstream
+            .core
+            .origin(format!("module {addr} {version}"))?
             .module_location(addr, version)
             .await?
             .ok_or_else(|| {
@@ -330,9 +279,10 @@ impl Mirror {
                     "the origin registry has no module {addr} {version}"
                 ))
             })?;
-        let modules = &self.settings.modules;
+        let modules = &self.core.settings().modules;
         let scratch = self
-            .staging
+            .core
+            .staging()
             .scratch_dir()
             .map_err(|e| Error::io("creating a scratch directory", e))?;
         // The fetched input: a staged archive, or a tar inside the scratch directory.
@@ -359,7 +309,8 @@ impl Mirror {
                 subdir,
             } => {
                 let fetched = self
-                    .upstream
+                    .core
+                    .origin(format!("module {addr} {version}"))?
                     .git_fetch(
                         &addr.hostname,
                         &url,
@@ -383,7 +334,7 @@ impl Mirror {
                 )));
             }
         };
-        let packed = StageWriter::create(&self.staging, None).await?;
+        let packed = StageWriter::create(self.core.staging(), None).await?;
         let unpacked = scratch.path().join("unpacked");
         let limits = modules.limits;
         let sub = subdir.clone();
@@ -409,7 +360,8 @@ impl Mirror {
         let staged = match staged {
             Ok(d) => d,
             Err(e) => {
-                self.metrics
+                self.core
+                    .metrics()
                     .verification_failed(VerificationReason::UnusableModulePackage);
                 tracing::error!(module = %addr, %version, "{e}");
                 return Err(e);
@@ -423,7 +375,7 @@ impl Mirror {
             fetched_at: crate::clock::now_secs(),
             trust: crate::records::ModuleTrust::Origin,
         };
-        admission::commit_module(&self.modules, addr, version, staged.file, &rec).await?;
+        admission::commit_module(self.core.modules(), addr, version, staged.file, &rec).await?;
         tracing::info!(module = %addr, %version, size = rec.size, sha256 = %rec.sha256, "cached module package");
         Ok(rec)
     }
@@ -436,9 +388,10 @@ impl Mirror {
         url: &url::Url,
         sha256: Option<&str>,
     ) -> Result<crate::cache::StagedFile> {
-        let max = self.settings.modules.max_archive_size;
+        let max = self.core.settings().modules.max_archive_size;
         let download = self
-            .upstream
+            .core
+            .origin(format!("module {addr}"))?
             .download(
                 &addr.hostname,
                 Operation::ModuleArchive,
@@ -451,7 +404,7 @@ impl Mirror {
             .body
             .map(|chunk| chunk.map_err(Error::from))
             .boxed();
-        let staged = admission::stage_stream(&self.staging, body, None).await?;
+        let staged = admission::stage_stream(self.core.staging(), body, None).await?;
         if let Some(want) = sha256 {
             let expected = Expected {
                 sha256: want,
@@ -463,7 +416,7 @@ impl Mirror {
                     expected: want.to_string(),
                     found: staged.digest.sha256.clone(),
                 };
-                self.metrics.verification_failed(failure.reason());
+                self.core.metrics().verification_failed(failure.reason());
                 return Err(Error::verification(Error::module(addr, None), failure));
             }
         }
@@ -483,7 +436,7 @@ impl Mirror {
             return;
         };
         let since_fetch = crate::clock::now_secs().saturating_sub(rec.fetched_at);
-        if self.settings.upstream.offline || since_fetch < REF_CHECK_EVERY.as_secs() {
+        if !self.core.online() || since_fetch < REF_CHECK_EVERY.as_secs() {
             return;
         }
         let key = (addr.clone(), version.clone());
@@ -504,12 +457,14 @@ impl Mirror {
             let Ok(url) = url::Url::parse(&url) else {
                 return;
             };
-            let Ok(scratch) = this.staging.scratch_dir() else {
+            let Ok(scratch) = this.core.staging().scratch_dir() else {
                 return;
             };
-            let limits = &this.settings.modules.git;
-            match this
-                .upstream
+            let limits = &this.core.settings().modules.git;
+            let Ok(upstream) = this.core.origin(format!("module {addr}")) else {
+                return;
+            };
+            match upstream
                 .git_resolve(&addr.hostname, &url, &reference, scratch.path(), limits)
                 .await
             {

@@ -10,7 +10,7 @@
 //!   a platform whose size cannot be learnt fails the request.
 //! - the manifests are kept in the store under their digests, and each layer digest is linked to
 //!   its archive, before the tag is answered, so requests by digest work on every replica;
-//! - a **layer blob** is the archive itself, served by [`Mirror::archive`]: the same fill,
+//! - a **layer blob** is the archive itself, served by [`ProviderMirror::archive`]: the same fill,
 //!   verification, hold-back, trust policy and offline rules as the network mirror.
 //!
 //! If an archive turns out to have another size than the origin stated, its record is corrected
@@ -22,8 +22,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::{ArchiveHead, Mirror, Served};
+use super::core::Core;
+use super::{ArchiveHead, ProviderMirror, Served};
 use crate::address::{OciReference, Platform, ProviderAddr, Version};
+use crate::cache::Flights;
 use crate::error::{Error, Result};
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::oci::{self, BlobLink, Document, Layer, ProviderImage};
@@ -41,10 +43,30 @@ pub enum OciBlobHead {
     Archive(ArchiveHead),
 }
 
-impl Mirror {
+/// The OCI distribution API's front-end (pull only).
+pub struct OciRegistry {
+    core: Arc<Core>,
+    /// Layer blobs are the provider archives, served as the network mirror serves them.
+    providers: ProviderMirror,
+    /// Provider versions rendered as OCI documents.
+    images: moka::future::Cache<(ProviderAddr, Version), Arc<ProviderImage>>,
+    image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>, Error>,
+}
+
+impl OciRegistry {
+    pub fn new(core: Arc<Core>, providers: ProviderMirror) -> Arc<OciRegistry> {
+        let entries = core.settings().cache.metadata_entries;
+        Arc::new(OciRegistry {
+            core,
+            providers,
+            images: moka::future::Cache::builder().max_capacity(entries).build(),
+            image_flights: Flights::default(),
+        })
+    }
+
     /// The tags of a provider's repository: its versions, in lexical order.
     pub async fn oci_tags(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<String>> {
-        let index = self.versions(addr).await?;
+        let index = self.core.versions(addr).await?;
         let mut tags: Vec<String> = index.versions.iter().map(|v| v.version.oci_tag()).collect();
         tags.sort();
         Ok(tags)
@@ -59,9 +81,9 @@ impl Mirror {
         match reference {
             OciReference::Tag(version) => Ok(self.oci_image(addr, version).await?.index.clone()),
             OciReference::Digest(sha256) => {
-                self.check_host(addr)?;
-                let found = self.meta.read_oci_manifest(addr, sha256).await;
-                self.metrics.lookup(
+                self.core.check_host(addr)?;
+                let found = self.core.meta().read_oci_manifest(addr, sha256).await;
+                self.core.metrics().lookup(
                     LookupKind::OciManifest,
                     if found.is_some() {
                         Lookup::Hit
@@ -81,11 +103,14 @@ impl Mirror {
     /// A blob: the empty config, or a layer (an archive, fetched if needed).
     pub async fn oci_blob(self: &Arc<Self>, addr: &ProviderAddr, sha256: &str) -> Result<OciBlob> {
         if sha256 == oci::EMPTY_DIGEST_HEX {
-            self.check_host(addr)?;
+            self.core.check_host(addr)?;
             return Ok(OciBlob::Config);
         }
         let key = self.oci_layer(addr, sha256).await?;
-        let served = self.archive(&key.addr, &key.version, &key.platform).await?;
+        let served = self
+            .providers
+            .archive(&key.addr, &key.version, &key.platform)
+            .await?;
         Ok(OciBlob::Archive(served))
     }
 
@@ -96,15 +121,16 @@ impl Mirror {
         sha256: &str,
     ) -> Result<OciBlobHead> {
         if sha256 == oci::EMPTY_DIGEST_HEX {
-            self.check_host(addr)?;
+            self.core.check_host(addr)?;
             return Ok(OciBlobHead::Config);
         }
         let key = self.oci_layer(addr, sha256).await?;
         let mut head = self
+            .providers
             .archive_head(&key.addr, &key.version, &key.platform)
             .await?;
         if head.size.is_none() {
-            let rec = self.version_record(&key.addr, &key.version).await?;
+            let rec = self.core.version_record(&key.addr, &key.version).await?;
             head.size = rec.packages.get(&key.platform).and_then(|p| p.size);
         }
         Ok(OciBlobHead::Archive(head))
@@ -112,18 +138,19 @@ impl Mirror {
 
     /// The archive a layer digest names: from its link, checked against the version record.
     async fn oci_layer(self: &Arc<Self>, addr: &ProviderAddr, sha256: &str) -> Result<ArchiveKey> {
-        self.check_host(addr)?;
+        self.core.check_host(addr)?;
         let unknown = || {
             Error::NotFound(format!(
                 "{addr} has no blob sha256:{sha256} (resolve a tag first)"
             ))
         };
         let link = self
-            .meta
+            .core
+            .meta()
             .read_oci_blob(addr, sha256)
             .await
             .ok_or_else(unknown)?;
-        let rec = self.version_record(addr, &link.version).await?;
+        let rec = self.core.version_record(addr, &link.version).await?;
         match rec.packages.get(&link.platform) {
             Some(pkg) if pkg.shasum == sha256 => Ok(ArchiveKey {
                 addr: addr.clone(),
@@ -141,24 +168,28 @@ impl Mirror {
         addr: &ProviderAddr,
         version: &Version,
     ) -> Result<Arc<ProviderImage>> {
-        self.check_host(addr)?;
-        let rec = self.version_record(addr, version).await?;
+        self.core.check_host(addr)?;
+        let rec = self.core.version_record(addr, version).await?;
         let key = (addr.clone(), version.clone());
-        if let Some(image) = self.oci_images.get(&key).await {
+        if let Some(image) = self.images.get(&key).await {
             if self.still_describes(&image, &rec) {
-                self.metrics.lookup(LookupKind::OciManifest, Lookup::Hit);
+                self.core
+                    .metrics()
+                    .lookup(LookupKind::OciManifest, Lookup::Hit);
                 return Ok(image);
             }
         }
-        self.metrics.lookup(LookupKind::OciManifest, Lookup::Miss);
+        self.core
+            .metrics()
+            .lookup(LookupKind::OciManifest, Lookup::Miss);
         let this = self.clone();
         let (a, v) = key.clone();
         let work = move || async move {
             let image = Arc::new(this.render_image(&a, &v).await?);
-            this.oci_images.insert((a, v), image.clone()).await;
+            this.images.insert((a, v), image.clone()).await;
             Ok(image)
         };
-        self.oci_image_flights.run(key, work).await.0
+        self.image_flights.run(key, work).await.0
     }
 
     /// Whether `image` was rendered from what `rec` says now (sizes get corrected).
@@ -176,7 +207,7 @@ impl Mirror {
     fn served_platforms(&self, rec: &VersionRecord) -> Vec<Platform> {
         rec.packages
             .keys()
-            .filter(|p| self.settings.upstream.platform_allowed(p))
+            .filter(|p| self.core.settings().upstream.platform_allowed(p))
             .cloned()
             .collect()
     }
@@ -186,7 +217,7 @@ impl Mirror {
         addr: &ProviderAddr,
         version: &Version,
     ) -> Result<ProviderImage> {
-        let rec = self.version_record(addr, version).await?;
+        let rec = self.core.version_record(addr, version).await?;
         let platforms = self.served_platforms(&rec);
         if platforms.is_empty() {
             return Err(Error::NotFound(format!(
@@ -201,7 +232,7 @@ impl Mirror {
                     Ok::<_, Error>((platform, size))
                 }
             })
-            .buffer_unordered(self.settings.upstream.concurrency)
+            .buffer_unordered(self.core.settings().upstream.concurrency)
             .collect::<Vec<_>>()
             .await
             .into_iter()
@@ -212,7 +243,10 @@ impl Mirror {
             .cloned()
             .collect();
         if !stated.is_empty() {
-            self.meta.set_stated_sizes(addr, version, &stated).await?;
+            self.core
+                .meta()
+                .set_stated_sizes(addr, version, &stated)
+                .await?;
         }
         let layers: Vec<Layer> = sized
             .into_iter()
@@ -229,10 +263,16 @@ impl Mirror {
                 version: version.clone(),
                 platform: layer.platform.clone(),
             };
-            self.meta.write_oci_blob(addr, &layer.sha256, &link).await?;
-            self.meta.write_oci_manifest(addr, manifest).await?;
+            self.core
+                .meta()
+                .write_oci_blob(addr, &layer.sha256, &link)
+                .await?;
+            self.core.meta().write_oci_manifest(addr, manifest).await?;
         }
-        self.meta.write_oci_manifest(addr, &image.index).await?;
+        self.core
+            .meta()
+            .write_oci_manifest(addr, &image.index)
+            .await?;
         Ok(image)
     }
 
@@ -245,17 +285,17 @@ impl Mirror {
         rec: &VersionRecord,
         platform: &Platform,
     ) -> Result<u64> {
-        let key = self.archive_key(addr, version, platform)?;
-        if let Some(info) = self.archive_info(&key).await? {
+        let key = self.core.archive_key(addr, version, platform)?;
+        if let Some(info) = self.core.archive_info(&key).await? {
             return Ok(info.size);
         }
         let pkg = &rec.packages[platform];
         if let Some(size) = pkg.size {
             return Ok(size);
         }
-        if !self.settings.upstream.offline && !pkg.download_url.is_empty() {
-            match self
-                .upstream
+        let origin = self.core.origin(format!("archive {key}"));
+        if let (Ok(upstream), false) = (origin, pkg.download_url.is_empty()) {
+            match upstream
                 .archive_size(&addr.hostname, &pkg.download_url)
                 .await
             {
@@ -266,7 +306,7 @@ impl Mirror {
                 }
             }
         }
-        let (info, _) = self.ensure_archive(addr, version, platform).await?;
+        let (info, _) = self.core.ensure_archive(addr, version, platform).await?;
         Ok(info.size)
     }
 }

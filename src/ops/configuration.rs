@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::inputs::{InputError, Wanted, read_text};
+use super::wanted::{InputError, Wanted, read_text};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::config::Tool;
 use crate::constraints::Constraints;

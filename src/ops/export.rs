@@ -16,7 +16,7 @@ use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{ArchiveKind, Listed, ModuleKind, Opened};
 use crate::constraints::Constraints;
-use crate::mirror::Mirror;
+use crate::mirror::Core;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey};
 use crate::storage::StorageError;
 use crate::trust::site::SiteKey;
@@ -101,13 +101,13 @@ struct Chosen {
 type Selection = BTreeMap<(ProviderAddr, Version), Vec<Chosen>>;
 
 async fn select(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     filters: &[(ProviderAddr, Constraints)],
     platforms: &[Platform],
     failed: &mut Vec<(String, String)>,
 ) -> Result<Selection, OpsError> {
     let entries = mirror
-        .store()
+        .archives()
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
@@ -143,12 +143,12 @@ async fn select(
 
 /// The cached module versions a bundle carries: those matching `filters` (every one without).
 async fn select_modules(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     filters: &[(crate::address::ModuleAddr, Constraints)],
     failed: &mut Vec<(String, String)>,
 ) -> Result<Vec<Listed<ModuleKind>>, OpsError> {
     let listed = mirror
-        .module_store()
+        .modules()
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
@@ -199,7 +199,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         let w = super::inputs::parse_module_arg(m, settings.tool)?;
         module_filters.push((w.addr, w.constraints));
     }
-    let (mirror, _) = super::open_mirror(settings)?;
+    let (mirror, _) = super::open_core(settings)?;
     let mut failed = Vec::new();
     let selection = if filters.is_empty() && !module_filters.is_empty() {
         Selection::new()
@@ -265,11 +265,11 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
 
 /// Opens a chosen archive in the store.
 async fn open_chosen(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     key: &ArchiveKey,
 ) -> Result<Opened<ArchiveKind>, ExportError> {
     mirror
-        .store()
+        .archives()
         .open(key)
         .await
         .map_err(ExportError::store(format_args!("opening {key}")))?
@@ -278,7 +278,7 @@ async fn open_chosen(
 
 /// Copies one archive out of the store into `out`, checking its SHA-256 on the way.
 async fn copy_archive(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     key: &ArchiveKey,
     info: &ArchiveInfo,
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
@@ -292,7 +292,7 @@ async fn copy_archive(
 }
 
 async fn write_dir(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     selection: &Selection,
     root: &Path,
     bytes: u64,
@@ -356,7 +356,7 @@ async fn write_dir(
 }
 
 async fn write_bundle(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     selection: &Selection,
     modules: &[Listed<ModuleKind>],
     file: &Path,
@@ -387,7 +387,7 @@ async fn write_bundle(
     let mut sums_files: Vec<(String, Vec<u8>)> = Vec::new();
     for ((addr, version), chosen) in selection {
         let record = mirror.meta().read_version(addr, version).await;
-        let protocols = match mirror.meta().read_index(addr).await {
+        let protocols = match mirror.provider_lists().stored(addr).await {
             Some(index) => index
                 .versions
                 .iter()
@@ -509,7 +509,7 @@ async fn write_bundle(
             let addr = bundle::parse_module_source(&m.source)?;
             let what = format!("module {} {}", m.source, m.version);
             let object = mirror
-                .module_store()
+                .modules()
                 .open(&ModuleKey::new(&addr, &m.version))
                 .await
                 .map_err(ExportError::store(&what))?
@@ -548,7 +548,7 @@ async fn write_bundle(
 /// Copies an archive to `target` through a temporary file in the same directory, renamed into
 /// place once complete and synced.
 async fn export_archive(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     key: &ArchiveKey,
     info: &ArchiveInfo,
     target: &Path,

@@ -33,14 +33,13 @@ use std::sync::Arc;
 
 use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
-use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
-use crate::cache::{MetaStore, StagedFile, Staging};
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::cache::{StagedFile, Staging};
 use crate::hash::{HashError, HashLimits, Hashing};
-use crate::mirror::Mirror;
+use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError, Expected, Staged, VerifiedArchive};
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, ModuleVersions, Package,
-    SumsRef, docs,
+    ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, Package, SumsRef, docs,
 };
 use crate::trust::site::{Custody, CustodyError, SitePublicKey};
 use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
@@ -205,7 +204,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         trusted_sites: settings.bundles.trusted_site_keys.clone(),
         allow_unverified: args.allow_unverified,
     };
-    let (mirror, staging) = super::open_mirror(settings)?;
+    let (mirror, staging) = super::open_core(settings)?;
     let source = args.source.clone();
     let total = if meta.is_dir() {
         zip_bytes(&args.source)
@@ -358,12 +357,12 @@ fn check_module(
 
 /// Module versions the cache already holds with another package: refused before anything is
 /// admitted.
-async fn module_conflicts(mirror: &Arc<Mirror>, modules: &[VerifiedModule]) -> Failures {
+async fn module_conflicts(mirror: &Arc<Core>, modules: &[VerifiedModule]) -> Failures {
     let mut out = Vec::new();
     for m in modules {
         let what = format!("module {} {}", m.addr, m.version);
         match mirror
-            .module_store()
+            .modules()
             .record(&ModuleKey::new(&m.addr, &m.version))
             .await
         {
@@ -383,13 +382,13 @@ async fn module_conflicts(mirror: &Arc<Mirror>, modules: &[VerifiedModule]) -> F
 
 /// Commits verified module packages not already cached; returns those added and those present.
 async fn admit_modules(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     modules: Vec<VerifiedModule>,
 ) -> Result<(Vec<String>, Vec<String>), ImportError> {
     let (mut added, mut present) = (Vec::new(), Vec::new());
     for m in modules {
         let what = format!("{} {}", m.addr, m.version);
-        let store = mirror.module_store();
+        let store = mirror.modules();
         if store
             .record(&ModuleKey::new(&m.addr, &m.version))
             .await
@@ -402,7 +401,9 @@ async fn admit_modules(
         admission::commit_module(store, &m.addr, &m.version, m.staged, &m.record)
             .await
             .map_err(ImportError::store(format_args!("storing module {what}")))?;
-        list_module_version(mirror.meta(), &m.addr, &m.version)
+        mirror
+            .module_lists()
+            .update(&m.addr, |list| list.add_version(&m.version))
             .await
             .map_err(ImportError::store(format_args!(
                 "module {what}: writing the version list"
@@ -410,30 +411,6 @@ async fn admit_modules(
         added.push(what);
     }
     Ok((added, present))
-}
-
-/// Adds an imported module version to the module's cached version list (made if missing), so
-/// that a mirror without its origin lists what it can serve, as for providers.
-async fn list_module_version(
-    store: &MetaStore,
-    addr: &ModuleAddr,
-    version: &Version,
-) -> crate::storage::Result<()> {
-    let mut rec = store
-        .read_module_versions(addr)
-        .await
-        .unwrap_or_else(|| ModuleVersions {
-            fetched_at: crate::clock::now_secs(),
-            found: true,
-            versions: Vec::new(),
-        });
-    if rec.versions.contains(version) {
-        return Ok(());
-    }
-    rec.versions.push(version.clone());
-    rec.versions.sort();
-    store.module_lists.invalidate(addr).await;
-    store.write_module_versions(addr, &rec).await
 }
 
 /// What this cache takes but its server will not serve: providers of registry hosts outside
@@ -958,12 +935,12 @@ fn check_listed(
 }
 
 /// Archives the cache already holds with different bytes: refused before anything is admitted.
-async fn conflicts(mirror: &Arc<Mirror>, imports: &[VersionImport]) -> Failures {
+async fn conflicts(mirror: &Arc<Core>, imports: &[VersionImport]) -> Failures {
     let mut out = Vec::new();
     for vi in imports {
         let record = mirror.meta().read_version(&vi.addr, &vi.version).await;
         for a in &vi.archives {
-            match mirror.store().record(&a.key).await {
+            match mirror.archives().record(&a.key).await {
                 Ok(Some(have)) if have.sha256 != a.archive.info.sha256 => out.push((
                     a.key.to_string(),
                     format!(
@@ -998,7 +975,7 @@ type Admitted = Vec<(ArchiveKey, u64)>;
 /// Commits verified archives, then the metadata that describes them (through the cache's own
 /// merges: checksum files, then version records, then version lists).
 async fn admit(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     imports: Vec<VersionImport>,
 ) -> Result<(Admitted, Admitted), ImportError> {
     let (mut added, mut present) = (Vec::new(), Vec::new());
@@ -1008,7 +985,7 @@ async fn admit(
         let mut packages = BTreeMap::new();
         for a in vi.archives {
             let have = mirror
-                .store()
+                .archives()
                 .record(&a.key)
                 .await
                 .map_err(ImportError::store(&a.key))?;
@@ -1017,7 +994,7 @@ async fn admit(
                 present.push((a.key.clone(), info.size));
             } else {
                 a.archive
-                    .commit(mirror.store(), &a.key)
+                    .commit(mirror.archives(), &a.key)
                     .await
                     .map_err(ImportError::store(format_args!("storing {}", a.key)))?;
                 added.push((a.key.clone(), info.size));
@@ -1060,7 +1037,9 @@ async fn admit(
             });
     }
     for (addr, versions) in index_updates {
-        meta.list_imported_versions(&addr, versions)
+        mirror
+            .provider_lists()
+            .update(&addr, |list| list.add_versions(versions))
             .await
             .map_err(ImportError::store(format_args!(
                 "{addr}: writing the version list"

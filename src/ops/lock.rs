@@ -26,7 +26,7 @@ use super::seed::{self, Job};
 use super::{CommonArgs, OpsError, Outcome, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::Staging;
-use crate::mirror::Mirror;
+use crate::mirror::{Core, Mirror};
 use crate::records::ArchiveKey;
 
 /// `provender lock`
@@ -114,7 +114,7 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
             "nothing to lock: give configuration directories, lock files, provider lists or --provider",
         ));
     }
-    let (mirror, staging) = super::open_mirror(settings)?;
+    let (mirror, staging) = super::open_core(settings)?;
     let mut failed = Vec::new();
     // Registry modules that are not installed are read from their packages (fetched through
     // the mirror), so that their providers are locked too.
@@ -123,7 +123,13 @@ pub async fn run(args: LockArgs) -> Result<Outcome, OpsError> {
         .into_iter()
         .filter(|m| m.installed.is_none())
         .collect();
-    let (more, _) = seed::fetch_modules(&mirror, uninstalled, tool, &mut failed).await;
+    let (more, _) = seed::fetch_modules(
+        &Mirror::over(mirror.clone()),
+        uninstalled,
+        tool,
+        &mut failed,
+    )
+    .await;
     wanted.extend(more);
 
     // One entry per provider: constraints combined, a pin if any input pins it.
@@ -258,7 +264,7 @@ enum HashesError {
 
 /// The `h1:` hashes of `platforms` and the `zh:` set of one provider version.
 async fn hashes_for(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     staging: &Staging,
     addr: &ProviderAddr,
     version: &Version,
@@ -273,7 +279,7 @@ async fn hashes_for(
             platform: platform.clone(),
         };
         let info = mirror
-            .store()
+            .archives()
             .record(&key)
             .await
             .map_err(|source| HashesError::Store {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::inputs::InputError;
+use super::wanted::InputError;
 use crate::address::{ProviderAddr, Version};
 use crate::constraints::Constraints;
 

@@ -29,9 +29,9 @@ fn when(t: Option<SystemTime>) -> String {
 /// Runs `provender ls`.
 pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
-    let (mirror, _) = super::open_mirror(settings)?;
+    let (mirror, _) = super::open_core(settings)?;
     let mut entries = mirror
-        .store()
+        .archives()
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
@@ -50,7 +50,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         });
     }
     let modules = mirror
-        .module_store()
+        .modules()
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
@@ -164,7 +164,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         versions.len(),
         providers.len(),
         human_bytes(entries.iter().map(|e| e.size).sum()),
-        mirror.store().storage().describe()
+        mirror.archives().storage().describe()
     );
     if !modules.is_empty() {
         println!(

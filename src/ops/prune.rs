@@ -46,7 +46,7 @@ use super::{CommonArgs, OpsError, Outcome, human_bytes, usage};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::cache::{ArchiveKind, Listed, ModuleKind};
 use crate::config::Tool;
-use crate::mirror::Mirror;
+use crate::mirror::{Core, Mirror};
 
 /// `provender prune`
 #[derive(clap::Args, Debug)]
@@ -174,18 +174,18 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     let tool = args.tool.unwrap_or(settings.tool);
     let keep = inputs::read_all(&args.keep, &[], &[], tool)?;
     let offline = settings.upstream.offline;
-    let (mirror, _) = super::open_mirror(settings)?;
+    let (mirror, _) = super::open_core(settings)?;
     let cutoff = SystemTime::now()
         .checked_sub(unused_for)
         .unwrap_or(SystemTime::UNIX_EPOCH);
 
     let archives = mirror
-        .store()
+        .archives()
         .scan()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the archive store: {e}")))?;
     let modules = mirror
-        .module_store()
+        .modules()
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
@@ -281,7 +281,7 @@ fn parse_unused_for(text: Option<&str>) -> Result<Duration, OpsError> {
 /// Adds to `pins` the module versions the `--keep` inputs pin, and what the cached ones among
 /// them need in turn (read from their packages, as `seed` reads a module it fetched).
 async fn pin_modules(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     cached: &[Listed<ModuleKind>],
     wanted: Vec<WantedModule>,
     tool: Tool,
@@ -306,7 +306,7 @@ async fn pin_modules(
                 continue;
             }
             let config = super::seed::read_package(
-                mirror,
+                &Mirror::over(mirror.clone()),
                 &m.key.addr,
                 &m.key.version,
                 record.subdir.as_deref(),
@@ -330,7 +330,7 @@ async fn pin_modules(
 
 /// Removes what `plan` lists; returns what was removed, and adds what could not be to `failed`.
 async fn remove(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     plan: Vec<Removal>,
     offline: bool,
     failed: &mut Vec<(String, String)>,
@@ -345,7 +345,7 @@ async fn remove(
             } => {
                 let (mut gone, mut left) = (Vec::new(), 0);
                 for a in archives {
-                    match mirror.store().remove(&a.key).await {
+                    match mirror.archives().remove(&a.key).await {
                         Ok(_) => gone.push(a),
                         Err(e) => {
                             failed.push((a.key.to_string(), e.to_string()));
@@ -360,7 +360,7 @@ async fn remove(
                         failed.push((what.clone(), format!("removing the version record: {e}")));
                     }
                     if offline {
-                        if let Err(e) = mirror.meta().unlist(&addr, &version).await {
+                        if let Err(e) = mirror.provider_lists().unlist(&addr, &version).await {
                             failed.push((what, format!("updating the version list: {e}")));
                         }
                     }
@@ -375,14 +375,14 @@ async fn remove(
             }
             Removal::Module(m) => {
                 let what = m.key.to_string();
-                if let Err(e) = mirror.module_store().remove(&m.key).await {
+                if let Err(e) = mirror.modules().remove(&m.key).await {
                     failed.push((what, e.to_string()));
                     continue;
                 }
                 if offline {
                     if let Err(e) = mirror
-                        .meta()
-                        .unlist_module(&m.key.addr, &m.key.version)
+                        .module_lists()
+                        .unlist(&m.key.addr, &m.key.version)
                         .await
                     {
                         failed.push((what, format!("updating the version list: {e}")));

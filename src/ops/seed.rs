@@ -1,5 +1,5 @@
 //! `provender seed`: fill the cache for a set of providers and modules, through the same fetch
-//! and verification as `serve` ([`Mirror::ensure_archive`], [`Mirror::module_record`]).
+//! and verification as `serve` ([`Core::ensure_archive`], [`ModuleRegistry::module_record`](crate::mirror::ModuleRegistry::module_record)).
 //!
 //! Registry modules come first: each is resolved to one version (the one `terraform init`
 //! installed, else the newest the origin lists that meets the call's constraint) and fetched;
@@ -22,7 +22,7 @@ use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::config::Tool;
 use crate::constraints::Constraints;
-use crate::mirror::Mirror;
+use crate::mirror::{Core, Mirror};
 
 /// `provender seed`
 #[derive(clap::Args, Debug)]
@@ -100,7 +100,7 @@ fn shown_versions(listed: &[Version]) -> String {
 
 /// Resolves one wanted provider to a version: the lock file's pin, else the newest listed
 /// version meeting the constraint.
-pub async fn resolve(mirror: &Arc<Mirror>, wanted: &Wanted) -> Result<Version, SeedError> {
+pub async fn resolve(mirror: &Arc<Core>, wanted: &Wanted) -> Result<Version, SeedError> {
     if let Some(v) = &wanted.locked {
         return Ok(v.clone());
     }
@@ -151,7 +151,7 @@ pub struct EnsureReport {
 /// Resolves `wanted` into archive jobs for `platforms` (empty: every platform the version has).
 /// Failures are added to `failed`.
 pub async fn plan(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     wanted: &[Wanted],
     platforms: &[Platform],
     failed: &mut Vec<(String, String)>,
@@ -199,7 +199,7 @@ pub async fn plan(
 
 /// Ensures every job's archive is cached, `concurrency` at a time, with a progress bar.
 pub async fn ensure_all(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     jobs: BTreeSet<Job>,
     concurrency: usize,
     what: &str,
@@ -245,7 +245,7 @@ pub struct ModuleReport {
 /// each one that was not installed locally: the providers it needs are returned, and the
 /// registry modules it calls are fetched in turn. Failures are added to `failed`.
 pub async fn fetch_modules(
-    mirror: &Arc<Mirror>,
+    mirror: &Mirror,
     wanted: Vec<WantedModule>,
     tool: Tool,
     failed: &mut Vec<(String, String)>,
@@ -258,7 +258,7 @@ pub async fn fetch_modules(
         let what = format!("module {}", w.addr);
         let version = match &w.installed {
             Some(v) => v.clone(),
-            None => match mirror.module_version_list(&w.addr).await {
+            None => match mirror.modules.module_version_list(&w.addr).await {
                 Ok(list) => match w.constraints.newest(list.versions.iter()) {
                     Some(v) => v.clone(),
                     None => {
@@ -281,8 +281,11 @@ pub async fn fetch_modules(
             continue;
         }
         let label = format!("{} {version}", w.addr);
-        let cached = matches!(mirror.module_cached(&w.addr, &version).await, Ok(true));
-        let rec = match mirror.module_record(&w.addr, &version).await {
+        let cached = matches!(
+            mirror.modules.module_cached(&w.addr, &version).await,
+            Ok(true)
+        );
+        let rec = match mirror.modules.module_record(&w.addr, &version).await {
             Ok(rec) => rec,
             Err(e) => {
                 failed.push((format!("module {label}"), e.to_string()));
@@ -313,7 +316,7 @@ pub async fn fetch_modules(
 
 /// Unpacks a cached module package into a scratch directory and reads its configuration.
 pub(super) async fn read_package(
-    mirror: &Arc<Mirror>,
+    mirror: &Mirror,
     addr: &ModuleAddr,
     version: &Version,
     subdir: Option<&str>,
@@ -323,8 +326,9 @@ pub(super) async fn read_package(
         let doing = doing.to_string();
         move |source| SeedError::Local { doing, source }
     };
-    let package = mirror.module_package(addr, version).await?;
+    let package = mirror.modules.module_package(addr, version).await?;
     let scratch = mirror
+        .core()
         .scratch_dir()
         .map_err(local(&"creating a scratch directory"))?;
     let archive = scratch.path().join("module.tar.gz");
@@ -371,12 +375,13 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
         ));
     }
     let offline = settings.upstream.offline;
-    let (mirror, _) = super::open_mirror(settings)?;
+    let (mirror, _) = super::open_core(settings)?;
+    let registries = Mirror::over(mirror.clone());
     if offline {
         eprintln!("provender: upstream.offline is set; only checking what the cache already holds");
     }
     let mut failed = Vec::new();
-    let (more, modules) = fetch_modules(&mirror, inputs.modules, tool, &mut failed).await;
+    let (more, modules) = fetch_modules(&registries, inputs.modules, tool, &mut failed).await;
     let mut wanted = inputs.providers;
     wanted.extend(more);
     let jobs = plan(&mirror, &wanted, &platforms, &mut failed).await;

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress};
 use crate::cache::{ArchiveKind, ModuleKind};
-use crate::mirror::Mirror;
+use crate::mirror::Core;
 use crate::reverify::{self, Recheck};
 
 /// `provender verify`
@@ -42,7 +42,7 @@ struct Checked {
 /// Re-checks every stored object of kind `K`, `concurrency` at once, quarantining failures
 /// unless `no_quarantine`.
 async fn check_all<K: Recheck>(
-    mirror: &Arc<Mirror>,
+    mirror: &Arc<Core>,
     concurrency: usize,
     no_quarantine: bool,
 ) -> Result<Checked, OpsError> {
@@ -94,7 +94,7 @@ async fn check_all<K: Recheck>(
 /// Runs `provender verify`.
 pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
-    let (mirror, _) = super::open_mirror(settings)?;
+    let (mirror, _) = super::open_core(settings)?;
     let concurrency = args.concurrency.map(usize::from).unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())

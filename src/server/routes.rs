@@ -1,7 +1,8 @@
 //! Request routing and responses.
 //!
-//! Turns an HTTP request into a call on [`Mirror`] and its result into a response: JSON documents
-//! as `application/json`, archives streamed from the store with `Content-Length`, `ETag` and
+//! Turns an HTTP request into a call on a front-end of the [`Mirror`] and its result into a
+//! response (documents that name URLs rendered by [`super::links`]): JSON documents as
+//! `application/json`, archives streamed from the store with `Content-Length`, `ETag` and
 //! `Last-Modified`, and every failure as a JSON error body with the status its [`Error`] carries.
 //! The OCI distribution API (`/v2/`) is answered by [`oci`], in that API's terms.
 //! Records `provender_http_*` metrics for every request, and with `server.access_log` one log
@@ -19,6 +20,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 
+use super::links::Links;
 use crate::address::{MirrorPath, ModulePath, RegistryPath};
 use crate::auth::Denied;
 use crate::config::Settings;
@@ -118,7 +120,7 @@ impl App {
                 "shutting down: finishing responses in progress".to_string(),
             )
         } else {
-            match self.mirror.check_storage().await {
+            match self.mirror.core().check_storage().await {
                 Ok(()) => {
                     return json_response(StatusCode::OK, br#"{"status":"ready"}"#.to_vec());
                 }
@@ -249,6 +251,7 @@ impl App {
             MirrorPath::Index(addr) => (
                 Route::Index,
                 self.mirror
+                    .providers
                     .index(&addr)
                     .await
                     .map(|body| json_response(StatusCode::OK, body)),
@@ -256,20 +259,32 @@ impl App {
             MirrorPath::Version(addr, version) => (
                 Route::Version,
                 self.mirror
+                    .providers
                     .version(&addr, &version)
                     .await
-                    .map(|body| json_response(StatusCode::OK, body)),
+                    .map(|rec| {
+                        let body = Links::new(&self.settings).mirror_version(&addr, &version, &rec);
+                        json_response(StatusCode::OK, body)
+                    }),
             ),
             MirrorPath::Archive(addr, version, platform) if req.method() == Method::HEAD => {
                 // A HEAD never downloads the archive.
-                let result = self.mirror.archive_head(&addr, &version, &platform).await;
+                let result = self
+                    .mirror
+                    .providers
+                    .archive_head(&addr, &version, &platform)
+                    .await;
                 (
                     Route::Archive,
                     result.map(|head| archive_head_response(req, &head)),
                 )
             }
             MirrorPath::Archive(addr, version, platform) => {
-                let result = self.mirror.archive(&addr, &version, &platform).await;
+                let result = self
+                    .mirror
+                    .providers
+                    .archive(&addr, &version, &platform)
+                    .await;
                 let resp = result.map(|served| match served {
                     Served::Body(archive) => self.archive_response(req, archive),
                     Served::Redirect(url) => redirect(&url),
@@ -374,21 +389,22 @@ impl App {
     /// The module registry facade (see `mirror::modules`).
     async fn module(&self, req: &Request<Incoming>, path: &str) -> Result<Response<Body>, Error> {
         let parsed = ModulePath::parse(path).map_err(Error::BadRequest)?;
-        let m = &self.mirror;
+        let m = &self.mirror.modules;
         Ok(match parsed {
             ModulePath::Versions(addr) => {
                 json_response(StatusCode::OK, m.module_versions(&addr).await?)
             }
             ModulePath::Download(addr, version) => {
-                let answer = m.module_download(&addr, &version).await?;
+                let rec = m.module_download(&addr, &version).await?;
+                let location = Links::new(&self.settings).module_package(&addr, &version, &rec);
                 // Both forms: Terraform reads the header, OpenTofu also the JSON body.
                 let body = crate::records::docs::to_bytes(&crate::records::docs::ModuleLocation {
-                    location: answer.location.clone(),
+                    location: location.clone(),
                 });
                 let mut resp = json_response(StatusCode::OK, body);
                 resp.headers_mut().insert(
                     "x-terraform-get",
-                    HeaderValue::from_str(&answer.location)
+                    HeaderValue::from_str(&location)
                         .map_err(|e| Error::unexpected(format!("module location: {e}")))?,
                 );
                 resp
@@ -429,15 +445,19 @@ impl App {
     /// The registry-protocol facade (see `mirror::facade`).
     async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
         let parsed = RegistryPath::parse(path).map_err(Error::BadRequest)?;
-        let m = &self.mirror;
+        let m = &self.mirror.providers;
         Ok(match parsed {
             RegistryPath::Versions(addr) => {
                 json_response(StatusCode::OK, m.registry_versions(&addr).await?)
             }
-            RegistryPath::Download(addr, version, platform) => json_response(
-                StatusCode::OK,
-                m.registry_download(&addr, &version, &platform).await?,
-            ),
+            RegistryPath::Download(addr, version, platform) => {
+                let answer = m.registry_download(&addr, &version, &platform).await?;
+                let links = Links::new(&self.settings);
+                json_response(
+                    StatusCode::OK,
+                    links.registry_download(&addr, &version, &platform, &answer),
+                )
+            }
             RegistryPath::Sums {
                 addr,
                 version,

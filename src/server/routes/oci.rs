@@ -200,6 +200,7 @@ impl App {
             OciPath::Manifest(addr, reference) => {
                 let doc: Document = self
                     .mirror
+                    .oci
                     .oci_manifest(&addr, &reference)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Manifest))?;
@@ -208,6 +209,7 @@ impl App {
             OciPath::Blob(addr, sha256) if head => {
                 let found = self
                     .mirror
+                    .oci
                     .oci_blob_head(&addr, &sha256)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Blob))?;
@@ -225,6 +227,7 @@ impl App {
             OciPath::Blob(addr, sha256) => {
                 let found = self
                     .mirror
+                    .oci
                     .oci_blob(&addr, &sha256)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Blob))?;
@@ -251,6 +254,7 @@ impl App {
     ) -> Result<Response<Body>, OciError> {
         let tags = self
             .mirror
+            .oci
             .oci_tags(addr)
             .await
             .map_err(|e| OciError::of(&e, Subject::Name))?;

@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::mpsc;
 
-use super::Mirror;
+use super::Core;
 use crate::address::{ProviderAddr, Version};
 use crate::metrics::HashJobResult;
 use crate::records::{ArchiveKey, VersionRecord};
@@ -62,12 +62,12 @@ pub(super) struct HashQueue {
     pending: Mutex<HashSet<VersionKey>>,
 }
 
-impl Mirror {
+impl Core {
     /// Starts the complete-hashes job, if `complete_hashes.enabled` and not offline. The server
     /// calls this; the operator commands do not.
     pub fn start_hash_job(self: &Arc<Self>) {
         let settings = &self.settings.complete_hashes;
-        if !settings.enabled || self.settings.upstream.offline {
+        if !settings.enabled || !self.online() {
             return;
         }
         let (tx, mut rx) = mpsc::channel::<VersionKey>(settings.queue);
@@ -99,7 +99,12 @@ impl Mirror {
 
     /// Queues a version whose record lacks an `h1:` of a platform this mirror serves (once:
     /// a version already waiting or being worked on is not queued again).
-    pub(super) fn want_hashes(&self, addr: &ProviderAddr, version: &Version, rec: &VersionRecord) {
+    pub(in crate::mirror) fn want_hashes(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        rec: &VersionRecord,
+    ) {
         let Some(queue) = self.hash_queue.get() else {
             return;
         };

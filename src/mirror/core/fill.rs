@@ -42,9 +42,9 @@ use crate::metrics::VerificationReason;
 use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
-use super::Mirror;
-use super::admission::{self, Expected, VerifiedArchive};
+use super::Core;
 use super::hash_job::Bandwidth;
+use crate::mirror::admission::{self, Expected, VerifiedArchive};
 
 /// How many bytes are gathered before they are written out and offered to readers.
 const WRITE_CHUNK: usize = 64 * 1024;
@@ -299,10 +299,10 @@ fn read_at(file: &std::fs::File, offset: u64, len: usize) -> io::Result<Bytes> {
     Ok(Bytes::from(buf))
 }
 
-impl Mirror {
+impl Core {
     /// Joins the fill in progress for `key`, or starts one. Returns it and whether this call
     /// started it.
-    pub(super) fn fill_for(
+    pub(in crate::mirror) fn fill_for(
         self: &Arc<Self>,
         key: &ArchiveKey,
         pkg: &Package,
@@ -313,7 +313,7 @@ impl Mirror {
 
     /// Like [`fill_for`](Self::fill_for), for the background job: a fill it starts downloads
     /// within `limit` until a client joins it; joining a client's fill changes nothing.
-    pub(super) fn background_fill(
+    pub(in crate::mirror) fn background_fill(
         self: &Arc<Self>,
         key: &ArchiveKey,
         pkg: &Package,
@@ -369,8 +369,9 @@ impl Mirror {
         let this = self.clone();
         let host = key.addr.hostname.clone();
         let url = pkg.download_url.clone();
+        let what = format!("archive {key}");
         async move {
-            let download = this.upstream.archive(&host, &url).await?;
+            let download = this.origin(what)?.archive(&host, &url).await?;
             Ok(OriginBody {
                 size: download.size,
                 body: download
@@ -404,14 +405,14 @@ impl Mirror {
 
     /// The fill in progress for `key`, joined by a client: from now on it downloads at full
     /// speed even if the complete-hashes job started it.
-    pub(super) fn join_fill(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
+    pub(in crate::mirror) fn join_fill(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
         let fill = self.fill_in_progress(key)?;
         fill.wanted.store(true, Ordering::Relaxed);
         Some(fill)
     }
 
     /// The fill in progress for `key`, if any.
-    pub(super) fn fill_in_progress(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
+    pub(in crate::mirror) fn fill_in_progress(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
         self.fills
             .lock()
             .expect("fill table lock")
@@ -538,7 +539,7 @@ impl Mirror {
             },
         };
         verified
-            .commit(&self.store, key)
+            .commit(self.archives(), key)
             .await
             .map_err(|e| {
                 self.metrics.cache_write_errors.inc();
@@ -619,7 +620,7 @@ mod tests {
 
     struct Setup {
         dir: tempfile::TempDir,
-        mirror: Arc<Mirror>,
+        mirror: Arc<Core>,
         key: ArchiveKey,
     }
 
@@ -631,7 +632,7 @@ mod tests {
             .validate()
             .unwrap();
         let metrics = Arc::new(crate::metrics::Metrics::new());
-        let mirror = Mirror::open(Arc::new(settings), metrics).unwrap();
+        let mirror = Core::open(Arc::new(settings), metrics).unwrap();
         let key = ArchiveKey {
             addr: ProviderAddr::new("registry.example.com", "acme", "foo").unwrap(),
             version: Version::parse("1.0.0").unwrap(),
@@ -726,11 +727,11 @@ mod tests {
 
     /// Nothing of the archive is in the store, and nothing is left in the staging area.
     async fn nothing_committed(s: &Setup) {
-        assert!(s.mirror.store().record(&s.key).await.unwrap().is_none());
+        assert!(s.mirror.archives().record(&s.key).await.unwrap().is_none());
         let zip = <crate::cache::ArchiveKind as crate::cache::Kind>::object_key(&s.key);
         assert!(
             s.mirror
-                .store()
+                .archives()
                 .storage()
                 .head(&zip)
                 .await
@@ -763,7 +764,7 @@ mod tests {
             assert!(got == archive, "every byte, in order");
         }
         fill.finished().await.unwrap();
-        let info = s.mirror.store().record(&s.key).await.unwrap().unwrap();
+        let info = s.mirror.archives().record(&s.key).await.unwrap().unwrap();
         assert_eq!(info.sha256, pkg.shasum);
         assert_eq!(info.size, archive.len() as u64);
         assert!(crate::hash::is_h1(&info.h1));
