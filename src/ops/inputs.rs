@@ -200,6 +200,7 @@ fn read_list(path: &Path, tool: Tool) -> Result<Vec<Wanted>, InputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::address::Version;
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap()
