@@ -3,6 +3,11 @@
 //! a module in a lower layer. A top-level module and its submodules (`x.rs` and `x/*.rs`) are
 //! one unit. A module missing from [`LAYERS`], an edge upwards or sideways, or an exception that
 //! no longer occurs fails the test, naming the file.
+//!
+//! Within a module, files must not import each other in a cycle either: every `crate::`,
+//! `super::` and `self::` path names a file (the longest prefix of it that is one), and the
+//! files that name each other, directly or through others, are reported. A file and its own
+//! submodules (`x.rs` and `x/...`) are one unit here too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -146,6 +151,182 @@ fn modules_use_only_lower_layers() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The module path of a file below `src/` (`mirror/core` for `src/mirror/core.rs`), or `None`
+/// for the crate root.
+fn module_path(rel: &Path) -> Option<Vec<String>> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop()?;
+    let stem = last.trim_end_matches(".rs");
+    if parts.is_empty() && matches!(stem, "lib" | "main") {
+        return None;
+    }
+    if stem != "mod" {
+        parts.push(stem.to_string());
+    }
+    Some(parts)
+}
+
+/// The paths `rest` names below `base`: `a::b::X`, or a group `{a::X, b::{Y, Z}}` giving one
+/// path each.
+fn expand(base: Vec<String>, rest: &str) -> Vec<Vec<String>> {
+    if let Some(group) = rest.strip_prefix('{') {
+        let (mut items, mut depth, mut from) = (Vec::new(), 0, 0);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    items.push(&group[from..i]);
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&group[from..i]);
+                    from = i + 1;
+                }
+                _ => {}
+            }
+        }
+        return items
+            .into_iter()
+            .filter(|item| !item.trim().is_empty())
+            .flat_map(|item| expand(base.clone(), item.trim()))
+            .collect();
+    }
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    if name.is_empty() || name == "self" {
+        return vec![base];
+    }
+    let after = &rest[name.len()..];
+    let mut path = base;
+    path.push(name);
+    match after.strip_prefix("::") {
+        Some(more) => expand(path, more),
+        None => vec![path],
+    }
+}
+
+/// Every path a file's code names through `crate::`, `super::` or `self::`, as absolute
+/// module paths (segments), comments and tests left out. `{a::X, b}` groups give one path each.
+fn named_paths(text: &str, own: &[String]) -> Vec<Vec<String>> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut out = Vec::new();
+    for line in code.lines() {
+        let line = line.split("//").next().unwrap_or_default();
+        let bytes = line.as_bytes();
+        for (at, _) in line.match_indices("::") {
+            // The root word just before `::`, at a word boundary.
+            let before = &line[..at];
+            let root = before
+                .rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or_default();
+            let start = at - root.len();
+            if start > 0 && (bytes[start - 1] == b':' || bytes[start - 1].is_ascii_alphanumeric()) {
+                continue;
+            }
+            let mut base: Vec<String> = match root {
+                "crate" => Vec::new(),
+                "self" => own.to_vec(),
+                "super" => own[..own.len().saturating_sub(1)].to_vec(),
+                _ => continue,
+            };
+            let mut rest = &line[at + 2..];
+            while let Some(more) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = more;
+            }
+            out.extend(expand(base, rest));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_import_cycles_between_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut modules: BTreeMap<Vec<String>, String> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        if let Some(path) = module_path(rel) {
+            modules.insert(path, std::fs::read_to_string(file).unwrap());
+        }
+    }
+    let within = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for (own, text) in &modules {
+        let targets = edges.entry(own.clone()).or_default();
+        for path in named_paths(text, own) {
+            let Some(file) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| modules.contains_key(p))
+            else {
+                continue;
+            };
+            if !within(own, &file) {
+                targets.insert(file);
+            }
+        }
+    }
+    // Files that reach each other: for every edge a -> b, is a reachable from b?
+    let reaches = |from: &Vec<String>, to: &Vec<String>| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(at) = stack.pop() {
+            if &at == to {
+                return true;
+            }
+            if seen.insert(at.clone()) {
+                stack.extend(edges.get(&at).into_iter().flatten().cloned());
+            }
+        }
+        false
+    };
+    let mut problems = Vec::new();
+    for (from, targets) in &edges {
+        for to in targets {
+            if reaches(to, from) {
+                problems.push(format!(
+                    "src/{}.rs names src/{}.rs, which leads back to it",
+                    from.join("/"),
+                    to.join("/")
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_file_reader_resolves_relative_paths() {
+    let own: Vec<String> = vec!["mirror".into(), "core".into()];
+    let text = "use super::admission;\nuse crate::cache::{Archives, listing::X};\n\
+                let x = self::fill::Fill::new(); // super::ops in a comment\n\
+                use super::super::ops::inputs;\n#[cfg(test)]\nuse crate::cli;\n";
+    let paths: Vec<String> = named_paths(text, &own)
+        .iter()
+        .map(|p| p.join("/"))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "mirror/admission",
+            "cache/Archives",
+            "cache/listing/X",
+            "mirror/core/fill/Fill/new",
+            "ops/inputs",
+        ]
+    );
 }
 
 #[test]
