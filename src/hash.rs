@@ -281,9 +281,6 @@ pub struct Hashing<T> {
     cap: Option<u64>,
 }
 
-/// The name readers of stored objects know it by.
-pub type HashingReader<R> = Hashing<R>;
-
 impl Hashing<()> {
     /// A hasher fed with [`update`](Hashing::update).
     pub fn bare() -> Self {

@@ -38,6 +38,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::address::Platform;
@@ -45,6 +46,7 @@ use crate::cache::{StagedFile, Staging};
 use crate::config::Settings;
 use crate::metrics::Metrics;
 use crate::mirror::Core;
+use crate::mirror::admission::{self, AdmitError};
 use crate::records::{ArchiveInfo, ArchiveKey};
 use crate::storage::StorageError;
 
@@ -219,25 +221,29 @@ pub async fn local_copy(
     staging: &Staging,
     key: &ArchiveKey,
 ) -> Result<(StagedFile, String, u64), CopyError> {
-    let local = |doing| move |source| CopyError::Local { doing, source };
     let stored = mirror
         .archives()
         .open(key)
         .await?
         .ok_or(CopyError::Missing)?;
-    let (staged, file) = staging
-        .create()
+    let body = stored
+        .body
+        .map(|chunk| chunk.map_err(AdmitError::Source))
+        .boxed();
+    let staged = admission::stage_stream::<AdmitError>(staging, body, None)
         .await
-        .map_err(local("creating a staging file"))?;
-    let mut hashing = crate::hash::Hashing::new(stored.into_reader());
-    let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
-    let size = tokio::io::copy(&mut hashing, &mut out)
-        .await
-        .map_err(local("copying the cached archive"))?;
-    tokio::io::AsyncWriteExt::flush(&mut out)
-        .await
-        .map_err(local("writing a staging file"))?;
-    Ok((staged, hashing.finish(), size))
+        .map_err(|e| match e {
+            AdmitError::Local { doing, source } => CopyError::Local { doing, source },
+            AdmitError::Source(source) => CopyError::Local {
+                doing: "copying the cached archive",
+                source,
+            },
+            other => CopyError::Local {
+                doing: "copying the cached archive",
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
+    Ok((staged.file, staged.digest.sha256, staged.digest.size))
 }
 
 /// A cached object whose bytes are not those its record describes (`provender verify` takes it

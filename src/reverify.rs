@@ -22,9 +22,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::cache::{ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, StagedFile, Staging};
-use crate::hash::{HashError, HashingReader};
+use futures_util::StreamExt;
+
+use crate::hash::HashError;
 use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Core;
+use crate::mirror::admission::{self, AdmitError};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
 
@@ -185,29 +188,20 @@ pub async fn recheck<K: Recheck>(mirror: &Core, entry: &Listed<K>) -> Result<(),
     K::further(mirror, &entry.key, record, &sha256, copy.path()).await
 }
 
-/// Copies an opened object into a staging file (some checks need a seekable local file),
-/// returning the file and the SHA-256 and size of what was copied.
+/// Copies an opened object into a staging file through the admission path (some checks need a
+/// seekable local file), returning the file and the SHA-256 and size of what was copied.
 async fn copy_out<K: Kind>(
     staging: &Staging,
     opened: Opened<K>,
 ) -> Result<(StagedFile, String, u64), Problem> {
-    let unreadable = |doing: &str| {
-        let doing = doing.to_string();
-        move |e: std::io::Error| Problem::Unreadable(format!("{doing}: {e}"))
-    };
-    let (staged, file) = staging
-        .create()
+    let body = opened
+        .body
+        .map(|chunk| chunk.map_err(AdmitError::Source))
+        .boxed();
+    let staged = admission::stage_stream::<AdmitError>(staging, body, None)
         .await
-        .map_err(unreadable("creating a staging file"))?;
-    let mut hashing = HashingReader::new(opened.into_reader());
-    let mut out = tokio::io::BufWriter::with_capacity(256 * 1024, file);
-    let size = tokio::io::copy(&mut hashing, &mut out)
-        .await
-        .map_err(unreadable("copying it out of the store"))?;
-    tokio::io::AsyncWriteExt::flush(&mut out)
-        .await
-        .map_err(unreadable("writing a staging file"))?;
-    Ok((staged, hashing.finish(), size))
+        .map_err(|e| Problem::Unreadable(e.to_string()))?;
+    Ok((staged.file, staged.digest.sha256, staged.digest.size))
 }
 
 /// Takes a listed object out of service (see [`Objects::quarantine`]) and does the mirror's
