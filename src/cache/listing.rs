@@ -340,13 +340,6 @@ where
             .ok()
     }
 
-    /// Replaces the list for `key` (persisted, then in memory), e.g. after an import.
-    pub async fn put(&self, key: &K, rec: R) -> Result<(), StorageError> {
-        self.persist(key, &rec).await?;
-        self.inner.memory.insert(key.clone(), Arc::new(rec)).await;
-        Ok(())
-    }
-
     /// Changes the persisted list for `key` with `change` (starting from an empty, found list
     /// when there is none), which says whether it changed anything. A changed list is persisted
     /// and kept in memory. Returns whether it changed.
