@@ -28,7 +28,7 @@ pub enum Location {
         /// The archive holds one top-level directory that is the package (`//*`).
         strip_top: bool,
         /// `?checksum=sha256:<hex>`, which the archive must match.
-        sha256: Option<String>,
+        sha256: Option<crate::hash::Sha256>,
     },
     /// A git repository at a reference.
     Git {
@@ -145,7 +145,7 @@ impl Location {
                 Some(("sha256", hex))
                     if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
                 {
-                    Some(hex.to_ascii_lowercase())
+                    crate::hash::Sha256::parse(&hex.to_ascii_lowercase()).ok()
                 }
                 _ => return Err(unsupported(&format!("checksum {c:?} is not sha256:<hex>"))),
             },
@@ -378,7 +378,7 @@ mod tests {
         else {
             panic!("an archive");
         };
-        assert_eq!(sha256, Some(sha));
+        assert_eq!(sha256.map(|s| s.to_string()), Some(sha));
     }
 
     #[test]
