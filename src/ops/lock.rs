@@ -345,9 +345,9 @@ pub fn sums_hashes(doc: &[u8]) -> Vec<String> {
         if fields.is_empty() {
             continue;
         }
-        let hash = crate::hash::Sha256::parse(&fields[0].to_ascii_lowercase());
-        let (true, Ok(hash)) = (fields.len() >= 2, hash) else {
-            return Vec::new();
+        let hash = match crate::hash::Sha256::parse(&fields[0].to_ascii_lowercase()) {
+            Ok(hash) if fields.len() >= 2 => hash,
+            _ => return Vec::new(),
         };
         out.push(crate::hash::zh(&hash));
     }

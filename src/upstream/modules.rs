@@ -141,14 +141,20 @@ impl Location {
         };
         let sha256 = match checksum {
             None => None,
-            Some(c) => match c.split_once(':') {
-                Some(("sha256", hex))
-                    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
-                {
-                    crate::hash::Sha256::parse(&hex.to_ascii_lowercase()).ok()
+            Some(c) => {
+                let sha256 = match c.split_once(':') {
+                    Some(("sha256", hex)) => {
+                        crate::hash::Sha256::parse(&hex.to_ascii_lowercase()).ok()
+                    }
+                    _ => None,
+                };
+                match sha256 {
+                    Some(sha256) => Some(sha256),
+                    None => {
+                        return Err(unsupported(&format!("checksum {c:?} is not sha256:<hex>")));
+                    }
                 }
-                _ => return Err(unsupported(&format!("checksum {c:?} is not sha256:<hex>"))),
-            },
+            }
         };
         set_query(&mut url, &query);
         Ok(match format {
