@@ -14,7 +14,7 @@ use std::sync::Arc;
 use http::StatusCode;
 
 use crate::address::{AddressError, ModuleAddr, ProviderAddr, Version};
-use crate::hash::HashError;
+use crate::hash::{HashError, Sha256};
 use crate::metrics::{PolicyRule, VerificationReason};
 use crate::package::PackError;
 use crate::trust::{Owner, Refusal, TrustError};
@@ -125,8 +125,8 @@ pub enum Failure {
     #[error("{file} has SHA-256 {found} but the origin published {expected}")]
     ArchiveChecksum {
         file: String,
-        expected: String,
-        found: String,
+        expected: Sha256,
+        found: Sha256,
     },
     /// An archive is not a zip Terraform could hash or unpack.
     #[error("{file}: {source}")]
@@ -150,8 +150,8 @@ pub enum Failure {
     #[error("{url} has SHA-256 {found} but its source's checksum says {expected}")]
     PackageChecksum {
         url: url::Url,
-        expected: String,
-        found: String,
+        expected: Sha256,
+        found: Sha256,
     },
 }
 
@@ -406,14 +406,18 @@ mod tests {
             aws(),
             Failure::ArchiveChecksum {
                 file: "a.zip".into(),
-                expected: "aa".into(),
-                found: "bb".into(),
+                expected: Sha256::of(b"a"),
+                found: Sha256::of(b"b"),
             },
         );
         assert_eq!(
             checksum.to_string(),
-            "registry.example/acme/aws 1.2.3: verification failed: a.zip has SHA-256 bb but the \
-             origin published aa"
+            format!(
+                "registry.example/acme/aws 1.2.3: verification failed: a.zip has SHA-256 {} but \
+                 the origin published {}",
+                Sha256::of(b"b"),
+                Sha256::of(b"a")
+            )
         );
         assert_eq!(checksum.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(checksum.code(), "verification_failed");
@@ -449,14 +453,18 @@ mod tests {
             module(None),
             Failure::PackageChecksum {
                 url,
-                expected: "aa".into(),
-                found: "bb".into(),
+                expected: Sha256::of(b"a"),
+                found: Sha256::of(b"b"),
             },
         );
         assert_eq!(
             sum.to_string(),
-            "module registry.example/acme/net/aws: https://origin.example/net.tar.gz has \
-             SHA-256 bb but its source's checksum says aa"
+            format!(
+                "module registry.example/acme/net/aws: https://origin.example/net.tar.gz has \
+                 SHA-256 {} but its source's checksum says {}",
+                Sha256::of(b"b"),
+                Sha256::of(b"a")
+            )
         );
         assert_eq!(
             sum.as_verification().unwrap().reason(),

@@ -26,7 +26,10 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek};
 
 use base64::Engine as _;
-use sha2::{Digest as _, Sha256};
+use sha2::Digest as _;
+
+/// The SHA-256 state machine; [`Sha256`] is a finished digest.
+type Sha256Hasher = sha2::Sha256;
 
 /// Bounds on the work of hashing one archive.
 #[derive(Debug, Clone, Copy)]
@@ -77,7 +80,7 @@ pub enum HashError {
 }
 
 /// Computes the `h1:` hash of a zip archive read from `reader`.
-pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, HashError> {
+pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<H1, HashError> {
     let mut zip = zip::ZipArchive::new(reader)?;
     if zip.len() > limits.max_entries {
         return Err(HashError::TooManyEntries(zip.len(), limits.max_entries));
@@ -103,7 +106,7 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
     names.sort();
 
     let mut budget = limits.max_uncompressed_bytes;
-    let mut summary = Sha256::new();
+    let mut summary = Sha256Hasher::new();
     for (name, index) in &names {
         let digest = hash_entry(
             &mut zip,
@@ -112,15 +115,12 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
             &mut budget,
             limits.max_uncompressed_bytes,
         )?;
-        summary.update(digest.as_bytes());
+        summary.update(digest.as_str().as_bytes());
         summary.update(b"  ");
         summary.update(name);
         summary.update(b"\n");
     }
-    Ok(format!(
-        "h1:{}",
-        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
-    ))
+    Ok(H1::of_summary(summary))
 }
 
 /// The `h1:` hash Terraform records for a package once it is installed: the hash of the
@@ -135,7 +135,7 @@ pub fn h1_zip<R: Read + Seek>(reader: R, limits: HashLimits) -> Result<String, H
 /// `zip_h1` is the zip's own `h1:`, returned as is, without reading any content, when
 /// extracting changes nothing: no directory entries, every name already clean and unique.
 /// What is read is not bounded: give it only archives already hashed within [`HashLimits`].
-pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, HashError> {
+pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &H1) -> Result<H1, HashError> {
     let mut zip = zip::ZipArchive::new(reader)?;
     // Clean name -> index of its last entry (extraction overwrites earlier ones).
     let mut files: BTreeMap<String, usize> = BTreeMap::new();
@@ -161,9 +161,9 @@ pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, H
         }
     }
     if plain {
-        return Ok(zip_h1.to_string());
+        return Ok(zip_h1.clone());
     }
-    let mut summary = Sha256::new();
+    let mut summary = Sha256Hasher::new();
     for (name, index) in &files {
         if name.contains('\n') {
             return Err(HashError::NewlineInName(name.clone()));
@@ -176,10 +176,7 @@ pub fn h1_installed<R: Read + Seek>(reader: R, zip_h1: &str) -> Result<String, H
         })?;
         summary.update(format!("{}  {name}\n", hasher.finish()).as_bytes());
     }
-    Ok(format!(
-        "h1:{}",
-        base64::engine::general_purpose::STANDARD.encode(summary.finalize())
-    ))
+    Ok(H1::of_summary(summary))
 }
 
 fn hash_entry<R: Read + Seek>(
@@ -188,7 +185,7 @@ fn hash_entry<R: Read + Seek>(
     name: &[u8],
     budget: &mut u64,
     limit: u64,
-) -> Result<String, HashError> {
+) -> Result<Sha256, HashError> {
     let entry_err = |source| HashError::Entry {
         name: String::from_utf8_lossy(name).into_owned(),
         source,
@@ -226,26 +223,177 @@ fn is_safe_name(name: &[u8]) -> bool {
 
 /// Whether `s` is a well-formed `h1:` hash: the prefix and a base64 SHA-256.
 pub fn is_h1(s: &str) -> bool {
-    use base64::Engine as _;
-    s.strip_prefix("h1:")
-        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-        .is_some_and(|d| d.len() == 32)
+    H1::parse(s).is_ok()
 }
 
-/// `zh:` form of a SHA-256 digest given as lowercase hex.
-pub fn zh(sha256_hex: &str) -> String {
-    format!("zh:{sha256_hex}")
+/// `zh:` form of a SHA-256 digest.
+pub fn zh(sha256: &Sha256) -> String {
+    format!("zh:{sha256}")
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    Sha256::of(bytes).0
 }
 
-/// The SHA-256 (lowercase hex) and length of a byte sequence.
+/// A string that is not the hash it should be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadHash {
+    #[error("{0:?} is not a SHA-256 (64 lowercase hexadecimal digits)")]
+    Sha256(String),
+    #[error("{0:?} is not an h1: hash (\"h1:\" and the base64 of 32 bytes)")]
+    H1(String),
+}
+
+/// A SHA-256 digest, as 64 lowercase hexadecimal digits (the form records, SHA256SUMS and
+/// `zh:` carry). Serialised as that plain string; deserialising refuses anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sha256(String);
+
+impl Sha256 {
+    /// `s` if it is 64 lowercase hexadecimal digits.
+    pub fn parse(s: &str) -> Result<Sha256, BadHash> {
+        if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(Sha256(s.to_string()))
+        } else {
+            Err(BadHash::Sha256(s.to_string()))
+        }
+    }
+
+    /// The SHA-256 of `bytes`.
+    pub fn of(bytes: &[u8]) -> Sha256 {
+        Sha256(hex::encode(Sha256Hasher::digest(bytes)))
+    }
+
+    fn of_hasher(hasher: Sha256Hasher) -> Sha256 {
+        Sha256(hex::encode(hasher.finalize()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Terraform's `h1:` hash: `h1:` and the standard base64 of a SHA-256. Serialised as that
+/// plain string; deserialising refuses anything else.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct H1(String);
+
+impl H1 {
+    /// `s` if it is `h1:` and the base64 of 32 bytes.
+    pub fn parse(s: &str) -> Result<H1, BadHash> {
+        let well_formed = s
+            .strip_prefix("h1:")
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .is_some_and(|d| d.len() == 32);
+        if well_formed {
+            Ok(H1(s.to_string()))
+        } else {
+            Err(BadHash::H1(s.to_string()))
+        }
+    }
+
+    fn of_summary(summary: Sha256Hasher) -> H1 {
+        H1(format!(
+            "h1:{}",
+            base64::engine::general_purpose::STANDARD.encode(summary.finalize())
+        ))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+macro_rules! hash_string {
+    ($t:ident) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = BadHash;
+
+            fn from_str(s: &str) -> Result<$t, BadHash> {
+                $t::parse(s)
+            }
+        }
+
+        impl AsRef<str> for $t {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $t {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$t> for str {
+            fn eq(&self, other: &$t) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$t> for &str {
+            fn eq(&self, other: &$t) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$t> for String {
+            fn eq(&self, other: &$t) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$t, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                $t::parse(&s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+hash_string!(Sha256);
+hash_string!(H1);
+
+/// A well-formed `h1:` for tests, different for each `seed`.
+#[cfg(test)]
+pub(crate) fn test_h1(seed: u8) -> H1 {
+    H1(format!(
+        "h1:{}",
+        base64::engine::general_purpose::STANDARD.encode([seed; 32])
+    ))
+}
+
+/// The SHA-256 and length of a byte sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
-    pub sha256: String,
+    pub sha256: Sha256,
     pub size: u64,
 }
 
@@ -276,7 +424,7 @@ impl From<TooLarge> for std::io::Error {
 /// and hashed only once the inner writer or reader has taken or given them.
 pub struct Hashing<T> {
     inner: T,
-    hasher: Sha256,
+    hasher: Sha256Hasher,
     size: u64,
     cap: Option<u64>,
 }
@@ -292,7 +440,7 @@ impl<T> Hashing<T> {
     pub fn new(inner: T) -> Self {
         Hashing {
             inner,
-            hasher: Sha256::new(),
+            hasher: Sha256Hasher::new(),
             size: 0,
             cap: None,
         }
@@ -336,7 +484,7 @@ impl<T> Hashing<T> {
     /// The digest of everything passed, and the inner writer or reader.
     pub fn into_parts(self) -> (Digest, T) {
         let digest = Digest {
-            sha256: hex::encode(self.hasher.finalize()),
+            sha256: Sha256::of_hasher(self.hasher),
             size: self.size,
         };
         (digest, self.inner)
@@ -347,8 +495,8 @@ impl<T> Hashing<T> {
         self.into_parts().0
     }
 
-    /// The lowercase hex SHA-256 of everything passed.
-    pub fn finish(self) -> String {
+    /// The SHA-256 of everything passed.
+    pub fn finish(self) -> Sha256 {
         self.digest().sha256
     }
 }
@@ -421,7 +569,7 @@ mod tests {
             .iter()
             .map(|(n, c)| format!("{}  {}\n", sha256_hex(c), n))
             .collect();
-        let digest = Sha256::digest(lines.concat().as_bytes());
+        let digest = Sha256Hasher::digest(lines.concat().as_bytes());
         format!(
             "h1:{}",
             base64::engine::general_purpose::STANDARD.encode(digest)
@@ -455,7 +603,7 @@ mod tests {
         let line = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03  hello\n";
         let want = format!(
             "h1:{}",
-            base64::engine::general_purpose::STANDARD.encode(Sha256::digest(line))
+            base64::engine::general_purpose::STANDARD.encode(Sha256Hasher::digest(line))
         );
         assert_eq!(got, want);
     }
@@ -601,9 +749,10 @@ mod tests {
         let h1 = |zip: &[u8]| h1_zip(Cursor::new(zip), HashLimits::default()).unwrap();
         let expected = h1(&flat);
         // A flat zip: the recorded h1 is returned untouched (no content is read).
+        let recorded = H1::parse(&format!("h1:{}", "A".repeat(43) + "=")).unwrap();
         assert_eq!(
-            h1_installed(Cursor::new(&flat), "h1:recorded").unwrap(),
-            "h1:recorded"
+            h1_installed(Cursor::new(&flat), &recorded).unwrap(),
+            recorded
         );
         // With a directory entry, the zip's own hash differs, the installed one does not.
         assert_ne!(h1(&with_dirs), expected);
@@ -618,22 +767,63 @@ mod tests {
         let odd = build_zip(&[("./tool", Some(b"old")), ("tool", Some(b"new"))]);
         let plain = build_zip(&[("tool", Some(b"new"))]);
         assert_eq!(
-            h1_installed(Cursor::new(odd), "h1:x").unwrap(),
+            h1_installed(Cursor::new(odd), &any_h1()).unwrap(),
             h1_zip(Cursor::new(plain), HashLimits::default()).unwrap()
         );
         let bad = build_zip(&[("../evil", Some(b"x"))]);
         assert!(
-            h1_installed(Cursor::new(bad), "h1:x")
+            h1_installed(Cursor::new(bad), &any_h1())
                 .unwrap_err()
                 .to_string()
                 .contains("escapes")
         );
     }
 
+    fn any_h1() -> H1 {
+        H1::parse(&format!("h1:{}", "A".repeat(43) + "=")).unwrap()
+    }
+
+    #[test]
+    fn hashes_parse_only_their_form() {
+        let hex = sha256_hex(b"");
+        assert_eq!(Sha256::parse(&hex).unwrap().as_str(), hex);
+        assert_eq!(hex.parse::<Sha256>().unwrap(), Sha256::of(b""));
+        for bad in [
+            "",
+            "abc",
+            &hex.to_uppercase(),
+            &format!("{hex}0"),
+            &hex.replace('e', "g"),
+        ] {
+            assert_eq!(Sha256::parse(bad), Err(BadHash::Sha256(bad.to_string())));
+        }
+        let h1 = any_h1();
+        assert_eq!(H1::parse(h1.as_str()).unwrap(), h1);
+        assert!(is_h1(h1.as_str()));
+        for bad in ["", "h1:", "h1:abc", "zh:AAAA", &h1.as_str()[3..], "h1:!!"] {
+            assert_eq!(H1::parse(bad), Err(BadHash::H1(bad.to_string())));
+            assert!(!is_h1(bad));
+        }
+    }
+
+    #[test]
+    fn hashes_are_plain_strings_in_json() {
+        let sha = Sha256::of(b"x");
+        let json = serde_json::to_string(&sha).unwrap();
+        assert_eq!(json, format!("\"{sha}\""));
+        assert_eq!(serde_json::from_str::<Sha256>(&json).unwrap(), sha);
+        let err = serde_json::from_str::<Sha256>("\"ABC\"").unwrap_err();
+        assert!(err.to_string().contains("is not a SHA-256"), "{err}");
+        let h1 = any_h1();
+        let json = serde_json::to_string(&h1).unwrap();
+        assert_eq!(serde_json::from_str::<H1>(&json).unwrap(), h1);
+        assert!(serde_json::from_str::<H1>("\"h1:x\"").is_err());
+    }
+
     #[test]
     fn zh_is_prefixed_hex() {
         assert_eq!(
-            zh(&sha256_hex(b"")),
+            zh(&Sha256::of(b"")),
             "zh:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
     }

@@ -220,7 +220,7 @@ pub async fn local_copy(
     mirror: &Core,
     staging: &Staging,
     key: &ArchiveKey,
-) -> Result<(StagedFile, String, u64), CopyError> {
+) -> Result<(StagedFile, crate::hash::Sha256, u64), CopyError> {
     let stored = mirror
         .archives()
         .open(key)
@@ -257,23 +257,23 @@ pub struct Damaged {
     pub what: String,
     /// `archive` or `package`.
     pub kind: &'static str,
-    pub sha256: String,
-    pub recorded: String,
+    pub sha256: crate::hash::Sha256,
+    pub recorded: crate::hash::Sha256,
 }
 
 /// `Err` unless `sha256`, computed from a cached archive's bytes, is the one its record holds.
 pub fn check_recorded_sha256(
     key: &ArchiveKey,
-    sha256: &str,
+    sha256: &crate::hash::Sha256,
     recorded: &ArchiveInfo,
 ) -> Result<(), Damaged> {
-    if sha256 == recorded.sha256 {
+    if *sha256 == recorded.sha256 {
         return Ok(());
     }
     Err(Damaged {
         what: key.to_string(),
         kind: "archive",
-        sha256: sha256.to_string(),
+        sha256: sha256.clone(),
         recorded: recorded.sha256.clone(),
     })
 }

@@ -20,6 +20,39 @@ use serde::{Deserialize, Serialize};
 pub mod oci;
 
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
+use crate::hash::{H1, Sha256};
+
+/// A stored record or document read from JSON; an error names the field at fault by its path
+/// (`packages.linux_amd64.shasum: ...`).
+pub fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || inner.is_io() || inner.is_eof() || inner.is_syntax() {
+            inner
+        } else {
+            serde::de::Error::custom(format!("{path}: {inner}"))
+        }
+    })?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Serde for a URL field where old records write `""` for none: reads `""` as `None`, writes
+/// `None` as `""`, so records stay readable by older and newer code alike.
+mod url_or_empty {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(url: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(url.as_deref().unwrap_or(""))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        let url = Option::<String>::deserialize(d)?;
+        Ok(url.filter(|u| !u.is_empty()))
+    }
+}
 
 /// How an archive's origin signature was classified; the trust levels, weakest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -193,22 +226,29 @@ impl IndexRecord {
 }
 
 /// Verified download metadata for one platform's package.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Package {
     #[serde(default)]
     pub protocols: Vec<String>,
     /// The origin's file name (the one its SHA256SUMS lists).
     pub filename: String,
-    pub download_url: String,
-    /// Lowercase hex SHA-256, equal to the origin's `shasum` and its SHA256SUMS line.
-    pub shasum: String,
-    pub shasums_url: String,
-    pub shasums_signature_url: String,
+    /// Where the origin serves the archive; none for a package imported without an origin
+    /// (stored as `""`).
+    #[serde(default, with = "url_or_empty")]
+    pub download_url: Option<String>,
+    /// Equal to the origin's `shasum` and its SHA256SUMS line.
+    pub shasum: Sha256,
+    /// The origin's SHA256SUMS and its signature; none for a package imported without them
+    /// (stored as `""`).
+    #[serde(default, with = "url_or_empty")]
+    pub shasums_url: Option<String>,
+    #[serde(default, with = "url_or_empty")]
+    pub shasums_signature_url: Option<String>,
     #[serde(default)]
     pub signing_keys: Vec<SigningKey>,
     /// `h1:` hash, once provender has processed the archive.
     #[serde(default)]
-    pub h1: Option<String>,
+    pub h1: Option<H1>,
     /// The archive's size in bytes: the stored archive's once there is one, before that what
     /// the origin stated (its registry's `packages` extension, or a `HEAD` of the download
     /// URL). OCI manifests need it before anything is downloaded.
@@ -217,7 +257,7 @@ pub struct Package {
     /// The `h1:` the origin registry reported in its `packages` extension. Never served as
     /// such: it is compared with the `h1:` computed from the archive once that is hashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reported_h1: Option<String>,
+    pub reported_h1: Option<H1>,
 }
 
 /// Everything the mirror knows about one provider version.
@@ -262,7 +302,8 @@ impl VersionRecord {
     pub fn trust_of(&self, platform: &Platform) -> SignatureKind {
         self.packages
             .get(platform)
-            .and_then(|pkg| self.sums.iter().find(|s| s.url == pkg.shasums_url))
+            .and_then(|pkg| pkg.shasums_url.as_deref())
+            .and_then(|url| self.sums.iter().find(|s| s.url == url))
             .and_then(|s| s.trust.as_ref())
             .map_or(SignatureKind::Unverified, |t| t.kind)
     }
@@ -309,10 +350,10 @@ impl std::fmt::Display for ArchiveKey {
 /// What the store knows about a committed archive.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ArchiveInfo {
-    /// Lowercase hex SHA-256 of the zip (the `zh:` hash).
-    pub sha256: String,
+    /// SHA-256 of the zip (the `zh:` hash).
+    pub sha256: Sha256,
     /// Terraform's `h1:` hash of the zip's contents.
-    pub h1: String,
+    pub h1: H1,
     pub size: u64,
     /// How the origin's signature over the archive's SHA256SUMS was classified when the archive
     /// was admitted (absent in records written before levels were kept).
@@ -398,8 +439,8 @@ pub struct ModuleRecord {
     /// The subdirectory of the package the module lives in (the origin's `//subdir`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subdir: Option<String>,
-    /// Lowercase hex SHA-256 of the archive provender serves (a deterministic `.tar.gz`).
-    pub sha256: String,
+    /// SHA-256 of the archive provender serves (a deterministic `.tar.gz`).
+    pub sha256: Sha256,
     pub size: u64,
     /// Unix seconds when it was fetched.
     pub fetched_at: u64,
@@ -592,5 +633,99 @@ mod tests {
             String::from_utf8(rec.to_mirror_json().to_vec()).unwrap(),
             r#"{"versions":{"1.0.0":{},"2.0.0-rc.1":{}}}"#
         );
+    }
+
+    /// A version record as older builds wrote it: a package imported without an origin has
+    /// `""` for its URLs; hashes are plain strings.
+    const OLD_VERSION_RECORD: &str = r#"{
+  "fetched_at": 1,
+  "offered": ["linux_amd64"],
+  "packages": {
+    "linux_amd64": {
+      "protocols": ["5.0"],
+      "filename": "terraform-provider-foo_1.0.0_linux_amd64.zip",
+      "download_url": "",
+      "shasum": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+      "shasums_url": "",
+      "shasums_signature_url": "",
+      "signing_keys": [],
+      "h1": "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+    }
+  }
+}"#;
+
+    #[test]
+    fn old_records_with_empty_urls_and_string_hashes_still_parse() {
+        let rec: VersionRecord = from_json(OLD_VERSION_RECORD.as_bytes()).unwrap();
+        let pkg = &rec.packages[&Platform::parse("linux_amd64").unwrap()];
+        assert_eq!(pkg.download_url, None);
+        assert_eq!(pkg.shasums_url, None);
+        assert_eq!(pkg.shasums_signature_url, None);
+        assert_eq!(pkg.shasum, Sha256::of(b""));
+        assert_eq!(
+            pkg.h1.as_ref().map(H1::as_str),
+            Some("h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+        );
+        assert_eq!(
+            rec.trust_of(&Platform::parse("linux_amd64").unwrap()),
+            SignatureKind::Unverified
+        );
+        // Written again, it is what older builds read: `""` for no URL, hashes as strings.
+        let again = serde_json::to_value(&rec).unwrap();
+        let old: serde_json::Value = serde_json::from_str(OLD_VERSION_RECORD).unwrap();
+        for field in [
+            "download_url",
+            "shasums_url",
+            "shasums_signature_url",
+            "shasum",
+            "h1",
+        ] {
+            assert_eq!(
+                again["packages"]["linux_amd64"][field], old["packages"]["linux_amd64"][field],
+                "{field}"
+            );
+        }
+        let back: VersionRecord = from_json(&serde_json::to_vec(&rec).unwrap()).unwrap();
+        assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn urls_round_trip() {
+        let mut rec: VersionRecord = from_json(OLD_VERSION_RECORD.as_bytes()).unwrap();
+        let pkg = rec.packages.values_mut().next().unwrap();
+        pkg.download_url = Some("https://origin.example/f.zip".into());
+        pkg.shasums_url = Some("https://origin.example/SHA256SUMS".into());
+        let bytes = serde_json::to_vec(&rec).unwrap();
+        assert_eq!(from_json::<VersionRecord>(&bytes).unwrap(), rec);
+    }
+
+    #[test]
+    fn malformed_hashes_are_refused_naming_the_field() {
+        let bad_shasum = OLD_VERSION_RECORD.replace("e3b0c442", "E3B0C442");
+        let err = from_json::<VersionRecord>(bad_shasum.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("packages.linux_amd64.shasum"), "{err}");
+        assert!(err.contains("is not a SHA-256"), "{err}");
+        let bad_h1 = OLD_VERSION_RECORD.replace("h1:AAAA", "h1:!AAA");
+        let err = from_json::<VersionRecord>(bad_h1.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("packages.linux_amd64.h1"), "{err}");
+        assert!(err.contains("is not an h1: hash"), "{err}");
+
+        let info =
+            r#"{"sha256":"abc","h1":"h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","size":1}"#;
+        let err = from_json::<ArchiveInfo>(info.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("sha256: "), "{err}");
+        let module = r#"{"source":{"kind":"archive","url":"https://x/m.tgz"},"sha256":"","size":1,"fetched_at":1}"#;
+        let err = from_json::<ModuleRecord>(module.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("sha256: "), "{err}");
+        // A syntax error is serde_json's own.
+        assert!(from_json::<ArchiveInfo>(b"{").unwrap_err().is_eof());
     }
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::cache::{ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, StagedFile, Staging};
 use futures_util::StreamExt;
 
-use crate::hash::HashError;
+use crate::hash::{HashError, Sha256};
 use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError};
@@ -82,7 +82,7 @@ pub trait Recheck: Kind + Sized {
         mirror: &Core,
         key: &Self::Key,
         record: &Self::Record,
-        sha256: &str,
+        sha256: &Sha256,
         copy: &Path,
     ) -> impl Future<Output = Result<(), Problem>> + Send;
 
@@ -103,7 +103,7 @@ impl Recheck for ArchiveKind {
         mirror: &Core,
         key: &ArchiveKey,
         record: &ArchiveInfo,
-        sha256: &str,
+        sha256: &Sha256,
         copy: &Path,
     ) -> Result<(), Problem> {
         let limits = mirror.settings().upstream.hash_limits();
@@ -111,17 +111,17 @@ impl Recheck for ArchiveKind {
         if h1 != record.h1 {
             return Err(Problem::Differs {
                 what: "h1",
-                found: h1,
-                recorded: record.h1.clone(),
+                found: h1.to_string(),
+                recorded: record.h1.to_string(),
             });
         }
         let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await else {
             return Ok(());
         };
         match rec.packages.get(&key.platform) {
-            Some(pkg) if pkg.shasum != sha256 => Err(Problem::Origin {
+            Some(pkg) if pkg.shasum != *sha256 => Err(Problem::Origin {
                 sha256: sha256.to_string(),
-                published: pkg.shasum.clone(),
+                published: pkg.shasum.to_string(),
             }),
             _ => Ok(()),
         }
@@ -144,7 +144,7 @@ impl Recheck for ModuleKind {
         _mirror: &Core,
         _key: &ModuleKey,
         _record: &ModuleRecord,
-        _sha256: &str,
+        _sha256: &Sha256,
         _copy: &Path,
     ) -> Result<(), Problem> {
         Ok(())
@@ -178,10 +178,10 @@ pub async fn recheck<K: Recheck>(mirror: &Core, entry: &Listed<K>) -> Result<(),
     if size != recorded {
         return Err(size_differs(size));
     }
-    if sha256 != K::sha256(record) {
+    if sha256 != *K::sha256(record) {
         return Err(Problem::Differs {
             what: "SHA-256",
-            found: sha256,
+            found: sha256.to_string(),
             recorded: K::sha256(record).to_string(),
         });
     }
@@ -193,7 +193,7 @@ pub async fn recheck<K: Recheck>(mirror: &Core, entry: &Listed<K>) -> Result<(),
 async fn copy_out<K: Kind>(
     staging: &Staging,
     opened: Opened<K>,
-) -> Result<(StagedFile, String, u64), Problem> {
+) -> Result<(StagedFile, Sha256, u64), Problem> {
     let body = opened
         .body
         .map(|chunk| chunk.map_err(AdmitError::Source))

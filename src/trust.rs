@@ -520,7 +520,7 @@ impl TrustPolicy {
                     return Err(Refusal::ShasumsMismatch {
                         filename: pkg.filename.clone(),
                         listed,
-                        claimed: pkg.shasum.clone(),
+                        claimed: pkg.shasum.to_string(),
                     });
                 }
                 None => {
@@ -767,9 +767,15 @@ mod tests {
         let linux = Platform::new("linux", "amd64").unwrap();
         let pkg = Package {
             filename: "terraform-provider-x_1.0.0_linux_amd64.zip".into(),
-            shasum: "a".repeat(64),
+            shasum: crate::hash::Sha256::parse(&"a".repeat(64)).unwrap(),
             signing_keys: vec![key("author")],
-            ..Default::default()
+            protocols: Vec::new(),
+            download_url: None,
+            shasums_url: None,
+            shasums_signature_url: None,
+            h1: None,
+            size: None,
+            reported_h1: None,
         };
         let ok = policy.verify_sums(
             &verifier(),

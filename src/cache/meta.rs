@@ -86,7 +86,7 @@ impl MetaStore {
             self.storage.write(&key, doc.bytes.clone()).await?;
         }
         self.oci_manifests
-            .insert((addr.clone(), doc.sha256.clone()), doc.clone())
+            .insert((addr.clone(), doc.sha256.to_string()), doc.clone())
             .await;
         Ok(())
     }
@@ -215,17 +215,17 @@ impl MetaStore {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
-        h1: &str,
+        h1: &crate::hash::H1,
         size: u64,
     ) -> Result<()> {
         self.update_packages(addr, version, |packages| {
             let Some(pkg) = packages.get_mut(platform) else {
                 return false;
             };
-            if pkg.h1.as_deref() == Some(h1) && pkg.size == Some(size) {
+            if pkg.h1.as_ref() == Some(h1) && pkg.size == Some(size) {
                 return false;
             }
-            pkg.h1 = Some(h1.to_string());
+            pkg.h1 = Some(h1.clone());
             pkg.size = Some(size);
             true
         })
@@ -286,7 +286,7 @@ impl MetaStore {
                 return None;
             }
         };
-        match serde_json::from_slice(&bytes) {
+        match crate::records::from_json(&bytes) {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::warn!(key = %key, "ignoring unreadable cached metadata: {e}");
@@ -376,10 +376,10 @@ mod tests {
         let pkg = Package {
             protocols: vec!["5.0".into()],
             filename: "f.zip".into(),
-            download_url: "https://x/f.zip".into(),
-            shasum: "0".repeat(64),
-            shasums_url: "https://x/S".into(),
-            shasums_signature_url: "https://x/S.sig".into(),
+            download_url: Some("https://x/f.zip".into()),
+            shasum: crate::hash::Sha256::of(b"f"),
+            shasums_url: Some("https://x/S".into()),
+            shasums_signature_url: Some("https://x/S.sig".into()),
             signing_keys: vec![],
             h1: None,
             size: None,
@@ -396,11 +396,11 @@ mod tests {
         store.write_version(&addr, &v, &rec).await.unwrap();
         assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);
         store
-            .set_archive_facts(&addr, &v, &linux, "h1:abc", 7)
+            .set_archive_facts(&addr, &v, &linux, &crate::hash::test_h1(1), 7)
             .await
             .unwrap();
         let back = store.read_version(&addr, &v).await.unwrap();
-        assert_eq!(back.packages[&linux].h1.as_deref(), Some("h1:abc"));
+        assert_eq!(back.packages[&linux].h1, Some(crate::hash::test_h1(1)));
         assert!(back.covers(|_| true));
     }
 }

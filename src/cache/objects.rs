@@ -28,6 +28,7 @@ use futures_util::stream::BoxStream;
 
 use super::StagedFile;
 use crate::address::{MODULE_ARCHIVE, MirrorPath, ModuleAddr, Version};
+use crate::hash::Sha256;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::{Key, Result, Storage, StorageError};
 
@@ -61,7 +62,7 @@ pub trait Kind: Send + Sync + 'static {
     /// The size the record gives.
     fn size(record: &Self::Record) -> u64;
     /// The lowercase hex SHA-256 the record gives.
-    fn sha256(record: &Self::Record) -> &str;
+    fn sha256(record: &Self::Record) -> &Sha256;
 }
 
 /// Provider archives: `archives/<host>/<namespace>/<type>/<version>/<file>.zip`.
@@ -112,7 +113,7 @@ impl Kind for ArchiveKind {
         record.size
     }
 
-    fn sha256(record: &ArchiveInfo) -> &str {
+    fn sha256(record: &ArchiveInfo) -> &Sha256 {
         &record.sha256
     }
 }
@@ -169,7 +170,7 @@ impl Kind for ModuleKind {
         record.size
     }
 
-    fn sha256(record: &ModuleRecord) -> &str {
+    fn sha256(record: &ModuleRecord) -> &Sha256 {
         &record.sha256
     }
 }
@@ -242,7 +243,7 @@ impl<K: Kind> Objects<K> {
         let Some(bytes) = self.storage.read(&K::record_key(key)).await? else {
             return Ok(None);
         };
-        let record: K::Record = match serde_json::from_slice(&bytes) {
+        let record: K::Record = match crate::records::from_json(&bytes) {
             Ok(record) => record,
             Err(e) => {
                 let bad = StorageError::Failed {
@@ -398,8 +399,8 @@ mod tests {
 
     fn archive_info(size: u64) -> ArchiveInfo {
         ArchiveInfo {
-            sha256: "00".repeat(32),
-            h1: "h1:x".into(),
+            sha256: Sha256::of(b"archive"),
+            h1: crate::hash::test_h1(0),
             size,
             trust: None,
         }
@@ -418,7 +419,7 @@ mod tests {
                 url: "https://example.com/net.tar.gz".into(),
             },
             subdir: None,
-            sha256: "11".repeat(32),
+            sha256: Sha256::of(b"module"),
             size,
             fetched_at: 1,
             trust: ModuleTrust::Origin,

@@ -33,7 +33,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::address::{ModuleAddr, Version};
 use crate::cache::{Archives, Modules, StagedFile, Staging};
-use crate::hash::{Digest, HashError, HashLimits, Hashing, TooLarge};
+use crate::hash::{Digest, H1, HashError, HashLimits, Hashing, Sha256, TooLarge};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 
 /// The buffer between a source and a staging file.
@@ -59,7 +59,7 @@ pub enum AdmitError {
     Size { found: u64, expected: u64 },
     /// The SHA-256 is not the promised (signed, listed) one.
     #[error("SHA-256 is {found}, expected {expected}")]
-    Checksum { found: String, expected: String },
+    Checksum { found: Sha256, expected: Sha256 },
     /// Not a zip Terraform could hash and install.
     #[error("{0}")]
     UnusableZip(#[from] HashError),
@@ -85,7 +85,7 @@ pub struct Staged {
 /// signed checksums, a bundle's manifest) and, when it is known, the size.
 #[derive(Debug, Clone, Copy)]
 pub struct Expected<'a> {
-    pub sha256: &'a str,
+    pub sha256: &'a Sha256,
     pub size: Option<u64>,
 }
 
@@ -98,10 +98,10 @@ impl Expected<'_> {
                 expected,
             });
         }
-        if digest.sha256 != self.sha256 {
+        if digest.sha256 != *self.sha256 {
             return Err(AdmitError::Checksum {
                 found: digest.sha256.clone(),
-                expected: self.sha256.to_string(),
+                expected: self.sha256.clone(),
             });
         }
         Ok(())
@@ -218,7 +218,7 @@ pub async fn stage_stream<E: From<AdmitError>>(
 
 /// The `h1:` of a zip file (a staged archive, or a local copy of a stored one), computed on a
 /// blocking thread within `limits`: the one place an archive's `h1:` is computed from a file.
-pub async fn h1_of_file(path: &Path, limits: HashLimits) -> Result<String, HashError> {
+pub async fn h1_of_file(path: &Path, limits: HashLimits) -> Result<H1, HashError> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path)?;
@@ -309,7 +309,7 @@ mod tests {
         };
         expected.check(&staged.digest).unwrap();
         let wrong = Expected {
-            sha256: "00",
+            sha256: &Sha256::of(b"something else"),
             size: None,
         };
         assert!(matches!(

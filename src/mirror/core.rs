@@ -289,7 +289,7 @@ impl Core {
         if rec
             .packages
             .get(&key.platform)
-            .is_some_and(|p| p.download_url.is_empty())
+            .is_some_and(|p| p.download_url.is_none())
         {
             return Err(Error::NotFound(format!(
                 "archive {key} was imported without an origin URL and is no longer in the cache"
@@ -589,10 +589,17 @@ impl Core {
     ) -> Result<Vec<SumsRef>> {
         let mut refs: Vec<SumsRef> = Vec::new();
         for pkg in packages.values() {
-            if !refs.iter().any(|r| r.url == pkg.shasums_url) {
+            let (Some(url), Some(signature_url)) = (&pkg.shasums_url, &pkg.shasums_signature_url)
+            else {
+                return Err(Error::unexpected(format!(
+                    "{addr} {version}: {} comes without SHA256SUMS URLs",
+                    pkg.filename
+                )));
+            };
+            if !refs.iter().any(|r| &r.url == url) {
                 refs.push(SumsRef {
-                    url: pkg.shasums_url.clone(),
-                    signature_url: pkg.shasums_signature_url.clone(),
+                    url: url.clone(),
+                    signature_url: signature_url.clone(),
                     trust: None,
                 });
             }
@@ -609,7 +616,7 @@ impl Core {
             // The signature first: no line of an unverified SHA256SUMS is trusted.
             let described = packages
                 .iter()
-                .filter(|(_, p)| p.shasums_url == sums_ref.url);
+                .filter(|(_, p)| p.shasums_url.as_deref() == Some(sums_ref.url.as_str()));
             let trust = self
                 .settings
                 .trust

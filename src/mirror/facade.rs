@@ -63,7 +63,11 @@ impl ProviderMirror {
         }
         let record = self.core.version_record(addr, version).await?;
         let package = record.packages.get(platform).ok_or_else(not_found)?.clone();
-        let sums = record.sums_index(&package.shasums_url).ok_or_else(|| {
+        let sums = package
+            .shasums_url
+            .as_deref()
+            .and_then(|url| record.sums_index(url));
+        let sums = sums.ok_or_else(|| {
             Error::unexpected(format!("{addr} {version}: SHA256SUMS not recorded"))
         })?;
         Ok(RegistryPackage { package, sums })

@@ -27,7 +27,7 @@ use crate::upstream::{Location, Operation};
 
 /// A cached module package on its way to a client.
 pub struct ModulePackage {
-    pub sha256: String,
+    pub sha256: crate::hash::Sha256,
     pub size: u64,
     pub modified: std::time::SystemTime,
     pub body: futures_util::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
@@ -295,7 +295,7 @@ impl ModuleRegistry {
                 sha256,
             } => {
                 let fetched = self
-                    .download_module_archive(addr, &url, sha256.as_deref())
+                    .download_module_archive(addr, &url, sha256.as_ref())
                     .await?;
                 let path = fetched.path().to_path_buf();
                 let source = ModuleSource::Archive {
@@ -386,7 +386,7 @@ impl ModuleRegistry {
         &self,
         addr: &ModuleAddr,
         url: &url::Url,
-        sha256: Option<&str>,
+        sha256: Option<&crate::hash::Sha256>,
     ) -> Result<crate::cache::StagedFile> {
         let max = self.core.settings().modules.max_archive_size;
         let download = self
@@ -413,7 +413,7 @@ impl ModuleRegistry {
             if expected.check(&staged.digest).is_err() {
                 let failure = Failure::PackageChecksum {
                     url: url.clone(),
-                    expected: want.to_string(),
+                    expected: want.clone(),
                     found: staged.digest.sha256.clone(),
                 };
                 self.core.metrics().verification_failed(failure.reason());

@@ -265,7 +265,7 @@ impl OciRegistry {
             };
             self.core
                 .meta()
-                .write_oci_blob(addr, &layer.sha256, &link)
+                .write_oci_blob(addr, layer.sha256.as_str(), &link)
                 .await?;
             self.core.meta().write_oci_manifest(addr, manifest).await?;
         }
@@ -294,11 +294,8 @@ impl OciRegistry {
             return Ok(size);
         }
         let origin = self.core.origin(format!("archive {key}"));
-        if let (Ok(upstream), false) = (origin, pkg.download_url.is_empty()) {
-            match upstream
-                .archive_size(&addr.hostname, &pkg.download_url)
-                .await
-            {
+        if let (Ok(upstream), Some(url)) = (origin, &pkg.download_url) {
+            match upstream.archive_size(&addr.hostname, url).await {
                 Ok(Some(size)) => return Ok(size),
                 Ok(None) => {}
                 Err(e) => {

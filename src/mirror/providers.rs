@@ -14,6 +14,7 @@ use super::core::Core;
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{ArchiveKind, Opened};
 use crate::error::Result;
+use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::{ArchiveKey, VersionRecord};
 use crate::trust::SignatureKind;
@@ -23,8 +24,8 @@ const REDIRECT_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// An archive on its way to a client: from the store, or from a download in progress.
 pub struct ArchiveBody {
-    /// Lowercase hex SHA-256 (known before a download starts; the bytes are checked against it).
-    pub sha256: String,
+    /// SHA-256 (known before a download starts; the bytes are checked against it).
+    pub sha256: Sha256,
     /// Known for stored archives, and for downloads whose origin sent a `Content-Length`.
     pub size: Option<u64>,
     pub modified: SystemTime,
@@ -54,7 +55,7 @@ impl From<Opened<ArchiveKind>> for ArchiveBody {
 
 /// The head of an archive response, without its bytes.
 pub struct ArchiveHead {
-    pub sha256: String,
+    pub sha256: Sha256,
     pub size: Option<u64>,
     pub modified: SystemTime,
 }

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::hash::Hashing;
+use crate::hash::{H1, Hashing, Sha256};
 use crate::records::{Package, SumsRef, docs};
 
 /// The manifest's name inside a bundle (always its first entry).
@@ -95,8 +95,8 @@ pub struct BundleModule {
     /// Path inside the bundle ([`module_path`]).
     pub path: String,
     pub size: u64,
-    /// Lowercase hex SHA-256 of the package.
-    pub sha256: String,
+    /// SHA-256 of the package.
+    pub sha256: Sha256,
     /// Where the exporting site fetched it from.
     pub record: crate::records::ModuleRecord,
 }
@@ -147,10 +147,10 @@ pub struct BundleArchive {
     /// Path inside the bundle (the mirror layout).
     pub path: String,
     pub size: u64,
-    /// Lowercase hex SHA-256 (the `zh:` hash).
-    pub sha256: String,
+    /// SHA-256 (the `zh:` hash).
+    pub sha256: Sha256,
     /// `h1:` hash of the zip.
-    pub h1: String,
+    pub h1: H1,
     /// The origin's download metadata, when the cache has it.
     #[serde(default)]
     pub origin: Option<Package>,
@@ -164,9 +164,9 @@ pub struct BundleSums {
     /// verified when the cache fetched it; re-checked on import).
     pub reference: SumsRef,
     pub path: String,
-    pub sha256: String,
+    pub sha256: Sha256,
     pub signature_path: String,
-    pub signature_sha256: String,
+    pub signature_sha256: Sha256,
 }
 
 /// Path of a provider's `index.json`.
@@ -194,8 +194,8 @@ pub fn index_json<'a>(versions: impl IntoIterator<Item = &'a Version>) -> Vec<u8
 pub struct MirrorEntry<'a> {
     pub platform: &'a Platform,
     pub filename: String,
-    pub h1: &'a str,
-    pub sha256: &'a str,
+    pub h1: &'a H1,
+    pub sha256: &'a Sha256,
 }
 
 /// `<version>.json` with both `h1:` and `zh:` for each archive.
@@ -253,7 +253,7 @@ impl Manifest {
     /// Parses a manifest and checks that it is one this build reads and that every entry it
     /// names is where the layout puts it.
     pub fn parse(bytes: &[u8]) -> Result<Manifest, BundleError> {
-        let manifest: Manifest = serde_json::from_slice(bytes).map_err(BundleError::manifest)?;
+        let manifest: Manifest = crate::records::from_json(bytes).map_err(BundleError::manifest)?;
         if manifest.format != FORMAT || manifest.format_version != FORMAT_VERSION {
             return Err(BundleError::manifest(format!(
                 "format {:?} version {} is not {FORMAT} version {FORMAT_VERSION}",
@@ -278,8 +278,6 @@ impl Manifest {
             }
             let problem = if m.path != module_path(&addr, &m.version) {
                 format!("path {:?} is not where the layout puts it", m.path)
-            } else if m.sha256.len() != 64 || !m.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                format!("sha256 {:?} is not 64 hex digits", m.sha256)
             } else if m.record.sha256 != m.sha256 || m.record.size != m.size {
                 "its record describes another package".to_string()
             } else {
@@ -337,15 +335,6 @@ fn check_version_entry(
                 a.path
             )));
         }
-        if a.sha256.len() != 64 || !a.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad(format!(
-                "{}: sha256 {:?} is not 64 hex digits",
-                a.path, a.sha256
-            )));
-        }
-        if !a.h1.starts_with("h1:") {
-            return Err(bad(format!("{}: h1 {:?} is not an h1: hash", a.path, a.h1)));
-        }
         if let Some(pkg) = &a.origin {
             if pkg.shasum != a.sha256 {
                 return Err(bad(format!(
@@ -353,7 +342,11 @@ fn check_version_entry(
                     a.path, pkg.shasum, a.sha256
                 )));
             }
-            if v.sums.iter().all(|s| s.reference.url != pkg.shasums_url) {
+            if !v
+                .sums
+                .iter()
+                .any(|s| pkg.shasums_url.as_deref() == Some(s.reference.url.as_str()))
+            {
                 return Err(bad(format!(
                     "{}: the origin's SHA256SUMS it refers to is not in the bundle",
                     a.path
@@ -538,7 +531,7 @@ pub fn walk<E: std::fmt::Display>(
                     &meta.sha256
                 };
                 read_limited(&mut member.body, MAX_DOCUMENT, &name).and_then(|got| {
-                    let sha = crate::hash::sha256_hex(&got);
+                    let sha = Sha256::of(&got);
                     if &sha == want {
                         sums.insert((v, s, signature), got);
                         Ok(())
@@ -609,7 +602,7 @@ impl<W: AsyncWrite + Unpin> TarWriter<W> {
         path: &str,
         size: u64,
         body: &mut (impl AsyncRead + Unpin),
-    ) -> io::Result<String> {
+    ) -> io::Result<Sha256> {
         let mut header = tar::Header::new_ustar();
         header
             .set_path(path)
@@ -668,16 +661,17 @@ mod tests {
             String::from_utf8(index_json([&v])).unwrap(),
             "{\n  \"versions\": {\n    \"1.1.0\": {}\n  }\n}\n"
         );
+        let (h1, sha) = (crate::hash::test_h1(1), Sha256::of(b"zip"));
         let doc = version_json([MirrorEntry {
             platform: &p,
             filename: "terraform-provider-foo_1.1.0_linux_amd64.zip".into(),
-            h1: "h1:abc=",
-            sha256: "00ff",
+            h1: &h1,
+            sha256: &sha,
         }]);
         let parsed: serde_json::Value = serde_json::from_slice(&doc).unwrap();
         assert_eq!(
             parsed["archives"]["linux_amd64"]["hashes"],
-            serde_json::json!(["h1:abc=", "zh:00ff"])
+            serde_json::json!([h1.as_str(), format!("zh:{sha}")])
         );
         assert_eq!(
             parsed["archives"]["linux_amd64"]["url"],
@@ -726,7 +720,7 @@ mod tests {
         w.append_bytes("a/b.json", b"{}").await.unwrap();
         let long = format!("{}/{}", "d".repeat(90), "f".repeat(90));
         let sha = w.append(&long, 3, &mut &b"xyz"[..]).await.unwrap();
-        assert_eq!(sha, crate::hash::sha256_hex(b"xyz"));
+        assert_eq!(sha, Sha256::of(b"xyz"));
         assert!(w.append("short", 5, &mut &b"xyz"[..]).await.is_err());
         let bytes = TarWriter::new(Vec::new()).finish().await.unwrap();
         assert_eq!(bytes.len(), 1024);

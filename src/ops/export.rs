@@ -420,7 +420,7 @@ async fn write_bundle(
         if let Some(rec) = &record {
             let used: Vec<String> = archives
                 .iter()
-                .filter_map(|a| a.origin.as_ref().map(|p| p.shasums_url.clone()))
+                .filter_map(|a| a.origin.as_ref()?.shasums_url.clone())
                 .collect();
             for (n, r) in rec.sums.iter().enumerate() {
                 if !used.contains(&r.url) {
@@ -430,7 +430,10 @@ async fn write_bundle(
                 let (Ok(Some(doc)), Ok(Some(sig))) = (read(false).await, read(true).await) else {
                     // Without the checksum file the origin metadata cannot be checked on import.
                     for a in archives.iter_mut() {
-                        if a.origin.as_ref().is_some_and(|p| p.shasums_url == r.url) {
+                        if a.origin
+                            .as_ref()
+                            .is_some_and(|p| p.shasums_url.as_deref() == Some(r.url.as_str()))
+                        {
                             a.origin = None;
                         }
                     }
@@ -440,9 +443,9 @@ async fn write_bundle(
                 let entry = BundleSums {
                     reference: r.clone(),
                     path: bundle::sums_path(addr, version, k, false),
-                    sha256: crate::hash::sha256_hex(&doc),
+                    sha256: crate::hash::Sha256::of(&doc),
                     signature_path: bundle::sums_path(addr, version, k, true),
-                    signature_sha256: crate::hash::sha256_hex(&sig),
+                    signature_sha256: crate::hash::Sha256::of(&sig),
                 };
                 sums_files.push((entry.path.clone(), doc.to_vec()));
                 sums_files.push((entry.signature_path.clone(), sig.to_vec()));

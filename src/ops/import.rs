@@ -35,7 +35,7 @@ use super::bundle::{self, Head, SumsFiles};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{StagedFile, Staging};
-use crate::hash::{HashError, HashLimits, Hashing};
+use crate::hash::{H1, HashError, HashLimits, Hashing, Sha256};
 use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError, Expected, Staged, VerifiedArchive};
 use crate::records::{
@@ -106,7 +106,7 @@ enum ImportError {
     #[error("the package {0}")]
     Package(#[from] crate::package::PackError),
     #[error("the package is not in the canonical form (packed again it is {repacked})")]
-    NotCanonical { repacked: String },
+    NotCanonical { repacked: Sha256 },
     /// A mirror directory's `<version>.json` lists no hash for an archive.
     #[error("no hashes are listed for it, so it cannot be checked")]
     NothingListed,
@@ -115,8 +115,8 @@ enum ImportError {
     #[error("listed hash {listed} does not match (the archive's are {h1} and zh:{sha256})")]
     ListedMismatch {
         listed: String,
-        h1: String,
-        sha256: String,
+        h1: H1,
+        sha256: Sha256,
     },
     /// The trust policy refuses it, as `serve` would.
     #[error("{0}")]
@@ -184,8 +184,8 @@ impl From<AdmitError> for ImportError {
             },
             AdmitError::Checksum { found, expected } => ImportError::Mismatch {
                 what: "SHA-256",
-                found,
-                promised: expected,
+                found: found.to_string(),
+                promised: expected.to_string(),
             },
             AdmitError::UnusableZip(e) => ImportError::UnusableZip(e),
         }
@@ -606,8 +606,8 @@ fn check_archive(
     if verified.info.h1 != meta.h1 {
         return Err(ImportError::Mismatch {
             what: "h1",
-            found: verified.info.h1,
-            promised: meta.h1.clone(),
+            found: verified.info.h1.to_string(),
+            promised: meta.h1.to_string(),
         });
     }
     Ok(verified)
@@ -637,7 +637,7 @@ fn bundle_versions(
                 .archives
                 .iter()
                 .filter_map(|a| Some((&a.platform, a.origin.as_ref()?)))
-                .filter(|(_, p)| p.shasums_url == s.reference.url);
+                .filter(|(_, p)| p.shasums_url.as_deref() == Some(s.reference.url.as_str()));
             let verified = rules.trust.verify_sums(
                 Verifier::hashicorp(),
                 &addr,
@@ -673,7 +673,10 @@ fn bundle_versions(
             let kind = match &a.origin {
                 // `verify_sums` checked that the SHA256SUMS lists this shasum, which is the
                 // manifest's sha256 (Manifest::parse), which the bytes have.
-                Some(pkg) => match refs.iter().find(|(r, _, _)| r.url == pkg.shasums_url) {
+                Some(pkg) => match refs
+                    .iter()
+                    .find(|(r, _, _)| pkg.shasums_url.as_deref() == Some(r.url.as_str()))
+                {
                     Some((r, _, _)) => r
                         .trust
                         .as_ref()
@@ -911,7 +914,7 @@ fn check_listed(
     let sha = staged.digest.sha256;
     for listed in hashes {
         let ok = match listed.split_once(':') {
-            Some(("h1", _)) => listed == &h1,
+            Some(("h1", _)) => *listed == h1,
             Some(("zh", hex)) => hex == sha,
             _ => return Err(ImportError::UnknownHashKind(listed.clone())),
         };
@@ -1002,10 +1005,10 @@ async fn admit(
             let mut pkg = a.origin.unwrap_or_else(|| Package {
                 protocols: vi.protocols.clone(),
                 filename: a.key.filename(),
-                download_url: String::new(),
+                download_url: None,
                 shasum: info.sha256.clone(),
-                shasums_url: String::new(),
-                shasums_signature_url: String::new(),
+                shasums_url: None,
+                shasums_signature_url: None,
                 signing_keys: Vec::new(),
                 h1: None,
                 size: None,

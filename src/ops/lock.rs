@@ -302,13 +302,13 @@ async fn hashes_for(
             key: key.clone(),
             source,
         })?;
-        hashes.insert(h1);
+        hashes.insert(h1.to_string());
     }
     let mut from_sums = false;
     let used: BTreeSet<&str> = platforms
         .iter()
         .filter_map(|p| rec.packages.get(p))
-        .map(|p| p.shasums_url.as_str())
+        .filter_map(|p| p.shasums_url.as_deref())
         .collect();
     for (n, r) in rec.sums.iter().enumerate() {
         if !used.contains(r.url.as_str()) {
@@ -345,11 +345,11 @@ pub fn sums_hashes(doc: &[u8]) -> Vec<String> {
         if fields.is_empty() {
             continue;
         }
-        let hash = fields[0];
-        if fields.len() < 2 || hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Vec::new();
-        }
-        out.push(crate::hash::zh(&hash.to_ascii_lowercase()));
+        let hash = match crate::hash::Sha256::parse(&fields[0].to_ascii_lowercase()) {
+            Ok(hash) if fields.len() >= 2 => hash,
+            _ => return Vec::new(),
+        };
+        out.push(crate::hash::zh(&hash));
     }
     out
 }

@@ -17,6 +17,7 @@ use oci_spec::image::{
 };
 
 use crate::address::{Platform, ProviderAddr, Version};
+use crate::hash::Sha256;
 
 /// `Content-Type` of an image index.
 pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
@@ -40,18 +41,18 @@ pub const EMPTY_DIGEST_HEX: &str =
 /// Annotation naming the layer's file (oras and other tools name downloads after it).
 const TITLE: &str = "org.opencontainers.image.title";
 
-/// A rendered OCI document: its bytes, their SHA-256 (hex) and its media type.
+/// A rendered OCI document: its bytes, their SHA-256 and its media type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Document {
     pub bytes: Bytes,
-    pub sha256: String,
+    pub sha256: Sha256,
     pub media_type: &'static str,
 }
 
 impl Document {
     fn new(bytes: Vec<u8>, media_type: &'static str) -> Document {
         Document {
-            sha256: crate::hash::sha256_hex(&bytes),
+            sha256: Sha256::of(&bytes),
             bytes: Bytes::from(bytes),
             media_type,
         }
@@ -75,7 +76,7 @@ impl Document {
             .into_iter()
             .find(|t| *t == declared.media_type)?;
         Some(Document {
-            sha256: crate::hash::sha256_hex(&bytes),
+            sha256: Sha256::of(&bytes),
             bytes,
             media_type,
         })
@@ -93,8 +94,8 @@ pub struct BlobLink {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layer {
     pub platform: Platform,
-    /// Lowercase hex SHA-256 of the zip (the layer's digest).
-    pub sha256: String,
+    /// SHA-256 of the zip (the layer's digest).
+    pub sha256: Sha256,
     pub size: u64,
 }
 
@@ -178,7 +179,7 @@ pub fn render(addr: &ProviderAddr, version: &Version, layers: &[Layer]) -> Provi
             .into();
             let zip = descriptor(
                 ZIP_MEDIA_TYPE,
-                &layer.sha256,
+                layer.sha256.as_str(),
                 layer.size,
                 Some(&layer.platform),
                 Some(PACKAGE_ARTIFACT_TYPE),
@@ -203,7 +204,7 @@ pub fn render(addr: &ProviderAddr, version: &Version, layers: &[Layer]) -> Provi
         .map(|(platform, doc)| {
             descriptor(
                 MANIFEST_MEDIA_TYPE,
-                &doc.sha256,
+                doc.sha256.as_str(),
                 doc.bytes.len() as u64,
                 Some(platform),
                 Some(TARGET_ARTIFACT_TYPE),
@@ -233,7 +234,7 @@ mod tests {
     fn layer(p: &str, fill: char, size: u64) -> Layer {
         Layer {
             platform: Platform::parse(p).unwrap(),
-            sha256: fill.to_string().repeat(64),
+            sha256: Sha256::parse(&fill.to_string().repeat(64)).unwrap(),
             size,
         }
     }
@@ -319,7 +320,7 @@ mod tests {
             &v,
             &[Layer {
                 platform: Platform::parse("linux_amd64").unwrap(),
-                sha256: zip.into(),
+                sha256: Sha256::parse(zip).unwrap(),
                 size: 268,
             }],
         );

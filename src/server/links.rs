@@ -55,7 +55,7 @@ impl<'a> Links<'a> {
                 .iter()
                 .filter(|(p, _)| self.settings.upstream.platform_allowed(p))
             {
-                let mut hashes: Vec<String> = pkg.h1.iter().cloned().collect();
+                let mut hashes: Vec<String> = pkg.h1.iter().map(|h| h.to_string()).collect();
                 hashes.push(hash::zh(&pkg.shasum));
                 let url = self.signed(
                     addr.archive_filename(version, platform),
@@ -92,7 +92,7 @@ impl<'a> Links<'a> {
             download_url: self.absolute(&addr.archive_path(version, platform)),
             shasums_url: self.absolute(&crate::auth::sums_path(addr, version, n, false)),
             shasums_signature_url: self.absolute(&crate::auth::sums_path(addr, version, n, true)),
-            shasum: pkg.shasum.clone(),
+            shasum: pkg.shasum.to_string(),
             signing_keys: docs::RegistrySigningKeys {
                 gpg_public_keys: pkg.signing_keys.clone(),
             },

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::address::{Platform, Version};
+use crate::hash::{H1, Sha256};
 use crate::records::{IndexVersion, Package, SigningKey};
 
 /// An origin document that cannot be used.
@@ -257,12 +258,12 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<Package, Docum
             "download metadata for {platform}: unusable filename {filename:?}"
         )));
     }
-    let shasum = field("shasum", raw.shasum)?.to_ascii_lowercase();
-    if shasum.len() != 64 || !shasum.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(doc_err(format!(
-            "download metadata for {platform}: \"shasum\" is not 64 hexadecimal digits"
-        )));
-    }
+    let shasum =
+        Sha256::parse(&field("shasum", raw.shasum)?.to_ascii_lowercase()).map_err(|_| {
+            doc_err(format!(
+                "download metadata for {platform}: \"shasum\" is not 64 hexadecimal digits"
+            ))
+        })?;
     let signing_keys = raw
         .signing_keys
         .and_then(|k| k.gpg_public_keys)
@@ -290,10 +291,10 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<Package, Docum
         reported_h1,
         protocols: protocols_of(raw.protocols.as_ref()),
         filename,
-        download_url: field("download_url", raw.download_url)?,
+        download_url: Some(field("download_url", raw.download_url)?),
         shasum,
-        shasums_url: field("shasums_url", raw.shasums_url)?,
-        shasums_signature_url: field("shasums_signature_url", raw.shasums_signature_url)?,
+        shasums_url: Some(field("shasums_url", raw.shasums_url)?),
+        shasums_signature_url: Some(field("shasums_signature_url", raw.shasums_signature_url)?),
         signing_keys,
     })
 }
@@ -304,27 +305,27 @@ pub fn parse_download(body: &[u8], platform: &Platform) -> Result<Package, Docum
 fn package_claims(
     entry: &RawPackageEntry,
     platform: &Platform,
-    shasum: &str,
-) -> Result<(Option<u64>, Option<String>), DocumentError> {
+    shasum: &Sha256,
+) -> Result<(Option<u64>, Option<H1>), DocumentError> {
     let claim = |what: &str| {
         doc_err(format!(
             "download metadata for {platform}: \"packages\" {what}"
         ))
     };
     if let Some(zh) = entry.hashes.iter().find_map(|h| h.strip_prefix("zh:")) {
-        if !zh.eq_ignore_ascii_case(shasum) {
+        if !zh.eq_ignore_ascii_case(shasum.as_str()) {
             return Err(claim(&format!("lists zh:{zh}, but \"shasum\" is {shasum}")));
         }
     }
     if entry.package_size == Some(0) {
         return Err(claim("gives a package_size of 0"));
     }
-    let h1 = entry.hashes.iter().find(|h| h.starts_with("h1:")).cloned();
-    if let Some(h1) = &h1 {
-        if !crate::hash::is_h1(h1) {
-            return Err(claim(&format!("lists a malformed hash {h1:?}")));
+    let h1 = match entry.hashes.iter().find(|h| h.starts_with("h1:")) {
+        Some(h1) => {
+            Some(H1::parse(h1).map_err(|_| claim(&format!("lists a malformed hash {h1:?}")))?)
         }
-    }
+        None => None,
+    };
     Ok((entry.package_size, h1))
 }
 

@@ -28,7 +28,7 @@ pub enum Location {
         /// The archive holds one top-level directory that is the package (`//*`).
         strip_top: bool,
         /// `?checksum=sha256:<hex>`, which the archive must match.
-        sha256: Option<String>,
+        sha256: Option<crate::hash::Sha256>,
     },
     /// A git repository at a reference.
     Git {
@@ -141,14 +141,20 @@ impl Location {
         };
         let sha256 = match checksum {
             None => None,
-            Some(c) => match c.split_once(':') {
-                Some(("sha256", hex))
-                    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
-                {
-                    Some(hex.to_ascii_lowercase())
+            Some(c) => {
+                let sha256 = match c.split_once(':') {
+                    Some(("sha256", hex)) => {
+                        crate::hash::Sha256::parse(&hex.to_ascii_lowercase()).ok()
+                    }
+                    _ => None,
+                };
+                match sha256 {
+                    Some(sha256) => Some(sha256),
+                    None => {
+                        return Err(unsupported(&format!("checksum {c:?} is not sha256:<hex>")));
+                    }
                 }
-                _ => return Err(unsupported(&format!("checksum {c:?} is not sha256:<hex>"))),
-            },
+            }
         };
         set_query(&mut url, &query);
         Ok(match format {
@@ -378,7 +384,7 @@ mod tests {
         else {
             panic!("an archive");
         };
-        assert_eq!(sha256, Some(sha));
+        assert_eq!(sha256.map(|s| s.to_string()), Some(sha));
     }
 
     #[test]

@@ -75,7 +75,10 @@ impl Upstream {
             &mut pkg.download_url,
             &mut pkg.shasums_url,
             &mut pkg.shasums_signature_url,
-        ] {
+        ]
+        .into_iter()
+        .flatten()
+        {
             *u = self
                 .resolve(&addr.hostname, &final_url, u, &what)?
                 .to_string();

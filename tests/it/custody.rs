@@ -215,7 +215,8 @@ fn made_up_zip(name: &str, content: &[u8]) -> (Vec<u8>, String, String) {
         std::io::Cursor::new(&bytes),
         provender::hash::HashLimits::default(),
     )
-    .unwrap();
+    .unwrap()
+    .to_string();
     let sha = provender::hash::sha256_hex(&bytes);
     (bytes, h1, sha)
 }

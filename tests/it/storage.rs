@@ -343,8 +343,8 @@ async fn crash_between_upload_and_commit(storage: Arc<dyn Storage>) {
     out.write_all(b"the verified archive").await.unwrap();
     out.sync_all().await.unwrap();
     let info = ArchiveInfo {
-        sha256: "ab".repeat(32),
-        h1: "h1:x".into(),
+        sha256: provender::hash::Sha256::of(b"the verified archive"),
+        h1: format!("h1:{}", "A".repeat(43) + "=").parse().unwrap(),
         size: 20,
         trust: None,
     };

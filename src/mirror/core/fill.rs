@@ -37,7 +37,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::error::{Error, Failure, Result};
-use crate::hash::Hashing;
+use crate::hash::{Hashing, Sha256};
 use crate::metrics::VerificationReason;
 use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
@@ -96,7 +96,7 @@ struct Progress {
 pub struct Fill {
     pub key: ArchiveKey,
     /// The SHA-256 the origin published, which the bytes must match.
-    pub sha256: String,
+    pub sha256: Sha256,
     /// How the origin's signature over that SHA-256 was classified.
     pub trust: SignatureKind,
     pub started_at: SystemTime,
@@ -112,7 +112,7 @@ pub struct Fill {
 impl Fill {
     fn new(
         key: ArchiveKey,
-        sha256: String,
+        sha256: Sha256,
         trust: SignatureKind,
         wanted: bool,
         limit: Option<Arc<Bandwidth>>,
@@ -371,6 +371,11 @@ impl Core {
         let url = pkg.download_url.clone();
         let what = format!("archive {key}");
         async move {
+            let Some(url) = url else {
+                return Err(Error::NotFound(format!(
+                    "{what} was imported without an origin URL and is no longer in the cache"
+                )));
+            };
             let download = this.origin(what)?.archive(&host, &url).await?;
             Ok(OriginBody {
                 size: download.size,
@@ -547,7 +552,7 @@ impl Core {
                 Error::from(e)
             })?;
         self.archive_committed(key, size).await;
-        if let Some(reported) = pkg.reported_h1.as_deref().filter(|r| *r != h1) {
+        if let Some(reported) = pkg.reported_h1.as_ref().filter(|r| **r != h1) {
             // The archive is the signed one; the registry's statement about it is wrong.
             self.metrics
                 .verification_failed(VerificationReason::ReportedH1Mismatch);
@@ -641,14 +646,14 @@ mod tests {
         Setup { dir, mirror, key }
     }
 
-    fn package(key: &ArchiveKey, shasum: String) -> Package {
+    fn package(key: &ArchiveKey, shasum: Sha256) -> Package {
         Package {
             protocols: vec!["5.0".into()],
             filename: key.filename(),
-            download_url: String::new(),
+            download_url: None,
             shasum,
-            shasums_url: String::new(),
-            shasums_signature_url: String::new(),
+            shasums_url: None,
+            shasums_signature_url: None,
             signing_keys: Vec::new(),
             h1: None,
             size: None,
@@ -746,7 +751,7 @@ mod tests {
     async fn readers_get_every_byte_of_a_matching_archive_and_it_is_committed() {
         let s = setup();
         let archive = zip_of(&noise(300 * 1024));
-        let pkg = package(&s.key, crate::hash::sha256_hex(&archive));
+        let pkg = package(&s.key, Sha256::of(&archive));
         let (tx, fill) = start(&s, &pkg, archive.len());
         let first = read(&fill);
         let (head, tail) = archive.split_at(archive.len() / 2);
@@ -767,7 +772,7 @@ mod tests {
         let info = s.mirror.archives().record(&s.key).await.unwrap().unwrap();
         assert_eq!(info.sha256, pkg.shasum);
         assert_eq!(info.size, archive.len() as u64);
-        assert!(crate::hash::is_h1(&info.h1));
+        assert!(crate::hash::is_h1(info.h1.as_str()));
     }
 
     #[tokio::test]
@@ -776,7 +781,7 @@ mod tests {
         let archive = noise(5 * WRITE_CHUNK);
         let mut signed = archive.clone();
         signed[archive.len() - 1] ^= 1;
-        let pkg = package(&s.key, crate::hash::sha256_hex(&signed));
+        let pkg = package(&s.key, Sha256::of(&signed));
         let (tx, fill) = start(&s, &pkg, archive.len());
         let readers = [read(&fill), read(&fill)];
         // Whole write chunks, so every byte sent is on disk while the origin stays open.
@@ -811,7 +816,7 @@ mod tests {
         let s = setup();
         let archive = zip_of(b"small");
         assert!((archive.len() as u64) < HEAD_START);
-        let pkg = package(&s.key, crate::hash::sha256_hex(b"something else"));
+        let pkg = package(&s.key, Sha256::of(b"something else"));
         let (tx, fill) = start(&s, &pkg, archive.len());
         let reader = read(&fill);
         let ready = {

@@ -110,7 +110,7 @@ impl Core {
         };
         let incomplete = rec.packages.iter().any(|(platform, pkg)| {
             pkg.h1.is_none()
-                && !pkg.download_url.is_empty()
+                && pkg.download_url.is_some()
                 && self.settings.upstream.platform_allowed(platform)
         });
         if !incomplete {
@@ -150,7 +150,7 @@ impl Core {
             .iter()
             .filter(|(p, pkg)| {
                 pkg.h1.is_none()
-                    && !pkg.download_url.is_empty()
+                    && pkg.download_url.is_some()
                     && self.settings.upstream.platform_allowed(p)
             })
             .map(|(platform, _)| ArchiveKey {

@@ -204,7 +204,11 @@ impl App {
                     .oci_manifest(&addr, &reference)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Manifest))?;
-                Ok(document_response(doc.bytes, doc.media_type, &doc.sha256))
+                Ok(document_response(
+                    doc.bytes,
+                    doc.media_type,
+                    doc.sha256.as_str(),
+                ))
             }
             OciPath::Blob(addr, sha256) if head => {
                 let found = self
