@@ -703,3 +703,74 @@ impl Core {
         Error::refused(Error::provider(addr, version), refusal, what)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::IndexVersion;
+
+    fn core(dir: &std::path::Path, offline: bool) -> Arc<Core> {
+        let toml = format!(
+            "[cache]\ndir = {:?}\n[upstream]\noffline = {offline}\nallowed_hosts = [\"registry.example.com\"]\n",
+            dir.display().to_string()
+        );
+        let settings = crate::config::Config::from_toml(&toml)
+            .unwrap()
+            .validate()
+            .unwrap();
+        Core::open(Arc::new(settings), Arc::new(Metrics::new())).unwrap()
+    }
+
+    fn addr() -> ProviderAddr {
+        ProviderAddr::new("registry.example.com", "acme", "foo").unwrap()
+    }
+
+    #[test]
+    fn offline_the_origins_cannot_be_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let offline = core(dir.path(), true);
+        let refused = offline.origin("archive x").map(|_| ()).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "offline mode: archive x is not in the cache"
+        );
+        assert!(!offline.online());
+        let online = core(dir.path(), false);
+        assert!(online.origin("archive x").is_ok());
+        assert!(online.online());
+    }
+
+    #[tokio::test]
+    async fn offline_a_version_list_comes_from_the_cache_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let offline = core(dir.path(), true);
+        let err = offline.versions(&addr()).await.unwrap_err();
+        assert_eq!(err.status(), http::StatusCode::NOT_FOUND);
+        assert_eq!(
+            err.to_string(),
+            "offline mode: provider registry.example.com/acme/foo is not in the cache"
+        );
+        // What an import (or an earlier online run) kept is served, however old.
+        let version = Version::parse("1.0.0").unwrap();
+        offline
+            .provider_lists()
+            .update(&addr(), |list| {
+                list.fetched_at = 0;
+                list.add_versions(vec![IndexVersion {
+                    version: version.clone(),
+                    protocols: vec!["5.0".into()],
+                    platforms: Vec::new(),
+                }])
+            })
+            .await
+            .unwrap();
+        let list = offline.versions(&addr()).await.unwrap();
+        assert_eq!(list.versions.len(), 1);
+        // A version record it does not hold is not fetched either.
+        let err = offline.version_info(&addr(), &version).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "offline mode: registry.example.com/acme/foo 1.0.0 is not in the cache"
+        );
+    }
+}
