@@ -308,7 +308,7 @@ impl Core {
         pkg: &Package,
         trust: SignatureKind,
     ) -> (Arc<Fill>, bool) {
-        self.fill_with(key, pkg, trust, true, None)
+        self.fill_from(key, pkg, trust, true, None, || self.origin_of(key, pkg))
     }
 
     /// Like [`fill_for`](Self::fill_for), for the background job: a fill it starts downloads
@@ -320,18 +320,7 @@ impl Core {
         trust: SignatureKind,
         limit: Option<Arc<Bandwidth>>,
     ) -> (Arc<Fill>, bool) {
-        self.fill_with(key, pkg, trust, false, limit)
-    }
-
-    fn fill_with(
-        self: &Arc<Self>,
-        key: &ArchiveKey,
-        pkg: &Package,
-        trust: SignatureKind,
-        client: bool,
-        limit: Option<Arc<Bandwidth>>,
-    ) -> (Arc<Fill>, bool) {
-        self.fill_from(key, pkg, trust, client, limit, || self.origin_of(key, pkg))
+        self.fill_from(key, pkg, trust, false, limit, || self.origin_of(key, pkg))
     }
 
     /// Joins the fill in progress for `key`, or starts one whose bytes come from `origin`.
