@@ -7,6 +7,7 @@
 pub mod address;
 pub mod auth;
 pub mod cache;
+pub mod catalogue;
 pub mod cli;
 pub mod clock;
 pub mod config;

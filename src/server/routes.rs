@@ -23,6 +23,7 @@ use hyper::body::{Frame, Incoming};
 use super::links::Links;
 use crate::address::{MirrorPath, ModulePath, RegistryPath};
 use crate::auth::Denied;
+use crate::catalogue::Catalogue;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -38,6 +39,7 @@ pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 pub struct App {
     settings: Arc<Settings>,
     mirror: Arc<Mirror>,
+    catalogue: Catalogue,
     metrics: Arc<Metrics>,
     pub base_url: url::Url,
     page: Bytes,
@@ -56,6 +58,7 @@ enum Route {
     Discovery,
     Registry,
     Page,
+    Api,
     Metrics,
     Health,
     Ready,
@@ -73,6 +76,7 @@ impl Route {
             Route::Oci => "oci",
             Route::Discovery => "discovery",
             Route::Page => "page",
+            Route::Api => "api",
             Route::Metrics => "metrics",
             Route::Health => "healthz",
             Route::Ready => "readyz",
@@ -97,6 +101,7 @@ impl App {
         let page = Bytes::from(super::page::render(base_url.as_str(), &hosts));
         App {
             settings,
+            catalogue: Catalogue::new(mirror.core().clone()),
             mirror,
             metrics,
             base_url,
@@ -235,6 +240,10 @@ impl App {
                 ))),
             );
         };
+        // `-/` cannot begin a hostname, so nothing here shadows a mirror path.
+        if let Some(api_path) = rest.strip_prefix("-/api/v1/") {
+            return (Route::Api, self.api(api_path).await);
+        }
         if let Some(registry_path) = rest.strip_prefix("v1/providers/") {
             let registry_path = self.unalias(registry_path);
             return (Route::Registry, self.registry(&registry_path).await);
@@ -440,6 +449,20 @@ impl App {
                 resp
             }
         })
+    }
+
+    /// The JSON API over the catalogue (see [`crate::catalogue`]).
+    async fn api(&self, path: &str) -> Result<Response<Body>, Error> {
+        match path {
+            "providers" => {
+                let providers = self.catalogue.providers().await?;
+                let body = serde_json::to_vec(&providers).expect("catalogue views serialise");
+                Ok(json_response(StatusCode::OK, body))
+            }
+            _ => Err(Error::NotFound(format!(
+                "no API document -/api/v1/{path} (there is: providers)"
+            ))),
+        }
     }
 
     /// The registry-protocol facade (see `mirror::facade`).

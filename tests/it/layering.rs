@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["error"],
     // The read-through flow.
     &["mirror"],
-    &["reverify"],
+    &["reverify", "catalogue"],
     // Front ends.
     &["server", "ops"],
     &["cli"],

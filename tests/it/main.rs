@@ -2,6 +2,7 @@
 
 mod support;
 
+mod catalogue;
 mod connections;
 mod custody;
 mod deploy;

@@ -1,0 +1,183 @@
+//! What the cache holds, for people and scripts: typed views of the cached providers, built from
+//! the verified records alone (no origin is asked). The JSON API (`<base>-/api/v1/`) serialises
+//! them as they are; the pages render the same values, so the two never disagree.
+//!
+//! The API is versioned by its path and by `api_version` in every document; a field is only
+//! ever added within a version.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::error::Result;
+use crate::hash;
+use crate::mirror::Core;
+use crate::records::VersionRecord;
+
+/// The version of the JSON API these views are served as.
+pub const API_VERSION: u32 = 1;
+
+/// Every cached provider (`GET <base>-/api/v1/providers`).
+#[derive(Debug, Serialize)]
+pub struct Providers {
+    pub api_version: u32,
+    pub providers: Vec<ProviderEntry>,
+}
+
+/// One provider with the versions of it the cache holds archives of.
+#[derive(Debug, Serialize)]
+pub struct ProviderEntry {
+    /// `registry.terraform.io/hashicorp/aws`.
+    pub source: String,
+    pub hostname: String,
+    pub namespace: String,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub versions: Vec<VersionEntry>,
+}
+
+/// One cached version of a provider.
+#[derive(Debug, Serialize)]
+pub struct VersionEntry {
+    pub version: String,
+    /// The weakest trust level among its platforms (`official`, `partner`, `community`,
+    /// `unsigned`, `unverified`).
+    pub trust: &'static str,
+    /// Long ID of the key that signed its SHA256SUMS, when signed.
+    pub signing_key: Option<String>,
+    /// When its download metadata was fetched from the origin (Unix seconds).
+    pub fetched_at: Option<u64>,
+    /// Whether every platform it offers has an `h1:` hash (lock files list all of them).
+    pub complete_hashes: bool,
+    pub platforms: Vec<PlatformEntry>,
+}
+
+/// One platform of a version: the verified package, and the archive if it is cached.
+#[derive(Debug, Serialize)]
+pub struct PlatformEntry {
+    /// `linux_amd64`.
+    pub platform: String,
+    pub sha256: Option<String>,
+    pub h1: Option<String>,
+    pub zh: Option<String>,
+    /// Whether the archive itself is in the cache.
+    pub cached: bool,
+    pub size: Option<u64>,
+    /// When the archive was last served or stored (Unix seconds).
+    pub last_used: Option<u64>,
+}
+
+/// The catalogue over a core.
+pub struct Catalogue {
+    core: Arc<Core>,
+}
+
+impl Catalogue {
+    pub fn new(core: Arc<Core>) -> Catalogue {
+        Catalogue { core }
+    }
+
+    /// Every provider with archives in the cache, by source, each version with every platform
+    /// its verified record describes.
+    pub async fn providers(&self) -> Result<Providers> {
+        let mut cached: BTreeMap<(ProviderAddr, Version), BTreeMap<Platform, (u64, SystemTime)>> =
+            BTreeMap::new();
+        for entry in self.core.archives().list().await? {
+            if entry.record.is_none() {
+                continue;
+            }
+            let used = entry.last_use();
+            cached
+                .entry((entry.key.addr, entry.key.version))
+                .or_default()
+                .insert(entry.key.platform, (entry.size, used));
+        }
+        let mut providers: BTreeMap<ProviderAddr, Vec<VersionEntry>> = BTreeMap::new();
+        for ((addr, version), archives) in cached {
+            let record = self.core.meta().read_version(&addr, &version).await;
+            let entry = version_entry(&version, record.as_ref(), &archives);
+            providers.entry(addr).or_default().push(entry);
+        }
+        Ok(Providers {
+            api_version: API_VERSION,
+            providers: providers
+                .into_iter()
+                .map(|(addr, mut versions)| {
+                    versions.reverse();
+                    ProviderEntry {
+                        source: addr.to_string(),
+                        hostname: addr.hostname.to_string(),
+                        namespace: addr.namespace.clone(),
+                        type_: addr.type_.clone(),
+                        versions,
+                    }
+                })
+                .collect(),
+        })
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A version as its record describes it, with what of it is cached.
+fn version_entry(
+    version: &Version,
+    record: Option<&VersionRecord>,
+    archives: &BTreeMap<Platform, (u64, SystemTime)>,
+) -> VersionEntry {
+    let mut platforms: BTreeMap<Platform, PlatformEntry> = BTreeMap::new();
+    if let Some(rec) = record {
+        for (platform, pkg) in &rec.packages {
+            platforms.insert(
+                platform.clone(),
+                PlatformEntry {
+                    platform: platform.to_string(),
+                    sha256: Some(pkg.shasum.to_string()),
+                    h1: pkg.h1.as_ref().map(|h| h.to_string()),
+                    zh: Some(hash::zh(&pkg.shasum)),
+                    cached: false,
+                    size: pkg.size,
+                    last_used: None,
+                },
+            );
+        }
+    }
+    for (platform, (size, used)) in archives {
+        let entry = platforms
+            .entry(platform.clone())
+            .or_insert_with(|| PlatformEntry {
+                platform: platform.to_string(),
+                sha256: None,
+                h1: None,
+                zh: None,
+                cached: false,
+                size: None,
+                last_used: None,
+            });
+        entry.cached = true;
+        entry.size = Some(*size);
+        entry.last_used = Some(unix(*used));
+    }
+    let trust = record.map(|r| r.weakest_trust());
+    let signing_key = record.and_then(|r| {
+        r.sums
+            .iter()
+            .find_map(|s| s.trust.as_ref().and_then(|t| t.key_id.clone()))
+    });
+    let platforms: Vec<PlatformEntry> = platforms.into_values().collect();
+    VersionEntry {
+        version: version.to_string(),
+        trust: trust.map_or("unverified", |t| t.as_str()),
+        signing_key,
+        fetched_at: record.map(|r| r.fetched_at),
+        complete_hashes: !platforms.is_empty() && platforms.iter().all(|p| p.h1.is_some()),
+        platforms,
+    }
+}

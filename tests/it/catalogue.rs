@@ -1,0 +1,138 @@
+//! The catalogue's JSON API (`<base>-/api/v1/`), through a real provender server filled by the
+//! real protocol from a fake origin over TLS: what it lists is what the verified records and
+//! the stored archives say, and with client authentication on it answers nobody without a token.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::http::{get, send};
+use crate::support::origin::{FakeOrigin, ProviderSpec};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::{https_client, poll};
+
+const PLATFORMS: &[(&str, &str)] = &[("linux", "amd64"), ("darwin", "arm64")];
+
+async fn setup() -> (TestCa, FakeOrigin) {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new(
+            "acme",
+            "foo",
+            &["1.0.0", "1.1.0"],
+            PLATFORMS,
+        )],
+    )
+    .await;
+    (ca, origin)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_lists_what_the_cache_holds_from_its_records() {
+    let (ca, origin) = setup().await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let api = mirror.url("-/api/v1/providers");
+
+    let empty = get(&client, &api).await;
+    assert_eq!(empty.status, 200);
+    assert_eq!(empty.json()["providers"], serde_json::json!([]));
+    assert_eq!(empty.json()["api_version"], 1);
+
+    // One archive of 1.1.0, through the network mirror protocol.
+    let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.1.0_linux_amd64.zip");
+    assert_eq!(get(&client, &mirror.url(&zip)).await.status, 200);
+    let listed: Value = poll(Duration::from_secs(5), async || {
+        let doc = get(&client, &api).await.json();
+        let h1 = &doc["providers"][0]["versions"][0]["platforms"][1]["h1"];
+        h1.is_string().then_some(doc)
+    })
+    .await
+    .expect("the archive is listed with its h1:");
+    let provider = &listed["providers"][0];
+    assert_eq!(provider["source"], format!("{REGISTRY}/acme/foo"));
+    assert_eq!(provider["type"], "foo");
+    let versions = provider["versions"].as_array().unwrap();
+    assert_eq!(
+        versions.len(),
+        1,
+        "only versions with cached archives: {listed}"
+    );
+    let version = &versions[0];
+    assert_eq!(version["version"], "1.1.0");
+    assert_eq!(version["complete_hashes"], false, "darwin has no h1: yet");
+    let platforms = version["platforms"].as_array().unwrap();
+    let names: Vec<&str> = platforms
+        .iter()
+        .map(|p| p["platform"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["darwin_arm64", "linux_amd64"]);
+    let (darwin, linux) = (&platforms[0], &platforms[1]);
+    assert_eq!(linux["cached"], true);
+    assert_eq!(darwin["cached"], false);
+    let archive = origin.archive("acme", "foo", "1.1.0", "linux", "amd64");
+    assert_eq!(linux["size"], archive.len() as u64);
+    assert_eq!(
+        linux["sha256"],
+        origin.sha256_hex("acme", "foo", "1.1.0", "linux", "amd64")
+    );
+    assert_eq!(
+        linux["zh"],
+        format!(
+            "zh:{}",
+            origin.sha256_hex("acme", "foo", "1.1.0", "linux", "amd64")
+        )
+    );
+    assert!(linux["last_used"].as_u64().unwrap() > 0);
+    // The same h1: the mirror protocol serves for it.
+    let doc = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/1.1.0.json")),
+    )
+    .await
+    .json();
+    assert!(
+        doc["archives"]["linux_amd64"]["hashes"]
+            .as_array()
+            .unwrap()
+            .contains(&linux["h1"]),
+        "{doc}"
+    );
+    // The fake origin signs with a key the mirror does not know as HashiCorp's or a partner's.
+    assert!(
+        ["official", "partner", "community", "unsigned", "unverified"]
+            .contains(&version["trust"].as_str().unwrap()),
+        "{version}"
+    );
+
+    let unknown = get(&client, &mirror.url("-/api/v1/nothing")).await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(unknown.json()["error"]["code"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_authentication_on_the_api_needs_a_token() {
+    let (ca, origin) = setup().await;
+    let token = "catalogue-token-0123456789";
+    let toml = format!(
+        "[auth]\ntokens = [\"{token}\"]\nurl_signing_key = \"{}\"\n",
+        "k".repeat(40)
+    );
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let api = mirror.url("-/api/v1/providers");
+    assert_eq!(get(&client, &api).await.status, 401);
+    let authorised = send(&api, client.get(&api).bearer_auth(token)).await;
+    assert_eq!(authorised.status, 200);
+}
