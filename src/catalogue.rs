@@ -4,15 +4,20 @@
 //!
 //! The API is versioned by its path and by `api_version` in every document; a field is only
 //! ever added within a version.
+//!
+//! Building a view scans the store, so a view is kept for [`FRESH_FOR`] and built by one task at
+//! a time, however many clients ask: a busy page or a script in a loop costs one scan per
+//! interval, not one per request.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
 use crate::address::{Platform, ProviderAddr, Version};
-use crate::error::Result;
+use crate::cache::Flights;
+use crate::error::{Error, Result};
 use crate::hash;
 use crate::mirror::Core;
 use crate::records::VersionRecord;
@@ -20,15 +25,18 @@ use crate::records::VersionRecord;
 /// The version of the JSON API these views are served as.
 pub const API_VERSION: u32 = 1;
 
+/// How long a built view is served before the store is scanned again.
+pub const FRESH_FOR: Duration = Duration::from_secs(5);
+
 /// Every cached provider (`GET <base>-/api/v1/providers`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Providers {
     pub api_version: u32,
     pub providers: Vec<ProviderEntry>,
 }
 
 /// One provider with the versions of it the cache holds archives of.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ProviderEntry {
     /// `registry.terraform.io/hashicorp/aws`.
     pub source: String,
@@ -40,7 +48,7 @@ pub struct ProviderEntry {
 }
 
 /// One cached version of a provider.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct VersionEntry {
     pub version: String,
     /// The weakest trust level among its platforms (`official`, `partner`, `community`,
@@ -56,7 +64,7 @@ pub struct VersionEntry {
 }
 
 /// One platform of a version: the verified package, and the archive if it is cached.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PlatformEntry {
     /// `linux_amd64`.
     pub platform: String,
@@ -73,16 +81,39 @@ pub struct PlatformEntry {
 /// The catalogue over a core.
 pub struct Catalogue {
     core: Arc<Core>,
+    providers: Mutex<Option<(Instant, Arc<Providers>)>>,
+    builds: Flights<(), Arc<Providers>, Error>,
 }
 
 impl Catalogue {
-    pub fn new(core: Arc<Core>) -> Catalogue {
-        Catalogue { core }
+    pub fn new(core: Arc<Core>) -> Arc<Catalogue> {
+        Arc::new(Catalogue {
+            core,
+            providers: Mutex::new(None),
+            builds: Flights::default(),
+        })
+    }
+
+    /// Every provider with archives in the cache (see [`Catalogue::build_providers`]), as built
+    /// at most [`FRESH_FOR`] ago.
+    pub async fn providers(self: &Arc<Self>) -> Result<Arc<Providers>> {
+        if let Some((at, view)) = &*self.providers.lock().expect("catalogue lock") {
+            if at.elapsed() < FRESH_FOR {
+                return Ok(view.clone());
+            }
+        }
+        let this = self.clone();
+        let build = move || async move {
+            let view = Arc::new(this.build_providers().await?);
+            *this.providers.lock().expect("catalogue lock") = Some((Instant::now(), view.clone()));
+            Ok(view)
+        };
+        self.builds.run((), build).await.0
     }
 
     /// Every provider with archives in the cache, by source, each version with every platform
-    /// its verified record describes.
-    pub async fn providers(&self) -> Result<Providers> {
+    /// its verified record describes: one scan of the store.
+    pub async fn build_providers(&self) -> Result<Providers> {
         let mut cached: BTreeMap<(ProviderAddr, Version), BTreeMap<Platform, (u64, SystemTime)>> =
             BTreeMap::new();
         for entry in self.core.archives().list().await? {

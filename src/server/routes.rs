@@ -39,7 +39,7 @@ pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 pub struct App {
     settings: Arc<Settings>,
     mirror: Arc<Mirror>,
-    catalogue: Catalogue,
+    catalogue: Arc<Catalogue>,
     metrics: Arc<Metrics>,
     pub base_url: url::Url,
     page: Bytes,
@@ -456,7 +456,7 @@ impl App {
         match path {
             "providers" => {
                 let providers = self.catalogue.providers().await?;
-                let body = serde_json::to_vec(&providers).expect("catalogue views serialise");
+                let body = serde_json::to_vec(&*providers).expect("catalogue views serialise");
                 Ok(json_response(StatusCode::OK, body))
             }
             _ => Err(Error::NotFound(format!(
