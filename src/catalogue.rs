@@ -212,3 +212,92 @@ fn version_entry(
         platforms,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::{H1, Sha256};
+    use crate::records::{Package, SignatureKind, SumsRef, Trust};
+
+    fn platform(s: &str) -> Platform {
+        Platform::parse(s).unwrap()
+    }
+
+    fn package(content: &[u8], h1: Option<&H1>) -> Package {
+        Package {
+            protocols: vec!["5.0".into()],
+            filename: "terraform-provider-foo_1.0.0_linux_amd64.zip".into(),
+            download_url: Some("https://example.com/a.zip".into()),
+            shasum: Sha256::of(content),
+            shasums_url: Some("https://example.com/SHA256SUMS".into()),
+            shasums_signature_url: Some("https://example.com/SHA256SUMS.sig".into()),
+            signing_keys: Vec::new(),
+            h1: h1.cloned(),
+            size: Some(content.len() as u64),
+            reported_h1: None,
+        }
+    }
+
+    fn record(packages: Vec<(&str, Package)>) -> VersionRecord {
+        VersionRecord {
+            fetched_at: 1_700_000_000,
+            offered: packages.iter().map(|(p, _)| platform(p)).collect(),
+            unavailable: Vec::new(),
+            packages: packages
+                .into_iter()
+                .map(|(p, k)| (platform(p), k))
+                .collect(),
+            sums: vec![SumsRef {
+                url: "https://example.com/SHA256SUMS".into(),
+                signature_url: "https://example.com/SHA256SUMS.sig".into(),
+                trust: Some(Trust {
+                    kind: SignatureKind::Community,
+                    key_id: Some("0123456789ABCDEF".into()),
+                }),
+            }],
+            rendered: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_version_lists_every_platform_of_its_record_and_marks_the_cached_ones() {
+        let h1 = H1::parse("h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
+        let rec = record(vec![
+            ("linux_amd64", package(b"linux", Some(&h1))),
+            ("darwin_arm64", package(b"darwin", None)),
+        ]);
+        let used = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_100);
+        let archives = BTreeMap::from([(platform("linux_amd64"), (5, used))]);
+        let v = version_entry(&Version::parse("1.0.0").unwrap(), Some(&rec), &archives);
+        assert_eq!(v.version, "1.0.0");
+        assert_eq!(v.trust, "community");
+        assert_eq!(v.signing_key.as_deref(), Some("0123456789ABCDEF"));
+        assert_eq!(v.fetched_at, Some(1_700_000_000));
+        assert!(!v.complete_hashes, "darwin has no h1:");
+        let names: Vec<&str> = v.platforms.iter().map(|p| p.platform.as_str()).collect();
+        assert_eq!(names, ["darwin_arm64", "linux_amd64"]);
+        let (darwin, linux) = (&v.platforms[0], &v.platforms[1]);
+        assert!(linux.cached && !darwin.cached);
+        assert_eq!(linux.last_used, Some(1_700_000_100));
+        assert_eq!(linux.h1.as_deref(), Some(h1.as_str()));
+        assert_eq!(
+            darwin.zh.as_deref(),
+            Some(hash::zh(&Sha256::of(b"darwin")).as_str())
+        );
+        assert_eq!(darwin.size, Some(6), "the size the origin stated");
+    }
+
+    #[test]
+    fn an_archive_without_its_version_record_is_listed_as_unverified() {
+        let archives = BTreeMap::from([(
+            platform("linux_amd64"),
+            (7, std::time::UNIX_EPOCH + Duration::from_secs(5)),
+        )]);
+        let v = version_entry(&Version::parse("2.0.0").unwrap(), None, &archives);
+        assert_eq!(v.trust, "unverified");
+        assert_eq!(v.fetched_at, None);
+        assert!(!v.complete_hashes);
+        assert_eq!(v.platforms.len(), 1);
+        assert!(v.platforms[0].cached && v.platforms[0].sha256.is_none());
+    }
+}
