@@ -15,7 +15,7 @@
 //! Tokens never appear in logs or error messages.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -376,7 +376,7 @@ impl AuthSettings {
     /// without a token until `now + url_ttl`. `path` is the archive's canonical path below the
     /// base path, e.g. `registry.terraform.io/hashicorp/random/terraform-provider-random_...zip`.
     pub fn sign(&self, path: &str, now: SystemTime) -> String {
-        let expires = unix(now).saturating_add(self.url_ttl.as_secs());
+        let expires = crate::clock::unix_secs(now).saturating_add(self.url_ttl.as_secs());
         format!("exp={expires}&sig={}", self.mac(path, expires))
     }
 
@@ -425,7 +425,7 @@ impl AuthSettings {
         if !ct_eq(&digest(expected.as_bytes()), &digest(sig.as_bytes())) {
             return Err(forbidden("has an invalid signature"));
         }
-        if unix(now) >= expires {
+        if crate::clock::unix_secs(now) >= expires {
             return Err(forbidden("has expired"));
         }
         Ok(true)
@@ -450,12 +450,6 @@ pub fn sums_path(
 ) -> String {
     let suffix = if signature { ".sig" } else { "" };
     format!("v1/providers/{addr}/{version}/SHA256SUMS/{index}{suffix}")
-}
-
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -505,7 +499,7 @@ mod tests {
     fn signed_urls() {
         let a = on();
         let path = "registry.terraform.io/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip";
-        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let q = a.sign(path, now);
         assert_eq!(a.verify_signed(path, Some(&q), now), Ok(true));
         assert_eq!(a.verify_signed(path, None, now), Ok(false));

@@ -151,12 +151,6 @@ impl Catalogue {
     }
 }
 
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// A version as its record describes it, with what of it is cached.
 fn version_entry(
     version: &Version,
@@ -194,7 +188,7 @@ fn version_entry(
             });
         entry.cached = true;
         entry.size = Some(*size);
-        entry.last_used = Some(unix(*used));
+        entry.last_used = Some(crate::clock::unix_secs(*used));
     }
     let trust = record.map(|r| r.weakest_trust());
     let signing_key = record.and_then(|r| {

@@ -8,8 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Seconds since the Unix epoch.
 pub fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    unix_secs(std::time::SystemTime::now())
+}
+
+/// `t` in seconds since the Unix epoch (0 for a time before it).
+pub fn unix_secs(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }

@@ -290,6 +290,25 @@ pub struct SumsRef {
     pub trust: Option<Trust>,
 }
 
+impl Package {
+    /// A package known only by its archive (an import without the origin's download
+    /// metadata): no origin URLs, no signing keys, no hashes beyond its SHA-256.
+    pub fn imported(filename: String, shasum: Sha256, protocols: Vec<String>) -> Package {
+        Package {
+            protocols,
+            filename,
+            download_url: None,
+            shasum,
+            shasums_url: None,
+            shasums_signature_url: None,
+            signing_keys: Vec::new(),
+            h1: None,
+            size: None,
+            reported_h1: None,
+        }
+    }
+}
+
 impl VersionRecord {
     /// The position of `url` in [`VersionRecord::sums`].
     pub fn sums_index(&self, url: &str) -> Option<usize> {

@@ -1002,17 +1002,8 @@ async fn admit(
                     .map_err(ImportError::store(format_args!("storing {}", a.key)))?;
                 added.push((a.key.clone(), info.size));
             }
-            let mut pkg = a.origin.unwrap_or_else(|| Package {
-                protocols: vi.protocols.clone(),
-                filename: a.key.filename(),
-                download_url: None,
-                shasum: info.sha256.clone(),
-                shasums_url: None,
-                shasums_signature_url: None,
-                signing_keys: Vec::new(),
-                h1: None,
-                size: None,
-                reported_h1: None,
+            let mut pkg = a.origin.unwrap_or_else(|| {
+                Package::imported(a.key.filename(), info.sha256.clone(), vi.protocols.clone())
             });
             pkg.h1 = Some(info.h1);
             pkg.size = Some(info.size);

@@ -287,6 +287,7 @@ async fn pin_modules(
     tool: Tool,
     pins: &mut Pins,
 ) -> Result<(), OpsError> {
+    let registries = Mirror::over(mirror.clone());
     let mut read: BTreeSet<(ModuleAddr, Version)> = BTreeSet::new();
     let mut queue = wanted;
     while let Some(w) = queue.pop() {
@@ -306,7 +307,7 @@ async fn pin_modules(
                 continue;
             }
             let config = super::seed::read_package(
-                &Mirror::over(mirror.clone()),
+                &registries,
                 &m.key.addr,
                 &m.key.version,
                 record.subdir.as_deref(),

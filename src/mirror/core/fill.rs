@@ -636,18 +636,7 @@ mod tests {
     }
 
     fn package(key: &ArchiveKey, shasum: Sha256) -> Package {
-        Package {
-            protocols: vec!["5.0".into()],
-            filename: key.filename(),
-            download_url: None,
-            shasum,
-            shasums_url: None,
-            shasums_signature_url: None,
-            signing_keys: Vec::new(),
-            h1: None,
-            size: None,
-            reported_h1: None,
-        }
+        Package::imported(key.filename(), shasum, vec!["5.0".into()])
     }
 
     /// Starts a fill whose origin answers at once with what the returned sender sends; the
