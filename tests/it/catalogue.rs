@@ -101,13 +101,7 @@ async fn the_api_lists_what_the_cache_holds_from_its_records() {
     // The fake origin signs with its own key, which no partner signature vouches for.
     assert_eq!(version["trust"], "community", "{version}");
     assert_eq!(version["signing_key"], origin.key_id(), "{version}");
-    assert_eq!(
-        linux["h1"],
-        linux["h1"]
-            .as_str()
-            .filter(|h| h.starts_with("h1:"))
-            .unwrap()
-    );
+    assert!(linux["h1"].as_str().unwrap().starts_with("h1:"), "{linux}");
 
     let unknown = get(&client, &mirror.url("-/api/v1/nothing")).await;
     assert_eq!(unknown.status, 404);
