@@ -14,6 +14,8 @@
 //!
 //! Tokens never appear in logs or error messages.
 
+pub mod session;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -48,6 +50,9 @@ pub struct AuthConfig {
     pub protect_health: bool,
     /// Require a token for `/metrics`.
     pub protect_metrics: bool,
+    /// How long a sign-in to the pages lasts.
+    #[serde(with = "humantime_serde")]
+    pub session_ttl: Duration,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -63,6 +68,7 @@ impl std::fmt::Debug for AuthConfig {
             .field("url_ttl", &self.url_ttl)
             .field("protect_health", &self.protect_health)
             .field("protect_metrics", &self.protect_metrics)
+            .field("session_ttl", &self.session_ttl)
             .finish()
     }
 }
@@ -77,6 +83,7 @@ impl Default for AuthConfig {
             url_ttl: Duration::from_secs(3600),
             protect_health: false,
             protect_metrics: true,
+            session_ttl: Duration::from_secs(12 * 3600),
         }
     }
 }
@@ -121,6 +128,14 @@ impl AuthConfig {
                 "must be longer than zero and at most 7d",
             ));
         }
+        if self.session_ttl < Duration::from_secs(60)
+            || self.session_ttl > Duration::from_secs(30 * 24 * 3600)
+        {
+            return Err(invalid(
+                "auth.session_ttl",
+                "must be at least 1m and at most 30d",
+            ));
+        }
         let key = match (&self.url_signing_key, &self.url_signing_key_file) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
@@ -153,6 +168,7 @@ impl AuthConfig {
             url_ttl: self.url_ttl,
             protect_health: self.protect_health,
             protect_metrics: self.protect_metrics,
+            session_ttl: self.session_ttl,
         })
     }
 }
@@ -239,6 +255,8 @@ pub struct AuthSettings {
     pub url_ttl: Duration,
     pub protect_health: bool,
     pub protect_metrics: bool,
+    /// How long a sign-in to the pages lasts (see [`session`]).
+    pub session_ttl: Duration,
 }
 
 impl std::fmt::Debug for AuthSettings {
@@ -250,6 +268,7 @@ impl std::fmt::Debug for AuthSettings {
             .field("url_ttl", &self.url_ttl)
             .field("protect_health", &self.protect_health)
             .field("protect_metrics", &self.protect_metrics)
+            .field("session_ttl", &self.session_ttl)
             .finish()
     }
 }
@@ -432,12 +451,38 @@ impl AuthSettings {
     }
 
     fn mac(&self, path: &str, expires: u64) -> String {
+        self.mac_of("archive", &format!("{path}\n{expires}"))
+    }
+
+    /// HMAC-SHA256 of `message` with the signing key, in the domain `purpose` (`archive`,
+    /// `session`), base64url.
+    fn mac_of(&self, purpose: &str, message: &str) -> String {
         let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.signing_key);
-        let tag = ring::hmac::sign(
-            &key,
-            format!("provender-archive\n{path}\n{expires}").as_bytes(),
-        );
+        let tag = ring::hmac::sign(&key, format!("provender-{purpose}\n{message}").as_bytes());
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref())
+    }
+
+    /// The session subject of a valid token: `token:` and the first 8 bytes of its SHA-256 in
+    /// hex (it names the token without giving it away).
+    fn token_subject(&self, token: &str) -> Option<String> {
+        let presented = digest(token.as_bytes());
+        let matched = self
+            .tokens
+            .iter()
+            .fold(false, |acc, t| acc | ct_eq(t, &presented));
+        matched.then(|| format!("token:{}", hex::encode(&presented[..8])))
+    }
+
+    /// Whether a session subject may still be signed in: for `token:`, its token is still one
+    /// of the configured ones.
+    fn knows_subject(&self, subject: &str) -> bool {
+        match subject.strip_prefix("token:") {
+            Some(fingerprint) => self
+                .tokens
+                .iter()
+                .any(|t| hex::encode(&t[..8]) == fingerprint),
+            None => false,
+        }
     }
 }
 

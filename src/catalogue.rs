@@ -1,297 +1,184 @@
-//! What the cache holds, for people and scripts: typed views of the cached providers, built from
-//! the verified records alone (no origin is asked). The JSON API (`<base>-/api/v1/`) serialises
-//! them as they are; the pages render the same values, so the two never disagree.
+//! What the cache holds, for people and scripts: typed views of the cached providers and
+//! modules and of the server's state, built from the verified records alone (no origin is
+//! asked). The JSON API (`<base>-/api/v1/`) serialises these views as they are and the pages
+//! render the same values, so the two never disagree.
 //!
 //! The API is versioned by its path and by `api_version` in every document; a field is only
 //! ever added within a version.
 //!
-//! Building a view scans the store, so a view is kept for [`FRESH_FOR`] and built by one task at
-//! a time, however many clients ask: a busy page or a script in a loop costs one scan per
-//! interval, not one per request.
+//! Building a snapshot scans the store, so one is kept until this process changes the store
+//! (a commit, removal or record write) or [`FRESH_FOR`] passes (for what other replicas do
+//! and for last-use times), and is built by one task at a time however many clients ask: a
+//! busy page or a script in a loop costs at most one scan per change or interval.
 
-use std::collections::BTreeMap;
+mod lockfile;
+mod modules;
+mod providers;
+mod status;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-use serde::Serialize;
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::Flights;
 use crate::error::{Error, Result};
-use crate::hash;
 use crate::mirror::Core;
-use crate::records::VersionRecord;
+
+pub use lockfile::LockBlock;
+pub use modules::{ModuleEntry, ModuleList, ModuleQuery};
+pub use providers::{
+    Choices, PlatformEntry, Provider, ProviderEntry, ProviderList, ProviderQuery, ProviderSummary,
+    VersionEntry, VersionView,
+};
+pub use status::{CacheUse, ConfigSummary, HashQueue, OriginStatus, Status};
 
 /// The version of the JSON API these views are served as.
 pub const API_VERSION: u32 = 1;
 
-/// How long a built view is served before the store is scanned again.
+/// How long a snapshot is served, if this process changes nothing, before the store is
+/// scanned again.
 pub const FRESH_FOR: Duration = Duration::from_secs(5);
 
-/// Every cached provider (`GET <base>-/api/v1/providers`).
-#[derive(Debug, Clone, Serialize)]
-pub struct Providers {
-    pub api_version: u32,
+/// Everything the cache holds, as of one scan.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Every provider with archives in the cache, by source.
     pub providers: Vec<ProviderEntry>,
-}
-
-/// One provider with the versions of it the cache holds archives of.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProviderEntry {
-    /// `registry.terraform.io/hashicorp/aws`.
-    pub source: String,
-    pub hostname: String,
-    pub namespace: String,
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub versions: Vec<VersionEntry>,
-}
-
-/// One cached version of a provider.
-#[derive(Debug, Clone, Serialize)]
-pub struct VersionEntry {
-    pub version: String,
-    /// The weakest trust level among its platforms (`official`, `partner`, `community`,
-    /// `unsigned`, `unverified`).
-    pub trust: &'static str,
-    /// Long ID of the key that signed its SHA256SUMS, when signed.
-    pub signing_key: Option<String>,
-    /// When its download metadata was fetched from the origin (Unix seconds).
-    pub fetched_at: Option<u64>,
-    /// Whether every platform it offers has an `h1:` hash (lock files list all of them).
-    pub complete_hashes: bool,
-    pub platforms: Vec<PlatformEntry>,
-}
-
-/// One platform of a version: the verified package, and the archive if it is cached.
-#[derive(Debug, Clone, Serialize)]
-pub struct PlatformEntry {
-    /// `linux_amd64`.
-    pub platform: String,
-    pub sha256: Option<String>,
-    pub h1: Option<String>,
-    pub zh: Option<String>,
-    /// Whether the archive itself is in the cache.
-    pub cached: bool,
-    pub size: Option<u64>,
-    /// When the archive was last served or stored (Unix seconds).
-    pub last_used: Option<u64>,
+    /// Every cached module version, by address then newest version first.
+    pub modules: Vec<ModuleEntry>,
+    /// Objects under `quarantine/`.
+    pub quarantined: Vec<String>,
 }
 
 /// The catalogue over a core.
 pub struct Catalogue {
     core: Arc<Core>,
-    providers: Mutex<Option<(Instant, Arc<Providers>)>>,
-    builds: Flights<(), Arc<Providers>, Error>,
+    started: SystemTime,
+    snapshot: Mutex<Option<Built>>,
+    builds: Flights<(), Arc<Snapshot>, Error>,
+}
+
+/// A snapshot and what it was built from.
+struct Built {
+    at: Instant,
+    changes: u64,
+    snapshot: Arc<Snapshot>,
 }
 
 impl Catalogue {
     pub fn new(core: Arc<Core>) -> Arc<Catalogue> {
         Arc::new(Catalogue {
             core,
-            providers: Mutex::new(None),
+            started: SystemTime::now(),
+            snapshot: Mutex::new(None),
             builds: Flights::default(),
         })
     }
 
-    /// Every provider with archives in the cache (see [`Catalogue::build_providers`]), as built
-    /// at most [`FRESH_FOR`] ago.
-    pub async fn providers(self: &Arc<Self>) -> Result<Arc<Providers>> {
-        if let Some((at, view)) = &*self.providers.lock().expect("catalogue lock") {
-            if at.elapsed() < FRESH_FOR {
-                return Ok(view.clone());
+    /// The store's changes made by this process so far (see [`crate::cache::Objects::changes`]).
+    fn changes(&self) -> u64 {
+        self.core.archives().changes() + self.core.modules().changes() + self.core.meta().changes()
+    }
+
+    /// The current snapshot: the kept one while this process changed nothing and it is less
+    /// than [`FRESH_FOR`] old, else a new one (one build at a time).
+    pub async fn snapshot(self: &Arc<Self>) -> Result<Arc<Snapshot>> {
+        let changes = self.changes();
+        if let Some(built) = &*self.snapshot.lock().expect("catalogue lock") {
+            if built.changes == changes && built.at.elapsed() < FRESH_FOR {
+                return Ok(built.snapshot.clone());
             }
         }
         let this = self.clone();
         let build = move || async move {
-            let view = Arc::new(this.build_providers().await?);
-            *this.providers.lock().expect("catalogue lock") = Some((Instant::now(), view.clone()));
-            Ok(view)
+            let changes = this.changes();
+            let snapshot = Arc::new(this.build().await?);
+            *this.snapshot.lock().expect("catalogue lock") = Some(Built {
+                at: Instant::now(),
+                changes,
+                snapshot: snapshot.clone(),
+            });
+            Ok(snapshot)
         };
         self.builds.run((), build).await.0
     }
 
-    /// Every provider with archives in the cache, by source, each version with every platform
-    /// its verified record describes: one scan of the store.
-    pub async fn build_providers(&self) -> Result<Providers> {
-        let mut cached: BTreeMap<(ProviderAddr, Version), BTreeMap<Platform, (u64, SystemTime)>> =
-            BTreeMap::new();
-        for entry in self.core.archives().list().await? {
-            if entry.record.is_none() {
-                continue;
-            }
-            let used = entry.last_use();
-            cached
-                .entry((entry.key.addr, entry.key.version))
-                .or_default()
-                .insert(entry.key.platform, (entry.size, used));
-        }
-        let mut providers: BTreeMap<ProviderAddr, Vec<VersionEntry>> = BTreeMap::new();
-        for ((addr, version), archives) in cached {
-            let record = self.core.meta().read_version(&addr, &version).await;
-            let entry = version_entry(&version, record.as_ref(), &archives);
-            providers.entry(addr).or_default().push(entry);
-        }
-        Ok(Providers {
-            api_version: API_VERSION,
-            providers: providers
-                .into_iter()
-                .map(|(addr, mut versions)| {
-                    versions.reverse();
-                    ProviderEntry {
-                        source: addr.to_string(),
-                        hostname: addr.hostname.to_string(),
-                        namespace: addr.namespace.clone(),
-                        type_: addr.type_.clone(),
-                        versions,
-                    }
-                })
-                .collect(),
+    /// Scans the store: archives with their records, module packages, quarantine.
+    pub async fn build(&self) -> Result<Snapshot> {
+        Ok(Snapshot {
+            providers: providers::scan(&self.core).await?,
+            modules: modules::scan(&self.core).await?,
+            quarantined: status::quarantined(&self.core).await?,
         })
     }
-}
 
-/// A version as its record describes it, with what of it is cached.
-fn version_entry(
-    version: &Version,
-    record: Option<&VersionRecord>,
-    archives: &BTreeMap<Platform, (u64, SystemTime)>,
-) -> VersionEntry {
-    let mut platforms: BTreeMap<Platform, PlatformEntry> = BTreeMap::new();
-    if let Some(rec) = record {
-        for (platform, pkg) in &rec.packages {
-            platforms.insert(
-                platform.clone(),
-                PlatformEntry {
-                    platform: platform.to_string(),
-                    sha256: Some(pkg.shasum.to_string()),
-                    h1: pkg.h1.as_ref().map(|h| h.to_string()),
-                    zh: Some(hash::zh(&pkg.shasum)),
-                    cached: false,
-                    size: pkg.size,
-                    last_used: None,
-                },
-            );
-        }
+    /// The providers a query selects, summarised.
+    pub async fn providers(self: &Arc<Self>, query: &ProviderQuery) -> Result<ProviderList> {
+        Ok(ProviderList::of(&self.snapshot().await?.providers, query))
     }
-    for (platform, (size, used)) in archives {
-        let entry = platforms
-            .entry(platform.clone())
-            .or_insert_with(|| PlatformEntry {
-                platform: platform.to_string(),
-                sha256: None,
-                h1: None,
-                zh: None,
-                cached: false,
-                size: None,
-                last_used: None,
-            });
-        entry.cached = true;
-        entry.size = Some(*size);
-        entry.last_used = Some(crate::clock::unix_secs(*used));
+
+    /// One provider with every cached version.
+    pub async fn provider(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Provider> {
+        let snapshot = self.snapshot().await?;
+        let entry = find_provider(&snapshot, addr)?;
+        Ok(Provider {
+            api_version: API_VERSION,
+            provider: entry.clone(),
+        })
     }
-    let trust = record.map(|r| r.weakest_trust());
-    let signing_key = record.and_then(|r| {
-        r.sums
+
+    /// One cached version of a provider.
+    pub async fn version(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<VersionView> {
+        let snapshot = self.snapshot().await?;
+        let entry = find_provider(&snapshot, addr)?;
+        let found = entry
+            .versions
             .iter()
-            .find_map(|s| s.trust.as_ref().and_then(|t| t.key_id.clone()))
-    });
-    let platforms: Vec<PlatformEntry> = platforms.into_values().collect();
-    VersionEntry {
-        version: version.to_string(),
-        trust: trust.map_or("unverified", |t| t.as_str()),
-        signing_key,
-        fetched_at: record.map(|r| r.fetched_at),
-        complete_hashes: !platforms.is_empty() && platforms.iter().all(|p| p.h1.is_some()),
-        platforms,
+            .find(|v| v.version == version.as_str())
+            .ok_or_else(|| {
+                Error::NotFound(format!("{addr} {version} has no archives in this cache"))
+            })?;
+        Ok(VersionView::of(entry, found))
+    }
+
+    /// A `.terraform.lock.hcl` block for a cached version and the platforms asked for.
+    pub async fn lock_block(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+        platforms: &[Platform],
+    ) -> Result<LockBlock> {
+        let view = self.version(addr, version).await?;
+        LockBlock::of(addr, &view.version, platforms)
+    }
+
+    /// The cached module versions a query selects.
+    pub async fn modules(self: &Arc<Self>, query: &ModuleQuery) -> Result<ModuleList> {
+        Ok(ModuleList::of(&self.snapshot().await?.modules, query))
+    }
+
+    /// The server's state: origins, cache use, the complete-hashes queue, quarantine,
+    /// configuration.
+    pub async fn status(self: &Arc<Self>) -> Result<Status> {
+        let snapshot = self.snapshot().await?;
+        Ok(Status::of(&self.core, &snapshot, self.started))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::hash::{H1, Sha256};
-    use crate::records::{Package, SignatureKind, SumsRef, Trust};
+fn find_provider<'a>(snapshot: &'a Snapshot, addr: &ProviderAddr) -> Result<&'a ProviderEntry> {
+    let source = addr.to_string();
+    snapshot
+        .providers
+        .iter()
+        .find(|p| p.source == source)
+        .ok_or_else(|| Error::NotFound(format!("{addr} has no archives in this cache")))
+}
 
-    fn platform(s: &str) -> Platform {
-        Platform::parse(s).unwrap()
-    }
-
-    fn package(content: &[u8], h1: Option<&H1>) -> Package {
-        Package {
-            protocols: vec!["5.0".into()],
-            filename: "terraform-provider-foo_1.0.0_linux_amd64.zip".into(),
-            download_url: Some("https://example.com/a.zip".into()),
-            shasum: Sha256::of(content),
-            shasums_url: Some("https://example.com/SHA256SUMS".into()),
-            shasums_signature_url: Some("https://example.com/SHA256SUMS.sig".into()),
-            signing_keys: Vec::new(),
-            h1: h1.cloned(),
-            size: Some(content.len() as u64),
-            reported_h1: None,
-        }
-    }
-
-    fn record(packages: Vec<(&str, Package)>) -> VersionRecord {
-        VersionRecord {
-            fetched_at: 1_700_000_000,
-            offered: packages.iter().map(|(p, _)| platform(p)).collect(),
-            unavailable: Vec::new(),
-            packages: packages
-                .into_iter()
-                .map(|(p, k)| (platform(p), k))
-                .collect(),
-            sums: vec![SumsRef {
-                url: "https://example.com/SHA256SUMS".into(),
-                signature_url: "https://example.com/SHA256SUMS.sig".into(),
-                trust: Some(Trust {
-                    kind: SignatureKind::Community,
-                    key_id: Some("0123456789ABCDEF".into()),
-                }),
-            }],
-            rendered: Default::default(),
-        }
-    }
-
-    #[test]
-    fn a_version_lists_every_platform_of_its_record_and_marks_the_cached_ones() {
-        let h1 = H1::parse("h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
-        let rec = record(vec![
-            ("linux_amd64", package(b"linux", Some(&h1))),
-            ("darwin_arm64", package(b"darwin", None)),
-        ]);
-        let used = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_100);
-        let archives = BTreeMap::from([(platform("linux_amd64"), (5, used))]);
-        let v = version_entry(&Version::parse("1.0.0").unwrap(), Some(&rec), &archives);
-        assert_eq!(v.version, "1.0.0");
-        assert_eq!(v.trust, "community");
-        assert_eq!(v.signing_key.as_deref(), Some("0123456789ABCDEF"));
-        assert_eq!(v.fetched_at, Some(1_700_000_000));
-        assert!(!v.complete_hashes, "darwin has no h1:");
-        let names: Vec<&str> = v.platforms.iter().map(|p| p.platform.as_str()).collect();
-        assert_eq!(names, ["darwin_arm64", "linux_amd64"]);
-        let (darwin, linux) = (&v.platforms[0], &v.platforms[1]);
-        assert!(linux.cached && !darwin.cached);
-        assert_eq!(linux.last_used, Some(1_700_000_100));
-        assert_eq!(linux.h1.as_deref(), Some(h1.as_str()));
-        assert_eq!(
-            darwin.zh.as_deref(),
-            Some(hash::zh(&Sha256::of(b"darwin")).as_str())
-        );
-        assert_eq!(darwin.size, Some(6), "the size the origin stated");
-    }
-
-    #[test]
-    fn an_archive_without_its_version_record_is_listed_as_unverified() {
-        let archives = BTreeMap::from([(
-            platform("linux_amd64"),
-            (7, std::time::UNIX_EPOCH + Duration::from_secs(5)),
-        )]);
-        let v = version_entry(&Version::parse("2.0.0").unwrap(), None, &archives);
-        assert_eq!(v.trust, "unverified");
-        assert_eq!(v.fetched_at, None);
-        assert!(!v.complete_hashes);
-        assert_eq!(v.platforms.len(), 1);
-        assert!(v.platforms[0].cached && v.platforms[0].sha256.is_none());
-    }
+/// Unix seconds of a time.
+fn secs(t: SystemTime) -> u64 {
+    crate::clock::unix_secs(t)
 }

@@ -34,6 +34,12 @@ pub enum Error {
     /// The HTTP method is not GET or HEAD.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// The request is understood but refused (e.g. a form another site sent).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A request body is larger than the endpoint takes.
+    #[error("{0}")]
+    PayloadTooLarge(String),
     /// The origin registry failed, did not answer in time, or answered with something
     /// unusable.
     #[error("{0}")]
@@ -247,6 +253,8 @@ impl Error {
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Upstream(e) => e.status(),
             Error::Verification(_) => StatusCode::BAD_GATEWAY,
             Error::Policy(_) => StatusCode::FORBIDDEN,
@@ -262,6 +270,8 @@ impl Error {
             Error::BadRequest(_) => "bad_request",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
+            Error::Forbidden(_) => "forbidden",
+            Error::PayloadTooLarge(_) => "payload_too_large",
             Error::Upstream(crate::upstream::UpstreamError::Timeout(_)) => "upstream_timeout",
             Error::Upstream(crate::upstream::UpstreamError::NotARegistry(_)) => "not_found",
             Error::Upstream(_) => "upstream_error",

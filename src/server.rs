@@ -7,8 +7,9 @@
 
 mod conn;
 mod links;
-mod page;
+mod pages;
 mod routes;
+mod site;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -113,11 +114,20 @@ impl Server {
                 tracing::warn!("cannot measure the cache: {e}");
             }
         });
+        let ca_pem = match &ca_file {
+            Some(path) => {
+                Some(bytes::Bytes::from(std::fs::read(path).map_err(|e| {
+                    anyhow::anyhow!("reading {}: {e}", path.display())
+                })?))
+            }
+            None => None,
+        };
         let app = Arc::new(routes::App::new(
             settings.clone(),
             mirror,
             metrics.clone(),
             base_url,
+            ca_pem,
         ));
         let limits = settings.server.connections.clone();
         Ok(Server {

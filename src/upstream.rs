@@ -11,6 +11,7 @@
 mod breaker;
 mod documents;
 mod git;
+pub mod health;
 mod modules;
 pub mod policy;
 mod providers;
@@ -25,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use url::Url;
 
+pub use breaker::Circuit;
 pub use documents::{
     DocumentError, ModuleVersionList, Services, VersionList, parse_discovery, parse_download,
     parse_module_versions, parse_versions,
@@ -204,6 +206,14 @@ pub type Result<T, E = UpstreamError> = std::result::Result<T, E>;
 /// How long a successful discovery result is reused.
 const DISCOVERY_TTL: Duration = Duration::from_secs(3600);
 
+/// One origin host as the status page shows it.
+#[derive(Debug, Clone)]
+pub struct OriginHealth {
+    pub host: String,
+    pub circuit: breaker::Circuit,
+    pub recent: health::HostHealth,
+}
+
 /// Client for origin registries.
 pub struct Upstream {
     settings: Arc<UpstreamSettings>,
@@ -211,6 +221,7 @@ pub struct Upstream {
     discovery: moka::future::Cache<Hostname, Arc<(Url, Services)>>,
     tokens: HashMap<Hostname, String>,
     breaker: breaker::Breaker,
+    health: health::Health,
     metrics: Arc<Metrics>,
     net_policy: Arc<policy::NetPolicy>,
     resolver: resolve::Resolver,
@@ -325,6 +336,7 @@ impl Upstream {
         Ok(Upstream {
             tokens: tokens_for(&settings),
             breaker: breaker::Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
+            health: Default::default(),
             discovery: moka::future::Cache::builder()
                 .max_capacity(1024)
                 .time_to_live(DISCOVERY_TTL)
@@ -468,7 +480,32 @@ impl Upstream {
             Err(e) => e.outcome(),
         };
         self.count(host, op, outcome);
+        self.record_health(host, started, &result);
         result
+    }
+
+    /// Notes a call's outcome in the host's health (not a refusal by this mirror's own policy,
+    /// which says nothing of the origin).
+    fn record_health<T>(&self, host: &Hostname, started: Instant, result: &Result<T>) {
+        if matches!(result, Err(UpstreamError::Refused(_))) {
+            return;
+        }
+        let outcome = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
+        self.health
+            .record(host.as_str(), outcome, started.elapsed());
+    }
+
+    /// Each origin host's recent calls, with its circuit breaker's state.
+    pub fn health(&self) -> Vec<OriginHealth> {
+        self.health
+            .snapshot()
+            .into_iter()
+            .map(|(host, recent)| OriginHealth {
+                circuit: self.breaker.state_of(&host),
+                host,
+                recent,
+            })
+            .collect()
     }
 
     /// Sends the operation's request (a GET; a HEAD for [`Operation::ArchiveSize`]) with

@@ -28,6 +28,8 @@ pub struct MetaStore {
     pub versions: moka::future::Cache<VersionKey, Arc<VersionRecord>>,
     /// OCI manifests by their SHA-256 (immutable: a digest names one content).
     oci_manifests: moka::future::Cache<(ProviderAddr, String), Document>,
+    /// Counts writes and removals, so views built from the records know when they are stale.
+    changes: std::sync::atomic::AtomicU64,
 }
 
 /// The key of a provider's metadata directory.
@@ -75,7 +77,19 @@ impl MetaStore {
             oci_manifests: moka::future::Cache::builder()
                 .max_capacity(capacity)
                 .build(),
+            changes: Default::default(),
         }
+    }
+
+    /// How many writes and removals this process has made (a view built at one count is stale
+    /// at another).
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn changed(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Keeps an OCI manifest or index under its digest, so that a request by digest finds it
@@ -169,6 +183,7 @@ impl MetaStore {
                 .last()
                 .is_some_and(|name| name.starts_with(&sums))
             {
+                self.changed();
                 self.storage.delete(&o.key).await?;
             }
         }
@@ -296,6 +311,7 @@ impl MetaStore {
     }
 
     async fn write_json<T: serde::Serialize>(&self, key: Key, value: &T) -> Result<()> {
+        self.changed();
         let bytes = serde_json::to_vec_pretty(value).expect("records serialise");
         self.storage.write(&key, Bytes::from(bytes)).await
     }

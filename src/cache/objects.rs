@@ -218,6 +218,8 @@ impl<K: Kind> Listed<K> {
 pub struct Objects<K: Kind> {
     storage: Arc<dyn Storage>,
     records: moka::sync::Cache<K::Key, Arc<K::Record>>,
+    /// Counts commits, removals and quarantines (see [`Objects::changes`]).
+    changes: std::sync::atomic::AtomicU64,
 }
 
 impl<K: Kind> Objects<K> {
@@ -226,7 +228,19 @@ impl<K: Kind> Objects<K> {
         Objects {
             storage,
             records: moka::sync::Cache::new(capacity),
+            changes: Default::default(),
         }
+    }
+
+    /// How many commits, removals and quarantines this process has made: a view built from a
+    /// listing at one count is stale at another.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn changed(&self) {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The store they live in.
@@ -293,6 +307,7 @@ impl<K: Kind> Objects<K> {
             .write(&K::record_key(key), Bytes::from(bytes))
             .await?;
         self.records.insert(key.clone(), Arc::new(record.clone()));
+        self.changed();
         Ok(())
     }
 
@@ -338,6 +353,7 @@ impl<K: Kind> Objects<K> {
     /// not served. Returns whether the bytes were there.
     pub async fn remove(&self, key: &K::Key) -> Result<bool> {
         self.records.invalidate(key);
+        self.changed();
         self.storage.delete(&K::record_key(key)).await?;
         self.storage.delete(&K::object_key(key)).await
     }
@@ -347,6 +363,7 @@ impl<K: Kind> Objects<K> {
     /// `None` if it was not there.
     pub async fn quarantine(&self, key: &K::Key) -> Result<Option<String>> {
         self.records.invalidate(key);
+        self.changed();
         let stamp = format!(".{}", crate::clock::now_secs());
         let moved = |k: &Key| {
             Key::new(std::iter::once("quarantine").chain(k.segments())).with_suffix(&stamp)

@@ -428,6 +428,11 @@ impl Core {
         Ok(&self.upstream)
     }
 
+    /// Each origin host's recent calls and circuit (empty offline: none are called).
+    pub fn origin_health(&self) -> Vec<crate::upstream::OriginHealth> {
+        self.upstream.health()
+    }
+
     /// Whether origins may be contacted at all (not `upstream.offline`).
     pub fn online(&self) -> bool {
         !self.settings.upstream.offline

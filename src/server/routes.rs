@@ -21,9 +21,9 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
 use hyper::body::{Frame, Incoming};
 
 use super::links::Links;
+use super::site::Site;
 use crate::address::{MirrorPath, ModulePath, RegistryPath};
 use crate::auth::Denied;
-use crate::catalogue::Catalogue;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -39,10 +39,9 @@ pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 pub struct App {
     settings: Arc<Settings>,
     mirror: Arc<Mirror>,
-    catalogue: Arc<Catalogue>,
+    site: Site,
     metrics: Arc<Metrics>,
     pub base_url: url::Url,
-    page: Bytes,
     /// Set once shutdown has begun: `/readyz` answers 503 so load balancers move away.
     draining: std::sync::atomic::AtomicBool,
 }
@@ -91,21 +90,15 @@ impl App {
         mirror: Arc<Mirror>,
         metrics: Arc<Metrics>,
         base_url: url::Url,
+        ca_pem: Option<Bytes>,
     ) -> App {
-        let hosts: Vec<String> = settings
-            .upstream
-            .allowed_hosts
-            .iter()
-            .map(|h| h.to_string())
-            .collect();
-        let page = Bytes::from(super::page::render(base_url.as_str(), &hosts));
+        let catalogue = crate::catalogue::Catalogue::new(mirror.core().clone());
         App {
+            site: Site::new(settings.clone(), catalogue, base_url.clone(), ca_pem),
             settings,
-            catalogue: Catalogue::new(mirror.core().clone()),
             mirror,
             metrics,
             base_url,
-            page,
             draining: Default::default(),
         }
     }
@@ -149,7 +142,10 @@ impl App {
         peer: SocketAddr,
     ) -> Result<Response<Body>, Infallible> {
         let started = Instant::now();
-        let (route, result) = self.route(&req).await;
+        // Only the sign-in form has a body; every other route reads the head alone.
+        let (head, body) = req.into_parts();
+        let req = Request::from_parts(head, ());
+        let (route, result) = self.route(&req, body).await;
         let mut resp = result.unwrap_or_else(|e| {
             if e.status().is_server_error() {
                 tracing::warn!(path = %req.uri().path(), status = e.status().as_u16(), "{e}");
@@ -176,7 +172,11 @@ impl App {
         Ok(resp)
     }
 
-    async fn route(&self, req: &Request<Incoming>) -> (Route, Result<Response<Body>, Error>) {
+    async fn route(
+        &self,
+        req: &Request<()>,
+        body: Incoming,
+    ) -> (Route, Result<Response<Body>, Error>) {
         let path = req.uri().path();
         let route = match path {
             "/healthz" => Route::Health,
@@ -189,6 +189,19 @@ impl App {
         // own error format and authentication challenge.
         if path == "/v2" || path.starts_with("/v2/") {
             return (Route::Oci, Ok(self.oci(req).await));
+        }
+        // The pages and the API check methods and credentials their own way (sign-in).
+        let base = self.settings.server.base_path.as_str();
+        if path == base || path == base.trim_end_matches('/') {
+            return (Route::Page, Ok(self.site.handle(req, body, "").await));
+        }
+        if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("-/")) {
+            let route = if rest.starts_with("api/") {
+                Route::Api
+            } else {
+                Route::Page
+            };
+            return (route, Ok(self.site.handle(req, body, rest).await));
         }
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));
@@ -221,17 +234,6 @@ impl App {
             }
             _ => {}
         }
-        let base = self.settings.server.base_path.as_str();
-        if path == base || path == base.trim_end_matches('/') {
-            return (
-                Route::Page,
-                Ok(response(
-                    StatusCode::OK,
-                    "text/html; charset=utf-8",
-                    self.page.clone(),
-                )),
-            );
-        }
         let Some(rest) = path.strip_prefix(base) else {
             return (
                 Route::Other,
@@ -240,10 +242,6 @@ impl App {
                 ))),
             );
         };
-        // `-/` cannot begin a hostname, so nothing here shadows a mirror path.
-        if let Some(api_path) = rest.strip_prefix("-/api/v1/") {
-            return (Route::Api, self.api(api_path).await);
-        }
         if let Some(registry_path) = rest.strip_prefix("v1/providers/") {
             let registry_path = self.unalias(registry_path);
             return (Route::Registry, self.registry(&registry_path).await);
@@ -304,7 +302,7 @@ impl App {
     }
 
     /// Client authentication (see `auth`): a bearer token, or for an archive a signed URL.
-    fn authorize(&self, req: &Request<Incoming>, route: Route) -> Result<(), Denied> {
+    fn authorize(&self, req: &Request<()>, route: Route) -> Result<(), Denied> {
         let auth = &self.settings.auth;
         if !auth.enabled() {
             return Ok(());
@@ -396,7 +394,7 @@ impl App {
     }
 
     /// The module registry facade (see `mirror::modules`).
-    async fn module(&self, req: &Request<Incoming>, path: &str) -> Result<Response<Body>, Error> {
+    async fn module(&self, req: &Request<()>, path: &str) -> Result<Response<Body>, Error> {
         let parsed = ModulePath::parse(path).map_err(Error::BadRequest)?;
         let m = &self.mirror.modules;
         Ok(match parsed {
@@ -451,20 +449,6 @@ impl App {
         })
     }
 
-    /// The JSON API over the catalogue (see [`crate::catalogue`]).
-    async fn api(&self, path: &str) -> Result<Response<Body>, Error> {
-        match path {
-            "providers" => {
-                let providers = self.catalogue.providers().await?;
-                let body = serde_json::to_vec(&*providers).expect("catalogue views serialise");
-                Ok(json_response(StatusCode::OK, body))
-            }
-            _ => Err(Error::NotFound(format!(
-                "no API document -/api/v1/{path} (there is: providers)"
-            ))),
-        }
-    }
-
     /// The registry-protocol facade (see `mirror::facade`).
     async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
         let parsed = RegistryPath::parse(path).map_err(Error::BadRequest)?;
@@ -498,7 +482,7 @@ impl App {
         })
     }
 
-    fn archive_response(&self, req: &Request<Incoming>, archive: ArchiveBody) -> Response<Body> {
+    fn archive_response(&self, req: &Request<()>, archive: ArchiveBody) -> Response<Body> {
         let head = ArchiveHead {
             sha256: archive.sha256,
             size: archive.size,
@@ -520,7 +504,7 @@ impl App {
 /// The head of an archive response, with an empty body: `ETag` (the SHA-256), `Last-Modified`,
 /// and either 304 for a matching `If-None-Match` or 200 with `Content-Type` and, when known,
 /// `Content-Length`.
-fn archive_head_response(req: &Request<Incoming>, head: &ArchiveHead) -> Response<Body> {
+fn archive_head_response(req: &Request<()>, head: &ArchiveHead) -> Response<Body> {
     let etag = format!("\"{}\"", head.sha256);
     let not_modified = req
         .headers()
@@ -561,7 +545,11 @@ fn empty() -> Body {
         .boxed_unsync()
 }
 
-fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+pub(super) fn response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Bytes,
+) -> Response<Body> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
@@ -573,8 +561,13 @@ fn response(status: StatusCode, content_type: &'static str, body: Bytes) -> Resp
         .expect("valid response")
 }
 
-fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+pub(super) fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     response(status, "application/json", body.into())
+}
+
+/// 401 with the bearer challenge.
+pub(super) fn unauthorized(message: &str) -> Response<Body> {
+    denied_response(&Denied::Unauthorized(message.to_string()))
 }
 
 fn denied_response(denied: &Denied) -> Response<Body> {
@@ -590,7 +583,7 @@ fn denied_response(denied: &Denied) -> Response<Body> {
     resp
 }
 
-fn error_response(e: &Error) -> Response<Body> {
+pub(super) fn error_response(e: &Error) -> Response<Body> {
     let mut resp = json_response(e.status(), e.to_json().into_bytes());
     if matches!(e, Error::MethodNotAllowed) {
         resp.headers_mut()
@@ -602,7 +595,7 @@ fn error_response(e: &Error) -> Response<Body> {
 /// One line per request on target `provender::access`: who asked for what, the answer, and how
 /// long its head took. Query strings (signed URLs) and credentials are left out.
 fn access_log(
-    req: &Request<Incoming>,
+    req: &Request<()>,
     resp: &Response<Body>,
     route: Route,
     peer: SocketAddr,

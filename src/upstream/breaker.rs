@@ -21,6 +21,27 @@ enum State {
     HalfOpen,
 }
 
+/// A host's circuit as the status page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Circuit {
+    /// Calls go through; `failures` in a row so far.
+    Closed { failures: u32 },
+    /// Calls fail at once for `retry_in` more.
+    Open { retry_in: Duration },
+    /// One probe is in flight.
+    HalfOpen,
+}
+
+impl Circuit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Circuit::Closed { .. } => "closed",
+            Circuit::Open { .. } => "open",
+            Circuit::HalfOpen => "half-open",
+        }
+    }
+}
+
 /// Per-host failure tracking.
 pub struct Breaker {
     threshold: u32,
@@ -70,6 +91,20 @@ impl Breaker {
             State::HalfOpen => Err(Rejected {
                 retry_in: Duration::ZERO,
             }),
+        }
+    }
+
+    /// The state of `host`'s circuit.
+    pub fn state_of(&self, host: &str) -> Circuit {
+        match self.hosts.lock().expect("breaker lock").get(host) {
+            None => Circuit::Closed { failures: 0 },
+            Some(State::Closed { failures }) => Circuit::Closed {
+                failures: *failures,
+            },
+            Some(State::Open { until }) => Circuit::Open {
+                retry_in: until.saturating_duration_since(Instant::now()),
+            },
+            Some(State::HalfOpen) => Circuit::HalfOpen,
         }
     }
 

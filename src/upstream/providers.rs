@@ -129,6 +129,7 @@ impl Upstream {
                 Err(e) => e.outcome(),
             },
         );
+        self.record_health(host, started, &result);
         result
     }
 
@@ -180,10 +181,12 @@ impl Upstream {
             Ok(resp) => resp,
             Err(e) => {
                 self.count(host, op, e.outcome());
+                self.record_health::<()>(host, started, &Err(e.clone()));
                 return Err(e);
             }
         };
         self.count(host, op, Outcome::Ok);
+        self.record_health(host, started, &Ok(()));
         let size = resp.content_length();
         Ok(ArchiveDownload {
             size,

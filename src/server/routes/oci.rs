@@ -15,7 +15,6 @@
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use super::{App, Body, redirect};
 use crate::address::{OciPath, OciPathError, ProviderAddr};
@@ -70,7 +69,8 @@ impl OciError {
                 Subject::Blob => "BLOB_UNKNOWN",
             },
             Error::BadRequest(_) => "NAME_INVALID",
-            Error::MethodNotAllowed => "UNSUPPORTED",
+            Error::MethodNotAllowed | Error::PayloadTooLarge(_) => "UNSUPPORTED",
+            Error::Forbidden(_) => "DENIED",
             Error::Policy(_) => "DENIED",
             Error::Upstream(_) | Error::Storage(_) => "UNAVAILABLE",
             Error::Verification(_) | Error::InsufficientStorage(_) | Error::Internal(_) => {
@@ -149,7 +149,7 @@ fn repo_of(addr: &ProviderAddr) -> String {
 
 impl App {
     /// Answers a request below `/v2/` (never fails: errors become OCI error bodies).
-    pub(super) async fn oci(&self, req: &Request<Incoming>) -> Response<Body> {
+    pub(super) async fn oci(&self, req: &Request<()>) -> Response<Body> {
         let mut resp = match self.oci_route(req).await {
             Ok(resp) => resp,
             Err(e) => {
@@ -168,7 +168,7 @@ impl App {
         resp
     }
 
-    async fn oci_route(&self, req: &Request<Incoming>) -> Result<Response<Body>, OciError> {
+    async fn oci_route(&self, req: &Request<()>) -> Result<Response<Body>, OciError> {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return Err(OciError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -253,7 +253,7 @@ impl App {
     /// `<repo>/tags/list`, in lexical order, `n` at a time after `last` when asked.
     async fn oci_tags(
         &self,
-        req: &Request<Incoming>,
+        req: &Request<()>,
         addr: &ProviderAddr,
     ) -> Result<Response<Body>, OciError> {
         let tags = self
@@ -312,11 +312,7 @@ impl App {
 
     /// With authentication on, a request must carry one of the mirror's tokens as its bearer
     /// token; otherwise it gets 401 with the challenge OCI clients follow to `/v2/token`.
-    fn oci_authorize(
-        &self,
-        req: &Request<Incoming>,
-        path: Option<&OciPath>,
-    ) -> Result<(), OciError> {
+    fn oci_authorize(&self, req: &Request<()>, path: Option<&OciPath>) -> Result<(), OciError> {
         let auth = &self.settings.auth;
         let presented = req
             .headers()
@@ -342,7 +338,7 @@ impl App {
 
     /// `/v2/token`: one of the mirror's tokens (as the `Basic` password, or a bearer token) in,
     /// the same token out as `{"token", "access_token"}`.
-    fn oci_token(&self, req: &Request<Incoming>) -> Result<Response<Body>, OciError> {
+    fn oci_token(&self, req: &Request<()>) -> Result<Response<Body>, OciError> {
         let auth = &self.settings.auth;
         let token = if auth.enabled() {
             let presented = req

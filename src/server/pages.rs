@@ -1,0 +1,276 @@
+//! The pages' templates (`templates/`, checked and compiled with the binary by askama, which
+//! escapes every value it inserts into HTML) and the values they are rendered from: the
+//! catalogue's views, plus what each page adds (the snippets, the filters, paging).
+
+use std::borrow::Borrow;
+
+use askama::Template;
+
+use crate::catalogue::{
+    LockBlock, ModuleList, ModuleQuery, Provider, ProviderEntry, ProviderList, ProviderQuery,
+    ProviderSummary, Status, VersionEntry, VersionView,
+};
+
+/// What every page's frame needs.
+pub struct Chrome {
+    /// The base path, ending in `/`.
+    pub base: String,
+    pub title: String,
+    /// Which navigation entry is current: `start`, `providers`, `modules`, `status` or ``.
+    pub section: &'static str,
+    pub signed_in: bool,
+    pub version: &'static str,
+}
+
+/// A configuration snippet with a copy button.
+pub struct Snippet {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub intro: String,
+    pub text: String,
+}
+
+/// A time in Unix seconds, or none, however a template holds it.
+trait MaybeSecs {
+    fn secs(self) -> Option<u64>;
+}
+
+impl MaybeSecs for &Option<u64> {
+    fn secs(self) -> Option<u64> {
+        *self
+    }
+}
+
+impl MaybeSecs for Option<&u64> {
+    fn secs(self) -> Option<u64> {
+        self.copied()
+    }
+}
+
+impl MaybeSecs for Option<u64> {
+    fn secs(self) -> Option<u64> {
+        self
+    }
+}
+
+/// Formatting shared by the templates (which hand values over by reference).
+trait Formats {
+    /// Bytes, in binary units.
+    fn size(&self, bytes: impl Borrow<u64>) -> String {
+        bytesize::ByteSize::b(*bytes.borrow())
+            .display()
+            .iec()
+            .to_string()
+    }
+
+    fn size_opt(&self, bytes: &Option<u64>) -> String {
+        bytes.map(|b| self.size(b)).unwrap_or_default()
+    }
+
+    /// Unix seconds as a UTC time to the minute; nothing for `None`.
+    fn time(&self, secs: impl MaybeSecs) -> String {
+        let Some(secs) = secs.secs() else {
+            return String::new();
+        };
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        let text = humantime::format_rfc3339_seconds(at).to_string();
+        // 2026-11-26T17:18:05Z -> 2026-11-26 17:18 UTC
+        format!("{} {} UTC", &text[..10], &text[11..16])
+    }
+
+    /// The first 12 characters of a commit.
+    fn short(&self, commit: &str) -> String {
+        commit.chars().take(12).collect()
+    }
+
+    fn cached_platforms(&self, version: &VersionEntry) -> String {
+        let cached: Vec<&str> = version.cached().map(|p| p.platform.as_str()).collect();
+        format!(
+            "{} of {}: {}",
+            cached.len(),
+            version.platforms.len(),
+            cached.join(", ")
+        )
+    }
+}
+
+#[derive(Template)]
+#[template(path = "start.html")]
+pub struct StartPage {
+    pub chrome: Chrome,
+    pub snippets: Vec<Snippet>,
+    pub ca_url: Option<String>,
+    pub providers: usize,
+    pub versions: usize,
+    pub modules: usize,
+}
+
+/// Which part of a long list a page shows.
+pub struct Paging {
+    /// From 1.
+    pub page: usize,
+    pub pages: usize,
+}
+
+#[derive(Template)]
+#[template(path = "providers.html")]
+pub struct ProvidersPage<'a> {
+    pub chrome: Chrome,
+    pub list: &'a ProviderList,
+    pub shown: &'a [ProviderSummary],
+    pub query: &'a ProviderQuery,
+    pub paging: Paging,
+}
+
+impl ProvidersPage<'_> {
+    /// The link to page `n` of the same query.
+    fn page_link(&self, n: usize) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (key, value) in [
+            ("q", &self.query.q),
+            ("hostname", &self.query.hostname),
+            ("namespace", &self.query.namespace),
+            ("trust", &self.query.trust),
+            ("platform", &self.query.platform),
+        ] {
+            if !value.is_empty() {
+                query.append_pair(key, value);
+            }
+        }
+        query.append_pair("page", &n.to_string());
+        format!("{}-/providers?{}", self.chrome.base, query.finish())
+    }
+}
+
+#[derive(Template)]
+#[template(path = "provider.html")]
+pub struct ProviderPage<'a> {
+    pub chrome: Chrome,
+    pub provider: &'a ProviderEntry,
+}
+
+impl ProviderPage<'_> {
+    pub fn of(chrome: Chrome, provider: &Provider) -> ProviderPage<'_> {
+        ProviderPage {
+            chrome,
+            provider: &provider.provider,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "version.html")]
+pub struct VersionPage<'a> {
+    pub chrome: Chrome,
+    pub view: &'a VersionView,
+    /// The platforms ticked for the lock-file block.
+    pub ticked: Vec<String>,
+    pub lock: Option<LockBlock>,
+}
+
+impl VersionPage<'_> {
+    fn ticked(&self, platform: &str) -> bool {
+        self.ticked.iter().any(|p| p == platform)
+    }
+}
+
+#[derive(Template)]
+#[template(path = "modules.html")]
+pub struct ModulesPage<'a> {
+    pub chrome: Chrome,
+    pub list: &'a ModuleList,
+    pub query: &'a ModuleQuery,
+}
+
+#[derive(Template)]
+#[template(path = "status.html")]
+pub struct StatusPage<'a> {
+    pub chrome: Chrome,
+    pub status: &'a Status,
+}
+
+impl StatusPage<'_> {
+    /// `cache.max_size` and how much of it provider archives use.
+    fn limit(&self) -> String {
+        match self.status.cache.max_size {
+            Some(max) if max > 0 => format!(
+                "{}, {:.0} % used",
+                self.size(max),
+                self.status.cache.provider_bytes as f64 * 100.0 / max as f64
+            ),
+            _ => "none".into(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "sign_in.html")]
+pub struct SignInPage {
+    pub chrome: Chrome,
+    /// Where to go once signed in.
+    pub next: String,
+    pub failure: Option<&'static str>,
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    pub chrome: Chrome,
+    pub message: String,
+}
+
+impl Formats for StartPage {}
+impl Formats for ProvidersPage<'_> {}
+impl Formats for ProviderPage<'_> {}
+impl Formats for VersionPage<'_> {}
+impl Formats for ModulesPage<'_> {}
+impl Formats for StatusPage<'_> {}
+impl Formats for SignInPage {}
+impl Formats for ErrorPage {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chrome() -> Chrome {
+        Chrome {
+            base: "/".into(),
+            title: "Test".into(),
+            section: "",
+            signed_in: false,
+            version: "0",
+        }
+    }
+
+    #[test]
+    fn values_are_escaped_in_text_and_attributes() {
+        let page = ErrorPage {
+            chrome: chrome(),
+            message: "<script>alert(\"x\")</script>".into(),
+        };
+        let html = page.render().unwrap();
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"),
+            "{html}"
+        );
+        let sign_in = SignInPage {
+            chrome: chrome(),
+            next: "\"><img src=x onerror=alert(1)>".into(),
+            failure: None,
+        };
+        let html = sign_in.render().unwrap();
+        assert!(!html.contains("<img"), "{html}");
+    }
+
+    #[test]
+    fn times_and_sizes_read_well() {
+        let page = ErrorPage {
+            chrome: chrome(),
+            message: String::new(),
+        };
+        assert_eq!(page.time(Some(1_795_713_485)), "2026-11-26 17:18 UTC");
+        assert_eq!(page.time(None), "");
+        assert_eq!(page.size(1536), "1.5 KiB");
+    }
+}

@@ -1,0 +1,729 @@
+//! What people and scripts see under the base URL: the start page at `<base>`, the pages and
+//! the JSON API under `<base>-/` (`-/` cannot begin a hostname, so nothing here shadows a mirror
+//! path), sign-in and sign-out, and the pages' own static files.
+//!
+//! Every view comes from the [`Catalogue`]; a page renders it with its template (see
+//! [`super::pages`]) and the API serialises it, so the two agree. Pages are sent with a strict
+//! `Content-Security-Policy` (nothing but this server's own scripts, styles and images; no
+//! inline code, no frames, forms only to itself) and load nothing from anywhere else.
+//!
+//! With client authentication on, everything here but the sign-in page and the static files
+//! needs a bearer token or a session cookie (see [`crate::auth::session`]): a page without one
+//! redirects to sign-in, an API request gets 401. Sign-in and sign-out are the only `POST`s;
+//! browsers' `Sec-Fetch-Site` must say they come from this site, and the cookie is
+//! `SameSite=Strict`, so other sites cannot make a browser use them.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use askama::Template;
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::pages::{
+    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, Snippet,
+    StartPage, StatusPage, VersionPage,
+};
+use super::routes::{Body, json_response, response};
+use crate::address::{Platform, ProviderAddr, Version};
+use crate::auth::session::{self, Session, Sessions};
+use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery};
+use crate::config::Settings;
+use crate::error::Error;
+
+/// Providers listed per page.
+pub const PAGE_SIZE: usize = 100;
+
+/// The largest sign-in form accepted.
+const MAX_FORM: usize = 8 * 1024;
+
+/// What pages may load: their own scripts, styles and images, nothing inline, no frames.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The static files, built into the binary.
+const STATIC: &[(&str, &str, &str)] = &[
+    (
+        "provender.css",
+        "text/css; charset=utf-8",
+        include_str!("assets/provender.css"),
+    ),
+    (
+        "provender.js",
+        "text/javascript; charset=utf-8",
+        include_str!("assets/provender.js"),
+    ),
+    ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),
+];
+
+/// The pages, the API and sign-in.
+pub struct Site {
+    settings: Arc<Settings>,
+    catalogue: Arc<Catalogue>,
+    /// Sign-in sessions, when client authentication is on.
+    sessions: Option<Sessions>,
+    base_url: url::Url,
+    /// The generated CA certificate, when the server made its own.
+    ca_pem: Option<Bytes>,
+}
+
+/// How a request is answered when it lacks credentials.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Page,
+    Api,
+}
+
+/// Who is asking.
+enum Caller {
+    /// Authentication is off, or the request carried a valid bearer token.
+    Let,
+    /// A signed-in browser.
+    Session(Session),
+    Nobody,
+}
+
+impl Site {
+    pub fn new(
+        settings: Arc<Settings>,
+        catalogue: Arc<Catalogue>,
+        base_url: url::Url,
+        ca_pem: Option<Bytes>,
+    ) -> Site {
+        let sessions = settings
+            .auth
+            .enabled()
+            .then(|| Sessions::new(&settings.auth));
+        Site {
+            settings,
+            catalogue,
+            sessions,
+            base_url,
+            ca_pem,
+        }
+    }
+
+    fn base(&self) -> &str {
+        &self.settings.server.base_path
+    }
+
+    /// Answers `<base>` (`rest` empty) or `<base>-/<rest>`.
+    pub async fn handle(&self, req: &Request<()>, body: Incoming, rest: &str) -> Response<Body> {
+        let kind = if rest.starts_with("api/") {
+            Kind::Api
+        } else {
+            Kind::Page
+        };
+        let result = self.answer(req, body, rest, kind).await;
+        let mut resp = result.unwrap_or_else(|e| match kind {
+            Kind::Api => super::routes::error_response(&e),
+            Kind::Page => self.error_page(&e, self.caller(req).signed_in()),
+        });
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
+        if !headers.contains_key(header::CACHE_CONTROL) {
+            headers.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            );
+        }
+        resp
+    }
+
+    async fn answer(
+        &self,
+        req: &Request<()>,
+        body: Incoming,
+        rest: &str,
+        kind: Kind,
+    ) -> Result<Response<Body>, Error> {
+        if let Some(name) = rest.strip_prefix("static/") {
+            only_get(req)?;
+            return static_file(name);
+        }
+        if rest == "sign-in" {
+            return match *req.method() {
+                Method::GET | Method::HEAD if self.sessions.is_none() => Ok(see_other(self.base())),
+                Method::GET | Method::HEAD => Ok(self.sign_in_page(req, None)),
+                Method::POST => self.sign_in(req, body).await,
+                _ => Err(Error::MethodNotAllowed),
+            };
+        }
+        let caller = self.caller(req);
+        if rest == "sign-out" {
+            if *req.method() != Method::POST {
+                return Err(Error::MethodNotAllowed);
+            }
+            return self.sign_out(req, caller);
+        }
+        only_get(req)?;
+        if let Caller::Nobody = caller {
+            return Ok(match kind {
+                Kind::Api => super::routes::unauthorized(
+                    "this mirror requires a bearer token or a signed-in session",
+                ),
+                Kind::Page => self.to_sign_in(req),
+            });
+        }
+        let signed_in = caller.signed_in();
+        let query = req.uri().query();
+        match rest.strip_prefix("api/v1/") {
+            Some(api) => self.api(api, query).await,
+            None => self.page(rest, query, signed_in).await,
+        }
+    }
+
+    fn caller(&self, req: &Request<()>) -> Caller {
+        let Some(sessions) = &self.sessions else {
+            return Caller::Let;
+        };
+        let bearer = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        if bearer.is_some() && self.settings.auth.check_bearer(bearer).is_ok() {
+            return Caller::Let;
+        }
+        req.headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(session::from_header)
+            .find_map(|cookie| sessions.check(cookie, SystemTime::now()))
+            .map_or(Caller::Nobody, Caller::Session)
+    }
+
+    fn chrome(&self, title: impl Into<String>, section: &'static str, signed_in: bool) -> Chrome {
+        Chrome {
+            base: self.base().to_string(),
+            title: title.into(),
+            section,
+            signed_in,
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    async fn page(
+        &self,
+        rest: &str,
+        query: Option<&str>,
+        signed_in: bool,
+    ) -> Result<Response<Body>, Error> {
+        if rest.is_empty() {
+            return self.start_page(signed_in).await;
+        }
+        if rest == "ca.pem" {
+            let pem = self.ca_pem.clone().ok_or_else(|| {
+                Error::NotFound("this server uses a certificate it was given".into())
+            })?;
+            return Ok(response(StatusCode::OK, "application/x-pem-file", pem));
+        }
+        if rest == "providers" {
+            let parsed = ProviderQuery::parse(query);
+            let list = self.catalogue.providers(&parsed).await?;
+            let pages = list.providers.len().div_ceil(PAGE_SIZE).max(1);
+            let page = page_number(query).clamp(1, pages);
+            let start = (page - 1) * PAGE_SIZE;
+            let shown = &list.providers[start..(start + PAGE_SIZE).min(list.providers.len())];
+            return html(ProvidersPage {
+                chrome: self.chrome("Providers", "providers", signed_in),
+                list: &list,
+                shown,
+                query: &parsed,
+                paging: Paging { page, pages },
+            });
+        }
+        if let Some(path) = rest.strip_prefix("providers/") {
+            let (addr, version) = provider_path(path)?;
+            return match version {
+                None => {
+                    let provider = self.catalogue.provider(&addr).await?;
+                    let title = provider.provider.source.clone();
+                    html(ProviderPage::of(
+                        self.chrome(title, "providers", signed_in),
+                        &provider,
+                    ))
+                }
+                Some(version) => {
+                    let view = self.catalogue.version(&addr, &version).await?;
+                    let (ticked, platforms) = ticked_platforms(query, &view.version);
+                    let lock = match platforms.is_empty() {
+                        true => None,
+                        false => Some(
+                            self.catalogue
+                                .lock_block(&addr, &version, &platforms)
+                                .await?,
+                        ),
+                    };
+                    html(VersionPage {
+                        chrome: self.chrome(format!("{addr} {version}"), "providers", signed_in),
+                        view: &view,
+                        ticked,
+                        lock,
+                    })
+                }
+            };
+        }
+        if rest == "modules" {
+            let parsed = ModuleQuery::parse(query);
+            let list = self.catalogue.modules(&parsed).await?;
+            return html(ModulesPage {
+                chrome: self.chrome("Modules", "modules", signed_in),
+                list: &list,
+                query: &parsed,
+            });
+        }
+        if rest == "status" {
+            let status = self.catalogue.status().await?;
+            return html(StatusPage {
+                chrome: self.chrome("Status", "status", signed_in),
+                status: &status,
+            });
+        }
+        Err(Error::NotFound(format!("there is no page -/{rest}")))
+    }
+
+    async fn start_page(&self, signed_in: bool) -> Result<Response<Body>, Error> {
+        let snapshot = self.catalogue.snapshot().await?;
+        html(StartPage {
+            chrome: self.chrome("Use this mirror", "start", signed_in),
+            snippets: snippets(&self.settings, &self.base_url),
+            ca_url: self
+                .ca_pem
+                .as_ref()
+                .map(|_| format!("{}-/ca.pem", self.base())),
+            providers: snapshot.providers.len(),
+            versions: snapshot.providers.iter().map(|p| p.versions.len()).sum(),
+            modules: snapshot.modules.len(),
+        })
+    }
+
+    /// The JSON API (`-/api/v1/...`), over the same views as the pages.
+    async fn api(&self, path: &str, query: Option<&str>) -> Result<Response<Body>, Error> {
+        let c = &self.catalogue;
+        match path {
+            "" => return json(&api_index()),
+            "providers" => return json(&c.providers(&ProviderQuery::parse(query)).await?),
+            "modules" => return json(&c.modules(&ModuleQuery::parse(query)).await?),
+            "status" => return json(&c.status().await?),
+            _ => {}
+        }
+        if let Some(path) = path.strip_prefix("providers/") {
+            let (path, lock) = match path.strip_suffix("/lock") {
+                Some(p) => (p, true),
+                None => (path, false),
+            };
+            return match (provider_path(path)?, lock) {
+                ((addr, None), false) => json(&c.provider(&addr).await?),
+                ((addr, Some(version)), false) => json(&c.version(&addr, &version).await?),
+                ((addr, Some(version)), true) => {
+                    let view = c.version(&addr, &version).await?;
+                    let (_, platforms) = ticked_platforms(query, &view.version);
+                    json(&c.lock_block(&addr, &version, &platforms).await?)
+                }
+                ((_, None), true) => Err(not_in_api(path)),
+            };
+        }
+        Err(not_in_api(path))
+    }
+
+    fn sign_in_page(&self, req: &Request<()>, failure: Option<&'static str>) -> Response<Body> {
+        let next = next_of(req.uri().query(), self.base());
+        let page = SignInPage {
+            chrome: self.chrome("Sign in", "", false),
+            next,
+            failure,
+        };
+        let status = match failure {
+            Some(_) => StatusCode::UNAUTHORIZED,
+            None => StatusCode::OK,
+        };
+        html(page)
+            .map(|mut r| {
+                *r.status_mut() = status;
+                r
+            })
+            .unwrap_or_else(|e| super::routes::error_response(&e))
+    }
+
+    async fn sign_in(&self, req: &Request<()>, body: Incoming) -> Result<Response<Body>, Error> {
+        same_site(req)?;
+        let Some(sessions) = &self.sessions else {
+            return Ok(see_other(self.base()));
+        };
+        let form = http_body_util::Limited::new(body, MAX_FORM)
+            .collect()
+            .await
+            .map_err(|e| Error::PayloadTooLarge(format!("sign-in form: {e}")))?
+            .to_bytes();
+        let mut token = String::new();
+        let mut next = String::new();
+        for (key, value) in url::form_urlencoded::parse(&form) {
+            match &*key {
+                "token" => token = value.into_owned(),
+                "next" => next = value.into_owned(),
+                _ => {}
+            }
+        }
+        let next = safe_next(&next, self.base());
+        match sessions.sign_in(&token, SystemTime::now()) {
+            Some((session, cookie)) => {
+                tracing::info!(subject = %session.subject, "signed in to the pages");
+                let mut resp = see_other(&next);
+                let value = format!(
+                    "{}={cookie}; Path={}; Max-Age={}; HttpOnly; Secure; SameSite=Strict",
+                    session::COOKIE,
+                    self.base(),
+                    sessions.ttl().as_secs()
+                );
+                resp.headers_mut().insert(
+                    header::SET_COOKIE,
+                    HeaderValue::from_str(&value).map_err(|e| Error::unexpected(e.to_string()))?,
+                );
+                Ok(resp)
+            }
+            None => {
+                tracing::info!("a sign-in to the pages with a wrong token");
+                let mut again = Request::new(());
+                *again.uri_mut() = format!(
+                    "{}-/sign-in?{}",
+                    self.base(),
+                    url::form_urlencoded::Serializer::new(String::new())
+                        .append_pair("next", &next)
+                        .finish()
+                )
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| Error::unexpected(e.to_string()))?;
+                Ok(self.sign_in_page(&again, Some("That token is not one of this mirror's.")))
+            }
+        }
+    }
+
+    fn sign_out(&self, req: &Request<()>, caller: Caller) -> Result<Response<Body>, Error> {
+        same_site(req)?;
+        if let (Some(sessions), Caller::Session(session)) = (&self.sessions, &caller) {
+            sessions.sign_out(session);
+            tracing::info!(subject = %session.subject, "signed out of the pages");
+        }
+        let mut resp = see_other(&format!("{}-/sign-in", self.base()));
+        let value = format!(
+            "{}=; Path={}; Max-Age=0; HttpOnly; Secure; SameSite=Strict",
+            session::COOKIE,
+            self.base()
+        );
+        resp.headers_mut().insert(
+            header::SET_COOKIE,
+            HeaderValue::from_str(&value).map_err(|e| Error::unexpected(e.to_string()))?,
+        );
+        Ok(resp)
+    }
+
+    /// A redirect to the sign-in page that comes back here.
+    fn to_sign_in(&self, req: &Request<()>) -> Response<Body> {
+        let here = req
+            .uri()
+            .path_and_query()
+            .map_or(self.base().to_string(), |p| p.to_string());
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("next", &here)
+            .finish();
+        see_other(&format!("{}-/sign-in?{query}", self.base()))
+    }
+
+    fn error_page(&self, e: &Error, signed_in: bool) -> Response<Body> {
+        let status = e.status();
+        let title = status.canonical_reason().unwrap_or("Error").to_string();
+        let page = ErrorPage {
+            chrome: self.chrome(title, "", signed_in),
+            message: e.to_string(),
+        };
+        match page.render() {
+            Ok(text) => {
+                let mut resp = response(status, "text/html; charset=utf-8", Bytes::from(text));
+                if matches!(e, Error::MethodNotAllowed) {
+                    resp.headers_mut()
+                        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                }
+                resp
+            }
+            Err(_) => super::routes::error_response(e),
+        }
+    }
+}
+
+impl Caller {
+    fn signed_in(&self) -> bool {
+        matches!(self, Caller::Session(_))
+    }
+}
+
+fn only_get(req: &Request<()>) -> Result<(), Error> {
+    match *req.method() {
+        Method::GET | Method::HEAD => Ok(()),
+        _ => Err(Error::MethodNotAllowed),
+    }
+}
+
+/// Refuses a form a browser says another site sent.
+fn same_site(req: &Request<()>) -> Result<(), Error> {
+    let site = req
+        .headers()
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok());
+    match site {
+        None | Some("same-origin" | "none") => Ok(()),
+        Some(other) => Err(Error::Forbidden(format!(
+            "a form from another site ({other}) cannot sign in or out here"
+        ))),
+    }
+}
+
+fn html(page: impl Template) -> Result<Response<Body>, Error> {
+    let text = page
+        .render()
+        .map_err(|e| Error::unexpected(format!("rendering a page: {e}")))?;
+    Ok(response(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        Bytes::from(text),
+    ))
+}
+
+fn json(view: &impl serde::Serialize) -> Result<Response<Body>, Error> {
+    let body = serde_json::to_vec(view).expect("catalogue views serialise");
+    Ok(json_response(StatusCode::OK, body))
+}
+
+fn see_other(location: &str) -> Response<Body> {
+    let mut resp = response(
+        StatusCode::SEE_OTHER,
+        "text/plain; charset=utf-8",
+        Bytes::new(),
+    );
+    if let Ok(value) = HeaderValue::from_str(location) {
+        resp.headers_mut().insert(header::LOCATION, value);
+    }
+    resp
+}
+
+fn static_file(name: &str) -> Result<Response<Body>, Error> {
+    let (_, content_type, text) = STATIC
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .ok_or_else(|| Error::NotFound(format!("there is no static file {name}")))?;
+    let mut resp = response(
+        StatusCode::OK,
+        content_type,
+        Bytes::from_static(text.as_bytes()),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=600"),
+    );
+    Ok(resp)
+}
+
+fn not_in_api(path: &str) -> Error {
+    Error::NotFound(format!(
+        "no API document -/api/v1/{path} (see -/api/v1/ for the list)"
+    ))
+}
+
+/// `-/api/v1/`: what the API offers.
+fn api_index() -> serde_json::Value {
+    serde_json::json!({
+        "api_version": crate::catalogue::API_VERSION,
+        "documents": {
+            "providers": "providers?q=&hostname=&namespace=&trust=&platform=",
+            "provider": "providers/{hostname}/{namespace}/{type}",
+            "version": "providers/{hostname}/{namespace}/{type}/{version}",
+            "lock": "providers/{hostname}/{namespace}/{type}/{version}/lock?platform={os_arch}",
+            "modules": "modules?q=",
+            "status": "status",
+        }
+    })
+}
+
+/// `<hostname>/<namespace>/<type>[/<version>]`.
+fn provider_path(path: &str) -> Result<(ProviderAddr, Option<Version>), Error> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let (addr, version) = match parts.as_slice() {
+        [h, n, t] => (ProviderAddr::new(h, n, t)?, None),
+        [h, n, t, v] => (ProviderAddr::new(h, n, t)?, Some(Version::parse(v)?)),
+        _ => {
+            return Err(Error::NotFound(format!(
+                "-/providers/{path}: expected <hostname>/<namespace>/<type>[/<version>]"
+            )));
+        }
+    };
+    Ok((addr, version))
+}
+
+/// `page=` of a query, from 1.
+fn page_number(query: Option<&str>) -> usize {
+    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "page")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The platforms a query ticks (`platform=` repeated, kept when the version has them); with
+/// none named and no `ticked=` (the form's marker), the version's cached platforms.
+fn ticked_platforms(
+    query: Option<&str>,
+    version: &crate::catalogue::VersionEntry,
+) -> (Vec<String>, Vec<Platform>) {
+    let pairs: Vec<(String, String)> =
+        url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    let asked: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "platform")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let ticked: Vec<String> = if asked.is_empty() && !pairs.iter().any(|(k, _)| k == "ticked") {
+        version.cached().map(|p| p.platform.clone()).collect()
+    } else {
+        asked
+    };
+    let platforms = ticked
+        .iter()
+        .filter_map(|p| Platform::parse(p).ok())
+        .filter(|p| {
+            version
+                .platforms
+                .iter()
+                .any(|e| e.platform == p.to_string())
+        })
+        .collect();
+    (ticked, platforms)
+}
+
+/// `next=` of the sign-in page's query, made safe.
+fn next_of(query: Option<&str>, base: &str) -> String {
+    let next = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "next")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default();
+    safe_next(&next, base)
+}
+
+/// Where to go after signing in: a path of this mirror's own, else its start page (never
+/// another site: `//host`, `/\host` and schemes are refused).
+fn safe_next(next: &str, base: &str) -> String {
+    let ok = next.starts_with(base)
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control)
+        && !next.contains("-/sign-");
+    if ok {
+        next.to_string()
+    } else {
+        base.to_string()
+    }
+}
+
+/// The configuration snippets of the start page, with this server's URLs filled in.
+pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
+    let url = base_url.as_str();
+    let host = host_port(base_url);
+    let mut out = vec![Snippet {
+        id: "network-mirror",
+        title: "Providers: Terraform and OpenTofu",
+        intro: "Add this to the CLI configuration (~/.terraformrc, ~/.tofurc, terraform.rc on \
+                Windows, or the file TF_CLI_CONFIG_FILE names), then run terraform init or \
+                tofu init as usual."
+            .into(),
+        text: format!(
+            "provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n"
+        ),
+    }];
+    out.push(Snippet {
+        id: "oci-mirror",
+        title: "Providers: OpenTofu's OCI mirror",
+        intro: "OpenTofu 1.10 and later can install the same verified providers from this \
+                server as an OCI registry instead."
+            .into(),
+        text: format!(
+            "provider_installation {{\n  oci_mirror {{\n    repository_template = \"{host}/${{hostname}}/${{namespace}}/${{type}}\"\n  }}\n}}\n"
+        ),
+    });
+    let mut hosts = String::new();
+    for registry in &settings.upstream.allowed_hosts {
+        hosts.push_str(&format!(
+            "host \"{registry}\" {{\n  services = {{\n    \"modules.v1\"   = \"{url}v1/modules/{registry}/\"\n    \"providers.v1\" = \"{url}v1/providers/{registry}/\"\n  }}\n}}\n"
+        ));
+    }
+    out.push(Snippet {
+        id: "host-block",
+        title: "Modules, and the registry facade",
+        intro: "A host block sends a registry's module downloads (and terraform providers \
+                mirror) through this server, with no change to any .tf file. Terraform users \
+                need the registry.terraform.io block, OpenTofu users the registry.opentofu.org \
+                one."
+            .into(),
+        text: hosts,
+    });
+    if settings.auth.enabled() {
+        out.push(Snippet {
+            id: "credentials",
+            title: "Credentials",
+            intro: "This mirror asks for a token: put yours in place of the placeholder (or set \
+                    TF_TOKEN_ for the host). OpenTofu's OCI mirror reads oci_credentials."
+                .into(),
+            text: format!(
+                "credentials \"{host}\" {{\n  token = \"<your token>\"\n}}\n\noci_credentials \"{host}\" {{\n  username = \"tofu\"\n  password = \"<your token>\"\n}}\n"
+            ),
+        });
+    }
+    out
+}
+
+/// `host` or `host:port` of a URL (the port when it is not 443).
+fn host_port(url: &url::Url) -> String {
+    let host = url.host_str().unwrap_or("localhost");
+    match url.port() {
+        Some(port) if port != 443 => format!("{host}:{port}"),
+        _ => host.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_sign_in_only_this_mirrors_own_pages() {
+        assert_eq!(safe_next("/-/providers?q=a", "/"), "/-/providers?q=a");
+        assert_eq!(safe_next("//evil.example/", "/"), "/");
+        assert_eq!(safe_next("/\\evil.example/", "/"), "/");
+        assert_eq!(safe_next("https://evil.example/", "/"), "/");
+        assert_eq!(safe_next("/other/", "/mirror/"), "/mirror/");
+        assert_eq!(safe_next("/-/sign-out", "/"), "/");
+    }
+
+    #[test]
+    fn provider_paths_are_checked() {
+        let (addr, version) = provider_path("registry.terraform.io/acme/foo/1.0.0").unwrap();
+        assert_eq!(addr.to_string(), "registry.terraform.io/acme/foo");
+        assert_eq!(version.unwrap().as_str(), "1.0.0");
+        assert!(provider_path("registry.terraform.io/acme").is_err());
+        assert!(provider_path("registry.terraform.io/acme/foo/x<y").is_err());
+    }
+}
