@@ -495,6 +495,12 @@ impl Upstream {
             .record(host.as_str(), outcome, started.elapsed());
     }
 
+    /// `e`, an unusable answer of `host`'s (see [`health::Health::fault`]), noted in its health.
+    fn origin_fault(&self, host: &Hostname, e: UpstreamError) -> UpstreamError {
+        self.health.fault(host.as_str(), e.to_string());
+        e
+    }
+
     /// Each origin host's recent calls, with its circuit breaker's state.
     pub fn health(&self) -> Vec<OriginHealth> {
         self.health

@@ -270,7 +270,7 @@ mod tests {
             message: String::new(),
         };
         assert_eq!(page.time(Some(1_795_713_485)), "2026-11-26 17:18 UTC");
-        assert_eq!(page.time(None), "");
+        assert_eq!(page.time(None::<u64>), "");
         assert_eq!(page.size(1536), "1.5 KiB");
     }
 }

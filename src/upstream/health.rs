@@ -47,6 +47,16 @@ impl Health {
         }
     }
 
+    /// Records that an answer the host gave (and [`Health::record`] counted) turned out to be
+    /// unusable: a malformed document, an invalid URL in it.
+    pub fn fault(&self, host: &str, error: String) {
+        let mut hosts = self.hosts.lock().expect("health lock");
+        let h = hosts.entry(host.to_string()).or_default();
+        h.failures += 1;
+        h.last_failure = Some(SystemTime::now());
+        h.last_error = Some(shorten(error));
+    }
+
     /// Every host's history, by host name.
     pub fn snapshot(&self) -> BTreeMap<String, HostHealth> {
         self.hosts.lock().expect("health lock").clone()

@@ -39,8 +39,12 @@ impl Upstream {
         let Some((_, body)) = found else {
             return Ok(None);
         };
-        let list = parse_versions(&body)
-            .map_err(|e| UpstreamError::BadDocument(format!("{addr}: {e}")))?;
+        let list = parse_versions(&body).map_err(|e| {
+            self.origin_fault(
+                &addr.hostname,
+                UpstreamError::BadDocument(format!("{addr}: {e}")),
+            )
+        })?;
         for note in &list.skipped {
             tracing::warn!(provider = %addr, "origin version list: skipped {note}");
         }
@@ -69,8 +73,12 @@ impl Upstream {
             return Ok(None);
         };
         let what = format!("{addr} {version} {platform}");
-        let mut pkg = parse_download(&body, platform)
-            .map_err(|e| UpstreamError::BadDocument(format!("{addr} {version}: {e}")))?;
+        let mut pkg = parse_download(&body, platform).map_err(|e| {
+            self.origin_fault(
+                &addr.hostname,
+                UpstreamError::BadDocument(format!("{addr} {version}: {e}")),
+            )
+        })?;
         for u in [
             &mut pkg.download_url,
             &mut pkg.shasums_url,
@@ -80,7 +88,8 @@ impl Upstream {
         .flatten()
         {
             *u = self
-                .resolve(&addr.hostname, &final_url, u, &what)?
+                .resolve(&addr.hostname, &final_url, u, &what)
+                .map_err(|e| self.origin_fault(&addr.hostname, e))?
                 .to_string();
         }
         Ok(Some(pkg))

@@ -16,6 +16,7 @@ mod oci;
 mod operations;
 mod ops;
 mod origin_smoke;
+mod pages;
 mod prune;
 mod replicas;
 mod resilience;

@@ -15,6 +15,7 @@
 // Each test module uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cli;
 pub mod egress_proxy;
 pub mod garage;
@@ -134,6 +135,20 @@ pub fn h1_of(doc: &serde_json::Value, platform: &str) -> Option<String> {
 /// A reqwest client that trusts only `ca`, ignores proxy settings and resolves each
 /// `(host, addr)` pair to `addr` (a URL without a port then connects to `addr`'s port).
 pub fn https_client(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::Client {
+    https_builder(ca, resolve)
+        .build()
+        .expect("build reqwest client")
+}
+
+/// Like [`https_client`], without following redirects (to see them).
+pub fn https_client_no_redirects(ca: &TestCa) -> reqwest::Client {
+    https_builder(ca, &[])
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("build reqwest client")
+}
+
+fn https_builder(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::ClientBuilder {
     install_crypto_provider();
     let root = reqwest::Certificate::from_pem(ca.ca_pem().as_bytes()).expect("parse CA PEM");
     let mut builder = reqwest::Client::builder()
@@ -143,7 +158,7 @@ pub fn https_client(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::Cli
     for (host, addr) in resolve {
         builder = builder.resolve(host, *addr);
     }
-    builder.build().expect("build reqwest client")
+    builder
 }
 
 /// A hermetic environment for the real `terraform` CLI: its own HOME, a CLI config file,

@@ -1,0 +1,619 @@
+//! The pages, in a real browser (headless Chromium through chromedriver, see
+//! [`crate::support::browser`]), over a provender filled through the real protocols from a fake
+//! origin over TLS: what a person sees and copies, search and filters, a lock-file block the
+//! real `terraform init -lockfile=readonly` accepts, sign-in with authentication on (and no page
+//! or API route without it), hostile origin text shown as text, and on every page no console
+//! error, nothing loaded from elsewhere, no serious axe-core finding, and no sideways
+//! scrolling on a phone.
+//!
+//! With `PROVENDER_SCREENSHOTS=<dir>` the tests save the README's screenshots there.
+
+use std::time::Duration;
+
+use fantoccini::key::Key;
+use http::StatusCode;
+
+use crate::support::browser::Browser;
+use crate::support::http::{get, send};
+use crate::support::origin::{FakeOrigin, Fault, ModuleSource, ModuleSpec, ProviderSpec};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::tf_config::{self, FOO};
+use crate::support::{Terraform, https_client, https_client_no_redirects, init_fresh, poll};
+
+const PLATFORMS: &[(&str, &str)] = &[("linux", "amd64"), ("darwin", "arm64")];
+
+/// Checks what every page must satisfy, then saves its screenshot.
+async fn check_page(browser: &Browser, mirror: &TestMirror, name: &str) {
+    let origin = mirror.url.origin().ascii_serialization();
+    let errors = browser.console("SEVERE").await;
+    assert!(errors.is_empty(), "{name}: console errors: {errors:#?}");
+    for url in browser.loaded_urls().await {
+        assert!(
+            url.starts_with(&origin),
+            "{name} loaded {url}, outside {origin}"
+        );
+    }
+    let findings = browser.serious_accessibility_violations().await;
+    assert!(findings.is_empty(), "{name}: axe-core: {findings:#?}");
+    let sideways = browser
+        .run(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await;
+    assert!(
+        sideways.as_i64().unwrap() <= 0,
+        "{name} scrolls sideways by {sideways} px"
+    );
+    browser.screenshot(name).await;
+}
+
+/// A `<pre>`'s exact text.
+async fn snippet(browser: &Browser, id: &str) -> String {
+    let text = browser
+        .run(
+            "return document.getElementById(arguments[0]).textContent;",
+            vec![id.into()],
+        )
+        .await;
+    text.as_str().unwrap().to_string()
+}
+
+/// Waits for the clipboard to hold `expected` (the copy is asynchronous).
+async fn clipboard_becomes(browser: &Browser, expected: &str) {
+    let got = poll(Duration::from_secs(5), async || {
+        let now = browser.clipboard().await;
+        (now == expected).then_some(now)
+    })
+    .await;
+    assert!(
+        got.is_some(),
+        "the clipboard holds {:?}, not {expected:?}",
+        browser.clipboard().await
+    );
+}
+
+/// The rows of the page's first table body.
+async fn rows(browser: &Browser) -> Vec<String> {
+    let mut out = Vec::new();
+    for row in browser.find_all("main tbody tr").await {
+        out.push(row.text().await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "1.1.0"], PLATFORMS),
+            ProviderSpec::new("other", "bar", &["2.0.0"], PLATFORMS),
+        ],
+        vec![ModuleSpec::new("acme", "gitmod", "test", &["1.0.0"]).source(ModuleSource::Git)],
+    )
+    .await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    // Fill the cache as clients do: terraform init through the network mirror (acme/foo
+    // 1.1.0 for this machine's platform), a download of other/bar, a module download.
+    let cli = tf_config::network_mirror(mirror.url.as_str());
+    let first = init_fresh(&ca, &cli, FOO).await;
+    let bar = format!("{REGISTRY}/other/bar/terraform-provider-bar_2.0.0_linux_amd64.zip");
+    assert_eq!(get(&client, &mirror.url(&bar)).await.status, 200);
+    let download = mirror.url(&format!(
+        "v1/modules/{REGISTRY}/acme/gitmod/test/1.0.0/download"
+    ));
+    assert_eq!(get(&client, &download).await.status, StatusCode::OK);
+
+    let browser = Browser::start().await;
+    let base = mirror.url.as_str();
+
+    // The start page: snippets with this mirror's URLs, copied exactly, by mouse and keyboard.
+    browser.goto(base).await;
+    browser.allow_clipboard().await;
+    assert_eq!(
+        browser.client.title().await.unwrap(),
+        "Use this mirror · provender"
+    );
+    let network_mirror = snippet(&browser, "network-mirror").await;
+    assert_eq!(network_mirror, tf_config::network_mirror(base));
+    browser
+        .find("button[data-copy='network-mirror']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    clipboard_becomes(&browser, &network_mirror).await;
+    let host = format!("localhost:{}", mirror.url.port().unwrap());
+    let oci = snippet(&browser, "oci-mirror").await;
+    assert_eq!(
+        oci,
+        format!(
+            "provider_installation {{\n  oci_mirror {{\n    repository_template = \"{host}/${{hostname}}/${{namespace}}/${{type}}\"\n  }}\n}}\n"
+        )
+    );
+    let hosts = snippet(&browser, "host-block").await;
+    assert!(
+        hosts.contains(&format!(
+            "\"modules.v1\"   = \"{base}v1/modules/{REGISTRY}/\""
+        )),
+        "{hosts}"
+    );
+    assert!(
+        browser.find_all("#credentials").await.is_empty(),
+        "no auth, no credentials"
+    );
+    // The keyboard alone, from a fresh load: the first Tab reaches the skip link, more reach
+    // the OCI snippet's copy button.
+    browser.goto(base).await;
+    browser
+        .find("body")
+        .await
+        .send_keys(&Key::Tab.to_string())
+        .await
+        .unwrap();
+    let first_focus = browser
+        .run("return document.activeElement.className;", vec![])
+        .await;
+    assert_eq!(first_focus, "skip");
+    let mut reached = false;
+    for _ in 0..40 {
+        let focused = browser
+            .run(
+                "return document.activeElement.getAttribute('data-copy');",
+                vec![],
+            )
+            .await;
+        if focused == "oci-mirror" {
+            reached = true;
+            break;
+        }
+        let active = browser.client.active_element().await.unwrap();
+        active.send_keys(&Key::Tab.to_string()).await.unwrap();
+    }
+    assert!(reached, "Tab never reached the OCI snippet's copy button");
+    let active = browser.client.active_element().await.unwrap();
+    active.send_keys(&Key::Enter.to_string()).await.unwrap();
+    clipboard_becomes(&browser, &oci).await;
+    check_page(&browser, &mirror, "start").await;
+
+    // Providers: search and every filter.
+    browser.goto(&mirror.url("-/providers")).await;
+    let all = rows(&browser).await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(
+        all[0].starts_with(&format!("{REGISTRY}/acme/foo")),
+        "{all:?}"
+    );
+    check_page(&browser, &mirror, "providers").await;
+    browser.find("#q").await.send_keys("bar").await.unwrap();
+    browser
+        .find(".filters button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let found = rows(&browser).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(&format!("{REGISTRY}/other/bar")),
+        "{found:?}"
+    );
+    browser.goto(&mirror.url("-/providers")).await;
+    browser
+        .find("#namespace")
+        .await
+        .select_by_value("acme")
+        .await
+        .unwrap();
+    browser
+        .find(".filters button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let acme = rows(&browser).await;
+    assert_eq!(acme.len(), 1);
+    assert!(acme[0].contains("community"), "{acme:?}");
+    browser
+        .find("#platform")
+        .await
+        .select_by_value("linux_amd64")
+        .await
+        .unwrap();
+    browser
+        .find(".filters button[type=submit]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(rows(&browser).await.len(), 1, "linux_amd64 is cached");
+    browser
+        .goto(&mirror.url("-/providers?platform=darwin_arm64"))
+        .await;
+    assert!(
+        rows(&browser).await.is_empty(),
+        "no darwin archive is cached"
+    );
+    assert_eq!(browser.text(".empty").await, "No provider matches.");
+    browser
+        .goto(&mirror.url("-/providers?trust=official"))
+        .await;
+    assert!(
+        rows(&browser).await.is_empty(),
+        "the fake origin's key is community"
+    );
+
+    // A provider, then a version: trust, key, platforms, hashes, origin.
+    browser.goto(&mirror.url("-/providers")).await;
+    browser
+        .click_to_page(&format!("a[href$='-/providers/{REGISTRY}/acme/foo']"))
+        .await;
+    let versions = rows(&browser).await;
+    assert_eq!(versions.len(), 1, "only 1.1.0 has archives: {versions:?}");
+    assert!(versions[0].contains(origin.key_id()), "{versions:?}");
+    check_page(&browser, &mirror, "provider").await;
+    browser.click_to_page("tbody a").await;
+    assert_eq!(
+        browser.text("h1").await,
+        format!("{REGISTRY}/acme/foo 1.1.0")
+    );
+    let facts = browser.text(".facts").await;
+    assert!(
+        facts.contains("community") && facts.contains(origin.key_id()),
+        "{facts}"
+    );
+    let platforms = rows(&browser).await;
+    assert_eq!(platforms.len(), 2, "{platforms:?}");
+    assert!(platforms[0].starts_with("darwin_arm64") && platforms[0].contains("no h1: yet"));
+    assert!(platforms[1].contains(&format!(
+        "zh:{}",
+        origin.sha256_hex("acme", "foo", "1.1.0", "linux", "amd64")
+    )));
+    // The block for the ticked (cached) platform, then for both.
+    let linux_only = snippet(&browser, "lock-file").await;
+    assert!(
+        browser
+            .find("input[value='linux_amd64']")
+            .await
+            .is_selected()
+            .await
+            .unwrap()
+    );
+    check_page(&browser, &mirror, "version").await;
+    browser
+        .find("input[value='darwin_arm64']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    browser
+        .find("form.lock button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let both = snippet(&browser, "lock-file").await;
+    assert_eq!(
+        both, linux_only,
+        "darwin has no h1: to add; its zh: was already there"
+    );
+    assert!(
+        browser
+            .text("main")
+            .await
+            .contains("No h1: is known yet for darwin_arm64")
+    );
+    browser
+        .find("button[data-copy='lock-file']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    clipboard_becomes(&browser, &both).await;
+
+    // The copied block is what Terraform itself keeps: `init -lockfile=readonly` accepts it
+    // without wanting a change, and it holds the hash Terraform recorded on the first install.
+    let recorded = std::fs::read_to_string(first.path().join(".terraform.lock.hcl")).unwrap();
+    let h1 = recorded
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix('"')?
+                .strip_suffix("\",")?
+                .strip_prefix("h1:")
+        })
+        .expect("terraform recorded an h1:");
+    assert!(both.contains(&format!("\"h1:{h1}\"")), "{both}\n{recorded}");
+    let fresh = tf_config::root_module(FOO);
+    std::fs::write(fresh.path().join(".terraform.lock.hcl"), &both).unwrap();
+    let terraform = Terraform::new(&ca, &cli);
+    let readonly = ["init", "-input=false", "-no-color", "-lockfile=readonly"];
+    let out = terraform.run(fresh.path(), &readonly).await;
+    out.assert_success();
+    assert!(
+        !out.combined().contains("lock file not updated"),
+        "{}",
+        out.combined()
+    );
+    // ... and the check is real: a block whose linux hashes (its h1: and its zh:, either of
+    // which Terraform accepts for an archive from a mirror) are others' is refused.
+    let tampered = tf_config::root_module(FOO);
+    let linux_zh = format!(
+        "zh:{}",
+        origin.sha256_hex("acme", "foo", "1.1.0", "linux", "amd64")
+    );
+    let wrong = both
+        .replace(
+            &format!("h1:{h1}"),
+            "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        )
+        .replace(&linux_zh, &format!("zh:{}", "0".repeat(64)));
+    std::fs::write(tampered.path().join(".terraform.lock.hcl"), wrong).unwrap();
+    terraform
+        .run(tampered.path(), &readonly)
+        .await
+        .assert_failure();
+
+    // Modules: the git source and the commit its tag resolved to.
+    browser.goto(&mirror.url("-/modules")).await;
+    let modules = rows(&browser).await;
+    assert_eq!(modules.len(), 1, "{modules:?}");
+    let commit = origin.git_commit("acme", "gitmod", "test", "1.0.0");
+    assert!(modules[0].contains(&commit[..12]), "{modules:?} {commit}");
+    assert!(modules[0].contains("git:"), "{modules:?}");
+    check_page(&browser, &mirror, "modules").await;
+
+    // Status: the origin's health and the cache.
+    browser.goto(&mirror.url("-/status")).await;
+    let origins = rows(&browser).await;
+    assert!(
+        origins
+            .iter()
+            .any(|r| r.starts_with(REGISTRY) && r.contains("closed")),
+        "{origins:?}"
+    );
+    assert!(browser.text("main").await.contains("Provider archives"));
+    check_page(&browser, &mirror, "status").await;
+
+    // On a phone: every page without sideways scrolling.
+    browser.client.set_window_size(390, 844).await.unwrap();
+    for (page, name) in [
+        ("", "phone-start"),
+        ("-/providers", "phone-providers"),
+        (
+            &format!("-/providers/{REGISTRY}/acme/foo/1.1.0"),
+            "phone-version",
+        ),
+        ("-/modules", "phone-modules"),
+        ("-/status", "phone-status"),
+    ] {
+        browser.goto(&mirror.url(page)).await;
+        check_page(&browser, &mirror, name).await;
+    }
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_token() {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new("acme", "foo", &["1.0.0"], PLATFORMS)],
+    )
+    .await;
+    let token = "pages-token-0123456789abcdef";
+    let toml = format!(
+        "[auth]\ntokens = [\"{token}\"]\nurl_signing_key = \"{}\"\nsession_ttl = \"2h\"\n",
+        "k".repeat(40)
+    );
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client_no_redirects(&ca);
+    let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip");
+    let filled = send(
+        &mirror.url(&zip),
+        client.get(mirror.url(&zip)).bearer_auth(token),
+    )
+    .await;
+    assert_eq!(filled.status, 200);
+
+    let version = format!("{REGISTRY}/acme/foo/1.0.0");
+    let pages = [
+        String::new(),
+        "-/providers".into(),
+        format!("-/providers/{REGISTRY}/acme/foo"),
+        format!("-/providers/{version}"),
+        "-/modules".into(),
+        "-/status".into(),
+        "-/ca.pem".into(),
+        "-/nothing-here".into(),
+    ];
+    let api = [
+        "-/api/v1/".to_string(),
+        "-/api/v1/providers".into(),
+        format!("-/api/v1/providers/{REGISTRY}/acme/foo"),
+        format!("-/api/v1/providers/{version}"),
+        format!("-/api/v1/providers/{version}/lock?platform=linux_amd64"),
+        "-/api/v1/modules".into(),
+        "-/api/v1/status".into(),
+    ];
+    let forged = "provender_session=eyJpZCI6IngiLCJzdWJqZWN0IjoidG9rZW46MCIsImV4cGlyZXMiOjk5OTk5OTk5OTl9.AAAA";
+    for cookie in [None, Some(forged)] {
+        for page in &pages {
+            let mut req = client.get(mirror.url(page));
+            if let Some(c) = cookie {
+                req = req.header("cookie", c);
+            }
+            let got = send(page, req).await;
+            assert_eq!(got.status, StatusCode::SEE_OTHER, "{page} {cookie:?}");
+            let location = got.headers["location"].to_str().unwrap();
+            assert!(location.contains("-/sign-in?next="), "{page}: {location}");
+        }
+        for route in &api {
+            let mut req = client.get(mirror.url(route));
+            if let Some(c) = cookie {
+                req = req.header("cookie", c);
+            }
+            let got = send(route, req).await;
+            assert_eq!(got.status, StatusCode::UNAUTHORIZED, "{route} {cookie:?}");
+            assert_eq!(got.json()["error"]["code"], "unauthorized", "{route}");
+        }
+    }
+    // Scripts use the token.
+    for route in &api {
+        let got = send(route, client.get(mirror.url(route)).bearer_auth(token)).await;
+        assert_eq!(got.status, StatusCode::OK, "{route}: {}", got.text());
+    }
+    // What the sign-in page itself needs is open.
+    for open in [
+        "-/sign-in",
+        "-/static/provender.css",
+        "-/static/provender.js",
+    ] {
+        assert_eq!(
+            get(&client, &mirror.url(open)).await.status,
+            StatusCode::OK,
+            "{open}"
+        );
+    }
+    // A form from another site cannot sign in.
+    let cross = client
+        .post(mirror.url("-/sign-in"))
+        .header("sec-fetch-site", "cross-site")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"));
+    assert_eq!(
+        send("cross-site", cross).await.status,
+        StatusCode::FORBIDDEN
+    );
+
+    let browser = Browser::start().await;
+    browser.goto(&mirror.url("-/providers?q=foo")).await;
+    let url = browser.client.current_url().await.unwrap();
+    assert!(url.path().ends_with("-/sign-in"), "{url}");
+    check_page(&browser, &mirror, "sign-in").await;
+    browser
+        .find("#token")
+        .await
+        .send_keys("not-the-token-000000")
+        .await
+        .unwrap();
+    browser
+        .find("form.sign-in button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    assert!(
+        browser
+            .text("p.error")
+            .await
+            .contains("not one of this mirror's")
+    );
+    browser.find("#token").await.send_keys(token).await.unwrap();
+    browser
+        .find("form.sign-in button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let url = browser.client.current_url().await.unwrap();
+    assert_eq!(
+        (url.path(), url.query()),
+        ("/-/providers", Some("q=foo")),
+        "back where the person was going"
+    );
+    assert_eq!(rows(&browser).await.len(), 1);
+    let cookie = browser
+        .client
+        .get_named_cookie("provender_session")
+        .await
+        .unwrap();
+    assert_eq!(cookie.http_only(), Some(true));
+    assert_eq!(cookie.secure(), Some(true));
+    assert_eq!(cookie.same_site(), Some(cookie::SameSite::Strict));
+    let expires = cookie.expires_datetime().expect("the cookie expires");
+    let left = expires - cookie::time::OffsetDateTime::now_utc();
+    assert!(
+        left > cookie::time::Duration::minutes(110) && left <= cookie::time::Duration::hours(2),
+        "session_ttl is 2h: {left}"
+    );
+    let value = format!("provender_session={}", cookie.value());
+    // The same session reaches the API, from the browser and from a script holding it.
+    browser.goto(&mirror.url("-/api/v1/status")).await;
+    assert!(browser.text("body").await.contains("\"api_version\":1"));
+    let with_cookie = send(
+        "cookie",
+        client.get(mirror.url("-/status")).header("cookie", &value),
+    )
+    .await;
+    assert_eq!(with_cookie.status, StatusCode::OK);
+    // Signing out ends it: for the browser, and for anyone replaying the cookie.
+    browser.goto(&mirror.url("-/status")).await;
+    browser
+        .find(".sign-out button")
+        .await
+        .click()
+        .await
+        .unwrap();
+    let url = browser.client.current_url().await.unwrap();
+    assert!(url.path().ends_with("-/sign-in"), "{url}");
+    browser.goto(&mirror.url("-/status")).await;
+    let url = browser.client.current_url().await.unwrap();
+    assert!(url.path().ends_with("-/sign-in"), "signed out: {url}");
+    let replayed = send(
+        "replay",
+        client.get(mirror.url("-/status")).header("cookie", &value),
+    )
+    .await;
+    assert_eq!(replayed.status, StatusCode::SEE_OTHER);
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_origins_hostile_text_is_shown_as_text() {
+    const HOSTILE: &str = "https://[<img src=x id=injected>]/x.zip";
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new("acme", "foo", &["1.0.0"], PLATFORMS)],
+    )
+    .await;
+    origin.set_fault(Fault::DownloadUrl(HOSTILE));
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip");
+    assert_eq!(get(&client, &mirror.url(&zip)).await.status, 502);
+    let status = get(&client, &mirror.url("-/api/v1/status")).await.json();
+    let error = status["origins"][0]["last_error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("<img src=x id=injected>"), "{status}");
+
+    let browser = Browser::start().await;
+    browser.goto(&mirror.url("-/status")).await;
+    let shown = browser.text("td.error").await;
+    assert!(shown.contains("<img src=x id=injected>"), "{shown}");
+    assert!(
+        browser.find_all("#injected").await.is_empty(),
+        "markup was injected"
+    );
+    assert!(browser.find_all("main img").await.is_empty());
+    check_page(&browser, &mirror, "status-hostile").await;
+    browser.close().await;
+}
