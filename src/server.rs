@@ -8,6 +8,7 @@
 mod conn;
 mod links;
 mod pages;
+mod respond;
 mod routes;
 mod site;
 

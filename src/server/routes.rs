@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures_util::TryStreamExt;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 
 use super::links::Links;
@@ -32,8 +32,8 @@ use crate::mirror::{ArchiveBody, ArchiveHead, Served};
 
 mod oci;
 
-/// Response body: a buffer or a stream from the archive store.
-pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+pub use super::respond::Body;
+use super::respond::{denied_response, empty, error_response, json_response, redirect, response};
 
 /// Shared state of the HTTP layer.
 pub struct App {
@@ -527,69 +527,6 @@ fn archive_head_response(req: &Request<()>, head: &ArchiveHead) -> Response<Body
         }
     };
     builder.body(empty()).expect("valid response")
-}
-
-/// A temporary redirect (to a pre-signed object-store URL).
-fn redirect(url: &url::Url) -> Response<Body> {
-    Response::builder()
-        .status(StatusCode::FOUND)
-        .header(header::LOCATION, url.as_str())
-        .header(header::CACHE_CONTROL, "no-store")
-        .body(empty())
-        .expect("valid response")
-}
-
-fn empty() -> Body {
-    Full::new(Bytes::new())
-        .map_err(|never: Infallible| match never {})
-        .boxed_unsync()
-}
-
-pub(super) fn response(
-    status: StatusCode,
-    content_type: &'static str,
-    body: Bytes,
-) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header(header::CONTENT_TYPE, content_type)
-        .body(
-            Full::new(body)
-                .map_err(|never: Infallible| match never {})
-                .boxed_unsync(),
-        )
-        .expect("valid response")
-}
-
-pub(super) fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
-    response(status, "application/json", body.into())
-}
-
-/// 401 with the bearer challenge.
-pub(super) fn unauthorized(message: &str) -> Response<Body> {
-    denied_response(&Denied::Unauthorized(message.to_string()))
-}
-
-fn denied_response(denied: &Denied) -> Response<Body> {
-    tracing::debug!(status = denied.status(), "request refused: {denied:?}");
-    let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::UNAUTHORIZED);
-    let mut resp = json_response(status, denied.to_json().into_bytes());
-    if let Some(challenge) = denied.challenge() {
-        resp.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static(challenge),
-        );
-    }
-    resp
-}
-
-pub(super) fn error_response(e: &Error) -> Response<Body> {
-    let mut resp = json_response(e.status(), e.to_json().into_bytes());
-    if matches!(e, Error::MethodNotAllowed) {
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-    }
-    resp
 }
 
 /// One line per request on target `provender::access`: who asked for what, the answer, and how

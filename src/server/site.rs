@@ -27,7 +27,7 @@ use super::pages::{
     Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, Snippet,
     StartPage, StatusPage, VersionPage,
 };
-use super::routes::{Body, json_response, response};
+use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::auth::session::{self, Session, Sessions};
 use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery};
@@ -119,7 +119,7 @@ impl Site {
         };
         let result = self.answer(req, body, rest, kind).await;
         let mut resp = result.unwrap_or_else(|e| match kind {
-            Kind::Api => super::routes::error_response(&e),
+            Kind::Api => error_response(&e),
             Kind::Page => self.error_page(&e, self.caller(req).signed_in()),
         });
         let headers = resp.headers_mut();
@@ -174,9 +174,9 @@ impl Site {
         only_get(req)?;
         if let Caller::Nobody = caller {
             return Ok(match kind {
-                Kind::Api => super::routes::unauthorized(
-                    "this mirror requires a bearer token or a signed-in session",
-                ),
+                Kind::Api => {
+                    unauthorized("this mirror requires a bearer token or a signed-in session")
+                }
                 Kind::Page => self.to_sign_in(req),
             });
         }
@@ -358,7 +358,7 @@ impl Site {
                 *r.status_mut() = status;
                 r
             })
-            .unwrap_or_else(|e| super::routes::error_response(&e))
+            .unwrap_or_else(|e| error_response(&e))
     }
 
     async fn sign_in(&self, req: &Request<()>, body: Incoming) -> Result<Response<Body>, Error> {
@@ -461,7 +461,7 @@ impl Site {
                 }
                 resp
             }
-            Err(_) => super::routes::error_response(e),
+            Err(_) => error_response(e),
         }
     }
 }
@@ -507,18 +507,6 @@ fn html(page: impl Template) -> Result<Response<Body>, Error> {
 fn json(view: &impl serde::Serialize) -> Result<Response<Body>, Error> {
     let body = serde_json::to_vec(view).expect("catalogue views serialise");
     Ok(json_response(StatusCode::OK, body))
-}
-
-fn see_other(location: &str) -> Response<Body> {
-    let mut resp = response(
-        StatusCode::SEE_OTHER,
-        "text/plain; charset=utf-8",
-        Bytes::new(),
-    );
-    if let Ok(value) = HeaderValue::from_str(location) {
-        resp.headers_mut().insert(header::LOCATION, value);
-    }
-    resp
 }
 
 fn static_file(name: &str) -> Result<Response<Body>, Error> {

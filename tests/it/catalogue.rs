@@ -1,7 +1,8 @@
 //! The catalogue's JSON API (`<base>-/api/v1/`), through a real provender server filled by the
 //! real protocol from a fake origin over TLS: what it lists is what the verified records and
 //! the stored archives say, and with client authentication on it answers nobody without a token.
-//! A view is rebuilt at most every few seconds (`catalogue::FRESH_FOR`), so checks poll.
+//! A snapshot is rebuilt when this server changes the store; the `h1:` of an archive is
+//! recorded just after the archive itself, so the first check polls.
 
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ async fn the_api_lists_what_the_cache_holds_from_its_records() {
     let (ca, origin) = setup().await;
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
-    let api = mirror.url("-/api/v1/providers");
+    let api = mirror.url(&format!("-/api/v1/providers/{REGISTRY}/acme/foo"));
 
     // One archive of 1.1.0, through the network mirror protocol.
     let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.1.0_linux_amd64.zip");
@@ -44,12 +45,12 @@ async fn the_api_lists_what_the_cache_holds_from_its_records() {
     // A view is kept for a few seconds: a first one may predate the archive's h1:.
     let listed: Value = poll(Duration::from_secs(15), async || {
         let doc = get(&client, &api).await.json();
-        let h1 = &doc["providers"][0]["versions"][0]["platforms"][1]["h1"];
+        let h1 = &doc["provider"]["versions"][0]["platforms"][1]["h1"];
         h1.is_string().then_some(doc)
     })
     .await
     .expect("the archive is listed with its h1:");
-    let provider = &listed["providers"][0];
+    let provider = &listed["provider"];
     assert_eq!(provider["source"], format!("{REGISTRY}/acme/foo"));
     assert_eq!(provider["type"], "foo");
     let versions = provider["versions"].as_array().unwrap();
@@ -103,9 +104,79 @@ async fn the_api_lists_what_the_cache_holds_from_its_records() {
     assert_eq!(version["signing_key"], origin.key_id(), "{version}");
     assert!(linux["h1"].as_str().unwrap().starts_with("h1:"), "{linux}");
 
-    let unknown = get(&client, &mirror.url("-/api/v1/nothing")).await;
-    assert_eq!(unknown.status, 404);
-    assert_eq!(unknown.json()["error"]["code"], "not_found");
+    // The list summarises it, and its filters select.
+    let list = get(&client, &mirror.url("-/api/v1/providers")).await.json();
+    assert_eq!(list["total"], 1);
+    let summary = &list["providers"][0];
+    assert_eq!(summary["source"], format!("{REGISTRY}/acme/foo"));
+    assert_eq!(summary["versions"], 1);
+    assert_eq!(summary["latest"], "1.1.0");
+    assert_eq!(summary["trust"], serde_json::json!(["community"]));
+    assert_eq!(summary["platforms"], serde_json::json!(["linux_amd64"]));
+    assert_eq!(summary["size"], archive.len() as u64);
+    for (query, matches) in [
+        ("q=FOO", 1),
+        ("q=bar", 0),
+        ("namespace=acme", 1),
+        ("hostname=registry.opentofu.org", 0),
+        ("trust=community", 1),
+        ("trust=official", 0),
+        ("platform=linux_amd64", 1),
+        ("platform=darwin_arm64", 0),
+    ] {
+        let doc = get(&client, &mirror.url(&format!("-/api/v1/providers?{query}")))
+            .await
+            .json();
+        assert_eq!(
+            doc["providers"].as_array().unwrap().len(),
+            matches,
+            "{query}: {doc}"
+        );
+        assert_eq!(doc["total"], 1);
+    }
+
+    // One version, and its lock-file block.
+    let one = get(
+        &client,
+        &mirror.url(&format!("-/api/v1/providers/{REGISTRY}/acme/foo/1.1.0")),
+    )
+    .await
+    .json();
+    assert_eq!(one["version"]["version"], "1.1.0");
+    let lock = get(
+        &client,
+        &mirror.url(&format!(
+            "-/api/v1/providers/{REGISTRY}/acme/foo/1.1.0/lock?platform=linux_amd64"
+        )),
+    )
+    .await
+    .json();
+    let block = lock["lock_file"].as_str().unwrap();
+    assert!(
+        block.starts_with(&format!(
+            "provider \"{REGISTRY}/acme/foo\" {{\n  version = \"1.1.0\"\n"
+        )),
+        "{block}"
+    );
+    assert!(block.contains(linux["h1"].as_str().unwrap()), "{block}");
+    assert!(block.contains(darwin["zh"].as_str().unwrap()), "{block}");
+    assert_eq!(lock["without_h1"], serde_json::json!([]));
+
+    for missing in [
+        "-/api/v1/nothing".to_string(),
+        format!("-/api/v1/providers/{REGISTRY}/acme/other"),
+        format!("-/api/v1/providers/{REGISTRY}/acme/foo/1.0.0"),
+    ] {
+        let unknown = get(&client, &mirror.url(&missing)).await;
+        assert_eq!(unknown.status, 404, "{missing}");
+        assert_eq!(unknown.json()["error"]["code"], "not_found");
+    }
+    let bad = get(
+        &client,
+        &mirror.url(&format!("-/api/v1/providers/{REGISTRY}/a%20b/foo")),
+    )
+    .await;
+    assert_eq!(bad.status, 400);
 }
 
 #[tokio::test(flavor = "multi_thread")]

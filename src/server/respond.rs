@@ -1,0 +1,91 @@
+//! Responses every part of the HTTP layer sends: bodies, JSON documents, errors as JSON error
+//! bodies with the status their [`Error`] carries, refusals with their challenge, redirects.
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+
+use crate::auth::Denied;
+use crate::error::Error;
+
+/// Response body: a buffer or a stream from the archive store.
+pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// A temporary redirect (to a pre-signed object-store URL).
+pub(super) fn redirect(url: &url::Url) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::FOUND)
+        .header(header::LOCATION, url.as_str())
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(empty())
+        .expect("valid response")
+}
+
+pub(super) fn empty() -> Body {
+    Full::new(Bytes::new())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+pub(super) fn response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Bytes,
+) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(
+            Full::new(body)
+                .map_err(|never: Infallible| match never {})
+                .boxed_unsync(),
+        )
+        .expect("valid response")
+}
+
+pub(super) fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    response(status, "application/json", body.into())
+}
+
+/// 401 with the bearer challenge.
+pub(super) fn unauthorized(message: &str) -> Response<Body> {
+    denied_response(&Denied::Unauthorized(message.to_string()))
+}
+
+pub(super) fn denied_response(denied: &Denied) -> Response<Body> {
+    tracing::debug!(status = denied.status(), "request refused: {denied:?}");
+    let status = StatusCode::from_u16(denied.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    let mut resp = json_response(status, denied.to_json().into_bytes());
+    if let Some(challenge) = denied.challenge() {
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(challenge),
+        );
+    }
+    resp
+}
+
+pub(super) fn error_response(e: &Error) -> Response<Body> {
+    let mut resp = json_response(e.status(), e.to_json().into_bytes());
+    if matches!(e, Error::MethodNotAllowed) {
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    }
+    resp
+}
+
+/// 303 to `location` (after a form, or to the sign-in page).
+pub(super) fn see_other(location: &str) -> Response<Body> {
+    let mut resp = response(
+        StatusCode::SEE_OTHER,
+        "text/plain; charset=utf-8",
+        Bytes::new(),
+    );
+    if let Ok(value) = HeaderValue::from_str(location) {
+        resp.headers_mut().insert(header::LOCATION, value);
+    }
+    resp
+}
