@@ -31,7 +31,7 @@ fn run(tool: &str, args: &[&str]) -> String {
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {tool} ({e}): .ci/run installs it"));
+        .unwrap_or_else(|e| panic!("cannot run {tool} ({e}): .ci/test installs it"));
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -41,7 +41,7 @@ fn run(tool: &str, args: &[&str]) -> String {
     text
 }
 
-/// `$HELM`, else the copy `.ci/run` installs under `target/ci-tools`, else `helm` on the PATH.
+/// `$HELM`, else the copy `.ci/test` installs under `target/ci-tools`, else `helm` on the PATH.
 fn helm() -> String {
     if let Ok(helm) = std::env::var("HELM") {
         return helm;
@@ -130,7 +130,7 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("run promtool (.ci/run installs it)");
+        .expect("run promtool (.ci/test installs it)");
     std::io::Write::write_all(promtool.stdin.as_mut().unwrap(), scrape.as_bytes()).unwrap();
     let linted = promtool.wait_with_output().unwrap();
     assert!(
@@ -271,7 +271,7 @@ impl Prometheus {
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .expect("run prometheus (.ci/run installs it)");
+            .expect("run prometheus (.ci/test installs it)");
         Prometheus {
             child,
             _dir: dir,

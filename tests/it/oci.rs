@@ -533,7 +533,7 @@ impl Skopeo {
             .env("REGISTRY_AUTH_FILE", &self.auth)
             .env("HOME", self.certs.path())
             .output()
-            .expect("run skopeo (.ci/run installs it)")
+            .expect("run skopeo (.ci/test installs it)")
     }
 
     fn run(&self, args: &[&str]) -> String {
@@ -607,7 +607,7 @@ async fn skopeo_lists_inspects_and_copies_a_provider() {
     }
 }
 
-/// The `oras` Python client (oras-py, from PyPI) in the virtual environment `.ci/run` makes.
+/// The `oras` Python client (oras-py, from PyPI) in the virtual environment `.ci/test` makes.
 struct Oras {
     python: PathBuf,
     host: String,
@@ -655,7 +655,10 @@ impl Oras {
             .env("HOME", self.ca.path())
             .output()
             .unwrap_or_else(|e| {
-                panic!("run {} ({e}): .ci/run installs oras", self.python.display())
+                panic!(
+                    "run {} ({e}): .ci/test installs oras",
+                    self.python.display()
+                )
             });
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(

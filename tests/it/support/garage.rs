@@ -2,7 +2,7 @@
 //! test, on loopback ports of its own, with one bucket and one key.
 //!
 //! The binary is `$GARAGE_BIN`, else `garage` on `PATH`, else `~/.cargo/bin/garage`
-//! (`cargo install garage --locked`; `.ci/run` installs it when missing). Tests that need it
+//! (`cargo install garage --locked`; `.ci/test` installs it when missing). Tests that need it
 //! never skip: without it they fail with a message saying how to install it.
 
 use std::net::TcpListener;
