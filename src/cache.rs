@@ -41,3 +41,20 @@ pub use listing::{
 pub use meta::MetaStore;
 pub use objects::{ArchiveKind, Archives, Kind, Listed, ModuleKind, Modules, Objects, Opened};
 pub use staging::{ScratchDir, StagedFile, Staging};
+
+/// How many changes a store has seen from this process: a view built at one count is stale at
+/// another (see `catalogue`).
+#[derive(Debug, Default)]
+pub struct Changes(std::sync::atomic::AtomicU64);
+
+impl Changes {
+    /// Notes one more change.
+    pub fn note(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many so far.
+    pub fn count(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::Changes;
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::records::oci::{BlobLink, Document};
 use crate::records::{Package, VersionRecord};
@@ -28,8 +29,8 @@ pub struct MetaStore {
     pub versions: moka::future::Cache<VersionKey, Arc<VersionRecord>>,
     /// OCI manifests by their SHA-256 (immutable: a digest names one content).
     oci_manifests: moka::future::Cache<(ProviderAddr, String), Document>,
-    /// Counts writes and removals, so views built from the records know when they are stale.
-    changes: std::sync::atomic::AtomicU64,
+    /// Counts writes and removals (see [`Changes`]).
+    changes: Changes,
 }
 
 /// The key of a provider's metadata directory.
@@ -81,15 +82,9 @@ impl MetaStore {
         }
     }
 
-    /// How many writes and removals this process has made (a view built at one count is stale
-    /// at another).
+    /// How many writes and removals this process has made (see [`Changes`]).
     pub fn changes(&self) -> u64 {
-        self.changes.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn changed(&self) {
-        self.changes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.changes.count()
     }
 
     /// Keeps an OCI manifest or index under its digest, so that a request by digest finds it
@@ -183,7 +178,7 @@ impl MetaStore {
                 .last()
                 .is_some_and(|name| name.starts_with(&sums))
             {
-                self.changed();
+                self.changes.note();
                 self.storage.delete(&o.key).await?;
             }
         }
@@ -311,7 +306,7 @@ impl MetaStore {
     }
 
     async fn write_json<T: serde::Serialize>(&self, key: Key, value: &T) -> Result<()> {
-        self.changed();
+        self.changes.note();
         let bytes = serde_json::to_vec_pretty(value).expect("records serialise");
         self.storage.write(&key, Bytes::from(bytes)).await
     }

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
-use super::StagedFile;
+use super::{Changes, StagedFile};
 use crate::address::{MODULE_ARCHIVE, MirrorPath, ModuleAddr, Version};
 use crate::hash::Sha256;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
@@ -218,8 +218,8 @@ impl<K: Kind> Listed<K> {
 pub struct Objects<K: Kind> {
     storage: Arc<dyn Storage>,
     records: moka::sync::Cache<K::Key, Arc<K::Record>>,
-    /// Counts commits, removals and quarantines (see [`Objects::changes`]).
-    changes: std::sync::atomic::AtomicU64,
+    /// Counts commits, removals and quarantines (see [`Changes`]).
+    changes: Changes,
 }
 
 impl<K: Kind> Objects<K> {
@@ -232,15 +232,9 @@ impl<K: Kind> Objects<K> {
         }
     }
 
-    /// How many commits, removals and quarantines this process has made: a view built from a
-    /// listing at one count is stale at another.
+    /// How many commits, removals and quarantines this process has made (see [`Changes`]).
     pub fn changes(&self) -> u64 {
-        self.changes.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn changed(&self) {
-        self.changes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.changes.count()
     }
 
     /// The store they live in.
@@ -307,7 +301,7 @@ impl<K: Kind> Objects<K> {
             .write(&K::record_key(key), Bytes::from(bytes))
             .await?;
         self.records.insert(key.clone(), Arc::new(record.clone()));
-        self.changed();
+        self.changes.note();
         Ok(())
     }
 
@@ -353,7 +347,7 @@ impl<K: Kind> Objects<K> {
     /// not served. Returns whether the bytes were there.
     pub async fn remove(&self, key: &K::Key) -> Result<bool> {
         self.records.invalidate(key);
-        self.changed();
+        self.changes.note();
         self.storage.delete(&K::record_key(key)).await?;
         self.storage.delete(&K::object_key(key)).await
     }
@@ -363,7 +357,7 @@ impl<K: Kind> Objects<K> {
     /// `None` if it was not there.
     pub async fn quarantine(&self, key: &K::Key) -> Result<Option<String>> {
         self.records.invalidate(key);
-        self.changed();
+        self.changes.note();
         let stamp = format!(".{}", crate::clock::now_secs());
         let moved = |k: &Key| {
             Key::new(std::iter::once("quarantine").chain(k.segments())).with_suffix(&stamp)

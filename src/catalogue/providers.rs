@@ -434,4 +434,88 @@ mod tests {
         assert_eq!(v.platforms.len(), 1);
         assert!(v.platforms[0].cached && v.platforms[0].sha256.is_none());
     }
+
+    fn provider(source: &str, versions: &[(&str, &'static str, &[&str])]) -> ProviderEntry {
+        let addr = ProviderAddr::parse(source).unwrap();
+        ProviderEntry {
+            source: addr.to_string(),
+            hostname: addr.hostname.to_string(),
+            namespace: addr.namespace.clone(),
+            type_: addr.type_.clone(),
+            versions: versions
+                .iter()
+                .map(|(version, trust, cached)| VersionEntry {
+                    version: version.to_string(),
+                    trust,
+                    signing_key: None,
+                    fetched_at: None,
+                    complete_hashes: true,
+                    platforms: cached
+                        .iter()
+                        .map(|p| PlatformEntry {
+                            platform: p.to_string(),
+                            sha256: None,
+                            h1: None,
+                            zh: None,
+                            cached: true,
+                            size: Some(10),
+                            last_used: Some(5),
+                            origin_url: None,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_list_summarises_and_every_filter_selects() {
+        let all = [
+            provider(
+                "registry.terraform.io/hashicorp/aws",
+                &[
+                    ("5.1.0", "official", &["linux_amd64", "darwin_arm64"]),
+                    ("5.0.0", "official", &["linux_amd64"]),
+                ],
+            ),
+            provider(
+                "registry.opentofu.org/acme/thing",
+                &[("0.1.0", "unverified", &["windows_amd64"])],
+            ),
+        ];
+        let list = ProviderList::of(&all, &ProviderQuery::default());
+        assert_eq!(list.total, 2);
+        let aws = &list.providers[0];
+        assert_eq!((aws.versions, aws.latest.as_deref()), (2, Some("5.1.0")));
+        assert_eq!(aws.platforms, ["darwin_arm64", "linux_amd64"]);
+        assert_eq!(aws.size, 30);
+        assert_eq!(
+            list.choices.trust,
+            ["official", "unverified"],
+            "strongest first"
+        );
+        assert_eq!(list.choices.namespaces, ["acme", "hashicorp"]);
+        let selected = |query: &str| -> Vec<String> {
+            ProviderList::of(&all, &ProviderQuery::parse(Some(query)))
+                .providers
+                .into_iter()
+                .map(|p| p.type_)
+                .collect()
+        };
+        assert_eq!(selected("q=AWS"), ["aws"]);
+        assert_eq!(selected("q=opentofu.org%2F"), ["thing"]);
+        assert_eq!(selected("hostname=registry.terraform.io"), ["aws"]);
+        assert_eq!(selected("namespace=acme"), ["thing"]);
+        assert_eq!(selected("trust=unverified"), ["thing"]);
+        assert_eq!(selected("platform=darwin_arm64"), ["aws"]);
+        assert_eq!(
+            selected("platform=darwin_arm64&trust=unverified"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            selected("page=2&other=x"),
+            ["aws", "thing"],
+            "other keys are ignored"
+        );
+    }
 }

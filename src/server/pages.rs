@@ -251,7 +251,7 @@ mod tests {
         let html = page.render().unwrap();
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(
-            html.contains("&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;"),
+            html.contains("&#60;script&#62;alert(&#34;x&#34;)&#60;/script&#62;"),
             "{html}"
         );
         let sign_in = SignInPage {

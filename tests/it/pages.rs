@@ -191,12 +191,7 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
     );
     check_page(&browser, &mirror, "providers").await;
     browser.find("#q").await.send_keys("bar").await.unwrap();
-    browser
-        .find(".filters button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.click_to_page(".filters button[type=submit]").await;
     let found = rows(&browser).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
@@ -204,33 +199,13 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
         "{found:?}"
     );
     browser.goto(&mirror.url("-/providers")).await;
-    browser
-        .find("#namespace")
-        .await
-        .select_by_value("acme")
-        .await
-        .unwrap();
-    browser
-        .find(".filters button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.select("#namespace", "acme").await;
+    browser.click_to_page(".filters button[type=submit]").await;
     let acme = rows(&browser).await;
     assert_eq!(acme.len(), 1);
     assert!(acme[0].contains("community"), "{acme:?}");
-    browser
-        .find("#platform")
-        .await
-        .select_by_value("linux_amd64")
-        .await
-        .unwrap();
-    browser
-        .find(".filters button[type=submit]")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.select("#platform", "linux_amd64").await;
+    browser.click_to_page(".filters button[type=submit]").await;
     assert_eq!(rows(&browser).await.len(), 1, "linux_amd64 is cached");
     browser
         .goto(&mirror.url("-/providers?platform=darwin_arm64"))
@@ -291,12 +266,7 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
         .click()
         .await
         .unwrap();
-    browser
-        .find("form.lock button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.click_to_page("form.lock button").await;
     let both = snippet(&browser, "lock-file").await;
     assert_eq!(
         both, linux_only,
@@ -511,12 +481,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         .send_keys("not-the-token-000000")
         .await
         .unwrap();
-    browser
-        .find("form.sign-in button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.click_to_page("form.sign-in button").await;
     assert!(
         browser
             .text("p.error")
@@ -524,12 +489,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
             .contains("not one of this mirror's")
     );
     browser.find("#token").await.send_keys(token).await.unwrap();
-    browser
-        .find("form.sign-in button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.click_to_page("form.sign-in button").await;
     let url = browser.client.current_url().await.unwrap();
     assert_eq!(
         (url.path(), url.query()),
@@ -563,12 +523,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
     assert_eq!(with_cookie.status, StatusCode::OK);
     // Signing out ends it: for the browser, and for anyone replaying the cookie.
     browser.goto(&mirror.url("-/status")).await;
-    browser
-        .find(".sign-out button")
-        .await
-        .click()
-        .await
-        .unwrap();
+    browser.click_to_page(".sign-out button").await;
     let url = browser.client.current_url().await.unwrap();
     assert!(url.path().ends_with("-/sign-in"), "{url}");
     browser.goto(&mirror.url("-/status")).await;

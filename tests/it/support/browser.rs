@@ -117,6 +117,15 @@ impl Browser {
         panic!("clicking {css} led to no new page");
     }
 
+    /// Chooses `value` in the `<select>` `css` selects.
+    pub async fn select(&self, css: &str, value: &str) {
+        self.find(css)
+            .await
+            .select_by_value(value)
+            .await
+            .unwrap_or_else(|e| panic!("{css} has no option {value}: {e}"));
+    }
+
     /// The text of the first element `css` selects.
     pub async fn text(&self, css: &str) -> String {
         self.find(css).await.text().await.unwrap()
@@ -144,7 +153,14 @@ impl Browser {
     /// Messages the page wrote to the console since the last call, at `level` or above
     /// (`SEVERE` for errors, CSP violations and failed loads).
     pub async fn console(&self, level: &str) -> Vec<String> {
-        let logs = self.client.issue_cmd(BrowserLog).await.unwrap();
+        let logs = self
+            .client
+            .issue_cmd(SessionPost {
+                path: "se/log",
+                body: json!({ "type": "browser" }),
+            })
+            .await
+            .unwrap();
         logs.as_array()
             .into_iter()
             .flatten()
@@ -173,7 +189,10 @@ impl Browser {
     pub async fn allow_clipboard(&self) {
         for name in ["clipboard-read", "clipboard-write"] {
             self.client
-                .issue_cmd(SetPermission { name })
+                .issue_cmd(SessionPost {
+                    path: "permissions",
+                    body: json!({ "descriptor": { "name": name }, "state": "granted" }),
+                })
                 .await
                 .unwrap_or_else(|e| panic!("granting {name}: {e}"));
         }
@@ -275,50 +294,28 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// chromedriver's log endpoint (not in the W3C protocol).
+/// A `POST` to `session/<id>/<path>`: chromedriver's log endpoint (`se/log`, not in the W3C
+/// protocol) and the W3C Permissions extension (`permissions`).
 #[derive(Debug)]
-struct BrowserLog;
+struct SessionPost {
+    path: &'static str,
+    body: Value,
+}
 
-impl WebDriverCompatibleCommand for BrowserLog {
+impl WebDriverCompatibleCommand for SessionPost {
     fn endpoint(
         &self,
         base_url: &url::Url,
         session_id: Option<&str>,
     ) -> Result<url::Url, url::ParseError> {
         base_url.join(&format!(
-            "session/{}/se/log",
-            session_id.unwrap_or_default()
+            "session/{}/{}",
+            session_id.unwrap_or_default(),
+            self.path
         ))
     }
 
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
-        (
-            http::Method::POST,
-            Some(json!({ "type": "browser" }).to_string()),
-        )
-    }
-}
-
-/// The W3C Permissions extension: grants a permission to the current page's origin.
-#[derive(Debug)]
-struct SetPermission {
-    name: &'static str,
-}
-
-impl WebDriverCompatibleCommand for SetPermission {
-    fn endpoint(
-        &self,
-        base_url: &url::Url,
-        session_id: Option<&str>,
-    ) -> Result<url::Url, url::ParseError> {
-        base_url.join(&format!(
-            "session/{}/permissions",
-            session_id.unwrap_or_default()
-        ))
-    }
-
-    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
-        let body = json!({ "descriptor": { "name": self.name }, "state": "granted" });
-        (http::Method::POST, Some(body.to_string()))
+        (http::Method::POST, Some(self.body.to_string()))
     }
 }
