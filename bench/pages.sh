@@ -6,7 +6,8 @@
 #   - the providers page, a provider's page, and the matching API documents under wrk
 #     (size, requests/s, latency), every answer checked for status 200;
 #   - the network mirror protocol (index.json, a version document, an archive) alone, then
-#     again while other clients request the pages without pause: same run, ratios.
+#     again while pages are requested at a steady 50/s, then while other clients request the
+#     pages without pause: same run, ratios.
 # BENCHMARKS.md explains each figure.
 #
 #   bench/pages.sh            full run: 1,000 providers x 10 versions, 10 s wrk runs (~4 min)
@@ -26,10 +27,11 @@ bench_args "$@"
 if [ $QUICK = 1 ]; then
     PROVIDERS=100 VERSIONS=10 DURATION=3
 else
-    PROVIDERS=1000 VERSIONS=10 DURATION=10
+    PROVIDERS=1000 VERSIONS=10 DURATION=5
 fi
 CONNS=16        # wrk connections per measured path
-LOAD_CONNS=16   # wrk connections of the page load running beside the protocol
+PAGE_RATE=50    # page and API requests per second beside the protocol (steady load)
+LOAD_CONNS=16   # wrk connections of the flat-out page load beside the protocol
 
 bench_tools
 bench_workdir provender-pages
@@ -113,7 +115,31 @@ for name in page.providers page.provider page.version api.providers api.provider
     wrk_figures "$name" "$BASE${PATHS[$name]}"
 done
 
-log "the protocol while $LOAD_CONNS more connections request the providers page and API"
+# The protocol beside the pages, in two ways: people and dashboards (a steady PAGE_RATE
+# requests/s over the providers page, a provider page, the list API and status), and a
+# worst case (wrk requesting the providers page and list API as fast as it can, which on a
+# 2-core machine takes CPU from everything else).
+PAGE_URLS=("$BASE/-/providers" "$BASE/-/providers/$HOST/$ONE" "$BASE/-/api/v1/providers" "$BASE/-/api/v1/status")
+measure_beside() { # label
+    local name
+    for name in proto.index proto.version proto.archive; do
+        wrk_figures "$name.$1" "$BASE${PATHS[$name]}"
+        record "$name.$1.rps_ratio" "$(calc "$(awk -v k="$name.$1.rps" '$1 == k { print $2 }' "$RESULTS") / $(awk -v k="$name.rps" '$1 == k { print $2 }' "$RESULTS")")"
+        record "$name.$1.p99_ratio" "$(calc "$(awk -v k="$name.$1.p99_ms" '$1 == k { print $2 }' "$RESULTS") / $(awk -v k="$name.p99_ms" '$1 == k { print $2 }' "$RESULTS")")"
+    done
+}
+
+log "the protocol while pages are requested at $PAGE_RATE/s"
+python3 bench/load.py "$CA" "$PAGE_RATE" $((DURATION * 3 + 3)) "${PAGE_URLS[@]}" >"$WORK/load-steady.txt" &
+LOAD=$!
+sleep 1
+measure_beside steady
+wait "$LOAD"
+read -r sent failed <"$WORK/load-steady.txt"
+[ "$failed" = 0 ] || die "$failed of $sent page requests failed beside the protocol"
+record pages.steady.requests "$sent"
+
+log "the protocol while $LOAD_CONNS connections request the providers page and list API flat out"
 timeout $((DURATION * 4 + 30)) wrk -t1 -c$((LOAD_CONNS / 2)) -d$((DURATION * 4))s "$BASE/-/providers" \
     >"$WORK/load-page.txt" 2>&1 &
 LOAD1=$!
@@ -121,16 +147,11 @@ timeout $((DURATION * 4 + 30)) wrk -t1 -c$((LOAD_CONNS / 2)) -d$((DURATION * 4))
     >"$WORK/load-api.txt" 2>&1 &
 LOAD2=$!
 sleep 1
-for name in proto.index proto.version proto.archive; do
-    wrk_figures "$name.loaded" "$BASE${PATHS[$name]}"
-done
+measure_beside flat_out
 kill "$LOAD1" "$LOAD2" 2>/dev/null || true
 wait "$LOAD1" "$LOAD2" 2>/dev/null || true
 for f in "$WORK/load-page.txt" "$WORK/load-api.txt"; do
     ! grep -q "Non-2xx or 3xx responses" "$f" || { cat "$f" >&2; die "the page load answered errors"; }
-done
-for name in proto.index proto.version proto.archive; do
-    record "$name.loaded_ratio" "$(calc "$(awk -v k="$name.loaded.rps" '$1 == k { print $2 }' "$RESULTS") / $(awk -v k="$name.rps" '$1 == k { print $2 }' "$RESULTS")")"
 done
 record provender.rss_kib "$(status_kib "$STARTED" VmHWM)"
 

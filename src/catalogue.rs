@@ -6,10 +6,12 @@
 //! The API is versioned by its path and by `api_version` in every document; a field is only
 //! ever added within a version.
 //!
-//! Building a snapshot scans the store, so one is kept until this process changes the store
-//! (a commit, removal or record write) or [`FRESH_FOR`] passes (for what other replicas do
-//! and for last-use times), and is built by one task at a time however many clients ask: a
-//! busy page or a script in a loop costs at most one scan per change or interval.
+//! Building a snapshot lists the store (and reads the version records that are new or were
+//! written again since the last build), so one is kept until this process changes the store (a
+//! commit, removal or record write) or [`FRESH_FOR`] passes (for what other replicas do and for
+//! last-use times). Then the next request gets the kept snapshot while one task builds the
+//! next, however many clients ask: no request waits for a scan but the very first, and a busy
+//! page or a script in a loop costs at most one scan per change or interval.
 
 mod lockfile;
 mod modules;
@@ -44,6 +46,9 @@ pub const FRESH_FOR: Duration = Duration::from_secs(5);
 pub struct Snapshot {
     /// Every provider with archives in the cache, by source.
     pub providers: Vec<ProviderEntry>,
+    /// Their summaries, in the same order, and the values the filters can take.
+    pub summaries: Vec<ProviderSummary>,
+    pub choices: Choices,
     /// Every cached module version, by address then newest version first.
     pub modules: Vec<ModuleEntry>,
     /// Objects under `quarantine/`.
@@ -56,6 +61,8 @@ pub struct Catalogue {
     started: SystemTime,
     snapshot: Mutex<Option<Built>>,
     builds: Flights<(), Arc<Snapshot>, Error>,
+    /// The version records the last build read (a build takes them, and gives them back).
+    known: Mutex<providers::Known>,
 }
 
 /// A snapshot and what it was built from.
@@ -72,6 +79,7 @@ impl Catalogue {
             started: SystemTime::now(),
             snapshot: Mutex::new(None),
             builds: Flights::default(),
+            known: Mutex::default(),
         })
     }
 
@@ -81,14 +89,17 @@ impl Catalogue {
     }
 
     /// The current snapshot: the kept one while this process changed nothing and it is less
-    /// than [`FRESH_FOR`] old, else a new one (one build at a time).
+    /// than [`FRESH_FOR`] old; else still the kept one while a new one is built in the
+    /// background (one build at a time); the first is waited for.
     pub async fn snapshot(self: &Arc<Self>) -> Result<Arc<Snapshot>> {
         let changes = self.changes();
-        if let Some(built) = &*self.snapshot.lock().expect("catalogue lock") {
-            if built.changes == changes && built.at.elapsed() < FRESH_FOR {
+        let kept = match &*self.snapshot.lock().expect("catalogue lock") {
+            Some(built) if built.changes == changes && built.at.elapsed() < FRESH_FOR => {
                 return Ok(built.snapshot.clone());
             }
-        }
+            Some(built) => Some(built.snapshot.clone()),
+            None => None,
+        };
         let this = self.clone();
         let build = move || async move {
             let changes = this.changes();
@@ -100,13 +111,29 @@ impl Catalogue {
             });
             Ok(snapshot)
         };
-        self.builds.run((), build).await.0
+        let Some(kept) = kept else {
+            return self.builds.run((), build).await.0;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.builds.run((), build).await.0 {
+                tracing::warn!("cannot list the cache for the pages: {e}");
+            }
+        });
+        Ok(kept)
     }
 
     /// Scans the store: archives with their records, module packages, quarantine.
     pub async fn build(&self) -> Result<Snapshot> {
+        let mut known = std::mem::take(&mut *self.known.lock().expect("catalogue lock"));
+        let scanned = providers::scan(&self.core, &mut known).await;
+        *self.known.lock().expect("catalogue lock") = known;
+        let providers = scanned?;
+        let (summaries, choices) = providers::summaries(&providers);
         Ok(Snapshot {
-            providers: providers::scan(&self.core).await?,
+            providers,
+            summaries,
+            choices,
             modules: modules::scan(&self.core).await?,
             quarantined: status::quarantined(&self.core).await?,
         })
@@ -114,7 +141,12 @@ impl Catalogue {
 
     /// The providers a query selects, summarised.
     pub async fn providers(self: &Arc<Self>, query: &ProviderQuery) -> Result<ProviderList> {
-        Ok(ProviderList::of(&self.snapshot().await?.providers, query))
+        let snapshot = self.snapshot().await?;
+        Ok(ProviderList::of(
+            &snapshot.summaries,
+            &snapshot.choices,
+            query,
+        ))
     }
 
     /// One provider with every cached version.

@@ -150,6 +150,32 @@ impl MetaStore {
             .await
     }
 
+    /// When each stored version record was last written, and its size (one listing, no reads):
+    /// a record whose stamp has not moved need not be read again.
+    pub async fn version_stamps(
+        &self,
+    ) -> Result<std::collections::HashMap<VersionKey, (std::time::SystemTime, u64)>> {
+        let listed = self.storage.list(&Key::new(["metadata"])).await?;
+        let mut out = std::collections::HashMap::new();
+        for o in listed {
+            let segments: Vec<&str> = o.key.segments().collect();
+            let [_, host, namespace, type_, file] = segments.as_slice() else {
+                continue;
+            };
+            let Some(version) = file.strip_suffix(".json") else {
+                continue;
+            };
+            let (Ok(addr), Ok(version)) = (
+                ProviderAddr::new(host, namespace, type_),
+                Version::parse(version),
+            ) else {
+                continue;
+            };
+            out.insert((addr, version), (o.modified, o.size));
+        }
+        Ok(out)
+    }
+
     pub async fn write_version(
         &self,
         addr: &ProviderAddr,

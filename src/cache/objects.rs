@@ -323,6 +323,22 @@ impl<K: Kind> Objects<K> {
     /// Every object in the store with its size and times, without reading records.
     pub async fn scan(&self) -> Result<Vec<Listed<K>>> {
         let objects = self.storage.list(&Key::new([K::ROOT])).await?;
+        Ok(Self::objects_in(objects))
+    }
+
+    /// Every committed object (its record is in the store too) with its size and times, from
+    /// one listing and without reading a record.
+    pub async fn committed(&self) -> Result<Vec<Listed<K>>> {
+        let objects = self.storage.list(&Key::new([K::ROOT])).await?;
+        let names: std::collections::HashSet<String> =
+            objects.iter().map(|o| o.key.as_str().to_string()).collect();
+        let mut out = Self::objects_in(objects);
+        out.retain(|o| names.contains(K::record_key(&o.key).as_str()));
+        Ok(out)
+    }
+
+    /// The objects among the entries of a listing.
+    fn objects_in(objects: Vec<crate::storage::ObjectMeta>) -> Vec<Listed<K>> {
         let mut out = Vec::new();
         for o in objects {
             if !K::is_object(&o.key) {
@@ -340,7 +356,7 @@ impl<K: Kind> Objects<K> {
                 last_used: o.last_used,
             });
         }
-        Ok(out)
+        out
     }
 
     /// Deletes an object (eviction, `provender prune`), record first: without it the bytes are

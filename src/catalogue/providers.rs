@@ -1,8 +1,11 @@
 //! The provider views: every cached provider, its versions and their platforms, and the
 //! search and filters of the providers page and `GET -/api/v1/providers`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::SystemTime;
+
+use futures_util::StreamExt;
 
 use serde::Serialize;
 
@@ -173,50 +176,61 @@ impl ProviderQuery {
         *self == ProviderQuery::default()
     }
 
-    fn selects(&self, p: &ProviderEntry, summary: &ProviderSummary) -> bool {
+    fn selects(&self, p: &ProviderSummary) -> bool {
         let q = self.q.to_lowercase();
         (q.is_empty() || p.source.to_lowercase().contains(&q))
             && (self.hostname.is_empty() || p.hostname == self.hostname)
             && (self.namespace.is_empty() || p.namespace == self.namespace)
-            && (self.trust.is_empty() || summary.trust.contains(&self.trust.as_str()))
-            && (self.platform.is_empty() || summary.platforms.contains(&self.platform))
+            && (self.trust.is_empty() || p.trust.contains(&self.trust.as_str()))
+            && (self.platform.is_empty() || p.platforms.contains(&self.platform))
     }
 }
 
 impl ProviderList {
-    pub(super) fn of(all: &[ProviderEntry], query: &ProviderQuery) -> ProviderList {
-        let mut choices = Choices::default();
-        let mut hostnames = BTreeSet::new();
-        let mut namespaces = BTreeSet::new();
-        let mut platforms = BTreeSet::new();
-        let mut providers = Vec::new();
-        for p in all {
+    /// The summaries a query selects, among `all` (see [`summaries`]).
+    pub(super) fn of(
+        all: &[ProviderSummary],
+        choices: &Choices,
+        query: &ProviderQuery,
+    ) -> ProviderList {
+        ProviderList {
+            api_version: API_VERSION,
+            total: all.len(),
+            providers: all.iter().filter(|p| query.selects(p)).cloned().collect(),
+            choices: choices.clone(),
+        }
+    }
+}
+
+/// Each provider's summary, and the values the filters can take.
+pub(super) fn summaries(all: &[ProviderEntry]) -> (Vec<ProviderSummary>, Choices) {
+    let mut hostnames = BTreeSet::new();
+    let mut namespaces = BTreeSet::new();
+    let mut platforms = BTreeSet::new();
+    let mut trust = BTreeSet::new();
+    let summaries: Vec<ProviderSummary> = all
+        .iter()
+        .map(|p| {
             let summary = p.summary();
             hostnames.insert(p.hostname.clone());
             namespaces.insert(p.namespace.clone());
             platforms.extend(summary.platforms.iter().cloned());
-            for level in &summary.trust {
-                if !choices.trust.contains(level) {
-                    choices.trust.push(level);
-                }
-            }
-            if query.selects(p, &summary) {
-                providers.push(summary);
-            }
-        }
-        choices
-            .trust
-            .sort_by_key(|l| std::cmp::Reverse(l.parse::<SignatureKind>().ok()));
-        choices.hostnames = hostnames.into_iter().collect();
-        choices.namespaces = namespaces.into_iter().collect();
-        choices.platforms = platforms.into_iter().collect();
-        ProviderList {
-            api_version: API_VERSION,
-            total: all.len(),
-            providers,
-            choices,
-        }
-    }
+            trust.extend(
+                summary
+                    .trust
+                    .iter()
+                    .filter_map(|l| l.parse::<SignatureKind>().ok()),
+            );
+            summary
+        })
+        .collect();
+    let choices = Choices {
+        hostnames: hostnames.into_iter().collect(),
+        namespaces: namespaces.into_iter().collect(),
+        trust: trust.into_iter().rev().map(SignatureKind::as_str).collect(),
+        platforms: platforms.into_iter().collect(),
+    };
+    (summaries, choices)
 }
 
 /// `GET -/api/v1/providers/<hostname>/<namespace>/<type>`.
@@ -251,26 +265,50 @@ impl VersionView {
     }
 }
 
-/// Every provider with archives in the cache, by source, each version (newest first) with
-/// every platform its verified record describes: one scan of the store.
-pub(super) async fn scan(core: &Core) -> Result<Vec<ProviderEntry>> {
+/// Version records as last read, with the stamp (write time, size) they had then.
+pub(super) type Known = HashMap<(ProviderAddr, Version), ((SystemTime, u64), Arc<VersionRecord>)>;
+
+/// How many version records are read at once.
+const READS: usize = 32;
+
+/// Every provider with committed archives in the cache, by source, each version (newest first)
+/// with every platform its verified record describes: one listing of the archives, one of the
+/// records, and a read of each record that is new or was written again since `known` has it.
+pub(super) async fn scan(core: &Core, known: &mut Known) -> Result<Vec<ProviderEntry>> {
     type Archives = BTreeMap<Platform, (u64, SystemTime)>;
     let mut cached: BTreeMap<(ProviderAddr, Version), Archives> = BTreeMap::new();
-    for entry in core.archives().list().await? {
-        if entry.record.is_none() {
-            continue;
-        }
+    for entry in core.archives().committed().await? {
         let used = entry.last_use();
         cached
             .entry((entry.key.addr, entry.key.version))
             .or_default()
             .insert(entry.key.platform, (entry.size, used));
     }
+    let stamps = core.meta().version_stamps().await?;
+    known.retain(|key, (stamp, _)| stamps.get(key) == Some(stamp) && cached.contains_key(key));
+    let unread: Vec<_> = cached
+        .keys()
+        .filter(|key| !known.contains_key(*key))
+        .filter_map(|key| Some((key.clone(), *stamps.get(key)?)))
+        .collect();
+    let read: Vec<_> = futures_util::stream::iter(unread)
+        .map(|(key, stamp)| async move {
+            let record = core.meta().read_version(&key.0, &key.1).await;
+            (key, stamp, record)
+        })
+        .buffer_unordered(READS)
+        .collect()
+        .await;
+    for (key, stamp, record) in read {
+        if let Some(record) = record {
+            known.insert(key, (stamp, Arc::new(record)));
+        }
+    }
     let mut providers: BTreeMap<ProviderAddr, Vec<VersionEntry>> = BTreeMap::new();
-    for ((addr, version), archives) in cached {
-        let record = core.meta().read_version(&addr, &version).await;
-        let entry = version_entry(&version, record.as_ref(), &archives);
-        providers.entry(addr).or_default().push(entry);
+    for (key, archives) in cached {
+        let record = known.get(&key).map(|(_, r)| r.as_ref());
+        let entry = version_entry(&key.1, record, &archives);
+        providers.entry(key.0).or_default().push(entry);
     }
     Ok(providers
         .into_iter()
@@ -483,7 +521,8 @@ mod tests {
                 &[("0.1.0", "unverified", &["windows_amd64"])],
             ),
         ];
-        let list = ProviderList::of(&all, &ProviderQuery::default());
+        let (summaries, choices) = summaries(&all);
+        let list = ProviderList::of(&summaries, &choices, &ProviderQuery::default());
         assert_eq!(list.total, 2);
         let aws = &list.providers[0];
         assert_eq!((aws.versions, aws.latest.as_deref()), (2, Some("5.1.0")));
@@ -496,7 +535,7 @@ mod tests {
         );
         assert_eq!(list.choices.namespaces, ["acme", "hashicorp"]);
         let selected = |query: &str| -> Vec<String> {
-            ProviderList::of(&all, &ProviderQuery::parse(Some(query)))
+            ProviderList::of(&summaries, &choices, &ProviderQuery::parse(Some(query)))
                 .providers
                 .into_iter()
                 .map(|p| p.type_)

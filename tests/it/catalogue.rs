@@ -172,6 +172,16 @@ async fn the_api_lists_what_the_cache_holds_from_its_records() {
         assert_eq!(unknown.status, 404, "{missing}");
         assert_eq!(unknown.json()["error"]["code"], "not_found");
     }
+    // A record written again (darwin's archive adds its h1:) is read again: the next views
+    // show it, without a restart.
+    let darwin_zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.1.0_darwin_arm64.zip");
+    assert_eq!(get(&client, &mirror.url(&darwin_zip)).await.status, 200);
+    let complete = poll(Duration::from_secs(15), async || {
+        let doc = get(&client, &api).await.json();
+        (doc["provider"]["versions"][0]["complete_hashes"] == true).then_some(doc)
+    })
+    .await;
+    assert!(complete.is_some(), "darwin's h1: never showed");
     let bad = get(
         &client,
         &mirror.url(&format!("-/api/v1/providers/{REGISTRY}/a%20b/foo")),
