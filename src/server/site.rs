@@ -12,6 +12,9 @@
 //! redirects to sign-in, an API request gets 401. Sign-in and sign-out are the only `POST`s;
 //! browsers' `Sec-Fetch-Site` must say they come from this site, and the cookie is
 //! `SameSite=Strict`, so other sites cannot make a browser use them.
+//!
+//! Pages and API documents are rendered by at most half the cores at a time, so that clients
+//! asking for them as fast as they can leave the protocol the rest.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -68,6 +71,9 @@ pub struct Site {
     base_url: url::Url,
     /// The generated CA certificate, when the server made its own.
     ca_pem: Option<Bytes>,
+    /// Pages and API documents rendered at once: at most half the cores, so that however
+    /// hard the pages are asked for, the protocol keeps the other half.
+    renders: tokio::sync::Semaphore,
 }
 
 /// How a request is answered when it lacks credentials.
@@ -97,12 +103,14 @@ impl Site {
             .auth
             .enabled()
             .then(|| Sessions::new(&settings.auth));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Site {
             settings,
             catalogue,
             sessions,
             base_url,
             ca_pem,
+            renders: tokio::sync::Semaphore::new((cores / 2).max(1)),
         }
     }
 
@@ -182,6 +190,11 @@ impl Site {
         }
         let signed_in = caller.signed_in();
         let query = req.uri().query();
+        let _turn = self
+            .renders
+            .acquire()
+            .await
+            .map_err(|e| Error::unexpected(format!("page renders: {e}")))?;
         match rest.strip_prefix("api/v1/") {
             Some(api) => self.api(api, query).await,
             None => self.page(rest, query, signed_in).await,
