@@ -7,6 +7,7 @@
 //! The test servers' certificates come from a throw-away CA the browser does not know, so the
 //! session accepts them (`acceptInsecureCerts`); the pages are still served over real TLS.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -35,8 +36,11 @@ impl Browser {
             .prefix("provender-chromium-")
             .tempdir()
             .unwrap();
+        // In a process group of its own, with the browser it starts, so that a failed test
+        // leaves no browser behind (see `Drop`).
         let driver = Command::new(program("CHROMEDRIVER", "chromedriver"))
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -261,17 +265,22 @@ impl Browser {
         std::fs::write(&path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 
-    /// Ends the session and chromedriver.
-    pub async fn close(mut self) {
+    /// Ends the session (the browser quits), then chromedriver (on drop).
+    pub async fn close(self) {
         let _ = self.client.clone().close().await;
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // The whole group: chromedriver and the browser it started. (Its group ID is its PID,
+        // never 0 or 1, which would name other groups.)
+        let group = self.driver.id() as libc::pid_t;
+        if group > 1 {
+            // SAFETY: kill(2) with a negative PID signals that process group and nothing else.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
+        let _ = self.driver.wait();
     }
 }
 
