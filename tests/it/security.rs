@@ -25,7 +25,9 @@ use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
 use crate::support::tf_config::{self, local_platform};
-use crate::support::{Terraform, eventually, https_client, init_fresh, poll, within};
+use crate::support::{
+    Terraform, eventually, https_client, https_client_no_redirects, init_fresh, poll, within,
+};
 
 const OTHER: &str = "other.example";
 const TOKEN: &str = "client-token-0123456789";
@@ -1084,10 +1086,18 @@ async fn clients_need_a_valid_bearer_token() {
         version_doc(),
         zip("foo", "linux_amd64"),
         format!("v1/providers/{REGISTRY}/acme/foo/versions"),
-        String::new(),
     ] {
         assert_eq!(get(&client, &mirror.url(&path)).await.status, 401, "{path}");
     }
+    // The start page sends people to sign in (every page is checked in `pages.rs`).
+    let start = get(&https_client_no_redirects(&ca), &mirror.url("")).await;
+    assert_eq!(start.status, 303);
+    assert!(
+        start.headers["location"]
+            .to_str()
+            .unwrap()
+            .contains("-/sign-in")
+    );
     assert_eq!(
         origin.total_requests(),
         0,
