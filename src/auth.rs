@@ -14,6 +14,7 @@
 //!
 //! Tokens never appear in logs or error messages.
 
+pub mod jwt;
 pub mod session;
 
 use std::path::{Path, PathBuf};
