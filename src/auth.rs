@@ -15,6 +15,7 @@
 //! Tokens never appear in logs or error messages.
 
 pub mod jwt;
+pub mod oidc;
 pub mod session;
 
 use std::path::{Path, PathBuf};
@@ -54,6 +55,8 @@ pub struct AuthConfig {
     /// How long a sign-in to the pages lasts.
     #[serde(with = "humantime_serde")]
     pub session_ttl: Duration,
+    /// OpenID Connect issuers whose ID tokens are accepted as bearer tokens.
+    pub issuers: Vec<oidc::IssuerConfig>,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -70,6 +73,7 @@ impl std::fmt::Debug for AuthConfig {
             .field("protect_health", &self.protect_health)
             .field("protect_metrics", &self.protect_metrics)
             .field("session_ttl", &self.session_ttl)
+            .field("issuers", &self.issuers)
             .finish()
     }
 }
@@ -85,6 +89,7 @@ impl Default for AuthConfig {
             protect_health: false,
             protect_metrics: true,
             session_ttl: Duration::from_secs(12 * 3600),
+            issuers: Vec::new(),
         }
     }
 }
@@ -99,6 +104,21 @@ fn invalid(key: &str, message: impl Into<String>) -> AuthConfigError {
 const MIN_KEY_LEN: usize = 32;
 
 impl AuthConfig {
+    /// The hosts (`host` or `host:port`) of the configured issuers' URLs.
+    pub fn issuer_hosts(&self) -> Vec<String> {
+        self.issuers
+            .iter()
+            .filter_map(|i| url::Url::parse(&i.issuer).ok())
+            .filter_map(|u| {
+                let host = u.host_str()?.to_ascii_lowercase();
+                Some(match u.port() {
+                    Some(port) => format!("{host}:{port}"),
+                    None => host,
+                })
+            })
+            .collect()
+    }
+
     /// Checks the section and loads the token and key files.
     pub fn validate(&self) -> Result<AuthSettings, AuthConfigError> {
         let mut digests = Vec::new();
@@ -156,7 +176,13 @@ impl AuthConfig {
             }
             (None, None) => None,
         };
-        let enabled = !digests.is_empty();
+        let issuers = self
+            .issuers
+            .iter()
+            .enumerate()
+            .map(|(i, issuer)| issuer.validate(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let enabled = !digests.is_empty() || !issuers.is_empty();
         let (signing_key, key_generated) = match key {
             Some(k) => (k, false),
             None if enabled => (random_key()?, true),
@@ -170,6 +196,7 @@ impl AuthConfig {
             protect_health: self.protect_health,
             protect_metrics: self.protect_metrics,
             session_ttl: self.session_ttl,
+            issuers,
         })
     }
 }
@@ -258,6 +285,8 @@ pub struct AuthSettings {
     pub protect_metrics: bool,
     /// How long a sign-in to the pages lasts (see [`session`]).
     pub session_ttl: Duration,
+    /// The issuers whose ID tokens are accepted (see [`oidc`]).
+    pub issuers: Vec<jwt::IssuerRules>,
 }
 
 impl std::fmt::Debug for AuthSettings {
@@ -316,7 +345,7 @@ impl Denied {
 impl AuthSettings {
     /// Whether clients must authenticate.
     pub fn enabled(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.tokens.is_empty() || !self.issuers.is_empty()
     }
 
     /// Checks the `Authorization` header of a request.

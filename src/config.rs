@@ -524,7 +524,7 @@ impl Config {
 
     /// Checks every key, section by section, and produces the typed settings.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let (upstream, trust) = self.upstream.validate()?;
+        let (upstream, trust) = self.upstream.validate(&self.auth.issuer_hosts())?;
         let modules = self.modules.validate(&upstream)?;
         Ok(Settings {
             modules,
@@ -831,8 +831,12 @@ impl ObjectStoreConfig {
 }
 
 impl UpstreamConfig {
-    /// `[upstream]`: the origin client's settings and the trust policy.
-    fn validate(&self) -> Result<(UpstreamSettings, crate::trust::TrustPolicy), ConfigError> {
+    /// `[upstream]`: the origin client's settings and the trust policy. `issuer_hosts` (those of
+    /// `auth.issuers`) may have `upstream.hosts` entries too, without being origins.
+    fn validate(
+        &self,
+        issuer_hosts: &[String],
+    ) -> Result<(UpstreamSettings, crate::trust::TrustPolicy), ConfigError> {
         let u = self;
         if let Some(path) = &u.ca_file {
             if let Err(e) = std::fs::metadata(path) {
@@ -863,10 +867,12 @@ impl UpstreamConfig {
         for (name, hc) in &u.hosts {
             let key = format!("upstream.hosts.{name:?}");
             let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
-            if !allowed_hosts.contains(&host) {
+            if !allowed_hosts.contains(&host) && !issuer_hosts.iter().any(|h| h == host.as_str()) {
                 return Err(invalid(
                     &key,
-                    format!("{host} is not listed in upstream.allowed_hosts"),
+                    format!(
+                        "{host} is not listed in upstream.allowed_hosts (nor the host of an auth.issuers entry)"
+                    ),
                 ));
             }
             let connect_to = match &hc.connect_to {

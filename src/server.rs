@@ -6,6 +6,7 @@
 //! Requests are answered by [`routes`].
 
 mod conn;
+mod identity;
 mod links;
 mod pages;
 mod respond;

@@ -13,6 +13,7 @@ mod documents;
 mod git;
 pub mod health;
 mod modules;
+mod oidc;
 pub mod policy;
 mod providers;
 mod resolve;
@@ -54,6 +55,8 @@ pub enum Operation {
     ModuleDownload,
     ModuleArchive,
     Git,
+    /// An OpenID Connect issuer's discovery document or key set.
+    Oidc,
 }
 
 impl Operation {
@@ -70,6 +73,7 @@ impl Operation {
             Operation::ModuleDownload => "module_download",
             Operation::ModuleArchive => "module_archive",
             Operation::Git => "git",
+            Operation::Oidc => "oidc",
         }
     }
 }

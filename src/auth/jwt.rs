@@ -162,6 +162,8 @@ pub struct IssuerRules {
     pub claims: Vec<ClaimRule>,
     /// The claim that names the identity (`sub` by default).
     pub name_claim: ClaimPath,
+    /// The least time between two fetches of its keys.
+    pub refetch_interval: std::time::Duration,
 }
 
 /// Who a verified token says its bearer is.
@@ -287,7 +289,11 @@ fn header_of(token: &str) -> Result<jsonwebtoken::Header, JwtError> {
     let raw = token
         .split('.')
         .next()
-        .and_then(|h| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(h).ok())
+        .and_then(|h| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(h)
+                .ok()
+        })
         .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
         .ok_or_else(|| JwtError::Malformed("the header is not base64url JSON".into()))?;
     let alg = raw["alg"].as_str().unwrap_or_default();
@@ -440,11 +446,11 @@ mod tests {
             claims: claims
                 .iter()
                 .map(|(c, p)| {
-                    ClaimRule::new(c, &p.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                        .unwrap()
+                    ClaimRule::new(c, &p.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
                 })
                 .collect(),
             name_claim: ClaimPath::new("sub"),
+            refetch_interval: std::time::Duration::from_secs(30),
         }
     }
 
@@ -483,7 +489,10 @@ mod tests {
         for (rule, ok) in [
             (("/kubernetes.io/namespace", &["ci"][..]), true),
             (("/kubernetes.io/namespace", &["c?"][..]), true),
-            (("/kubernetes.io/namespace", &["prod", "staging"][..]), false),
+            (
+                ("/kubernetes.io/namespace", &["prod", "staging"][..]),
+                false,
+            ),
             (("/kubernetes.io/serviceaccount/name", &["run*"][..]), true),
             (("runner_id", &["17"][..]), true),
             (("aud", &["other"][..]), true),
@@ -515,7 +524,10 @@ mod tests {
             with(&|c| c["iss"] = json!("https://gitlab.example.com")),
             Err(JwtError::Issuer("https://gitlab.example.com".into()))
         );
-        assert_eq!(with(&|c| c["aud"] = json!("https://github.com/acme")), Err(JwtError::Audience));
+        assert_eq!(
+            with(&|c| c["aud"] = json!("https://github.com/acme")),
+            Err(JwtError::Audience)
+        );
         assert_eq!(
             with(&|c| {
                 c.as_object_mut().unwrap().remove("aud");
@@ -530,10 +542,19 @@ mod tests {
         );
         // At the edges of the leeway: just inside passes, just outside fails.
         assert!(with(&|c| c["exp"] = json!(NOW - LEEWAY)).is_ok());
-        assert_eq!(with(&|c| c["exp"] = json!(NOW - LEEWAY - 1)), Err(JwtError::Expired));
+        assert_eq!(
+            with(&|c| c["exp"] = json!(NOW - LEEWAY - 1)),
+            Err(JwtError::Expired)
+        );
         assert!(with(&|c| c["nbf"] = json!(NOW + LEEWAY)).is_ok());
-        assert_eq!(with(&|c| c["nbf"] = json!(NOW + LEEWAY + 1)), Err(JwtError::NotYetValid));
-        assert_eq!(with(&|c| c["iat"] = json!(NOW + LEEWAY + 1)), Err(JwtError::NotYetValid));
+        assert_eq!(
+            with(&|c| c["nbf"] = json!(NOW + LEEWAY + 1)),
+            Err(JwtError::NotYetValid)
+        );
+        assert_eq!(
+            with(&|c| c["iat"] = json!(NOW + LEEWAY + 1)),
+            Err(JwtError::NotYetValid)
+        );
     }
 
     #[test]
@@ -548,8 +569,15 @@ mod tests {
         };
         // alg: none, with and without a signature part.
         for none in ["none", "None", "NONE"] {
-            let token = format!("{}.{}.", b64(&json!({ "alg": none, "typ": "JWT" })), b64(&claims));
-            assert!(matches!(verify(&token, &rules, &keys, NOW), Err(JwtError::Algorithm(_))));
+            let token = format!(
+                "{}.{}.",
+                b64(&json!({ "alg": none, "typ": "JWT" })),
+                b64(&claims)
+            );
+            assert!(matches!(
+                verify(&token, &rules, &keys, NOW),
+                Err(JwtError::Algorithm(_))
+            ));
             assert!(matches!(peek(&token), Err(JwtError::Algorithm(_))));
         }
         // HS256 "signed" with the issuer's public key as the HMAC secret.
@@ -561,7 +589,10 @@ mod tests {
                 &EncodingKey::from_secret(secret),
             )
             .unwrap();
-            assert!(matches!(verify(&forged, &rules, &keys, NOW), Err(JwtError::Algorithm(_))));
+            assert!(matches!(
+                verify(&forged, &rules, &keys, NOW),
+                Err(JwtError::Algorithm(_))
+            ));
         }
         // A symmetric key in the issuer's set is never used.
         let with_oct = KeySet::from_jwks(
@@ -585,14 +616,20 @@ mod tests {
             verify(&sign(&key, None, &claims), &rules, &two, NOW),
             Err(JwtError::AmbiguousKey)
         );
-        assert!(verify(&sign(&key, None, &claims), &rules, &keys, NOW).is_ok(), "one key");
+        assert!(
+            verify(&sign(&key, None, &claims), &rules, &keys, NOW).is_ok(),
+            "one key"
+        );
         // A tampered payload.
         let token = sign(&key, Some("k1"), &claims);
         let mut parts: Vec<String> = token.split('.').map(str::to_string).collect();
         let mut changed = claims.clone();
         changed["repository_owner"] = json!("evil");
         parts[1] = b64(&changed);
-        assert_eq!(verify(&parts.join("."), &rules, &keys, NOW), Err(JwtError::Signature));
+        assert_eq!(
+            verify(&parts.join("."), &rules, &keys, NOW),
+            Err(JwtError::Signature)
+        );
         // Oversized.
         let mut big = claims.clone();
         big["padding"] = json!("x".repeat(MAX_TOKEN));
@@ -600,6 +637,9 @@ mod tests {
         assert_eq!(verify(&token, &rules, &keys, NOW), Err(JwtError::TooLarge));
         assert_eq!(peek(&token), Err(JwtError::TooLarge));
         // Garbage.
-        assert!(matches!(verify("a.b.c", &rules, &keys, NOW), Err(JwtError::Malformed(_))));
+        assert!(matches!(
+            verify("a.b.c", &rules, &keys, NOW),
+            Err(JwtError::Malformed(_))
+        ));
     }
 }

@@ -433,6 +433,12 @@ impl Core {
         self.upstream.health()
     }
 
+    /// The client that fetches identity issuers' keys: the origins' client, with its address
+    /// policy and proxy. Issuers are not origins, so `upstream.offline` does not stop it.
+    pub fn identity_client(&self) -> &Upstream {
+        &self.upstream
+    }
+
     /// Whether origins may be contacted at all (not `upstream.offline`).
     pub fn online(&self) -> bool {
         !self.settings.upstream.offline

@@ -20,6 +20,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 
+use super::identity::Identities;
 use super::links::Links;
 use super::site::Site;
 use crate::address::{MirrorPath, ModulePath, RegistryPath};
@@ -39,6 +40,7 @@ use super::respond::{denied_response, empty, error_response, json_response, redi
 pub struct App {
     settings: Arc<Settings>,
     mirror: Arc<Mirror>,
+    identities: Arc<Identities>,
     site: Site,
     metrics: Arc<Metrics>,
     pub base_url: url::Url,
@@ -93,8 +95,16 @@ impl App {
         ca_pem: Option<Bytes>,
     ) -> App {
         let catalogue = crate::catalogue::Catalogue::new(mirror.core().clone());
+        let identities = Arc::new(Identities::new(settings.clone(), mirror.core().clone()));
         App {
-            site: Site::new(settings.clone(), catalogue, base_url.clone(), ca_pem),
+            site: Site::new(
+                settings.clone(),
+                catalogue,
+                identities.clone(),
+                base_url.clone(),
+                ca_pem,
+            ),
+            identities,
             settings,
             mirror,
             metrics,
@@ -206,7 +216,7 @@ impl App {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));
         }
-        if let Err(denied) = self.authorize(req, route) {
+        if let Err(denied) = self.authorize(req, route).await {
             return (route, Ok(denied_response(&denied)));
         }
         match route {
@@ -302,7 +312,7 @@ impl App {
     }
 
     /// Client authentication (see `auth`): a bearer token, or for an archive a signed URL.
-    fn authorize(&self, req: &Request<()>, route: Route) -> Result<(), Denied> {
+    async fn authorize(&self, req: &Request<()>, route: Route) -> Result<(), Denied> {
         let auth = &self.settings.auth;
         if !auth.enabled() {
             return Ok(());
@@ -316,11 +326,15 @@ impl App {
         if !protected {
             return Ok(());
         }
-        let bearer = auth.check_bearer(
-            req.headers()
-                .get(header::AUTHORIZATION)
-                .map(HeaderValue::as_bytes),
-        );
+        let bearer = self
+            .identities
+            .check(
+                req.headers()
+                    .get(header::AUTHORIZATION)
+                    .map(HeaderValue::as_bytes),
+            )
+            .await
+            .map(drop);
         if bearer.is_ok() {
             return Ok(());
         }

@@ -26,6 +26,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use super::identity::Identities;
 use super::pages::{
     Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, Snippet,
     StartPage, StatusPage, VersionPage,
@@ -68,6 +69,8 @@ pub struct Site {
     catalogue: Arc<Catalogue>,
     /// Sign-in sessions, when client authentication is on.
     sessions: Option<Sessions>,
+    /// Bearer tokens: the mirror's own, and ID tokens.
+    identities: Arc<Identities>,
     base_url: url::Url,
     /// The generated CA certificate, when the server made its own.
     ca_pem: Option<Bytes>,
@@ -96,6 +99,7 @@ impl Site {
     pub fn new(
         settings: Arc<Settings>,
         catalogue: Arc<Catalogue>,
+        identities: Arc<Identities>,
         base_url: url::Url,
         ca_pem: Option<Bytes>,
     ) -> Site {
@@ -108,6 +112,7 @@ impl Site {
             settings,
             catalogue,
             sessions,
+            identities,
             base_url,
             ca_pem,
             renders: tokio::sync::Semaphore::new((cores / 2).max(1)),
@@ -128,7 +133,7 @@ impl Site {
         let result = self.answer(req, body, rest, kind).await;
         let mut resp = result.unwrap_or_else(|e| match kind {
             Kind::Api => error_response(&e),
-            Kind::Page => self.error_page(&e, self.caller(req).signed_in()),
+            Kind::Page => self.error_page(&e, self.session(req).is_some()),
         });
         let headers = resp.headers_mut();
         headers.insert(
@@ -172,7 +177,7 @@ impl Site {
                 _ => Err(Error::MethodNotAllowed),
             };
         }
-        let caller = self.caller(req);
+        let caller = self.caller(req).await;
         if rest == "sign-out" {
             if *req.method() != Method::POST {
                 return Err(Error::MethodNotAllowed);
@@ -201,24 +206,29 @@ impl Site {
         }
     }
 
-    fn caller(&self, req: &Request<()>) -> Caller {
-        let Some(sessions) = &self.sessions else {
+    async fn caller(&self, req: &Request<()>) -> Caller {
+        if !self.settings.auth.enabled() {
             return Caller::Let;
-        };
+        }
         let bearer = req
             .headers()
             .get(header::AUTHORIZATION)
             .map(HeaderValue::as_bytes);
-        if bearer.is_some() && self.settings.auth.check_bearer(bearer).is_ok() {
+        if bearer.is_some() && self.identities.check(bearer).await.is_ok() {
             return Caller::Let;
         }
+        self.session(req).map_or(Caller::Nobody, Caller::Session)
+    }
+
+    /// The session a request's cookie carries, if it is a live one.
+    fn session(&self, req: &Request<()>) -> Option<Session> {
+        let sessions = self.sessions.as_ref()?;
         req.headers()
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .filter_map(session::from_header)
             .find_map(|cookie| sessions.check(cookie, SystemTime::now()))
-            .map_or(Caller::Nobody, Caller::Session)
     }
 
     fn chrome(&self, title: impl Into<String>, section: &'static str, signed_in: bool) -> Chrome {

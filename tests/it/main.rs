@@ -7,6 +7,7 @@ mod connections;
 mod custody;
 mod deploy;
 mod hashes;
+mod identity;
 mod integrity;
 mod layering;
 mod mirror;

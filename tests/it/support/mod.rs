@@ -20,6 +20,7 @@ pub mod cli;
 pub mod egress_proxy;
 pub mod garage;
 pub mod http;
+pub mod issuer;
 pub mod origin;
 pub mod pki;
 pub mod provender;

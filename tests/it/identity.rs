@@ -1,0 +1,237 @@
+//! Workload identity: clients presenting an OpenID Connect ID token from a configured issuer
+//! (a fake one over TLS, see [`crate::support::issuer`]) instead of one of the mirror's tokens.
+//! The real `terraform init` installs through the mirror with a GitHub-Actions-shaped token and
+//! is refused with an expired one, one for another audience, one from another issuer and one
+//! that fails a claim rule; hostile tokens are refused; the issuer's keys are fetched once,
+//! again on rotation (never once per request), and an issuer outage locks out nobody whose key
+//! is cached.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::support::http::send;
+use crate::support::issuer::{FakeIssuer, ISSUER_HOST};
+use crate::support::origin::{FakeOrigin, ProviderSpec};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::tf_config::{self, FOO};
+use crate::support::{Terraform, https_client};
+
+const AUDIENCE: &str = "https://mirror.example.com";
+
+/// A GitHub Actions job's claims (its real claim set), valid for five minutes.
+fn github(owner: &str) -> Value {
+    let now = provender::clock::now_secs();
+    json!({
+        "jti": "0b4a1f0c-6a0e-4c5b-9a51-6f1b2d0c9e11",
+        "sub": format!("repo:{owner}/infra:ref:refs/heads/main"),
+        "aud": AUDIENCE,
+        "ref": "refs/heads/main",
+        "sha": "d6a3c8f4e2b1a09876543210fedcba9876543210",
+        "repository": format!("{owner}/infra"),
+        "repository_owner": owner,
+        "repository_owner_id": "1234567",
+        "repository_visibility": "private",
+        "repository_id": "7654321",
+        "actor": "octocat",
+        "actor_id": "583231",
+        "workflow": "plan",
+        "workflow_ref": format!("{owner}/infra/.github/workflows/plan.yml@refs/heads/main"),
+        "event_name": "push",
+        "ref_type": "branch",
+        "job_workflow_ref": format!("{owner}/infra/.github/workflows/plan.yml@refs/heads/main"),
+        "runner_environment": "github-hosted",
+        "run_id": "9876543210",
+        "run_number": "42",
+        "run_attempt": "1",
+        "iat": now,
+        "nbf": now,
+        "exp": now + 300,
+    })
+}
+
+async fn setup() -> (TestCa, FakeOrigin, FakeIssuer, TestMirror) {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new(
+            "acme",
+            "foo",
+            &["1.0.0"],
+            &[("linux", "amd64")],
+        )],
+    )
+    .await;
+    let issuer = FakeIssuer::start(&ca).await;
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.issuers]]
+name = "github"
+issuer = "{url}"
+audiences = ["{AUDIENCE}"]
+claims = {{ repository_owner = "acme", ref = "refs/heads/*" }}
+refetch_interval = "1s"
+
+[upstream.hosts."{ISSUER_HOST}"]
+connect_to = "{addr}"
+"#,
+        key = "k".repeat(40),
+        url = issuer.url(),
+        addr = issuer.addr(),
+    );
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    (ca, origin, issuer, mirror)
+}
+
+/// The CLI configuration: the mirror, with `token` as its credentials.
+fn cli(mirror: &TestMirror, token: &str) -> String {
+    format!(
+        "{}credentials \"localhost:{}\" {{\n  token = \"{token}\"\n}}\n",
+        tf_config::network_mirror(mirror.url.as_str()),
+        mirror.url.port().unwrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_installs_with_a_ci_jobs_id_token_and_is_refused_with_a_bad_one() {
+    let (ca, _origin, issuer, mirror) = setup().await;
+    let good = issuer.token(&github("acme"));
+    let dir = tf_config::root_module(FOO);
+    Terraform::new(&ca, &cli(&mirror, &good))
+        .init(dir.path())
+        .await
+        .assert_success();
+
+    let mut expired = github("acme");
+    expired["exp"] = json!(provender::clock::now_secs() - 120);
+    let mut other_audience = github("acme");
+    other_audience["aud"] = json!("https://github.com/acme");
+    let mut other_owner = github("evil");
+    other_owner["repository_owner"] = json!("evil");
+    let other_issuer = {
+        // Signed by the same key, but claiming to come from elsewhere.
+        let token = issuer.token(&github("acme"));
+        let mut parts: Vec<String> = token.split('.').map(str::to_string).collect();
+        let mut claims = github("acme");
+        claims["iss"] = json!("https://token.actions.githubusercontent.com");
+        parts[1] = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string());
+        parts.join(".")
+    };
+    for (what, token) in [
+        ("expired", issuer.token(&expired)),
+        ("another audience", issuer.token(&other_audience)),
+        ("another issuer", other_issuer),
+        ("a failed claim rule", issuer.token(&other_owner)),
+    ] {
+        let dir = tf_config::root_module(FOO);
+        let out = Terraform::new(&ca, &cli(&mirror, &token))
+            .init(dir.path())
+            .await;
+        out.assert_failure();
+        assert!(
+            out.combined()
+                .contains("rejected the given authentication credentials"),
+            "{what}: {}",
+            out.combined()
+        );
+    }
+    assert_eq!(issuer.jwks_requests(), 1, "the key set is fetched once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_tokens_rotation_and_outages() {
+    let (ca, _origin, issuer, mirror) = setup().await;
+    let client = https_client(&ca, &[]);
+    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
+    let status = |token: String| {
+        let client = client.clone();
+        let index = index.clone();
+        async move {
+            send("index", client.get(&index).bearer_auth(token))
+                .await
+                .status
+        }
+    };
+    assert_eq!(status(issuer.token(&github("acme"))).await, 200);
+    assert_eq!(issuer.jwks_requests(), 1);
+
+    // alg: none; HS256 keyed with the issuer's public key set; oversized; garbage.
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let mut claims = github("acme");
+    claims["iss"] = json!(issuer.url());
+    let none = format!("{}.{}.", b64(&json!({ "alg": "none" })), b64(&claims));
+    let hs256 = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(issuer.public_jwk().as_bytes()),
+    )
+    .unwrap();
+    let mut big = github("acme");
+    big["padding"] = json!("x".repeat(10_000));
+    for (what, token) in [
+        ("alg none", none),
+        ("HS256", hs256),
+        ("oversized", issuer.token(&big)),
+        ("garbage", "aaaa.bbbb.cccc".to_string()),
+    ] {
+        assert_eq!(status(token).await, 401, "{what}");
+    }
+
+    // Tokens naming an unknown key: at most one fetch per refetch interval, not one each.
+    let before = issuer.jwks_requests();
+    let mut unknown = Vec::new();
+    for i in 0..20 {
+        let token = issuer.token(&github("acme"));
+        let (header, rest) = token.split_once('.').unwrap();
+        let mut h: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(header)
+                .unwrap(),
+        )
+        .unwrap();
+        h["kid"] = json!(format!("nope-{i}"));
+        unknown.push(format!("{}.{rest}", b64(&h)));
+    }
+    for token in unknown {
+        assert_eq!(status(token).await, 401);
+    }
+    assert!(
+        issuer.jwks_requests() - before <= 1,
+        "{} fetches for 20 unknown key IDs",
+        issuer.jwks_requests() - before
+    );
+
+    // Rotation: a token signed by the new key is accepted after one fetch.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    issuer.rotate("key-2");
+    let before = issuer.jwks_requests();
+    assert_eq!(status(issuer.token(&github("acme"))).await, 200);
+    assert_eq!(issuer.jwks_requests(), before + 1);
+
+    // The issuer goes down: a token of the cached key still works.
+    issuer.set_down(true);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(status(issuer.token(&github("acme"))).await, 200);
+    issuer.set_down(false);
+
+    // A key set that lives on a private address is never fetched.
+    issuer.rotate("key-3");
+    issuer.set_jwks_uri("https://127.0.0.1:1/keys");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let before = issuer.jwks_requests();
+    assert_eq!(status(issuer.token(&github("acme"))).await, 401);
+    assert_eq!(issuer.jwks_requests(), before);
+}
