@@ -57,6 +57,19 @@ pub struct AuthConfig {
     pub session_ttl: Duration,
     /// OpenID Connect issuers whose ID tokens are accepted as bearer tokens.
     pub issuers: Vec<oidc::IssuerConfig>,
+    /// Named tokens: each client's name appears in logs instead of an anonymous `token:...`.
+    pub clients: Vec<ClientConfig>,
+}
+
+/// One `[[auth.clients]]` entry: a named client and its token (inline or in a file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    pub name: String,
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for AuthConfig {
@@ -74,6 +87,10 @@ impl std::fmt::Debug for AuthConfig {
             .field("protect_metrics", &self.protect_metrics)
             .field("session_ttl", &self.session_ttl)
             .field("issuers", &self.issuers)
+            .field(
+                "clients",
+                &self.clients.iter().map(|c| &c.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -90,6 +107,7 @@ impl Default for AuthConfig {
             protect_metrics: true,
             session_ttl: Duration::from_secs(12 * 3600),
             issuers: Vec::new(),
+            clients: Vec::new(),
         }
     }
 }
@@ -143,6 +161,50 @@ impl AuthConfig {
                 ));
             }
         }
+        let mut names = vec![None; digests.len()];
+        for (i, client) in self.clients.iter().enumerate() {
+            let key = |field: &str| format!("auth.clients[{i}].{field}");
+            let name_ok = !client.name.is_empty()
+                && client.name.len() <= 64
+                && client
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b));
+            if !name_ok {
+                return Err(invalid(
+                    &key("name"),
+                    "must be 1 to 64 letters, digits, -, _, . or @",
+                ));
+            }
+            if names.iter().flatten().any(|n| n == &client.name) {
+                return Err(invalid(
+                    &key("name"),
+                    format!("{} is named twice", client.name),
+                ));
+            }
+            let token = match (&client.token, &client.token_file) {
+                (Some(t), None) => t.clone(),
+                (None, Some(path)) => std::fs::read_to_string(path)
+                    .map_err(|e| {
+                        invalid(
+                            &key("token_file"),
+                            format!("cannot read {}: {e}", path.display()),
+                        )
+                    })?
+                    .trim()
+                    .to_string(),
+                _ => {
+                    return Err(invalid(&key("token"), "set either token or token_file"));
+                }
+            };
+            check_token(&token).map_err(|e| invalid(&key("token"), e.to_string()))?;
+            let d = digest(token.as_bytes());
+            if digests.contains(&d) {
+                return Err(invalid(&key("token"), "is another client's token too"));
+            }
+            digests.push(d);
+            names.push(Some(client.name.clone()));
+        }
         if self.url_ttl.is_zero() || self.url_ttl > Duration::from_secs(7 * 24 * 3600) {
             return Err(invalid(
                 "auth.url_ttl",
@@ -190,6 +252,7 @@ impl AuthConfig {
         };
         Ok(AuthSettings {
             tokens: digests,
+            names,
             signing_key,
             key_generated,
             url_ttl: self.url_ttl,
@@ -277,6 +340,8 @@ fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 pub struct AuthSettings {
     /// SHA-256 digests of the accepted tokens; empty means authentication is off.
     tokens: Vec<[u8; 32]>,
+    /// Each token's client name (`[[auth.clients]]`), by the same index.
+    names: Vec<Option<String>>,
     signing_key: Vec<u8>,
     /// No key was configured, so one was generated for this process.
     pub key_generated: bool,
@@ -350,8 +415,15 @@ impl AuthSettings {
 
     /// Checks the `Authorization` header of a request.
     pub fn check_bearer(&self, authorization: Option<&[u8]>) -> Result<(), Denied> {
+        self.bearer_client(authorization).map(drop)
+    }
+
+    /// Checks the `Authorization` header of a request, and names its client: the client's
+    /// name for a named token, `token:<fingerprint>` for another one, `anonymous` when
+    /// authentication is off.
+    pub fn bearer_client(&self, authorization: Option<&[u8]>) -> Result<String, Denied> {
         if !self.enabled() {
-            return Ok(());
+            return Ok("anonymous".into());
         }
         let Some(value) = authorization else {
             return Err(Denied::Unauthorized(
@@ -368,15 +440,18 @@ impl AuthSettings {
             ));
         };
         let presented = digest(token);
-        // Look at every configured token, so timing says nothing about which one matched.
-        let matched = self
-            .tokens
-            .iter()
-            .fold(false, |acc, t| acc | ct_eq(t, &presented));
-        if matched {
-            Ok(())
-        } else {
-            Err(Denied::Unauthorized("the bearer token is not valid".into()))
+        // Look at every configured token, so timing says little about which one matched.
+        let mut matched = None;
+        for (i, t) in self.tokens.iter().enumerate() {
+            if ct_eq(t, &presented) {
+                matched = Some(i);
+            }
+        }
+        match matched {
+            Some(i) => Ok(self.names[i]
+                .clone()
+                .unwrap_or_else(|| format!("token:{}", hex::encode(&presented[..8])))),
+            None => Err(Denied::Unauthorized("the bearer token is not valid".into())),
         }
     }
 
@@ -539,6 +614,42 @@ mod tests {
         }
         .validate()
         .unwrap()
+    }
+
+    #[test]
+    fn named_clients_are_named_and_checked() {
+        let config: AuthConfig = toml::from_str(
+            "tokens = [\"unnamed-token-0123456789\"]\n\
+             [[clients]]\nname = \"platform\"\ntoken = \"platform-token-0123456789\"\n",
+        )
+        .unwrap();
+        let auth = config.validate().unwrap();
+        let named = auth.bearer_client(Some(b"Bearer platform-token-0123456789"));
+        assert_eq!(named.unwrap(), "platform");
+        let unnamed = auth
+            .bearer_client(Some(b"Bearer unnamed-token-0123456789"))
+            .unwrap();
+        assert!(unnamed.starts_with("token:"), "{unnamed}");
+        assert!(
+            auth.bearer_client(Some(b"Bearer nope-0123456789abcdef"))
+                .is_err()
+        );
+        let refused = |text: &str| {
+            toml::from_str::<AuthConfig>(text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            refused("[[clients]]\nname = \"a b\"\ntoken = \"platform-token-0123456789\"")
+                .contains("auth.clients[0].name")
+        );
+        assert!(refused("[[clients]]\nname = \"a\"").contains("auth.clients[0].token"));
+        assert!(
+            refused("[[clients]]\nname = \"a\"\ntoken = \"same-token-0123456789\"\n[[clients]]\nname = \"b\"\ntoken = \"same-token-0123456789\"")
+                .contains("auth.clients[1].token: is another client's token too")
+        );
     }
 
     #[test]

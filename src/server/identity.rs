@@ -21,7 +21,9 @@ pub struct Identities {
 /// A client whose credentials were accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
-    /// `token` for one of the mirror's tokens, `<issuer name>:<name claim>` for an ID token.
+    /// A named token's client (`[[auth.clients]]`), `token:<fingerprint>` for another of the
+    /// mirror's tokens, `<issuer name>:<name claim>` for an ID token, `anonymous` when
+    /// authentication is off.
     pub name: String,
 }
 
@@ -36,12 +38,8 @@ impl Identities {
 
     /// Checks an `Authorization` header: one of the mirror's tokens, else an ID token.
     pub async fn check(&self, authorization: Option<&[u8]>) -> Result<Principal, Denied> {
-        let denied = match self.settings.auth.check_bearer(authorization) {
-            Ok(()) => {
-                return Ok(Principal {
-                    name: "token".into(),
-                });
-            }
+        let denied = match self.settings.auth.bearer_client(authorization) {
+            Ok(name) => return Ok(Principal { name }),
             Err(denied) => denied,
         };
         let token = authorization

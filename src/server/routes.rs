@@ -20,7 +20,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 
-use super::identity::Identities;
+use super::identity::{Identities, Principal};
 use super::links::Links;
 use super::site::Site;
 use crate::address::{MirrorPath, ModulePath, RegistryPath};
@@ -97,13 +97,7 @@ impl App {
         let catalogue = crate::catalogue::Catalogue::new(mirror.core().clone());
         let identities = Arc::new(Identities::new(settings.clone(), mirror.core().clone()));
         App {
-            site: Site::new(
-                settings.clone(),
-                catalogue,
-                identities.clone(),
-                base_url.clone(),
-                ca_pem,
-            ),
+            site: Site::new(settings.clone(), catalogue, base_url.clone(), ca_pem),
             identities,
             settings,
             mirror,
@@ -155,7 +149,16 @@ impl App {
         // Only the sign-in form has a body; every other route reads the head alone.
         let (head, body) = req.into_parts();
         let req = Request::from_parts(head, ());
-        let (route, result) = self.route(&req, body).await;
+        // Who is asking, once per request: the routes decide what that allows.
+        let who = self
+            .identities
+            .check(
+                req.headers()
+                    .get(header::AUTHORIZATION)
+                    .map(HeaderValue::as_bytes),
+            )
+            .await;
+        let (route, result) = self.route(&req, body, &who).await;
         let mut resp = result.unwrap_or_else(|e| {
             if e.status().is_server_error() {
                 tracing::warn!(path = %req.uri().path(), status = e.status().as_u16(), "{e}");
@@ -177,7 +180,8 @@ impl App {
             .with_label_values(&[route.as_str()])
             .observe(started.elapsed().as_secs_f64());
         if self.settings.server.access_log {
-            access_log(&req, &resp, route, peer, started);
+            let client = who.as_ref().map_or("-", |p| p.name.as_str());
+            access_log(&req, &resp, route, peer, client, started);
         }
         Ok(resp)
     }
@@ -186,6 +190,7 @@ impl App {
         &self,
         req: &Request<()>,
         body: Incoming,
+        who: &Result<Principal, Denied>,
     ) -> (Route, Result<Response<Body>, Error>) {
         let path = req.uri().path();
         let route = match path {
@@ -203,7 +208,7 @@ impl App {
         // The pages and the API check methods and credentials their own way (sign-in).
         let base = self.settings.server.base_path.as_str();
         if path == base || path == base.trim_end_matches('/') {
-            return (Route::Page, Ok(self.site.handle(req, body, "").await));
+            return (Route::Page, Ok(self.site.handle(req, body, "", who).await));
         }
         if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("-/")) {
             let route = if rest.starts_with("api/") {
@@ -211,12 +216,12 @@ impl App {
             } else {
                 Route::Page
             };
-            return (route, Ok(self.site.handle(req, body, rest).await));
+            return (route, Ok(self.site.handle(req, body, rest, who).await));
         }
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));
         }
-        if let Err(denied) = self.authorize(req, route).await {
+        if let Err(denied) = self.authorize(req, route, who) {
             return (route, Ok(denied_response(&denied)));
         }
         match route {
@@ -312,7 +317,12 @@ impl App {
     }
 
     /// Client authentication (see `auth`): a bearer token, or for an archive a signed URL.
-    async fn authorize(&self, req: &Request<()>, route: Route) -> Result<(), Denied> {
+    fn authorize(
+        &self,
+        req: &Request<()>,
+        route: Route,
+        who: &Result<Principal, Denied>,
+    ) -> Result<(), Denied> {
         let auth = &self.settings.auth;
         if !auth.enabled() {
             return Ok(());
@@ -326,15 +336,7 @@ impl App {
         if !protected {
             return Ok(());
         }
-        let bearer = self
-            .identities
-            .check(
-                req.headers()
-                    .get(header::AUTHORIZATION)
-                    .map(HeaderValue::as_bytes),
-            )
-            .await
-            .map(drop);
+        let bearer = who.as_ref().map(drop).map_err(Denied::clone);
         if bearer.is_ok() {
             return Ok(());
         }
@@ -550,6 +552,7 @@ fn access_log(
     resp: &Response<Body>,
     route: Route,
     peer: SocketAddr,
+    client: &str,
     started: Instant,
 ) {
     let header =
@@ -557,6 +560,7 @@ fn access_log(
     tracing::info!(
         target: "provender::access",
         peer = %peer.ip(),
+        client,
         method = %req.method(),
         path = %req.uri().path(),
         version = ?req.version(),

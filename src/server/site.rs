@@ -26,13 +26,14 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use super::identity::Identities;
+use super::identity::Principal;
 use super::pages::{
     Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, Snippet,
     StartPage, StatusPage, VersionPage,
 };
 use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
 use crate::address::{Platform, ProviderAddr, Version};
+use crate::auth::Denied;
 use crate::auth::session::{self, Session, Sessions};
 use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery};
 use crate::config::Settings;
@@ -69,8 +70,6 @@ pub struct Site {
     catalogue: Arc<Catalogue>,
     /// Sign-in sessions, when client authentication is on.
     sessions: Option<Sessions>,
-    /// Bearer tokens: the mirror's own, and ID tokens.
-    identities: Arc<Identities>,
     base_url: url::Url,
     /// The generated CA certificate, when the server made its own.
     ca_pem: Option<Bytes>,
@@ -99,7 +98,6 @@ impl Site {
     pub fn new(
         settings: Arc<Settings>,
         catalogue: Arc<Catalogue>,
-        identities: Arc<Identities>,
         base_url: url::Url,
         ca_pem: Option<Bytes>,
     ) -> Site {
@@ -112,7 +110,6 @@ impl Site {
             settings,
             catalogue,
             sessions,
-            identities,
             base_url,
             ca_pem,
             renders: tokio::sync::Semaphore::new((cores / 2).max(1)),
@@ -124,13 +121,19 @@ impl Site {
     }
 
     /// Answers `<base>` (`rest` empty) or `<base>-/<rest>`.
-    pub async fn handle(&self, req: &Request<()>, body: Incoming, rest: &str) -> Response<Body> {
+    pub async fn handle(
+        &self,
+        req: &Request<()>,
+        body: Incoming,
+        rest: &str,
+        who: &Result<Principal, Denied>,
+    ) -> Response<Body> {
         let kind = if rest.starts_with("api/") {
             Kind::Api
         } else {
             Kind::Page
         };
-        let result = self.answer(req, body, rest, kind).await;
+        let result = self.answer(req, body, rest, kind, who).await;
         let mut resp = result.unwrap_or_else(|e| match kind {
             Kind::Api => error_response(&e),
             Kind::Page => self.error_page(&e, self.session(req).is_some()),
@@ -164,6 +167,7 @@ impl Site {
         body: Incoming,
         rest: &str,
         kind: Kind,
+        who: &Result<Principal, Denied>,
     ) -> Result<Response<Body>, Error> {
         if let Some(name) = rest.strip_prefix("static/") {
             only_get(req)?;
@@ -177,7 +181,7 @@ impl Site {
                 _ => Err(Error::MethodNotAllowed),
             };
         }
-        let caller = self.caller(req).await;
+        let caller = self.caller(req, who);
         if rest == "sign-out" {
             if *req.method() != Method::POST {
                 return Err(Error::MethodNotAllowed);
@@ -206,15 +210,10 @@ impl Site {
         }
     }
 
-    async fn caller(&self, req: &Request<()>) -> Caller {
-        if !self.settings.auth.enabled() {
-            return Caller::Let;
-        }
-        let bearer = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        if bearer.is_some() && self.identities.check(bearer).await.is_ok() {
+    /// Who is asking: with authentication off anyone; else a bearer token's holder (`who`,
+    /// checked by the caller), else a signed-in browser.
+    fn caller(&self, req: &Request<()>, who: &Result<Principal, Denied>) -> Caller {
+        if !self.settings.auth.enabled() || who.is_ok() {
             return Caller::Let;
         }
         self.session(req).map_or(Caller::Nobody, Caller::Session)

@@ -172,8 +172,11 @@ async fn json_logs_carry_an_access_line_per_request() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
     let dir = tempfile::tempdir().unwrap();
+    // A named client and an unnamed token: the access lines name who asked.
     let opts = MirrorOptions {
         extra_server: "access_log = true",
+        extra_toml: "[auth]\ntokens = [\"unnamed-token-0123456789\"]\n\n\
+                     [[auth.clients]]\nname = \"ci-runners\"\ntoken = \"named-token-0123456789\"\n",
         ..MirrorOptions::default()
     };
     let config = write_config(&ca, dir.path(), origin.addr(), &opts);
@@ -183,12 +186,19 @@ async fn json_logs_carry_an_access_line_per_request() {
     let got = client
         .get(format!("{index}?ignored=secret"))
         .header("user-agent", "Terraform/1.11.4")
+        .bearer_auth("named-token-0123456789")
         .send()
         .await
         .unwrap();
     assert_eq!(got.status(), 200);
     let missing = server.url(&format!("{REGISTRY}/acme/nothing/index.json"));
-    assert_eq!(client.get(&missing).send().await.unwrap().status(), 404);
+    let got = client
+        .get(&missing)
+        .bearer_auth("unnamed-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 404);
 
     // Every line is a JSON object; the access lines name the request and its answer.
     let lines = poll(Duration::from_secs(10), async || {
@@ -216,8 +226,18 @@ async fn json_logs_carry_an_access_line_per_request() {
     assert_eq!(fields["peer"], "127.0.0.1");
     assert_eq!(fields["user_agent"], "Terraform/1.11.4");
     assert!(fields["head_ms"].as_f64().is_some(), "{fields}");
+    assert_eq!(fields["client"], "ci-runners");
     assert!(!server.log().contains("secret"), "query strings stay out");
+    assert!(
+        !server.log().contains("token-0123456789"),
+        "tokens stay out"
+    );
     assert_eq!(lines[1]["fields"]["status"], 404);
+    let unnamed = lines[1]["fields"]["client"].as_str().unwrap();
+    assert!(
+        unnamed.starts_with("token:") && unnamed.len() == 22,
+        "{unnamed}"
+    );
 }
 
 /// `deploy/provender.service` passes `systemd-analyze verify` with its `ExecStart` pointing at
