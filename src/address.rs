@@ -100,6 +100,16 @@ impl Hostname {
     }
 }
 
+/// `host` or `host:port` of a URL, lowercase, the port only when it is not the scheme's default:
+/// how hosts are named in service discovery, `credentials` blocks and `upstream.hosts`.
+pub fn authority(url: &url::Url) -> Option<String> {
+    let host = url.host_str()?.to_ascii_lowercase();
+    Some(match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host,
+    })
+}
+
 impl fmt::Display for Hostname {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -127,13 +127,7 @@ impl AuthConfig {
         self.issuers
             .iter()
             .filter_map(|i| url::Url::parse(&i.issuer).ok())
-            .filter_map(|u| {
-                let host = u.host_str()?.to_ascii_lowercase();
-                Some(match u.port() {
-                    Some(port) => format!("{host}:{port}"),
-                    None => host,
-                })
-            })
+            .filter_map(|u| crate::address::authority(&u))
             .collect()
     }
 
@@ -439,20 +433,25 @@ impl AuthSettings {
                 "the Authorization header is not a bearer token".into(),
             ));
         };
+        match self.matching(token) {
+            Some(i) => Ok(self.names[i]
+                .clone()
+                .unwrap_or_else(|| fingerprint(&self.tokens[i]))),
+            None => Err(Denied::Unauthorized("the bearer token is not valid".into())),
+        }
+    }
+
+    /// The index of the configured token `token` is, comparing with every one (in constant
+    /// time each, so timing says little about which matched).
+    fn matching(&self, token: &[u8]) -> Option<usize> {
         let presented = digest(token);
-        // Look at every configured token, so timing says little about which one matched.
         let mut matched = None;
         for (i, t) in self.tokens.iter().enumerate() {
             if ct_eq(t, &presented) {
                 matched = Some(i);
             }
         }
-        match matched {
-            Some(i) => Ok(self.names[i]
-                .clone()
-                .unwrap_or_else(|| format!("token:{}", hex::encode(&presented[..8])))),
-            None => Err(Denied::Unauthorized("the bearer token is not valid".into())),
-        }
+        matched
     }
 
     /// Checks the credentials an OCI client sends to the token endpoint: `Basic` with one of
@@ -570,25 +569,21 @@ impl AuthSettings {
     /// The session subject of a valid token: `token:` and the first 8 bytes of its SHA-256 in
     /// hex (it names the token without giving it away).
     fn token_subject(&self, token: &str) -> Option<String> {
-        let presented = digest(token.as_bytes());
-        let matched = self
-            .tokens
-            .iter()
-            .fold(false, |acc, t| acc | ct_eq(t, &presented));
-        matched.then(|| format!("token:{}", hex::encode(&presented[..8])))
+        self.matching(token.as_bytes())
+            .map(|i| fingerprint(&self.tokens[i]))
     }
 
     /// Whether a session subject may still be signed in: for `token:`, its token is still one
     /// of the configured ones.
     fn knows_subject(&self, subject: &str) -> bool {
-        match subject.strip_prefix("token:") {
-            Some(fingerprint) => self
-                .tokens
-                .iter()
-                .any(|t| hex::encode(&t[..8]) == fingerprint),
-            None => false,
-        }
+        self.tokens.iter().any(|t| fingerprint(t) == subject)
     }
+}
+
+/// `token:` and the first 8 bytes of a token's SHA-256 in hex: names a token without giving it
+/// away (in logs and session subjects).
+fn fingerprint(digest: &[u8; 32]) -> String {
+    format!("token:{}", hex::encode(&digest[..8]))
 }
 
 /// The canonical path a registry-facade SHA256SUMS URL is signed over.

@@ -627,7 +627,7 @@ impl Upstream {
         if let Some(token) = self.tokens.get(host) {
             // A registry's token goes only to that registry's own host: not to a `providers.v1`
             // or download URL elsewhere, and (reqwest drops it) not across a redirect.
-            if url_host(url).as_deref() == Some(host.as_str()) {
+            if crate::address::authority(url).as_deref() == Some(host.as_str()) {
                 req = req.bearer_auth(token);
             }
         }
@@ -693,14 +693,6 @@ fn tokens_for(settings: &UpstreamSettings) -> HashMap<Hostname, String> {
         }
     }
     tokens
-}
-
-fn url_host(url: &Url) -> Option<String> {
-    let host = url.host_str()?.to_ascii_lowercase();
-    Some(match url.port() {
-        Some(p) if p != 443 => format!("{host}:{p}"),
-        _ => host,
-    })
 }
 
 /// `base` joined with a relative `path` built from validated address parts.

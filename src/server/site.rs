@@ -652,7 +652,7 @@ fn safe_next(next: &str, base: &str) -> String {
 /// The configuration snippets of the start page, with this server's URLs filled in.
 pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
     let url = base_url.as_str();
-    let host = host_port(base_url);
+    let host = crate::address::authority(base_url).unwrap_or_else(|| "localhost".into());
     let mut out = vec![Snippet {
         id: "network-mirror",
         title: "Providers: Terraform and OpenTofu",
@@ -703,15 +703,6 @@ pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
         });
     }
     out
-}
-
-/// `host` or `host:port` of a URL (the port when it is not 443).
-fn host_port(url: &url::Url) -> String {
-    let host = url.host_str().unwrap_or("localhost");
-    match url.port() {
-        Some(port) if port != 443 => format!("{host}:{port}"),
-        _ => host.to_string(),
-    }
 }
 
 #[cfg(test)]

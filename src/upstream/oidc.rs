@@ -60,10 +60,6 @@ impl Upstream {
 }
 
 fn issuer_host(issuer: &Url) -> Result<Hostname> {
-    let host = issuer.host_str().unwrap_or_default();
-    let host = match issuer.port() {
-        Some(port) => format!("{host}:{port}"),
-        None => host.to_string(),
-    };
+    let host = crate::address::authority(issuer).unwrap_or_default();
     Hostname::parse(&host).map_err(|e| UpstreamError::Refused(format!("issuer {issuer}: {e}")))
 }

@@ -17,7 +17,7 @@ use crate::support::origin::{FakeOrigin, ProviderSpec};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 use crate::support::tf_config::{self, FOO};
-use crate::support::{Terraform, https_client};
+use crate::support::{Terraform, https_client, https_client_no_redirects};
 
 const AUDIENCE: &str = "https://mirror.example.com";
 
@@ -167,6 +167,29 @@ async fn hostile_tokens_rotation_and_outages() {
     };
     assert_eq!(status(issuer.token(&github("acme"))).await, 200);
     assert_eq!(issuer.jwks_requests(), 1);
+
+    // Every door that takes a token takes an ID token: the registry facade, the module
+    // registry, the pages and their API (and none answers without one).
+    let good = issuer.token(&github("acme"));
+    let client = https_client_no_redirects(&ca);
+    for path in [
+        format!("v1/providers/{REGISTRY}/acme/foo/versions"),
+        format!("v1/modules/{REGISTRY}/acme/net/test/versions"),
+        "-/providers".to_string(),
+        "-/api/v1/status".to_string(),
+    ] {
+        let url = mirror.url(&path);
+        let with = send(&path, client.get(&url).bearer_auth(&good))
+            .await
+            .status;
+        assert_ne!(with, 401, "{path}");
+        assert!(with.as_u16() < 500, "{path}: {with}");
+        let without = send(&path, client.get(&url)).await.status;
+        assert!(
+            without == 401 || without == 303,
+            "{path} without a token: {without}"
+        );
+    }
 
     // alg: none; HS256 keyed with the issuer's public key set; oversized; garbage.
     let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
