@@ -475,6 +475,15 @@ pub enum MirrorPath {
     Archive(ProviderAddr, Version, Platform),
 }
 
+impl MirrorPath {
+    /// The provider it is about.
+    pub fn addr(&self) -> &ProviderAddr {
+        match self {
+            MirrorPath::Index(a) | MirrorPath::Version(a, _) | MirrorPath::Archive(a, _, _) => a,
+        }
+    }
+}
+
 /// The canonical path below the base path: what [`MirrorPath::parse`] reads back to the same
 /// value (hostname lowercased, version re-serialised).
 impl fmt::Display for MirrorPath {
@@ -727,6 +736,15 @@ pub enum ModulePath {
     Archive(ModuleAddr, Version),
 }
 
+impl ModulePath {
+    /// The module it is about.
+    pub fn addr(&self) -> &ModuleAddr {
+        match self {
+            ModulePath::Versions(a) | ModulePath::Download(a, _) | ModulePath::Archive(a, _) => a,
+        }
+    }
+}
+
 /// The file name of the archive the mirror serves for a module version.
 pub const MODULE_ARCHIVE: &str = "module.tar.gz";
 
@@ -784,6 +802,17 @@ pub enum RegistryPath {
         index: usize,
         signature: bool,
     },
+}
+
+impl RegistryPath {
+    /// The provider it is about.
+    pub fn addr(&self) -> &ProviderAddr {
+        match self {
+            RegistryPath::Versions(a)
+            | RegistryPath::Download(a, _, _)
+            | RegistryPath::Sums { addr: a, .. } => a,
+        }
+    }
 }
 
 impl RegistryPath {

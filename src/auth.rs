@@ -16,6 +16,7 @@
 
 pub mod jwt;
 pub mod oidc;
+pub mod rules;
 pub mod session;
 
 use std::path::{Path, PathBuf};
@@ -59,6 +60,8 @@ pub struct AuthConfig {
     pub issuers: Vec<oidc::IssuerConfig>,
     /// Named tokens: each client's name appears in logs instead of an anonymous `token:...`.
     pub clients: Vec<ClientConfig>,
+    /// What each client may do (see [`rules`]).
+    pub rules: Vec<rules::RuleConfig>,
 }
 
 /// One `[[auth.clients]]` entry: a named client and its token (inline or in a file).
@@ -91,6 +94,7 @@ impl std::fmt::Debug for AuthConfig {
                 "clients",
                 &self.clients.iter().map(|c| &c.name).collect::<Vec<_>>(),
             )
+            .field("rules", &self.rules)
             .finish()
     }
 }
@@ -108,7 +112,54 @@ impl Default for AuthConfig {
             session_ttl: Duration::from_secs(12 * 3600),
             issuers: Vec::new(),
             clients: Vec::new(),
+            rules: Vec::new(),
         }
+    }
+}
+
+/// One pattern or several, as written in the configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Patterns {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Patterns {
+    /// The patterns as a list.
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            Patterns::One(p) => vec![p.clone()],
+            Patterns::Many(ps) => ps.clone(),
+        }
+    }
+}
+
+/// Patterns a text may match, each exact or a glob: `*` matches any run of characters, `/`
+/// included, `?` one character, `\` escapes.
+#[derive(Debug, Clone)]
+pub struct Globs(Vec<globset::GlobMatcher>);
+
+impl Globs {
+    /// Compiles `patterns`; an invalid one is reported with its text.
+    pub fn new(patterns: &[String]) -> Result<Globs, String> {
+        patterns
+            .iter()
+            .map(|p| {
+                globset::GlobBuilder::new(p)
+                    .literal_separator(false)
+                    .backslash_escape(true)
+                    .build()
+                    .map(|g| g.compile_matcher())
+                    .map_err(|e| format!("pattern {p:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()
+            .map(Globs)
+    }
+
+    /// Whether `text` matches one of the patterns.
+    pub fn is_match(&self, text: &str) -> bool {
+        self.0.iter().any(|g| g.is_match(text))
     }
 }
 
@@ -238,7 +289,14 @@ impl AuthConfig {
             .enumerate()
             .map(|(i, issuer)| issuer.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
+        let rules = rules::Rules::new(&self.rules)?;
         let enabled = !digests.is_empty() || !issuers.is_empty();
+        if !enabled && !rules.is_empty() {
+            return Err(invalid(
+                "auth.rules",
+                "rules need clients to tell apart: configure tokens, clients or issuers",
+            ));
+        }
         let (signing_key, key_generated) = match key {
             Some(k) => (k, false),
             None if enabled => (random_key()?, true),
@@ -254,6 +312,7 @@ impl AuthConfig {
             protect_metrics: self.protect_metrics,
             session_ttl: self.session_ttl,
             issuers,
+            rules,
         })
     }
 }
@@ -346,6 +405,8 @@ pub struct AuthSettings {
     pub session_ttl: Duration,
     /// The issuers whose ID tokens are accepted (see [`oidc`]).
     pub issuers: Vec<jwt::IssuerRules>,
+    /// What each client may do (see [`rules`]).
+    pub rules: rules::Rules,
 }
 
 impl std::fmt::Debug for AuthSettings {
@@ -454,10 +515,11 @@ impl AuthSettings {
         matched
     }
 
-    /// Checks the credentials an OCI client sends to the token endpoint: `Basic` with one of
-    /// the tokens as the password (any user name), or `Bearer` with one of the tokens. Returns
-    /// the token, which the client then presents as its bearer token.
-    pub fn check_token_request(&self, authorization: Option<&[u8]>) -> Result<String, Denied> {
+    /// The secret an OCI client sends to the token endpoint: the password of `Basic`
+    /// credentials (any user name), or a bearer token. The caller checks it like any bearer
+    /// token (one of the mirror's tokens, or an ID token); the client then presents it as its
+    /// bearer token.
+    pub fn token_request_secret(authorization: Option<&[u8]>) -> Result<String, Denied> {
         let basic = authorization
             .and_then(|v| {
                 v.strip_prefix(b"Basic ")
@@ -491,47 +553,53 @@ impl AuthSettings {
                 .into_owned()
             }
         };
-        self.check_bearer(Some(format!("Bearer {token}").as_bytes()))?;
         Ok(token)
     }
 
     /// The query string (`exp=...&sig=...`) that lets an archive at `path` be downloaded
     /// without a token until `now + url_ttl`. `path` is the archive's canonical path below the
     /// base path, e.g. `registry.terraform.io/hashicorp/random/terraform-provider-random_...zip`.
-    pub fn sign(&self, path: &str, now: SystemTime) -> String {
+    pub fn sign(&self, path: &str, client: &str, now: SystemTime) -> String {
         let expires = crate::clock::unix_secs(now).saturating_add(self.url_ttl.as_secs());
-        format!("exp={expires}&sig={}", self.mac(path, expires))
+        let encoded: String = url::form_urlencoded::byte_serialize(client.as_bytes()).collect();
+        format!(
+            "exp={expires}&c={encoded}&sig={}",
+            self.mac(path, expires, Some(client))
+        )
     }
 
-    /// `url` with the query [`sign`](Self::sign) makes for `path` when authentication is on;
-    /// `url` itself when it is off.
-    pub fn signed_url(&self, url: String, path: &str, now: SystemTime) -> String {
+    /// `url` with the query [`sign`](Self::sign) makes for `path` and `client` when
+    /// authentication is on; `url` itself when it is off.
+    pub fn signed_url(&self, url: String, path: &str, client: &str, now: SystemTime) -> String {
         if self.enabled() {
-            format!("{url}?{}", self.sign(path, now))
+            format!("{url}?{}", self.sign(path, client, now))
         } else {
             url
         }
     }
 
-    /// Checks a signed archive URL's query against its canonical `path`.
-    /// `Ok(false)`: the query carries no signature at all.
+    /// Checks a signed archive URL's query against its canonical `path`, and returns the
+    /// client it was handed to (`signed-url` for a URL signed before URLs named their client).
+    /// `Ok(None)`: the query carries no signature at all.
     pub fn verify_signed(
         &self,
         path: &str,
         query: Option<&str>,
         now: SystemTime,
-    ) -> Result<bool, Denied> {
+    ) -> Result<Option<String>, Denied> {
         let mut exp = None;
         let mut sig = None;
-        for pair in query.unwrap_or("").split('&') {
-            match pair.split_once('=') {
-                Some(("exp", v)) => exp = Some(v),
-                Some(("sig", v)) => sig = Some(v),
+        let mut client = None;
+        for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*name {
+                "exp" => exp = Some(value.into_owned()),
+                "sig" => sig = Some(value.into_owned()),
+                "c" => client = Some(value.into_owned()),
                 _ => {}
             }
         }
         if exp.is_none() && sig.is_none() {
-            return Ok(false);
+            return Ok(None);
         }
         let forbidden = |m: &str| {
             Denied::Forbidden(format!(
@@ -544,18 +612,21 @@ impl AuthSettings {
         let expires: u64 = exp
             .parse()
             .map_err(|_| forbidden("has a malformed expiry"))?;
-        let expected = self.mac(path, expires);
+        let expected = self.mac(path, expires, client.as_deref());
         if !ct_eq(&digest(expected.as_bytes()), &digest(sig.as_bytes())) {
             return Err(forbidden("has an invalid signature"));
         }
         if crate::clock::unix_secs(now) >= expires {
             return Err(forbidden("has expired"));
         }
-        Ok(true)
+        Ok(Some(client.unwrap_or_else(|| "signed-url".into())))
     }
 
-    fn mac(&self, path: &str, expires: u64) -> String {
-        self.mac_of("archive", &format!("{path}\n{expires}"))
+    fn mac(&self, path: &str, expires: u64, client: Option<&str>) -> String {
+        match client {
+            Some(client) => self.mac_of("archive", &format!("{path}\n{expires}\n{client}")),
+            None => self.mac_of("archive", &format!("{path}\n{expires}")),
+        }
     }
 
     /// HMAC-SHA256 of `message` with the signing key, in the domain `purpose` (`archive`,
@@ -681,10 +752,23 @@ mod tests {
         let a = on();
         let path = "registry.terraform.io/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip";
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let q = a.sign(path, now);
-        assert_eq!(a.verify_signed(path, Some(&q), now), Ok(true));
-        assert_eq!(a.verify_signed(path, None, now), Ok(false));
-        assert_eq!(a.verify_signed(path, Some("x=1"), now), Ok(false));
+        let client = "github:repo:acme/app:ref:refs/heads/main";
+        let q = a.sign(path, client, now);
+        assert_eq!(
+            a.verify_signed(path, Some(&q), now),
+            Ok(Some(client.to_string()))
+        );
+        assert_eq!(a.verify_signed(path, None, now), Ok(None));
+        assert_eq!(a.verify_signed(path, Some("x=1"), now), Ok(None));
+        // The client is signed too: another name breaks the signature.
+        let other_client = q.replace("acme", "evil");
+        assert!(a.verify_signed(path, Some(&other_client), now).is_err());
+        let no_client = q
+            .split('&')
+            .filter(|p| !p.starts_with("c="))
+            .collect::<Vec<_>>()
+            .join("&");
+        assert!(a.verify_signed(path, Some(&no_client), now).is_err());
         let later = now + a.url_ttl;
         assert_eq!(
             a.verify_signed(path, Some(&q), later).unwrap_err().status(),

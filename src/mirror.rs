@@ -23,7 +23,7 @@ mod modules;
 mod oci;
 mod providers;
 
-pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists};
+pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach};
 pub use facade::RegistryPackage;
 pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};

@@ -102,26 +102,15 @@ impl std::fmt::Display for ClaimPath {
 #[derive(Debug, Clone)]
 pub struct ClaimRule {
     pub claim: ClaimPath,
-    patterns: Vec<globset::GlobMatcher>,
+    patterns: super::Globs,
 }
 
 impl ClaimRule {
     /// A rule over `claim`; an invalid pattern is reported with its text.
     pub fn new(claim: &str, patterns: &[String]) -> Result<ClaimRule, String> {
-        let patterns = patterns
-            .iter()
-            .map(|p| {
-                globset::GlobBuilder::new(p)
-                    .literal_separator(false)
-                    .backslash_escape(true)
-                    .build()
-                    .map(|g| g.compile_matcher())
-                    .map_err(|e| format!("pattern {p:?}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
         Ok(ClaimRule {
             claim: ClaimPath::new(claim),
-            patterns,
+            patterns: super::Globs::new(patterns)?,
         })
     }
 
@@ -137,7 +126,7 @@ impl ClaimRule {
         let allowed = values
             .iter()
             .filter_map(|v| as_text(v))
-            .any(|text| self.patterns.iter().any(|p| p.is_match(&text)));
+            .any(|text| self.patterns.is_match(&text));
         if allowed {
             Ok(())
         } else {

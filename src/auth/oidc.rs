@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use super::AuthConfigError;
 use super::jwt::{self, ClaimPath, ClaimRule, Identity, IssuerRules, JwtError, KeySet};
+use super::{AuthConfigError, Patterns};
 
 /// How long a key set is used before it is fetched again (a failed fetch keeps it).
 pub const KEYS_TTL: Duration = Duration::from_secs(3600);
@@ -54,14 +54,6 @@ fn default_refetch() -> Duration {
     MIN_REFETCH
 }
 
-/// One pattern or several.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum Patterns {
-    One(String),
-    Many(Vec<String>),
-}
-
 fn default_name_claim() -> String {
     "sub".into()
 }
@@ -94,10 +86,7 @@ impl IssuerConfig {
         }
         let mut claims = Vec::new();
         for (claim, patterns) in &self.claims {
-            let patterns = match patterns {
-                Patterns::One(p) => vec![p.clone()],
-                Patterns::Many(ps) => ps.clone(),
-            };
+            let patterns = patterns.to_vec();
             if patterns.is_empty() {
                 return Err(invalid(
                     &format!("claims.{claim}"),

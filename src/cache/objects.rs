@@ -329,7 +329,14 @@ impl<K: Kind> Objects<K> {
     /// Every committed object (its record is in the store too) with its size and times, from
     /// one listing and without reading a record.
     pub async fn committed(&self) -> Result<Vec<Listed<K>>> {
-        let objects = self.storage.list(&Key::new([K::ROOT])).await?;
+        self.committed_under(&[]).await
+    }
+
+    /// [`committed`](Self::committed), for the objects under `segments` below the root (one
+    /// provider's or module's, say).
+    pub async fn committed_under(&self, segments: &[&str]) -> Result<Vec<Listed<K>>> {
+        let prefix = Key::new(std::iter::once(K::ROOT).chain(segments.iter().copied()));
+        let objects = self.storage.list(&prefix).await?;
         let names: std::collections::HashSet<String> =
             objects.iter().map(|o| o.key.as_str().to_string()).collect();
         let mut out = Self::objects_in(objects);

@@ -67,8 +67,10 @@ pub enum NotReady {
 
 mod fill;
 mod hash_job;
+mod reach;
 
 pub use fill::Fill;
+pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.
 pub type ProviderLists = Listings<ProviderAddr, IndexRecord, Error>;
@@ -285,7 +287,9 @@ impl Core {
         key: &ArchiveKey,
     ) -> Result<(Package, SignatureKind)> {
         self.origin(format!("archive {key}"))?;
-        let rec = self.version_record(&key.addr, &key.version).await?;
+        let rec = self
+            .version_record(&key.addr, &key.version, &Reach::Origin)
+            .await?;
         if rec
             .packages
             .get(&key.platform)
@@ -323,9 +327,17 @@ impl Core {
         }
     }
 
-    /// A provider's version list (cache first; offline: cache only).
-    pub async fn versions(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Arc<IndexRecord>> {
+    /// A provider's version list (cache first; offline: cache only). A client that may read
+    /// only the cache sees the versions with at least one archive in it.
+    pub async fn versions(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        reach: &Reach,
+    ) -> Result<Arc<IndexRecord>> {
         self.check_host(addr)?;
+        if let Reach::CacheOnly(_) = reach {
+            return self.cached_versions(addr, reach).await;
+        }
         let rec = self.provider_list(addr).await?;
         if !rec.found {
             return Err(Error::NotFound(format!(
@@ -343,7 +355,7 @@ impl Core {
         version: &Version,
     ) -> Result<Arc<VersionRecord>> {
         self.check_host(addr)?;
-        self.version_record(addr, version).await
+        self.version_record(addr, version, &Reach::Origin).await
     }
 
     /// Whether the cache can serve now: archives and metadata can be read, and downloads can be
@@ -491,15 +503,20 @@ impl Core {
         self: &Arc<Self>,
         addr: &ProviderAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<Arc<VersionRecord>> {
         let key = (addr.clone(), version.clone());
+        let cache_only = matches!(reach, Reach::CacheOnly(_));
         let rec = match self.meta.versions.get(&key).await {
             Some(rec)
-                if !self.online() || rec.covers(|p| self.settings.upstream.platform_allowed(p)) =>
+                if cache_only
+                    || !self.online()
+                    || rec.covers(|p| self.settings.upstream.platform_allowed(p)) =>
             {
                 self.metrics.lookup(LookupKind::Version, Lookup::Hit);
                 rec
             }
+            _ if cache_only => self.stored_version(addr, version, reach).await?,
             _ => {
                 let this = self.clone();
                 let (a, v) = key.clone();
@@ -516,7 +533,9 @@ impl Core {
             .trust
             .admit(addr, rec.weakest_trust())
             .map_err(|r| self.refused(addr, version, r, "version"))?;
-        self.want_hashes(addr, version, &rec);
+        if !cache_only {
+            self.want_hashes(addr, version, &rec);
+        }
         Ok(rec)
     }
 
@@ -662,7 +681,12 @@ impl Core {
 
     /// Adds `h1:` hashes of archives the store already holds but the record does not mention
     /// (after a crash between committing an archive and updating its record).
-    async fn fill_in_h1(&self, addr: &ProviderAddr, version: &Version, rec: &mut VersionRecord) {
+    pub(super) async fn fill_in_h1(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        rec: &mut VersionRecord,
+    ) {
         for (platform, pkg) in rec.packages.iter_mut().filter(|(_, p)| p.h1.is_none()) {
             let key = ArchiveKey {
                 addr: addr.clone(),
@@ -755,7 +779,7 @@ mod tests {
     async fn offline_a_version_list_comes_from_the_cache_or_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
         let offline = core(dir.path(), true);
-        let err = offline.versions(&addr()).await.unwrap_err();
+        let err = offline.versions(&addr(), &Reach::Origin).await.unwrap_err();
         assert_eq!(err.status(), http::StatusCode::NOT_FOUND);
         assert_eq!(
             err.to_string(),
@@ -775,7 +799,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let list = offline.versions(&addr()).await.unwrap();
+        let list = offline.versions(&addr(), &Reach::Origin).await.unwrap();
         assert_eq!(list.versions.len(), 1);
         // A version record it does not hold is not fetched either.
         let err = offline.version_info(&addr(), &version).await.unwrap_err();

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::records::docs;
 
 use super::ProviderMirror;
+use super::core::Reach;
 use crate::records::Package;
 
 /// What a registry download answer is made of: the platform's verified package and the number
@@ -26,8 +27,8 @@ pub struct RegistryPackage {
 
 impl ProviderMirror {
     /// `v1/providers/:hostname/:namespace/:type/versions`
-    pub async fn registry_versions(&self, addr: &ProviderAddr) -> Result<Bytes> {
-        let rec = self.core.versions(addr).await?;
+    pub async fn registry_versions(&self, addr: &ProviderAddr, reach: &Reach) -> Result<Bytes> {
+        let rec = self.core.versions(addr, reach).await?;
         let versions = rec
             .versions
             .iter()
@@ -54,6 +55,7 @@ impl ProviderMirror {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
+        reach: &Reach,
     ) -> Result<RegistryPackage> {
         self.core.check_host(addr)?;
         let not_found =
@@ -61,7 +63,7 @@ impl ProviderMirror {
         if !self.core.settings().upstream.platform_allowed(platform) {
             return Err(not_found());
         }
-        let record = self.core.version_record(addr, version).await?;
+        let record = self.core.version_record(addr, version, reach).await?;
         let package = record.packages.get(platform).ok_or_else(not_found)?.clone();
         let sums = package
             .shasums_url
@@ -80,9 +82,10 @@ impl ProviderMirror {
         version: &Version,
         index: usize,
         signature: bool,
+        reach: &Reach,
     ) -> Result<bytes::Bytes> {
         self.core.check_host(addr)?;
-        let rec = self.core.version_record(addr, version).await?;
+        let rec = self.core.version_record(addr, version, reach).await?;
         let what = if signature {
             "SHA256SUMS signature"
         } else {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::admission::{self, Expected, StageWriter};
-use super::core::Core;
+use super::core::{Core, Reach};
 use crate::address::{ModuleAddr, Version};
 use crate::cache::Flights;
 use crate::error::{Error, Failure, RefusalKind, Result};
@@ -66,16 +66,25 @@ impl ModuleRegistry {
     }
 
     /// `v1/modules/:hostname/:namespace/:name/:system/versions`
-    pub async fn module_versions(self: &Arc<Self>, addr: &ModuleAddr) -> Result<bytes::Bytes> {
+    pub async fn module_versions(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        reach: &Reach,
+    ) -> Result<bytes::Bytes> {
         self.check_module_host(addr)?;
-        let rec = self.module_version_list(addr).await?;
-        if !rec.found {
-            return Err(Error::NotFound(format!(
-                "the origin registry has no module {addr}"
-            )));
-        }
-        let versions = rec
-            .versions
+        let versions = match reach {
+            Reach::Origin => {
+                let rec = self.module_version_list(addr).await?;
+                if !rec.found {
+                    return Err(Error::NotFound(format!(
+                        "the origin registry has no module {addr}"
+                    )));
+                }
+                rec.versions.clone()
+            }
+            Reach::CacheOnly(_) => self.cached_module_versions(addr, reach).await?,
+        };
+        let versions = versions
             .iter()
             .map(|v| docs::ModuleVersionDoc {
                 version: v.to_string(),
@@ -84,6 +93,32 @@ impl ModuleRegistry {
         Ok(docs::to_bytes(&docs::ModuleVersionsDoc {
             modules: vec![docs::ModuleVersionsEntry { versions }],
         }))
+    }
+
+    /// The versions of a module whose packages are in the store (one listing, no origin).
+    async fn cached_module_versions(
+        &self,
+        addr: &ModuleAddr,
+        reach: &Reach,
+    ) -> Result<Vec<Version>> {
+        let mut versions: Vec<Version> = self
+            .core
+            .modules()
+            .committed_under(&[
+                addr.hostname.as_str(),
+                &addr.namespace,
+                &addr.name,
+                &addr.system,
+            ])
+            .await?
+            .into_iter()
+            .map(|listed| listed.key.version)
+            .collect();
+        if versions.is_empty() {
+            reach.check(format!("module {addr}"))?;
+        }
+        versions.sort();
+        Ok(versions)
     }
 
     /// Whether a module version's package is in the cache (without fetching it).
@@ -121,9 +156,10 @@ impl ModuleRegistry {
         self: &Arc<Self>,
         addr: &ModuleAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<ModuleRecord> {
         self.check_module_host(addr)?;
-        self.module_record(addr, version).await
+        self.module_record(addr, version, reach).await
     }
 
     /// `v1/modules/:hostname/:namespace/:name/:system/:version/module.tar.gz`: the cached
@@ -132,8 +168,9 @@ impl ModuleRegistry {
         self: &Arc<Self>,
         addr: &ModuleAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<ModulePackage> {
-        let package = self.module_package(addr, version).await?;
+        let package = self.module_package(addr, version, reach).await?;
         let (this, addr, version) = (self.clone(), addr.clone(), version.clone());
         tokio::spawn(async move {
             this.core
@@ -149,6 +186,7 @@ impl ModuleRegistry {
         self: &Arc<Self>,
         addr: &ModuleAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<ModulePackage> {
         self.check_module_host(addr)?;
         let key = ModuleKey::new(addr, version);
@@ -164,7 +202,7 @@ impl ModuleRegistry {
                 if self.core.modules().record(&key).await?.is_some() {
                     self.core.modules().remove(&key).await?;
                 }
-                self.module_record(addr, version).await?;
+                self.module_record(addr, version, reach).await?;
                 self.core.modules().open(&key).await?.ok_or_else(|| {
                     Error::unexpected(format!(
                         "module {addr} {version} vanished from the store right after it was stored"
@@ -236,6 +274,7 @@ impl ModuleRegistry {
         self: &Arc<Self>,
         addr: &ModuleAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<ModuleRecord> {
         if let Some(rec) = self
             .core
@@ -247,6 +286,7 @@ impl ModuleRegistry {
             self.check_ref_later(addr, version, &rec);
             return Ok(rec);
         }
+        reach.check(format!("module {addr} {version}"))?;
         self.core.origin(format!("module {addr} {version}"))?;
         let this = self.clone();
         let (a, v) = (addr.clone(), version.clone());

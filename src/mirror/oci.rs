@@ -22,7 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::core::Core;
+use super::core::{Core, Reach};
 use super::{ArchiveHead, ProviderMirror, Served};
 use crate::address::{OciReference, Platform, ProviderAddr, Version};
 use crate::cache::Flights;
@@ -65,8 +65,12 @@ impl OciRegistry {
     }
 
     /// The tags of a provider's repository: its versions, in lexical order.
-    pub async fn oci_tags(self: &Arc<Self>, addr: &ProviderAddr) -> Result<Vec<String>> {
-        let index = self.core.versions(addr).await?;
+    pub async fn oci_tags(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        reach: &Reach,
+    ) -> Result<Vec<String>> {
+        let index = self.core.versions(addr, reach).await?;
         let mut tags: Vec<String> = index.versions.iter().map(|v| v.version.oci_tag()).collect();
         tags.sort();
         Ok(tags)
@@ -77,9 +81,12 @@ impl OciRegistry {
         self: &Arc<Self>,
         addr: &ProviderAddr,
         reference: &OciReference,
+        reach: &Reach,
     ) -> Result<Document> {
         match reference {
-            OciReference::Tag(version) => Ok(self.oci_image(addr, version).await?.index.clone()),
+            OciReference::Tag(version) => {
+                Ok(self.oci_image(addr, version, reach).await?.index.clone())
+            }
             OciReference::Digest(sha256) => {
                 self.core.check_host(addr)?;
                 let found = self.core.meta().read_oci_manifest(addr, sha256).await;
@@ -101,15 +108,20 @@ impl OciRegistry {
     }
 
     /// A blob: the empty config, or a layer (an archive, fetched if needed).
-    pub async fn oci_blob(self: &Arc<Self>, addr: &ProviderAddr, sha256: &str) -> Result<OciBlob> {
+    pub async fn oci_blob(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        sha256: &str,
+        reach: &Reach,
+    ) -> Result<OciBlob> {
         if sha256 == oci::EMPTY_DIGEST_HEX {
             self.core.check_host(addr)?;
             return Ok(OciBlob::Config);
         }
-        let key = self.oci_layer(addr, sha256).await?;
+        let key = self.oci_layer(addr, sha256, reach).await?;
         let served = self
             .providers
-            .archive(&key.addr, &key.version, &key.platform)
+            .archive(&key.addr, &key.version, &key.platform, reach)
             .await?;
         Ok(OciBlob::Archive(served))
     }
@@ -119,25 +131,34 @@ impl OciRegistry {
         self: &Arc<Self>,
         addr: &ProviderAddr,
         sha256: &str,
+        reach: &Reach,
     ) -> Result<OciBlobHead> {
         if sha256 == oci::EMPTY_DIGEST_HEX {
             self.core.check_host(addr)?;
             return Ok(OciBlobHead::Config);
         }
-        let key = self.oci_layer(addr, sha256).await?;
+        let key = self.oci_layer(addr, sha256, reach).await?;
         let mut head = self
             .providers
-            .archive_head(&key.addr, &key.version, &key.platform)
+            .archive_head(&key.addr, &key.version, &key.platform, reach)
             .await?;
         if head.size.is_none() {
-            let rec = self.core.version_record(&key.addr, &key.version).await?;
+            let rec = self
+                .core
+                .version_record(&key.addr, &key.version, reach)
+                .await?;
             head.size = rec.packages.get(&key.platform).and_then(|p| p.size);
         }
         Ok(OciBlobHead::Archive(head))
     }
 
     /// The archive a layer digest names: from its link, checked against the version record.
-    async fn oci_layer(self: &Arc<Self>, addr: &ProviderAddr, sha256: &str) -> Result<ArchiveKey> {
+    async fn oci_layer(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        sha256: &str,
+        reach: &Reach,
+    ) -> Result<ArchiveKey> {
         self.core.check_host(addr)?;
         let unknown = || {
             Error::NotFound(format!(
@@ -150,7 +171,7 @@ impl OciRegistry {
             .read_oci_blob(addr, sha256)
             .await
             .ok_or_else(unknown)?;
-        let rec = self.core.version_record(addr, &link.version).await?;
+        let rec = self.core.version_record(addr, &link.version, reach).await?;
         match rec.packages.get(&link.platform) {
             Some(pkg) if pkg.shasum == sha256 => Ok(ArchiveKey {
                 addr: addr.clone(),
@@ -167,9 +188,10 @@ impl OciRegistry {
         self: &Arc<Self>,
         addr: &ProviderAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<Arc<ProviderImage>> {
         self.core.check_host(addr)?;
-        let rec = self.core.version_record(addr, version).await?;
+        let rec = self.core.version_record(addr, version, reach).await?;
         let key = (addr.clone(), version.clone());
         if let Some(image) = self.images.get(&key).await {
             if self.still_describes(&image, &rec) {
@@ -217,7 +239,10 @@ impl OciRegistry {
         addr: &ProviderAddr,
         version: &Version,
     ) -> Result<ProviderImage> {
-        let rec = self.core.version_record(addr, version).await?;
+        let rec = self
+            .core
+            .version_record(addr, version, &Reach::Origin)
+            .await?;
         let platforms = self.served_platforms(&rec);
         if platforms.is_empty() {
             return Err(Error::NotFound(format!(

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::Fill;
-use super::core::Core;
+use super::core::{Core, Reach};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{ArchiveKind, Opened};
 use crate::error::Result;
@@ -72,8 +72,8 @@ impl ProviderMirror {
     }
 
     /// `:hostname/:namespace/:type/index.json`
-    pub async fn index(&self, addr: &ProviderAddr) -> Result<Bytes> {
-        Ok(self.core.versions(addr).await?.to_mirror_json())
+    pub async fn index(&self, addr: &ProviderAddr, reach: &Reach) -> Result<Bytes> {
+        Ok(self.core.versions(addr, reach).await?.to_mirror_json())
     }
 
     /// `:hostname/:namespace/:type/:version.json`: the verified version record, which the
@@ -82,9 +82,10 @@ impl ProviderMirror {
         &self,
         addr: &ProviderAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<Arc<VersionRecord>> {
         self.core.check_host(addr)?;
-        self.core.version_record(addr, version).await
+        self.core.version_record(addr, version, reach).await
     }
 
     /// `:hostname/:namespace/:type/terraform-provider-:type_:version_:os_:arch.zip`
@@ -96,6 +97,7 @@ impl ProviderMirror {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
+        reach: &Reach,
     ) -> Result<Served> {
         let key = self.core.archive_key(addr, version, platform)?;
         if let Some(fill) = self.core.join_fill(&key) {
@@ -147,6 +149,7 @@ impl ProviderMirror {
             }
             return Ok(Served::Body(body));
         }
+        reach.check(format!("archive {key}"))?;
         let (pkg, trust) = self.core.package_to_fetch(&key).await?;
         let (fill, leader) = self.core.fill_for(&key, &pkg, trust);
         self.core.metrics().lookup(
@@ -191,6 +194,7 @@ impl ProviderMirror {
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
+        reach: &Reach,
     ) -> Result<ArchiveHead> {
         let key = self.core.archive_key(addr, version, platform)?;
         if let Some(fill) = self.core.fill_in_progress(&key) {
@@ -210,9 +214,10 @@ impl ProviderMirror {
                 modified: found.modified,
             });
         }
+        reach.check(format!("archive {key}"))?;
         let (pkg, trust) = self.core.package_to_fetch(&key).await?;
         self.core.admit(&key, trust)?;
-        let rec = self.core.version_record(addr, version).await?;
+        let rec = self.core.version_record(addr, version, reach).await?;
         Ok(ArchiveHead {
             sha256: pkg.shasum,
             size: None,

@@ -22,7 +22,7 @@ use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::config::Tool;
 use crate::constraints::Constraints;
-use crate::mirror::{Core, Mirror};
+use crate::mirror::{Core, Mirror, Reach};
 
 /// `provender seed`
 #[derive(clap::Args, Debug)]
@@ -104,7 +104,7 @@ pub async fn resolve(mirror: &Arc<Core>, wanted: &Wanted) -> Result<Version, See
     if let Some(v) = &wanted.locked {
         return Ok(v.clone());
     }
-    let index = mirror.versions(&wanted.addr).await?;
+    let index = mirror.versions(&wanted.addr, &Reach::Origin).await?;
     let listed = index.versions.iter().map(|v| &v.version);
     match wanted.constraints.newest(listed.clone()) {
         Some(v) => Ok(v.clone()),
@@ -285,7 +285,11 @@ pub async fn fetch_modules(
             mirror.modules.module_cached(&w.addr, &version).await,
             Ok(true)
         );
-        let rec = match mirror.modules.module_record(&w.addr, &version).await {
+        let rec = match mirror
+            .modules
+            .module_record(&w.addr, &version, &Reach::Origin)
+            .await
+        {
             Ok(rec) => rec,
             Err(e) => {
                 failed.push((format!("module {label}"), e.to_string()));
@@ -326,7 +330,10 @@ pub(super) async fn read_package(
         let doing = doing.to_string();
         move |source| SeedError::Local { doing, source }
     };
-    let package = mirror.modules.module_package(addr, version).await?;
+    let package = mirror
+        .modules
+        .module_package(addr, version, &Reach::Origin)
+        .await?;
     let scratch = mirror
         .core()
         .scratch_dir()

@@ -5,11 +5,14 @@
 
 use std::sync::Arc;
 
+use crate::address::{ModuleAddr, ProviderAddr};
 use crate::auth::Denied;
 use crate::auth::jwt;
 use crate::auth::oidc::Issuers;
+use crate::auth::rules::Rule;
 use crate::config::Settings;
-use crate::mirror::Core;
+use crate::error::Error;
+use crate::mirror::{Core, Reach};
 
 /// The client identities this server accepts.
 pub struct Identities {
@@ -19,12 +22,61 @@ pub struct Identities {
 }
 
 /// A client whose credentials were accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Principal {
     /// A named token's client (`[[auth.clients]]`), `token:<fingerprint>` for another of the
     /// mirror's tokens, `<issuer name>:<name claim>` for an ID token, `anonymous` when
     /// authentication is off.
     pub name: String,
+    /// The first `[[auth.rules]]` entry for it; none: it may do everything.
+    pub rule: Option<Arc<Rule>>,
+}
+
+impl Principal {
+    /// A client known by name, with the rule that applies to it.
+    pub fn named(name: String, settings: &Settings) -> Principal {
+        let rule = settings.auth.rules.for_client(&name);
+        Principal { name, rule }
+    }
+
+    /// How far its requests may reach: to the origins, or (a rule with `fill = false`) the
+    /// cache alone.
+    pub fn reach(&self) -> Reach {
+        match &self.rule {
+            Some(rule) if !rule.fill => Reach::CacheOnly(
+                format!(
+                    "rule {} (auth.rules) lets {} read only what is cached",
+                    rule.name, self.name
+                )
+                .into(),
+            ),
+            _ => Reach::Origin,
+        }
+    }
+
+    /// Whether it may get a provider: 403 naming the rule if not.
+    pub fn may_get_provider(&self, addr: &ProviderAddr) -> Result<(), Error> {
+        match &self.rule {
+            Some(rule) if !rule.allows_provider(&addr.to_string()) => {
+                Err(Error::Forbidden(format!(
+                    "rule {} (auth.rules) does not let {} get provider {addr}",
+                    rule.name, self.name
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether it may get a module: 403 naming the rule if not.
+    pub fn may_get_module(&self, addr: &ModuleAddr) -> Result<(), Error> {
+        match &self.rule {
+            Some(rule) if !rule.allows_module(&addr.to_string()) => Err(Error::Forbidden(format!(
+                "rule {} (auth.rules) does not let {} get module {addr}",
+                rule.name, self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Identities {
@@ -39,7 +91,7 @@ impl Identities {
     /// Checks an `Authorization` header: one of the mirror's tokens, else an ID token.
     pub async fn check(&self, authorization: Option<&[u8]>) -> Result<Principal, Denied> {
         let denied = match self.settings.auth.bearer_client(authorization) {
-            Ok(name) => return Ok(Principal { name }),
+            Ok(name) => return Ok(Principal::named(name, &self.settings)),
             Err(denied) => denied,
         };
         let token = authorization
@@ -63,9 +115,7 @@ impl Identities {
         {
             Ok(identity) => {
                 tracing::debug!(identity = %identity.name, "ID token accepted");
-                Ok(Principal {
-                    name: identity.name,
-                })
+                Ok(Principal::named(identity.name, &self.settings))
             }
             Err(refused) => {
                 tracing::info!("ID token refused: {refused}");

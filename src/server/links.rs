@@ -19,20 +19,26 @@ use crate::records::{ModuleRecord, VersionRecord, docs};
 /// How URLs are written for one response.
 pub struct Links<'a> {
     settings: &'a Settings,
+    /// The client the URLs are handed to: signed into them, so that the download is that
+    /// client's (its rules, its usage).
+    client: &'a str,
     now: SystemTime,
 }
 
 impl<'a> Links<'a> {
-    pub fn new(settings: &'a Settings) -> Links<'a> {
+    pub fn new(settings: &'a Settings, client: &'a str) -> Links<'a> {
         Links {
             settings,
+            client,
             now: SystemTime::now(),
         }
     }
 
-    /// `url`, signed over `path` when authentication is on.
+    /// `url`, signed over `path` and the client when authentication is on.
     fn signed(&self, url: String, path: &str) -> String {
-        self.settings.auth.signed_url(url, path, self.now)
+        self.settings
+            .auth
+            .signed_url(url, path, self.client, self.now)
     }
 
     /// An absolute-path URL on this server for `path` (below the base path), signed over it.
@@ -117,7 +123,7 @@ impl<'a> Links<'a> {
         }
         let mut query = vec![format!("checksum=sha256:{}", rec.sha256)];
         if self.settings.auth.enabled() {
-            query.push(self.settings.auth.sign(&path, self.now));
+            query.push(self.settings.auth.sign(&path, self.client, self.now));
         }
         location.push('?');
         location.push_str(&query.join("&"));

@@ -180,7 +180,12 @@ impl App {
             .with_label_values(&[route.as_str()])
             .observe(started.elapsed().as_secs_f64());
         if self.settings.server.access_log {
-            let client = who.as_ref().map_or("-", |p| p.name.as_str());
+            // The client a signed URL names, else the one the credentials name.
+            let client = resp
+                .extensions()
+                .get::<Principal>()
+                .or(who.as_ref().ok())
+                .map_or("-", |p| p.name.as_str());
             access_log(&req, &resp, route, peer, client, started);
         }
         Ok(resp)
@@ -203,7 +208,7 @@ impl App {
         // The OCI distribution API lives at `/v2/` on the host, whatever the base path, with its
         // own error format and authentication challenge.
         if path == "/v2" || path.starts_with("/v2/") {
-            return (Route::Oci, Ok(self.oci(req).await));
+            return (Route::Oci, Ok(self.oci(req, who).await));
         }
         // The pages and the API check methods and credentials their own way (sign-in).
         let base = self.settings.server.base_path.as_str();
@@ -221,9 +226,10 @@ impl App {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));
         }
-        if let Err(denied) = self.authorize(req, route, who) {
-            return (route, Ok(denied_response(&denied)));
-        }
+        let principal = match self.authorize(req, route, who) {
+            Ok(principal) => principal,
+            Err(denied) => return (route, Ok(denied_response(&denied))),
+        };
         match route {
             Route::Health => {
                 return (
@@ -257,44 +263,64 @@ impl App {
                 ))),
             );
         };
+        let (route, result) = self.serve(req, rest, &principal).await;
+        let result = result.map(|mut resp| {
+            resp.extensions_mut().insert(principal);
+            resp
+        });
+        (route, result)
+    }
+
+    /// The registry protocols and the network mirror, for a client that may use them.
+    async fn serve(
+        &self,
+        req: &Request<()>,
+        rest: &str,
+        principal: &Principal,
+    ) -> (Route, Result<Response<Body>, Error>) {
+        let reach = principal.reach();
         if let Some(registry_path) = rest.strip_prefix("v1/providers/") {
             let registry_path = self.unalias(registry_path);
-            return (Route::Registry, self.registry(&registry_path).await);
+            return (
+                Route::Registry,
+                self.registry(&registry_path, principal).await,
+            );
         }
         if let Some(module_path) = rest.strip_prefix("v1/modules/") {
             let module_path = self.unalias(module_path);
-            return (Route::Module, self.module(req, &module_path).await);
+            return (
+                Route::Module,
+                self.module(req, &module_path, principal).await,
+            );
         }
         let parsed = match MirrorPath::parse(rest) {
             Ok(p) => p,
             Err(e) => return (Route::Other, Err(Error::BadRequest(e))),
         };
+        if let Err(e) = principal.may_get_provider(parsed.addr()) {
+            return (Route::Other, Err(e));
+        }
+        let providers = &self.mirror.providers;
         match parsed {
             MirrorPath::Index(addr) => (
                 Route::Index,
-                self.mirror
-                    .providers
-                    .index(&addr)
+                providers
+                    .index(&addr, &reach)
                     .await
                     .map(|body| json_response(StatusCode::OK, body)),
             ),
             MirrorPath::Version(addr, version) => (
                 Route::Version,
-                self.mirror
-                    .providers
-                    .version(&addr, &version)
-                    .await
-                    .map(|rec| {
-                        let body = Links::new(&self.settings).mirror_version(&addr, &version, &rec);
-                        json_response(StatusCode::OK, body)
-                    }),
+                providers.version(&addr, &version, &reach).await.map(|rec| {
+                    let body = Links::new(&self.settings, &principal.name)
+                        .mirror_version(&addr, &version, &rec);
+                    json_response(StatusCode::OK, body)
+                }),
             ),
             MirrorPath::Archive(addr, version, platform) if req.method() == Method::HEAD => {
                 // A HEAD never downloads the archive.
-                let result = self
-                    .mirror
-                    .providers
-                    .archive_head(&addr, &version, &platform)
+                let result = providers
+                    .archive_head(&addr, &version, &platform, &reach)
                     .await;
                 (
                     Route::Archive,
@@ -302,11 +328,7 @@ impl App {
                 )
             }
             MirrorPath::Archive(addr, version, platform) => {
-                let result = self
-                    .mirror
-                    .providers
-                    .archive(&addr, &version, &platform)
-                    .await;
+                let result = providers.archive(&addr, &version, &platform, &reach).await;
                 let resp = result.map(|served| match served {
                     Served::Body(archive) => self.archive_response(req, archive),
                     Served::Redirect(url) => redirect(&url),
@@ -316,16 +338,18 @@ impl App {
         }
     }
 
-    /// Client authentication (see `auth`): a bearer token, or for an archive a signed URL.
+    /// Client authentication (see `auth`): a bearer token, or for an archive a signed URL,
+    /// which names the client it was handed to.
     fn authorize(
         &self,
         req: &Request<()>,
         route: Route,
         who: &Result<Principal, Denied>,
-    ) -> Result<(), Denied> {
+    ) -> Result<Principal, Denied> {
         let auth = &self.settings.auth;
+        let anyone = || Principal::named("anonymous".into(), &self.settings);
         if !auth.enabled() {
-            return Ok(());
+            return Ok(anyone());
         }
         let protected = match route {
             Route::Discovery => false,
@@ -334,11 +358,10 @@ impl App {
             _ => true,
         };
         if !protected {
-            return Ok(());
+            return Ok(who.clone().unwrap_or_else(|_| anyone()));
         }
-        let bearer = who.as_ref().map(drop).map_err(Denied::clone);
-        if bearer.is_ok() {
-            return Ok(());
+        if let Ok(principal) = who {
+            return Ok(principal.clone());
         }
         let rest = req
             .uri()
@@ -376,11 +399,12 @@ impl App {
             None => None,
         });
         if let Some(path) = signed_path {
-            if auth.verify_signed(&path, req.uri().query(), std::time::SystemTime::now())? {
-                return Ok(());
+            let now = std::time::SystemTime::now();
+            if let Some(client) = auth.verify_signed(&path, req.uri().query(), now)? {
+                return Ok(Principal::named(client, &self.settings));
             }
         }
-        bearer
+        who.clone()
     }
 
     /// A registry path below `v1/providers/` or `v1/modules/` whose hostname segment is `-`
@@ -410,16 +434,24 @@ impl App {
     }
 
     /// The module registry facade (see `mirror::modules`).
-    async fn module(&self, req: &Request<()>, path: &str) -> Result<Response<Body>, Error> {
+    async fn module(
+        &self,
+        req: &Request<()>,
+        path: &str,
+        principal: &Principal,
+    ) -> Result<Response<Body>, Error> {
         let parsed = ModulePath::parse(path).map_err(Error::BadRequest)?;
+        principal.may_get_module(parsed.addr())?;
+        let reach = principal.reach();
         let m = &self.mirror.modules;
         Ok(match parsed {
             ModulePath::Versions(addr) => {
-                json_response(StatusCode::OK, m.module_versions(&addr).await?)
+                json_response(StatusCode::OK, m.module_versions(&addr, &reach).await?)
             }
             ModulePath::Download(addr, version) => {
-                let rec = m.module_download(&addr, &version).await?;
-                let location = Links::new(&self.settings).module_package(&addr, &version, &rec);
+                let rec = m.module_download(&addr, &version, &reach).await?;
+                let location = Links::new(&self.settings, &principal.name)
+                    .module_package(&addr, &version, &rec);
                 // Both forms: Terraform reads the header, OpenTofu also the JSON body.
                 let body = crate::records::docs::to_bytes(&crate::records::docs::ModuleLocation {
                     location: location.clone(),
@@ -441,7 +473,7 @@ impl App {
                 resp
             }
             ModulePath::Archive(addr, version) => {
-                let package = m.serve_module_package(&addr, &version).await?;
+                let package = m.serve_module_package(&addr, &version, &reach).await?;
                 let head = ArchiveHead {
                     sha256: package.sha256,
                     size: Some(package.size),
@@ -466,16 +498,20 @@ impl App {
     }
 
     /// The registry-protocol facade (see `mirror::facade`).
-    async fn registry(&self, path: &str) -> Result<Response<Body>, Error> {
+    async fn registry(&self, path: &str, principal: &Principal) -> Result<Response<Body>, Error> {
         let parsed = RegistryPath::parse(path).map_err(Error::BadRequest)?;
+        principal.may_get_provider(parsed.addr())?;
+        let reach = principal.reach();
         let m = &self.mirror.providers;
         Ok(match parsed {
             RegistryPath::Versions(addr) => {
-                json_response(StatusCode::OK, m.registry_versions(&addr).await?)
+                json_response(StatusCode::OK, m.registry_versions(&addr, &reach).await?)
             }
             RegistryPath::Download(addr, version, platform) => {
-                let answer = m.registry_download(&addr, &version, &platform).await?;
-                let links = Links::new(&self.settings);
+                let answer = m
+                    .registry_download(&addr, &version, &platform, &reach)
+                    .await?;
+                let links = Links::new(&self.settings, &principal.name);
                 json_response(
                     StatusCode::OK,
                     links.registry_download(&addr, &version, &platform, &answer),
@@ -487,7 +523,9 @@ impl App {
                 index,
                 signature,
             } => {
-                let body = m.registry_sums(&addr, &version, index, signature).await?;
+                let body = m
+                    .registry_sums(&addr, &version, index, signature, &reach)
+                    .await?;
                 let content_type = if signature {
                     "application/octet-stream"
                 } else {

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod access;
 mod catalogue;
 mod connections;
 mod custody;

@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::mpsc;
 
-use super::Core;
+use super::{Core, Reach};
 use crate::address::{ProviderAddr, Version};
 use crate::metrics::HashJobResult;
 use crate::records::{ArchiveKey, VersionRecord};
@@ -138,7 +138,7 @@ impl Core {
         version: &Version,
         limit: Option<Arc<Bandwidth>>,
     ) {
-        let rec = match self.version_record(addr, version).await {
+        let rec = match self.version_record(addr, version, &Reach::Origin).await {
             Ok(rec) => rec,
             Err(e) => {
                 tracing::debug!(provider = %addr, %version, "complete-hashes job: skipped: {e}");

@@ -22,6 +22,7 @@ use crate::auth::Denied;
 use crate::error::Error;
 use crate::mirror::{OciBlob, OciBlobHead, Served, empty_config};
 use crate::records::oci::{self, Document};
+use crate::server::identity::Principal;
 
 /// Which kind of object a request was about, for the error code of a "not found".
 #[derive(Clone, Copy)]
@@ -149,8 +150,12 @@ fn repo_of(addr: &ProviderAddr) -> String {
 
 impl App {
     /// Answers a request below `/v2/` (never fails: errors become OCI error bodies).
-    pub(super) async fn oci(&self, req: &Request<()>) -> Response<Body> {
-        let mut resp = match self.oci_route(req).await {
+    pub(super) async fn oci(
+        &self,
+        req: &Request<()>,
+        who: &Result<Principal, Denied>,
+    ) -> Response<Body> {
+        let mut resp = match self.oci_route(req, who).await {
             Ok(resp) => resp,
             Err(e) => {
                 if e.status.is_server_error() {
@@ -168,7 +173,11 @@ impl App {
         resp
     }
 
-    async fn oci_route(&self, req: &Request<()>) -> Result<Response<Body>, OciError> {
+    async fn oci_route(
+        &self,
+        req: &Request<()>,
+        who: &Result<Principal, Denied>,
+    ) -> Result<Response<Body>, OciError> {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return Err(OciError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -178,7 +187,7 @@ impl App {
         }
         let path = req.uri().path();
         if path == "/v2/token" {
-            return self.oci_token(req);
+            return self.oci_token(req).await;
         }
         let rest = path.strip_prefix("/v2/").unwrap_or_default();
         let parsed = if rest.is_empty() {
@@ -186,7 +195,7 @@ impl App {
         } else {
             Some(OciPath::parse(rest).map_err(|e| OciError::of_path(&e))?)
         };
-        self.oci_authorize(req, parsed.as_ref())?;
+        let principal = self.oci_authorize(who, parsed.as_ref())?;
         let Some(parsed) = parsed else {
             return Ok(bytes_response(
                 StatusCode::OK,
@@ -195,13 +204,20 @@ impl App {
             ));
         };
         let head = req.method() == Method::HEAD;
+        let addr = match &parsed {
+            OciPath::Tags(a) | OciPath::Manifest(a, _) | OciPath::Blob(a, _) => a,
+        };
+        principal
+            .may_get_provider(addr)
+            .map_err(|e| OciError::of(&e, Subject::Name))?;
+        let reach = principal.reach();
         match parsed {
-            OciPath::Tags(addr) => self.oci_tags(req, &addr).await,
+            OciPath::Tags(addr) => self.oci_tags(req, &addr, &reach).await,
             OciPath::Manifest(addr, reference) => {
                 let doc: Document = self
                     .mirror
                     .oci
-                    .oci_manifest(&addr, &reference)
+                    .oci_manifest(&addr, &reference, &reach)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Manifest))?;
                 Ok(document_response(
@@ -214,7 +230,7 @@ impl App {
                 let found = self
                     .mirror
                     .oci
-                    .oci_blob_head(&addr, &sha256)
+                    .oci_blob_head(&addr, &sha256, &reach)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Blob))?;
                 Ok(match found {
@@ -232,7 +248,7 @@ impl App {
                 let found = self
                     .mirror
                     .oci
-                    .oci_blob(&addr, &sha256)
+                    .oci_blob(&addr, &sha256, &reach)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Blob))?;
                 Ok(match found {
@@ -255,11 +271,12 @@ impl App {
         &self,
         req: &Request<()>,
         addr: &ProviderAddr,
+        reach: &crate::mirror::Reach,
     ) -> Result<Response<Body>, OciError> {
         let tags = self
             .mirror
             .oci
-            .oci_tags(addr)
+            .oci_tags(addr, reach)
             .await
             .map_err(|e| OciError::of(&e, Subject::Name))?;
         let (mut n, mut last) = (None, None);
@@ -310,16 +327,17 @@ impl App {
         Ok(resp)
     }
 
-    /// With authentication on, a request must carry one of the mirror's tokens as its bearer
-    /// token; otherwise it gets 401 with the challenge OCI clients follow to `/v2/token`.
-    fn oci_authorize(&self, req: &Request<()>, path: Option<&OciPath>) -> Result<(), OciError> {
-        let auth = &self.settings.auth;
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
-        let Err(denied) = auth.check_bearer(presented) else {
-            return Ok(());
+    /// With authentication on, a request must carry one of the mirror's tokens or an accepted
+    /// ID token as its bearer token; otherwise it gets 401 with the challenge OCI clients
+    /// follow to `/v2/token`.
+    fn oci_authorize(
+        &self,
+        who: &Result<Principal, Denied>,
+        path: Option<&OciPath>,
+    ) -> Result<Principal, OciError> {
+        let denied = match who {
+            Ok(principal) => return Ok(principal.clone()),
+            Err(denied) => denied.clone(),
         };
         let mut realm = self.base_url.clone();
         realm.set_path("/v2/token");
@@ -336,18 +354,24 @@ impl App {
         ))
     }
 
-    /// `/v2/token`: one of the mirror's tokens (as the `Basic` password, or a bearer token) in,
-    /// the same token out as `{"token", "access_token"}`.
-    fn oci_token(&self, req: &Request<()>) -> Result<Response<Body>, OciError> {
+    /// `/v2/token`: one of the mirror's tokens or an accepted ID token (as the `Basic`
+    /// password, or a bearer token) in, the same token out as `{"token", "access_token"}`.
+    async fn oci_token(&self, req: &Request<()>) -> Result<Response<Body>, OciError> {
         let auth = &self.settings.auth;
         let token = if auth.enabled() {
             let presented = req
                 .headers()
                 .get(header::AUTHORIZATION)
                 .map(HeaderValue::as_bytes);
-            auth.check_token_request(presented).map_err(|denied| {
-                OciError::unauthorized(denied, "Basic realm=\"provender\"".into())
-            })?
+            let refused =
+                |denied| OciError::unauthorized(denied, "Basic realm=\"provender\"".into());
+            let token =
+                crate::auth::AuthSettings::token_request_secret(presented).map_err(refused)?;
+            self.identities
+                .check(Some(format!("Bearer {token}").as_bytes()))
+                .await
+                .map_err(refused)?;
+            token
         } else {
             // Nothing to prove: any token works, so hand out a placeholder.
             "anonymous".to_string()
