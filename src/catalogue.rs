@@ -17,6 +17,7 @@ mod lockfile;
 mod modules;
 mod providers;
 mod status;
+mod usage;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -33,6 +34,7 @@ pub use providers::{
     VersionEntry, VersionView,
 };
 pub use status::{CacheUse, ConfigSummary, HashQueue, OriginStatus, Status};
+pub use usage::{PERIODS, UsageList, UsageQuery};
 
 /// The version of the JSON API these views are served as.
 pub const API_VERSION: u32 = 1;
@@ -191,6 +193,13 @@ impl Catalogue {
     /// The cached module versions a query selects.
     pub async fn modules(self: &Arc<Self>, query: &ModuleQuery) -> Result<ModuleList> {
         Ok(ModuleList::of(&self.snapshot().await?.modules, query))
+    }
+
+    /// Who fetched which versions in a period (the store's usage counts, read now).
+    pub async fn usage(self: &Arc<Self>, query: &UsageQuery) -> Result<UsageList> {
+        let since = query.first_day(SystemTime::now());
+        let rows = crate::usage::read(&**self.core.archives().storage(), since.as_deref()).await?;
+        Ok(UsageList::of(rows, query, since))
     }
 
     /// The server's state: origins, cache use, the complete-hashes queue, quarantine,

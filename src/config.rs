@@ -29,6 +29,7 @@ pub struct Config {
     pub configurations: ConfigurationsConfig,
     pub modules: ModulesConfig,
     pub complete_hashes: CompleteHashesConfig,
+    pub usage: crate::usage::UsageConfig,
 }
 
 /// `[complete_hashes]`: the background job that learns every platform's `h1:` of a version
@@ -472,6 +473,15 @@ pub enum ConfigError {
     Invalid { key: String, message: String },
 }
 
+impl From<crate::usage::UsageConfigError> for ConfigError {
+    fn from(e: crate::usage::UsageConfigError) -> ConfigError {
+        ConfigError::Invalid {
+            key: format!("usage.{}", e.key),
+            message: e.message.to_string(),
+        }
+    }
+}
+
 impl From<crate::auth::AuthConfigError> for ConfigError {
     fn from(e: crate::auth::AuthConfigError) -> ConfigError {
         ConfigError::Invalid {
@@ -536,6 +546,7 @@ impl Config {
             bundles: self.bundles.validate()?,
             tool: self.configurations.validate()?,
             complete_hashes: self.complete_hashes.validate()?,
+            usage: self.usage.validate()?,
         })
     }
 }
@@ -1184,6 +1195,8 @@ pub struct Settings {
     pub tool: Tool,
     pub modules: ModuleSettings,
     pub complete_hashes: CompleteHashesSettings,
+    /// Who uses what (`[usage]`).
+    pub usage: crate::usage::UsageSettings,
 }
 
 /// `[modules]`, validated.
@@ -1325,6 +1338,7 @@ mod tests {
         let documented = cfg.validate().unwrap();
         let defaults = Config::from_toml("").unwrap().validate().unwrap();
         assert_eq!(documented.complete_hashes, defaults.complete_hashes);
+        assert_eq!(documented.usage, defaults.usage);
         assert_eq!(documented.server.connections, defaults.server.connections);
         assert_eq!(
             documented.complete_hashes.max_bandwidth.map(|b| b.get()),

@@ -27,3 +27,4 @@ pub mod tarball;
 pub mod tls;
 pub mod trust;
 pub mod upstream;
+pub mod usage;

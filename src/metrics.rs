@@ -173,6 +173,7 @@ pub struct Metrics {
     pub hash_job_archives: IntCounterVec,
     pub hash_job_bytes: IntCounter,
     pub hash_job_dropped: IntCounter,
+    pub usage_dropped: IntCounter,
     pub hash_duration: Histogram,
     pub tls_not_after: IntGauge,
     pub tls_reloads: IntCounterVec,
@@ -293,6 +294,11 @@ impl Metrics {
                 "Archive bytes the background hash job downloaded.",
             )
             .unwrap(),
+            usage_dropped: IntCounter::new(
+                "provender_usage_dropped_total",
+                "Uses not counted because this process already counts usage.max_entries (client, version) pairs today.",
+            )
+            .unwrap(),
             hash_job_dropped: IntCounter::new(
                 "provender_hash_job_dropped_total",
                 "Versions the background hash job did not take because its queue was full (complete_hashes.queue).",
@@ -365,6 +371,7 @@ impl Metrics {
         r.register(Box::new(m.hash_job_archives.clone())).unwrap();
         r.register(Box::new(m.hash_job_bytes.clone())).unwrap();
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
+        r.register(Box::new(m.usage_dropped.clone())).unwrap();
         r.register(Box::new(m.connections_open.clone())).unwrap();
         r.register(Box::new(m.connections_max.clone())).unwrap();
         r.register(Box::new(m.connections_closed.clone())).unwrap();

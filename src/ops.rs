@@ -30,6 +30,7 @@ pub mod lockfile;
 pub mod ls;
 pub mod prune;
 pub mod seed;
+pub mod usage;
 pub mod verify;
 pub mod wanted;
 
@@ -91,6 +92,8 @@ pub enum OpsCommand {
     Prune(prune::PruneArgs),
     /// Make a site key for signing bundles (`export --bundle`) and print its public key.
     Keygen(keygen::KeygenArgs),
+    /// Show which clients fetched which provider and module versions, per the servers' counts.
+    Usage(usage::UsageArgs),
 }
 
 /// The options every operator command shares.
@@ -117,6 +120,7 @@ pub fn run(command: OpsCommand) -> ExitCode {
             OpsCommand::Verify(a) => verify::run(a).await,
             OpsCommand::Prune(a) => prune::run(a).await,
             OpsCommand::Keygen(a) => keygen::run(a),
+            OpsCommand::Usage(a) => usage::run(a).await,
         }
     });
     match outcome {

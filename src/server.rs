@@ -131,6 +131,7 @@ impl Server {
             base_url,
             ca_pem,
         ));
+        app.usage().spawn();
         let limits = settings.server.connections.clone();
         Ok(Server {
             listener,
@@ -240,6 +241,9 @@ impl Server {
         tokio::select! {
             () = self.shared.app.mirror().core().drain() => {}
             () = tokio::time::sleep_until(deadline) => tracing::warn!("shutdown grace period over; abandoning unfinished downloads"),
+        }
+        if let Err(e) = self.shared.app.usage().flush().await {
+            tracing::warn!("cannot write the usage counts: {e}");
         }
         Ok(())
     }

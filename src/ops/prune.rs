@@ -233,6 +233,12 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
         plan.push(Removal::Module(m));
     }
 
+    // Who used what is about to go, as far as the servers' usage counts go back.
+    let used_by = if args.dry_run {
+        super::usage::read(&mirror, None).await?
+    } else {
+        Vec::new()
+    };
     let mut failed = Vec::new();
     let removed = if args.dry_run {
         plan
@@ -246,6 +252,7 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
         removed: &removed,
         pinned: &pinned,
         failed: &failed,
+        used_by: &used_by,
     };
     if args.json {
         report.print_json();
@@ -405,6 +412,8 @@ struct Report<'a> {
     /// Versions unused for the period that a `--keep` input pins.
     pinned: &'a [Pinned],
     failed: &'a [(String, String)],
+    /// The usage counts, on a dry run (see `provender usage`).
+    used_by: &'a [crate::usage::Row],
 }
 
 fn when(t: SystemTime) -> String {
@@ -420,12 +429,39 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 }
 
 impl Report<'_> {
+    /// The clients that used a version, by the usage counts.
+    fn users(
+        &self,
+        kind: crate::usage::Kind,
+        address: &str,
+        version: &Version,
+    ) -> Vec<&crate::usage::Row> {
+        let version = version.to_string();
+        self.used_by
+            .iter()
+            .filter(|r| r.kind == kind && r.address == address && r.version == version)
+            .collect()
+    }
+
+    /// `client (uses, last day)` for each client that used a version; `-` for none.
+    fn users_text(&self, kind: crate::usage::Kind, address: &str, version: &Version) -> String {
+        let users = self.users(kind, address, version);
+        if users.is_empty() {
+            return "-".into();
+        }
+        users
+            .iter()
+            .map(|r| format!("{} ({}, last {})", r.client, r.count, r.last))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn freed(&self) -> u64 {
         self.removed.iter().map(Removal::size).sum()
     }
 
     /// One table row per archive and per module version.
-    fn rows(&self) -> Vec<[String; 5]> {
+    fn rows(&self) -> Vec<[String; 6]> {
         let mut rows = Vec::new();
         for item in self.removed {
             match item {
@@ -440,6 +476,7 @@ impl Report<'_> {
                         a.key.platform.to_string(),
                         human_bytes(a.size),
                         when(a.last_use()),
+                        self.users_text(crate::usage::Kind::Provider, &addr.to_string(), version),
                     ]
                 })),
                 Removal::Module(m) => rows.push([
@@ -448,6 +485,11 @@ impl Report<'_> {
                     "-".into(),
                     human_bytes(m.size),
                     when(m.last_use()),
+                    self.users_text(
+                        crate::usage::Kind::Module,
+                        &m.key.addr.to_string(),
+                        &m.key.version,
+                    ),
                 ]),
             }
         }
@@ -464,7 +506,18 @@ impl Report<'_> {
             println!("{title}: nothing is changed; a run would remove what is listed");
         }
         let rows = self.rows();
-        if !rows.is_empty() {
+        if !rows.is_empty() && self.dry_run {
+            let header = [
+                "PROVIDER / MODULE",
+                "VERSION",
+                "PLATFORM",
+                "SIZE",
+                "LAST USED",
+                "USED BY",
+            ]
+            .map(String::from);
+            super::ls::print_table(&header, &rows);
+        } else if !rows.is_empty() {
             let header = [
                 "PROVIDER / MODULE",
                 "VERSION",
@@ -473,6 +526,10 @@ impl Report<'_> {
                 "LAST USED",
             ]
             .map(String::from);
+            let rows: Vec<[String; 5]> = rows
+                .into_iter()
+                .map(|[a, b, c, d, e, _]| [a, b, c, d, e])
+                .collect();
             super::ls::print_table(&header, &rows);
         }
         let versions = self
@@ -533,6 +590,7 @@ impl Report<'_> {
                             "platform": a.key.platform.to_string(),
                             "size": a.size,
                             "last_used": when(a.last_use()),
+                            "used_by": self.users(crate::usage::Kind::Provider, &addr.to_string(), version),
                         })
                     })
                     .collect::<Vec<_>>(),
@@ -542,6 +600,7 @@ impl Report<'_> {
                     "version": m.key.version.to_string(),
                     "size": m.size,
                     "last_used": when(m.last_use()),
+                    "used_by": self.users(crate::usage::Kind::Module, &m.key.addr.to_string(), &m.key.version),
                 })],
             })
             .collect();

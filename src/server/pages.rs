@@ -8,7 +8,7 @@ use askama::Template;
 
 use crate::catalogue::{
     LockBlock, ModuleList, ModuleQuery, Provider, ProviderEntry, ProviderList, ProviderQuery,
-    ProviderSummary, Status, VersionEntry, VersionView,
+    ProviderSummary, Status, UsageList, UsageQuery, VersionEntry, VersionView,
 };
 
 /// What every page's frame needs.
@@ -180,6 +180,31 @@ pub struct ModulesPage<'a> {
     pub chrome: Chrome,
     pub list: &'a ModuleList,
     pub query: &'a ModuleQuery,
+}
+
+#[derive(Template)]
+#[template(path = "usage.html")]
+pub struct UsagePage<'a> {
+    pub chrome: Chrome,
+    pub list: &'a UsageList,
+    pub query: &'a UsageQuery,
+}
+
+impl UsagePage<'_> {
+    /// The periods to choose from: (days, label, selected).
+    fn periods(&self) -> Vec<(u64, String, bool)> {
+        crate::catalogue::PERIODS
+            .iter()
+            .map(|&d| {
+                let label = if d == 0 {
+                    "every day kept".to_string()
+                } else {
+                    format!("last {d} days")
+                };
+                (d, label, d == self.query.days)
+            })
+            .collect()
+    }
 }
 
 #[derive(Template)]

@@ -41,6 +41,8 @@ pub struct App {
     settings: Arc<Settings>,
     mirror: Arc<Mirror>,
     identities: Arc<Identities>,
+    /// Who fetched which versions (see `crate::usage`).
+    usage: Arc<crate::usage::Recorder>,
     site: Site,
     metrics: Arc<Metrics>,
     pub base_url: url::Url,
@@ -96,7 +98,13 @@ impl App {
     ) -> App {
         let catalogue = crate::catalogue::Catalogue::new(mirror.core().clone());
         let identities = Arc::new(Identities::new(settings.clone(), mirror.core().clone()));
+        let usage = Arc::new(crate::usage::Recorder::new(
+            mirror.core().archives().storage().clone(),
+            settings.usage.clone(),
+            metrics.usage_dropped.clone(),
+        ));
         App {
+            usage,
             site: Site::new(settings.clone(), catalogue, base_url.clone(), ca_pem),
             identities,
             settings,
@@ -104,6 +112,30 @@ impl App {
             metrics,
             base_url,
             draining: Default::default(),
+        }
+    }
+
+    /// The usage counts this server keeps.
+    pub fn usage(&self) -> &Arc<crate::usage::Recorder> {
+        &self.usage
+    }
+
+    /// Counts a client's use of a provider or module version, if the answer served it.
+    fn record_use(
+        &self,
+        resp: &Result<Response<Body>, Error>,
+        principal: &Principal,
+        kind: crate::usage::Kind,
+        address: String,
+        version: &crate::address::Version,
+    ) {
+        if resp.as_ref().is_ok_and(|r| r.status().as_u16() < 400) {
+            self.usage.record(crate::usage::Use {
+                client: principal.name.clone(),
+                kind,
+                address,
+                version: version.to_string(),
+            });
         }
     }
 
@@ -333,6 +365,8 @@ impl App {
                     Served::Body(archive) => self.archive_response(req, archive),
                     Served::Redirect(url) => redirect(&url),
                 });
+                let kind = crate::usage::Kind::Provider;
+                self.record_use(&resp, principal, kind, addr.to_string(), &version);
                 (Route::Archive, resp)
             }
         }
@@ -492,7 +526,10 @@ impl App {
                         .map_ok(Frame::data);
                     *resp.body_mut() = BodyExt::boxed_unsync(StreamBody::new(stream));
                 }
-                resp
+                let resp = Ok(resp);
+                let kind = crate::usage::Kind::Module;
+                self.record_use(&resp, principal, kind, addr.to_string(), &version);
+                return resp;
             }
         })
     }

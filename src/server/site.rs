@@ -29,13 +29,13 @@ use hyper::body::Incoming;
 use super::identity::Principal;
 use super::pages::{
     Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, Snippet,
-    StartPage, StatusPage, VersionPage,
+    StartPage, StatusPage, UsagePage, VersionPage,
 };
 use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::auth::Denied;
 use crate::auth::session::{self, Session, Sessions};
-use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery};
+use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, UsageQuery};
 use crate::config::Settings;
 use crate::error::Error;
 
@@ -310,6 +310,15 @@ impl Site {
                 query: &parsed,
             });
         }
+        if rest == "usage" {
+            let parsed = UsageQuery::parse(query);
+            let list = self.catalogue.usage(&parsed).await?;
+            return html(UsagePage {
+                chrome: self.chrome("Usage", "usage", signed_in),
+                list: &list,
+                query: &parsed,
+            });
+        }
         if rest == "status" {
             let status = self.catalogue.status().await?;
             return html(StatusPage {
@@ -343,6 +352,7 @@ impl Site {
             "providers" => return json(&c.providers(&ProviderQuery::parse(query)).await?),
             "modules" => return json(&c.modules(&ModuleQuery::parse(query)).await?),
             "status" => return json(&c.status().await?),
+            "usage" => return json(&c.usage(&UsageQuery::parse(query)).await?),
             _ => {}
         }
         if let Some(path) = path.strip_prefix("providers/") {
@@ -565,6 +575,7 @@ fn api_index() -> serde_json::Value {
             "lock": "providers/{hostname}/{namespace}/{type}/{version}/lock?platform={os_arch}",
             "modules": "modules?q=",
             "status": "status",
+            "usage": "usage?q=&days=30",
         }
     })
 }

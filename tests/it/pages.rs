@@ -96,7 +96,15 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
         vec![ModuleSpec::new("acme", "gitmod", "test", &["1.0.0"]).source(ModuleSource::Git)],
     )
     .await;
-    let mirror = TestMirror::start(&ca, &origin).await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: "[usage]\nflush_interval = \"1s\"\n",
+            ..Default::default()
+        },
+    )
+    .await;
     let client = https_client(&ca, &[]);
     // Fill the cache as clients do: terraform init through the network mirror (acme/foo
     // 1.1.0 for this machine's platform), a download of other/bar, a module download.
@@ -107,7 +115,13 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
     let download = mirror.url(&format!(
         "v1/modules/{REGISTRY}/acme/gitmod/test/1.0.0/download"
     ));
-    assert_eq!(get(&client, &download).await.status, StatusCode::OK);
+    let answer = get(&client, &download).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let package = mirror
+        .url
+        .join(answer.headers["x-terraform-get"].to_str().unwrap())
+        .unwrap();
+    assert_eq!(get(&client, package.as_str()).await.status, StatusCode::OK);
 
     let browser = Browser::start().await;
     let base = mirror.url.as_str();
@@ -338,6 +352,35 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
     assert!(modules[0].contains("git:"), "{modules:?}");
     check_page(&browser, &mirror, "modules").await;
 
+    // Usage: who fetched what (everyone is `anonymous` without authentication), once the
+    // server has written its counts.
+    let mut usage = Vec::new();
+    for _ in 0..50 {
+        browser.goto(&mirror.url("-/usage?days=7")).await;
+        usage = rows(&browser).await;
+        if usage.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        usage
+            .iter()
+            .any(|r| r.starts_with(&format!("{REGISTRY}/acme/foo"))
+                && r.contains("1.1.0")
+                && r.contains("anonymous")),
+        "{usage:?}"
+    );
+    assert!(
+        usage
+            .iter()
+            .any(|r| r.starts_with(&format!("module {REGISTRY}/acme/gitmod/test"))),
+        "{usage:?}"
+    );
+    browser.goto(&mirror.url("-/usage?days=7&q=gitmod")).await;
+    assert_eq!(rows(&browser).await.len(), 1);
+    check_page(&browser, &mirror, "usage").await;
+
     // Status: the origin's health and the cache.
     browser.goto(&mirror.url("-/status")).await;
     let origins = rows(&browser).await;
@@ -360,6 +403,7 @@ async fn a_person_sees_uses_and_copies_what_the_mirror_holds() {
             "phone-version",
         ),
         ("-/modules", "phone-modules"),
+        ("-/usage", "phone-usage"),
         ("-/status", "phone-status"),
     ] {
         browser.goto(&mirror.url(page)).await;
@@ -407,6 +451,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         format!("-/providers/{REGISTRY}/acme/foo"),
         format!("-/providers/{version}"),
         "-/modules".into(),
+        "-/usage".into(),
         "-/status".into(),
         "-/ca.pem".into(),
         "-/nothing-here".into(),
@@ -418,6 +463,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         format!("-/api/v1/providers/{version}"),
         format!("-/api/v1/providers/{version}/lock?platform=linux_amd64"),
         "-/api/v1/modules".into(),
+        "-/api/v1/usage?days=0".into(),
         "-/api/v1/status".into(),
     ];
     let forged = "provender_session=eyJpZCI6IngiLCJzdWJqZWN0IjoidG9rZW46MCIsImV4cGlyZXMiOjk5OTk5OTk5OTl9.AAAA";

@@ -6,7 +6,8 @@
 //!   and B serves the archive whole;
 //! - both replicas missing the same archive at once end with one correct object;
 //! - `cache.redirect_downloads` answers cached archives with pre-signed URLs clients follow;
-//! - `seed`, `ls`, `verify`, `export` and `import` work on an object-store cache.
+//! - `seed`, `ls`, `verify`, `export` and `import` work on an object-store cache;
+//! - usage counts from both replicas add up in `provender usage` and `prune --dry-run`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -50,6 +51,18 @@ fn replica(
     garage: &Garage,
     extra_cache: &str,
 ) -> ServerProcess {
+    replica_with(ca, dir, origin, garage, extra_cache, "").0
+}
+
+/// [`replica`] with more TOML tables (`[auth]`, `[usage]`); also its configuration file.
+fn replica_with(
+    ca: &TestCa,
+    dir: &Path,
+    origin: std::net::SocketAddr,
+    garage: &Garage,
+    extra_cache: &str,
+    extra_toml: &str,
+) -> (ServerProcess, std::path::PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
     let cache = format!("{extra_cache}\n{}", garage.cache_toml(dir, "mirror"));
     let config = write_config(
@@ -58,10 +71,11 @@ fn replica(
         origin,
         &MirrorOptions {
             extra_cache: &cache,
+            extra_toml,
             ..Default::default()
         },
     );
-    ServerProcess::spawn(&config)
+    (ServerProcess::spawn(&config), config)
 }
 
 /// Every archive object and record in the bucket, as `(key, size)`.
@@ -330,5 +344,144 @@ async fn operator_commands_work_on_an_object_store_cache() {
             .unwrap()
             .iter()
             .all(|r| r["trust"] == "community")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_counts_from_both_replicas_add_up() {
+    let garage = Garage::start("provender-usage");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let auth = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.clients]]
+name = "platform"
+token = "platform-team-token-0123456789"
+
+[[auth.clients]]
+name = "ci"
+token = "ci-fleet-token-0123456789"
+
+[usage]
+flush_interval = "1s"
+"#,
+        key = "k".repeat(40)
+    );
+    let (a, config) = replica_with(
+        &ca,
+        &work.path().join("a"),
+        origin.addr(),
+        &garage,
+        "",
+        &auth,
+    );
+    let (b, _) = replica_with(
+        &ca,
+        &work.path().join("b"),
+        origin.addr(),
+        &garage,
+        "",
+        &auth,
+    );
+    let through = |replica: &ServerProcess, token: &str| {
+        format!(
+            "{}credentials \"localhost:{}\" {{\n  token = \"{token}\"\n}}\n",
+            tf_config::network_mirror(replica.url.as_str()),
+            replica.url.port().unwrap()
+        )
+    };
+    // A known sequence: the platform team once through A; CI twice through B, once through A.
+    init_fresh(
+        &ca,
+        &through(&a, "platform-team-token-0123456789"),
+        FOO_BAR_DIRS,
+    )
+    .await;
+    for replica in [&b, &b, &a] {
+        init_fresh(
+            &ca,
+            &through(replica, "ci-fleet-token-0123456789"),
+            FOO_BAR_DIRS,
+        )
+        .await;
+    }
+    let foo = format!("{REGISTRY}/acme/foo");
+    let uses_of = |rows: &serde_json::Value, client: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["address"] == foo.as_str() && r["version"] == "1.1.0" && r["client"] == client
+            })
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let config_arg = path_str(&config);
+    let rows = poll(Duration::from_secs(15), async || {
+        let out = provender(&["usage", "--json", "--config", config_arg]).await;
+        out.ok();
+        let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        (uses_of(&rows, "ci") == 3 && uses_of(&rows, "platform") == 1).then_some(rows)
+    })
+    .await
+    .expect("both replicas' counts reached the bucket and add up");
+    // Every provider of the configuration was counted, and nothing else.
+    let addresses: std::collections::BTreeSet<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        addresses.into_iter().collect::<Vec<_>>(),
+        [
+            format!("{REGISTRY}/acme/bar"),
+            format!("{REGISTRY}/acme/dirs"),
+            format!("{REGISTRY}/acme/foo"),
+        ]
+    );
+    let table = provender(&["usage", "--config", config_arg, "--address", "*/acme/foo"]).await;
+    table.ok();
+    assert!(table.stdout.contains("CLIENT"), "{}", table.stdout);
+    assert!(!table.stdout.contains("acme/bar"), "{}", table.stdout);
+
+    // prune --dry-run says who still uses what it would remove.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let dry = provender(&[
+        "prune",
+        "--config",
+        config_arg,
+        "--unused-for",
+        "1s",
+        "--dry-run",
+        "--json",
+    ])
+    .await;
+    dry.ok();
+    let report: serde_json::Value = serde_json::from_str(&dry.stdout).unwrap();
+    let foo_entry = report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["provider"] == foo.as_str())
+        .unwrap_or_else(|| panic!("{}", dry.stdout));
+    assert_eq!(uses_of(&foo_entry["used_by"], "ci"), 3, "{}", dry.stdout);
+    let dry_table = provender(&[
+        "prune",
+        "--config",
+        config_arg,
+        "--unused-for",
+        "1s",
+        "--dry-run",
+    ])
+    .await;
+    dry_table.ok();
+    assert!(
+        dry_table.stdout.contains("ci (3, last "),
+        "{}",
+        dry_table.stdout
     );
 }

@@ -220,6 +220,15 @@ impl App {
                     .oci_manifest(&addr, &reference, &reach)
                     .await
                     .map_err(|e| OciError::of(&e, Subject::Manifest))?;
+                // A tag names a version: resolving it is using it.
+                if let (crate::address::OciReference::Tag(version), false) = (&reference, head) {
+                    self.usage.record(crate::usage::Use {
+                        client: principal.name.clone(),
+                        kind: crate::usage::Kind::Provider,
+                        address: addr.to_string(),
+                        version: version.to_string(),
+                    });
+                }
                 Ok(document_response(
                     doc.bytes,
                     doc.media_type,
