@@ -18,6 +18,7 @@ pub mod jwt;
 pub mod oidc;
 pub mod rules;
 pub mod session;
+pub mod sso;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -62,6 +63,8 @@ pub struct AuthConfig {
     pub clients: Vec<ClientConfig>,
     /// What each client may do (see [`rules`]).
     pub rules: Vec<rules::RuleConfig>,
+    /// Single sign-on for the pages (see [`sso`]).
+    pub single_sign_on: Option<sso::SsoConfig>,
 }
 
 /// One `[[auth.clients]]` entry: a named client and its token (inline or in a file).
@@ -95,6 +98,13 @@ impl std::fmt::Debug for AuthConfig {
                 &self.clients.iter().map(|c| &c.name).collect::<Vec<_>>(),
             )
             .field("rules", &self.rules)
+            .field(
+                "single_sign_on",
+                &self
+                    .single_sign_on
+                    .as_ref()
+                    .map(|s| (&s.issuer, &s.client_id)),
+            )
             .finish()
     }
 }
@@ -113,6 +123,7 @@ impl Default for AuthConfig {
             issuers: Vec::new(),
             clients: Vec::new(),
             rules: Vec::new(),
+            single_sign_on: None,
         }
     }
 }
@@ -173,11 +184,14 @@ fn invalid(key: &str, message: impl Into<String>) -> AuthConfigError {
 const MIN_KEY_LEN: usize = 32;
 
 impl AuthConfig {
-    /// The hosts (`host` or `host:port`) of the configured issuers' URLs.
+    /// The hosts (`host` or `host:port`) of the configured issuers' URLs (single sign-on's
+    /// too).
     pub fn issuer_hosts(&self) -> Vec<String> {
         self.issuers
             .iter()
-            .filter_map(|i| url::Url::parse(&i.issuer).ok())
+            .map(|i| &i.issuer)
+            .chain(self.single_sign_on.iter().map(|s| &s.issuer))
+            .filter_map(|i| url::Url::parse(i).ok())
             .filter_map(|u| crate::address::authority(&u))
             .collect()
     }
@@ -290,7 +304,12 @@ impl AuthConfig {
             .map(|(i, issuer)| issuer.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
         let rules = rules::Rules::new(&self.rules)?;
-        let enabled = !digests.is_empty() || !issuers.is_empty();
+        let sso = self
+            .single_sign_on
+            .as_ref()
+            .map(sso::SsoConfig::validate)
+            .transpose()?;
+        let enabled = !digests.is_empty() || !issuers.is_empty() || sso.is_some();
         if !enabled && !rules.is_empty() {
             return Err(invalid(
                 "auth.rules",
@@ -313,6 +332,7 @@ impl AuthConfig {
             session_ttl: self.session_ttl,
             issuers,
             rules,
+            sso,
         })
     }
 }
@@ -407,6 +427,8 @@ pub struct AuthSettings {
     pub issuers: Vec<jwt::IssuerRules>,
     /// What each client may do (see [`rules`]).
     pub rules: rules::Rules,
+    /// Single sign-on for the pages (see [`sso`]).
+    pub sso: Option<sso::SsoSettings>,
 }
 
 impl std::fmt::Debug for AuthSettings {
@@ -465,7 +487,12 @@ impl Denied {
 impl AuthSettings {
     /// Whether clients must authenticate.
     pub fn enabled(&self) -> bool {
-        !self.tokens.is_empty() || !self.issuers.is_empty()
+        !self.tokens.is_empty() || !self.issuers.is_empty() || self.sso.is_some()
+    }
+
+    /// Whether the mirror has tokens of its own (besides ID tokens and single sign-on).
+    pub fn has_tokens(&self) -> bool {
+        !self.tokens.is_empty()
     }
 
     /// Checks the `Authorization` header of a request.
@@ -645,9 +672,11 @@ impl AuthSettings {
     }
 
     /// Whether a session subject may still be signed in: for `token:`, its token is still one
-    /// of the configured ones.
+    /// of the configured ones; for a person signed in with single sign-on, single sign-on is
+    /// still configured (with the same name).
     fn knows_subject(&self, subject: &str) -> bool {
         self.tokens.iter().any(|t| fingerprint(t) == subject)
+            || self.sso.as_ref().is_some_and(|s| s.owns(subject))
     }
 }
 

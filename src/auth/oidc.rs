@@ -61,7 +61,12 @@ fn default_name_claim() -> String {
 impl IssuerConfig {
     /// Checks one entry (`auth.issuers[i]`).
     pub fn validate(&self, i: usize) -> Result<IssuerRules, AuthConfigError> {
-        let key = |field: &str| format!("auth.issuers[{i}].{field}");
+        self.validate_at(&format!("auth.issuers[{i}]"))
+    }
+
+    /// Checks an entry written at `at` (its keys are named `<at>.<field>`).
+    pub fn validate_at(&self, at: &str) -> Result<IssuerRules, AuthConfigError> {
+        let key = |field: &str| format!("{at}.{field}");
         let invalid = |field: &str, message: String| AuthConfigError {
             key: key(field),
             message,

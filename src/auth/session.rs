@@ -6,9 +6,10 @@
 //! HMAC-SHA256 over them with the URL signing key, domain-separated from archive URLs. The
 //! subject says who signed in and how: `token:<fingerprint>` names the token by the first
 //! bytes of its SHA-256, so a session ends when its token is removed from the configuration;
-//! other kinds of subject (single sign-on) can be added beside it. Signing out ends a session
-//! at once on the replica that served it (kept in memory until the session would have expired)
-//! and clears the cookie in the browser.
+//! `<name>:<name claim>` is a person signed in with single sign-on (see [`super::sso`]), whose
+//! session ends when it expires, when they sign out, or when single sign-on is unconfigured.
+//! Signing out ends a session at once on the replica that served it (kept in memory until the
+//! session would have expired) and clears the cookie in the browser.
 
 use std::time::{Duration, SystemTime};
 
@@ -67,6 +68,12 @@ impl Sessions {
     /// if the token is not one of the mirror's.
     pub fn sign_in(&self, token: &str, now: SystemTime) -> Option<(Session, String)> {
         let subject = self.auth.token_subject(token.trim())?;
+        self.start(subject, now)
+    }
+
+    /// A session for `subject`, who proved who they are some other way (single sign-on), with
+    /// the cookie value that carries it; `None` if no session ID could be made.
+    pub fn start(&self, subject: String, now: SystemTime) -> Option<(Session, String)> {
         let mut id = [0u8; 16];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut id).ok()?;
         let session = Session {

@@ -234,7 +234,21 @@ pub struct SignInPage {
     pub chrome: Chrome,
     /// Where to go once signed in.
     pub next: String,
-    pub failure: Option<&'static str>,
+    pub failure: Option<String>,
+    /// Single sign-on's button: its words and where it goes.
+    pub sso: Option<(String, String)>,
+    /// Whether the mirror has tokens to sign in with.
+    pub tokens: bool,
+}
+
+/// The page that takes a person on once single sign-on has set the session cookie: a
+/// navigation from this server's own page, so the `SameSite=Strict` cookie goes with it (it
+/// would not on the redirect chain the identity provider started).
+#[derive(Template)]
+#[template(path = "signed_in.html")]
+pub struct SignedInPage {
+    pub base: String,
+    pub next: String,
 }
 
 #[derive(Template)]
@@ -282,7 +296,9 @@ mod tests {
         let sign_in = SignInPage {
             chrome: chrome(),
             next: "\"><img src=x onerror=alert(1)>".into(),
-            failure: None,
+            failure: Some("<img src=y>".into()),
+            sso: Some(("<img src=z>".into(), "\"><img src=w>".into())),
+            tokens: true,
         };
         let html = sign_in.render().unwrap();
         assert!(!html.contains("<img"), "{html}");

@@ -96,7 +96,6 @@ impl App {
         base_url: url::Url,
         ca_pem: Option<Bytes>,
     ) -> App {
-        let catalogue = crate::catalogue::Catalogue::new(mirror.core().clone());
         let identities = Arc::new(Identities::new(settings.clone(), mirror.core().clone()));
         let usage = Arc::new(crate::usage::Recorder::new(
             mirror.core().archives().storage().clone(),
@@ -105,7 +104,12 @@ impl App {
         ));
         App {
             usage,
-            site: Site::new(settings.clone(), catalogue, base_url.clone(), ca_pem),
+            site: Site::new(
+                settings.clone(),
+                mirror.core().clone(),
+                base_url.clone(),
+                ca_pem,
+            ),
             identities,
             settings,
             mirror,

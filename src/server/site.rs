@@ -28,16 +28,19 @@ use hyper::body::Incoming;
 
 use super::identity::Principal;
 use super::pages::{
-    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, Snippet,
-    StartPage, StatusPage, UsagePage, VersionPage,
+    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, SignedInPage,
+    Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
 use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::auth::Denied;
+use crate::auth::oidc::Issuers;
 use crate::auth::session::{self, Session, Sessions};
+use crate::auth::sso::{self, Pending};
 use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, UsageQuery};
 use crate::config::Settings;
 use crate::error::Error;
+use crate::mirror::Core;
 
 /// Providers listed per page.
 pub const PAGE_SIZE: usize = 100;
@@ -70,6 +73,10 @@ pub struct Site {
     catalogue: Arc<Catalogue>,
     /// Sign-in sessions, when client authentication is on.
     sessions: Option<Sessions>,
+    /// The identity provider's keys, for single sign-on's ID tokens.
+    sso_keys: Issuers,
+    /// The origins' client reaches the identity provider.
+    core: Arc<Core>,
     base_url: url::Url,
     /// The generated CA certificate, when the server made its own.
     ca_pem: Option<Bytes>,
@@ -97,10 +104,20 @@ enum Caller {
 impl Site {
     pub fn new(
         settings: Arc<Settings>,
-        catalogue: Arc<Catalogue>,
+        core: Arc<Core>,
         base_url: url::Url,
         ca_pem: Option<Bytes>,
     ) -> Site {
+        let catalogue = Catalogue::new(core.clone());
+        let sso_keys = Issuers::new(
+            settings
+                .auth
+                .sso
+                .iter()
+                .map(|s| s.rules.clone())
+                .collect::<Vec<_>>()
+                .as_slice(),
+        );
         let sessions = settings
             .auth
             .enabled()
@@ -110,6 +127,8 @@ impl Site {
             settings,
             catalogue,
             sessions,
+            sso_keys,
+            core,
             base_url,
             ca_pem,
             renders: tokio::sync::Semaphore::new((cores / 2).max(1)),
@@ -172,6 +191,14 @@ impl Site {
         if let Some(name) = rest.strip_prefix("static/") {
             only_get(req)?;
             return static_file(name);
+        }
+        if rest == "sign-in/sso" {
+            only_get(req)?;
+            return self.sso_start(req).await;
+        }
+        if rest == "sign-in/callback" {
+            only_get(req)?;
+            return self.sso_callback(req).await;
         }
         if rest == "sign-in" {
             return match *req.method() {
@@ -376,14 +403,35 @@ impl Site {
 
     fn sign_in_page(&self, req: &Request<()>, failure: Option<&'static str>) -> Response<Body> {
         let next = next_of(req.uri().query(), self.base());
+        let status = match failure {
+            Some(_) => StatusCode::UNAUTHORIZED,
+            None => StatusCode::OK,
+        };
+        self.sign_in_answer(next, failure.map(str::to_string), status)
+    }
+
+    /// The sign-in page, returning to `next`, with a `failure` to show and its status.
+    fn sign_in_answer(
+        &self,
+        next: String,
+        failure: Option<String>,
+        status: StatusCode,
+    ) -> Response<Body> {
+        let sso = self.settings.auth.sso.as_ref().map(|sso| {
+            let query = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("next", &next)
+                .finish();
+            (
+                sso.label.clone(),
+                format!("{}-/sign-in/sso?{query}", self.base()),
+            )
+        });
         let page = SignInPage {
             chrome: self.chrome("Sign in", "", false),
             next,
             failure,
-        };
-        let status = match failure {
-            Some(_) => StatusCode::UNAUTHORIZED,
-            None => StatusCode::OK,
+            sso,
+            tokens: self.settings.auth.has_tokens(),
         };
         html(page)
             .map(|mut r| {
@@ -417,16 +465,7 @@ impl Site {
             Some((session, cookie)) => {
                 tracing::info!(subject = %session.subject, "signed in to the pages");
                 let mut resp = see_other(&next);
-                let value = format!(
-                    "{}={cookie}; Path={}; Max-Age={}; HttpOnly; Secure; SameSite=Strict",
-                    session::COOKIE,
-                    self.base(),
-                    sessions.ttl().as_secs()
-                );
-                resp.headers_mut().insert(
-                    header::SET_COOKIE,
-                    HeaderValue::from_str(&value).map_err(|e| Error::unexpected(e.to_string()))?,
-                );
+                self.set_session_cookie(&mut resp, &cookie, sessions.ttl().as_secs())?;
                 Ok(resp)
             }
             None => {
@@ -446,6 +485,166 @@ impl Site {
         }
     }
 
+    /// `-/sign-in/sso`: sends the browser to the identity provider (see `auth::sso`).
+    async fn sso_start(&self, req: &Request<()>) -> Result<Response<Body>, Error> {
+        let sso = self.sso()?;
+        let next = next_of(req.uri().query(), self.base());
+        let endpoints = self
+            .core
+            .identity_client()
+            .issuer_endpoints(&sso.issuer())
+            .await?;
+        let pending = Pending::new(next, crate::clock::now_secs())
+            .ok_or_else(|| Error::unexpected("the system random source failed"))?;
+        let target =
+            sso.authorization_url(&endpoints.authorization, &self.callback_url(), &pending);
+        let mut resp = see_other(target.as_str());
+        set_cookie(
+            &mut resp,
+            format!(
+                "{}={}; Path={}-/sign-in; Max-Age={}; HttpOnly; Secure; SameSite=Lax",
+                sso::COOKIE,
+                self.settings.auth.seal(&pending),
+                self.base(),
+                sso::PENDING_TTL.as_secs()
+            ),
+        )?;
+        Ok(resp)
+    }
+
+    /// `-/sign-in/callback`: the identity provider's answer. The state must be the one this
+    /// browser was sent with; the code is traded for an ID token, which is checked like any
+    /// (with this mirror's client ID as its audience, and the nonce it was sent with). A person
+    /// who passes gets a session.
+    async fn sso_callback(&self, req: &Request<()>) -> Result<Response<Body>, Error> {
+        let sso = self.sso()?;
+        let Some(sessions) = &self.sessions else {
+            return Err(Error::NotFound("sign-in is off".into()));
+        };
+        let now = crate::clock::now_secs();
+        let pending = req
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|h| h.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .filter(|(name, _)| *name == sso::COOKIE)
+            .find_map(|(_, value)| self.settings.auth.unseal(value, now));
+        let params: std::collections::HashMap<String, String> =
+            url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
+                .into_owned()
+                .collect();
+        let failed = |next: String, message: String| {
+            tracing::info!("single sign-on failed: {message}");
+            Ok(self.sign_in_answer(next, Some(message), StatusCode::FORBIDDEN))
+        };
+        let Some(pending) = pending else {
+            return failed(
+                self.base().to_string(),
+                "This sign-in was not started in this browser, or took too long. Please start again.".into(),
+            );
+        };
+        let next = pending.next.clone();
+        if let Some(error) = params.get("error") {
+            return failed(
+                next,
+                format!(
+                    "The identity provider did not sign you in: {error} {}",
+                    params.get("error_description").map_or("", String::as_str)
+                ),
+            );
+        }
+        let (Some(code), Some(state)) = (params.get("code"), params.get("state")) else {
+            return failed(next, "The identity provider's answer lacks a code.".into());
+        };
+        if !pending.state_is(state) {
+            return failed(
+                next,
+                "This sign-in's state does not match; please start again.".into(),
+            );
+        }
+        let client = self.core.identity_client();
+        let issuer = sso.issuer();
+        let endpoints = client.issuer_endpoints(&issuer).await?;
+        let callback = self.callback_url();
+        let answer = client
+            .token_exchange(
+                &issuer,
+                &endpoints.token,
+                &sso.token_form(code, &callback, &pending),
+            )
+            .await?;
+        let Some(id_token) = answer["id_token"].as_str() else {
+            return failed(next, "The identity provider sent no ID token.".into());
+        };
+        let fetch = |issuer: url::Url| async move {
+            client.issuer_keys(&issuer).await.map_err(|e| e.to_string())
+        };
+        let identity = match self.sso_keys.verify(id_token, now, fetch).await {
+            Ok(identity) => identity,
+            Err(refused) => {
+                return failed(next, format!("You may not sign in here: {refused}."));
+            }
+        };
+        let nonce = identity.claims["nonce"].as_str().unwrap_or_default();
+        if !pending.nonce_is(nonce) {
+            return failed(next, "The ID token is not for this sign-in (nonce).".into());
+        }
+        let (session, cookie) = sessions
+            .start(identity.name, SystemTime::now())
+            .ok_or_else(|| Error::unexpected("the system random source failed"))?;
+        tracing::info!(subject = %session.subject, "signed in to the pages with single sign-on");
+        let mut resp = html(SignedInPage {
+            base: self.base().to_string(),
+            next,
+        })?;
+        self.set_session_cookie(&mut resp, &cookie, sessions.ttl().as_secs())?;
+        set_cookie(
+            &mut resp,
+            format!(
+                "{}=; Path={}-/sign-in; Max-Age=0; HttpOnly; Secure; SameSite=Lax",
+                sso::COOKIE,
+                self.base()
+            ),
+        )?;
+        Ok(resp)
+    }
+
+    /// Single sign-on's settings, or 404 when it is not configured.
+    fn sso(&self) -> Result<&sso::SsoSettings, Error> {
+        self.settings
+            .auth
+            .sso
+            .as_ref()
+            .ok_or_else(|| Error::NotFound("single sign-on is not configured".into()))
+    }
+
+    /// Where the identity provider sends people back.
+    fn callback_url(&self) -> String {
+        format!(
+            "{}-/sign-in/callback",
+            self.base_url.as_str().trim_end_matches('/').to_string() + "/"
+        )
+    }
+
+    /// Sets the session cookie (`max_age` 0 clears it).
+    fn set_session_cookie(
+        &self,
+        resp: &mut Response<Body>,
+        value: &str,
+        max_age: u64,
+    ) -> Result<(), Error> {
+        set_cookie(
+            resp,
+            format!(
+                "{}={value}; Path={}; Max-Age={max_age}; HttpOnly; Secure; SameSite=Strict",
+                session::COOKIE,
+                self.base(),
+            ),
+        )
+    }
+
     fn sign_out(&self, req: &Request<()>, caller: Caller) -> Result<Response<Body>, Error> {
         same_site(req)?;
         if let (Some(sessions), Caller::Session(session)) = (&self.sessions, &caller) {
@@ -453,15 +652,7 @@ impl Site {
             tracing::info!(subject = %session.subject, "signed out of the pages");
         }
         let mut resp = see_other(&format!("{}-/sign-in", self.base()));
-        let value = format!(
-            "{}=; Path={}; Max-Age=0; HttpOnly; Secure; SameSite=Strict",
-            session::COOKIE,
-            self.base()
-        );
-        resp.headers_mut().insert(
-            header::SET_COOKIE,
-            HeaderValue::from_str(&value).map_err(|e| Error::unexpected(e.to_string()))?,
-        );
+        self.set_session_cookie(&mut resp, "", 0)?;
         Ok(resp)
     }
 
@@ -502,6 +693,15 @@ impl Caller {
     fn signed_in(&self) -> bool {
         matches!(self, Caller::Session(_))
     }
+}
+
+/// Adds a `Set-Cookie` header.
+fn set_cookie(resp: &mut Response<Body>, value: String) -> Result<(), Error> {
+    resp.headers_mut().append(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&value).map_err(|e| Error::unexpected(e.to_string()))?,
+    );
+    Ok(())
 }
 
 fn only_get(req: &Request<()>) -> Result<(), Error> {

@@ -12,10 +12,99 @@ use crate::address::Hostname;
 /// The largest discovery document or key set read.
 const MAX_DOCUMENT: u64 = 256 * 1024;
 
+/// Where an issuer signs people in, from its discovery document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuerEndpoints {
+    /// Where browsers are sent to sign in (the browser goes there, this server does not).
+    pub authorization: Url,
+    /// Where this server trades an authorization code for tokens (checked like any origin
+    /// URL).
+    pub token: Url,
+}
+
 impl Upstream {
     /// The key set of the issuer at `issuer` (its URL, as tokens name it in `iss`): the
     /// discovery document `<issuer>/.well-known/openid-configuration`, then its `jwks_uri`.
     pub async fn issuer_keys(&self, issuer: &Url) -> Result<Bytes> {
+        let (host, final_url, doc) = self.discovery(issuer).await?;
+        let jwks = self.named_url(&host, &final_url, &doc, "jwks_uri")?;
+        self.document(&host, Operation::Oidc, &jwks, MAX_DOCUMENT, false)
+            .await?
+            .map(|(_, body)| body)
+            .ok_or_else(|| UpstreamError::BadDocument(format!("{jwks}: not found")))
+    }
+
+    /// The authorization and token endpoints of the issuer at `issuer`.
+    pub async fn issuer_endpoints(&self, issuer: &Url) -> Result<IssuerEndpoints> {
+        let (host, final_url, doc) = self.discovery(issuer).await?;
+        let token = self.named_url(&host, &final_url, &doc, "token_endpoint")?;
+        let authorization = doc["authorization_endpoint"]
+            .as_str()
+            .and_then(|u| final_url.join(u).ok())
+            .filter(|u| u.scheme() == "https")
+            .ok_or_else(|| {
+                self.origin_fault(
+                    &host,
+                    UpstreamError::BadDocument(format!(
+                        "{final_url}: no https authorization_endpoint"
+                    )),
+                )
+            })?;
+        Ok(IssuerEndpoints {
+            authorization,
+            token,
+        })
+    }
+
+    /// Trades an authorization code for tokens: a form POST to the issuer's token endpoint,
+    /// sent once (a code works once), answered with JSON.
+    pub async fn token_exchange(
+        &self,
+        issuer: &Url,
+        endpoint: &Url,
+        form: &[(&str, &str)],
+    ) -> Result<serde_json::Value> {
+        let host = issuer_host(issuer)?;
+        self.check_url(&host, endpoint)?;
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let started = std::time::Instant::now();
+        let result = async {
+            let resp = self
+                .http
+                .post(endpoint.clone())
+                .timeout(self.settings.request_timeout)
+                .header(reqwest::header::ACCEPT, "application/json")
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| UpstreamError::from_send(Operation::Oidc, endpoint, &e))?;
+            let status = resp.status();
+            let body = super::read_capped(Operation::Oidc, resp, MAX_DOCUMENT).await?;
+            if !status.is_success() {
+                // The issuer's own words (`error`, `error_description`) say why.
+                let why: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                return Err(UpstreamError::BadDocument(format!(
+                    "{endpoint}: answered {status}: {} {}",
+                    why["error"].as_str().unwrap_or("-"),
+                    why["error_description"].as_str().unwrap_or_default()
+                )));
+            }
+            serde_json::from_slice(&body)
+                .map_err(|e| UpstreamError::BadDocument(format!("{endpoint}: not JSON: {e}")))
+        }
+        .await;
+        self.observe(&host, Operation::Oidc, started);
+        result
+    }
+
+    /// The issuer's discovery document (its `issuer` checked), with its host and final URL.
+    async fn discovery(&self, issuer: &Url) -> Result<(Hostname, Url, serde_json::Value)> {
         let host = issuer_host(issuer)?;
         let mut discovery = issuer.clone();
         let path = format!(
@@ -43,19 +132,25 @@ impl Upstream {
                 )),
             ));
         }
-        let jwks = doc["jwks_uri"].as_str().ok_or_else(|| {
+        Ok((host, final_url, doc))
+    }
+
+    /// A URL the discovery document names under `field`, resolved and checked.
+    fn named_url(
+        &self,
+        host: &Hostname,
+        base: &Url,
+        doc: &serde_json::Value,
+        field: &str,
+    ) -> Result<Url> {
+        let named = doc[field].as_str().ok_or_else(|| {
             self.origin_fault(
-                &host,
-                UpstreamError::BadDocument(format!("{discovery}: no jwks_uri")),
+                host,
+                UpstreamError::BadDocument(format!("{base}: no {field}")),
             )
         })?;
-        let jwks = self
-            .resolve(&host, &final_url, jwks, "jwks_uri")
-            .map_err(|e| self.origin_fault(&host, e))?;
-        self.document(&host, Operation::Oidc, &jwks, MAX_DOCUMENT, false)
-            .await?
-            .map(|(_, body)| body)
-            .ok_or_else(|| UpstreamError::BadDocument(format!("{jwks}: not found")))
+        self.resolve(host, base, named, field)
+            .map_err(|e| self.origin_fault(host, e))
     }
 }
 

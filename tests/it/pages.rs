@@ -618,3 +618,172 @@ async fn an_origins_hostile_text_is_shown_as_text() {
     check_page(&browser, &mirror, "status-hostile").await;
     browser.close().await;
 }
+
+/// Waits until the browser shows a page whose URL path ends with `path`; its title.
+async fn arrives_at(browser: &Browser, path: &str) -> String {
+    for _ in 0..100 {
+        let url = browser.client.current_url().await.unwrap();
+        let ready = browser
+            .run("return document.readyState;", vec![])
+            .await
+            .as_str()
+            .map(str::to_string);
+        if url.path().ends_with(path) && ready.as_deref() == Some("complete") {
+            return browser.client.title().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let url = browser.client.current_url().await.unwrap();
+    panic!("the browser stayed at {url}, not {path}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn people_sign_in_with_single_sign_on_and_pkce() {
+    use crate::support::issuer::{FakeIssuer, ISSUER_HOST};
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new("acme", "foo", &["1.0.0"], PLATFORMS)],
+    )
+    .await;
+    let issuer = FakeIssuer::start(&ca).await;
+    issuer.register_client("provender-pages", "pages-client-secret");
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[auth.single_sign_on]
+issuer = "{url}"
+client_id = "provender-pages"
+client_secret = "pages-client-secret"
+claims = {{ email = "*@acme.example" }}
+
+[upstream.hosts."{ISSUER_HOST}"]
+connect_to = "{addr}"
+"#,
+        key = "k".repeat(40),
+        url = issuer.url(),
+        addr = issuer.addr(),
+    );
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    // Without a session nothing is reachable.
+    let client = https_client_no_redirects(&ca);
+    for route in ["-/providers", "-/usage", "-/status"] {
+        let got = get(&client, &mirror.url(route)).await;
+        assert_eq!(got.status, StatusCode::SEE_OTHER, "{route}");
+    }
+    let api = get(&client, &mirror.url("-/api/v1/providers")).await;
+    assert_eq!(api.status, StatusCode::UNAUTHORIZED);
+
+    let browser = Browser::start().await;
+    let sign_in = async |login: &str| {
+        browser.goto(&mirror.url("-/providers")).await;
+        assert_eq!(
+            arrives_at(&browser, "-/sign-in").await,
+            "Sign in · provender"
+        );
+        assert!(
+            browser.find_all("#token").await.is_empty(),
+            "no token form without tokens"
+        );
+        browser.click_to_page("#sso").await;
+        arrives_at(&browser, "/authorize").await;
+        browser.find("#login").await.send_keys(login).await.unwrap();
+        browser.find("#approve").await.click().await.unwrap();
+    };
+
+    // A person whose e-mail passes the claim rule signs in and lands where they were going.
+    sign_in("alice@acme.example").await;
+    assert_eq!(
+        arrives_at(&browser, "-/providers").await,
+        "Providers · provender"
+    );
+    assert_eq!(issuer.exchanges(), 1);
+    check_page(&browser, &mirror, "providers-after-sso").await;
+    let cookies = browser.client.get_all_cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c.name() == "provender_session")
+        .expect("a session cookie");
+    assert_eq!(session.http_only(), Some(true));
+    assert!(
+        cookies.iter().all(|c| c.name() != "provender_sso"),
+        "the sign-in's state cookie is cleared"
+    );
+    // The session works for the API, and ends with sign-out.
+    let with_session = send(
+        "api",
+        client
+            .get(mirror.url("-/api/v1/providers"))
+            .header("cookie", format!("provender_session={}", session.value())),
+    )
+    .await;
+    assert_eq!(
+        with_session.status,
+        StatusCode::OK,
+        "{}",
+        with_session.text()
+    );
+    browser.click_to_page("header.top .sign-out button").await;
+    assert_eq!(
+        arrives_at(&browser, "-/sign-in").await,
+        "Sign in · provender"
+    );
+    browser.goto(&mirror.url("-/status")).await;
+    arrives_at(&browser, "-/sign-in").await;
+
+    // Someone the claim rule refuses gets no session, and is told why.
+    sign_in("mallory@evil.example").await;
+    arrives_at(&browser, "-/sign-in/callback").await;
+    let said = browser.text("main").await;
+    assert!(said.contains("You may not sign in here"), "{said}");
+    assert!(said.contains("email"), "{said}");
+    browser.goto(&mirror.url("-/status")).await;
+    arrives_at(&browser, "-/sign-in").await;
+    browser.close().await;
+
+    // A callback this browser did not start, or with a state that is not its own, is refused
+    // before any code is traded.
+    let exchanges = issuer.exchanges();
+    let forged = get(
+        &client,
+        &mirror.url("-/sign-in/callback?code=code-1&state=guessed"),
+    )
+    .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert!(
+        forged.text().contains("not started in this browser"),
+        "{}",
+        forged.text()
+    );
+    let started = get(&client, &mirror.url("-/sign-in/sso?next=/-/status")).await;
+    assert_eq!(started.status, StatusCode::SEE_OTHER);
+    let to_provider = url::Url::parse(started.headers["location"].to_str().unwrap()).unwrap();
+    let query: std::collections::HashMap<String, String> =
+        to_provider.query_pairs().into_owned().collect();
+    assert_eq!(query["code_challenge_method"], "S256");
+    assert_eq!(query["client_id"], "provender-pages");
+    assert!(query["redirect_uri"].ends_with("-/sign-in/callback"));
+    let state_cookie = started.headers["set-cookie"].to_str().unwrap();
+    assert!(state_cookie.contains("HttpOnly") && state_cookie.contains("SameSite=Lax"));
+    let cookie = state_cookie.split(';').next().unwrap().to_string();
+    let wrong_state = send(
+        "callback",
+        client
+            .get(mirror.url("-/sign-in/callback?code=code-1&state=not-the-one"))
+            .header("cookie", cookie),
+    )
+    .await;
+    assert_eq!(wrong_state.status, StatusCode::FORBIDDEN);
+    assert!(wrong_state.text().contains("state does not match"));
+    assert_eq!(issuer.exchanges(), exchanges);
+}

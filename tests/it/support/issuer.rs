@@ -2,7 +2,13 @@
 //! or a Kubernetes cluster's token issuer: its discovery document and key set (JWKS), with key
 //! rotation, a count of key-set requests, and an outage switch. Tokens are signed here with
 //! its current P-256 key (ES256), carrying whatever claims a test gives.
+//!
+//! It is also an identity provider for people: an authorization endpoint (a sign-in form that
+//! takes any login, reached by browsers at `https://localhost:<port>/authorize`) and a token
+//! endpoint that trades a code for an ID token only with the PKCE verifier whose S256
+//! challenge the code was issued for, the redirect URI and the client's ID and secret.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -38,6 +44,23 @@ struct Shared {
     down: AtomicBool,
     /// A `jwks_uri` to name instead of its own.
     jwks_uri: Mutex<Option<String>>,
+    /// Its port, for the browser-facing authorization endpoint.
+    port: u16,
+    /// The registered client: ID and secret.
+    client: Mutex<Option<(String, String)>>,
+    /// Codes handed out and not yet traded.
+    codes: Mutex<HashMap<String, Grant>>,
+    /// Codes traded for ID tokens.
+    exchanges: AtomicUsize,
+}
+
+/// What a code was issued for.
+struct Grant {
+    client_id: String,
+    redirect_uri: String,
+    challenge: String,
+    nonce: String,
+    login: String,
 }
 
 /// The issuer; stops when dropped.
@@ -52,12 +75,16 @@ impl FakeIssuer {
     pub async fn start(ca: &TestCa) -> FakeIssuer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let tls = TlsAcceptor::from(ca.issue(&[ISSUER_HOST]).server_config());
+        let tls = TlsAcceptor::from(ca.issue(&[ISSUER_HOST, "localhost"]).server_config());
         let shared = Arc::new(Shared {
             keys: Mutex::new(vec![new_key("key-1")]),
             jwks_requests: AtomicUsize::new(0),
             down: AtomicBool::new(false),
             jwks_uri: Mutex::new(None),
+            port: addr.port(),
+            client: Mutex::new(None),
+            codes: Mutex::new(HashMap::new()),
+            exchanges: AtomicUsize::new(0),
         });
         let serving = shared.clone();
         let server = super::serve_connections(listener, move |tcp| {
@@ -67,9 +94,16 @@ impl FakeIssuer {
                 let Ok(stream) = tls.accept(tcp).await else {
                     return;
                 };
-                let service = service_fn(move |req| {
+                let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                     let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(answer(&shared, &req)) }
+                    async move {
+                        let (head, body) = req.into_parts();
+                        let body = http_body_util::BodyExt::collect(body)
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        Ok::<_, Infallible>(answer(&shared, &Request::from_parts(head, body)))
+                    }
                 });
                 let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service)
@@ -131,6 +165,16 @@ impl FakeIssuer {
         *self.shared.jwks_uri.lock().unwrap() = Some(uri.to_string());
     }
 
+    /// Registers the client people sign in to (its ID and secret).
+    pub fn register_client(&self, id: &str, secret: &str) {
+        *self.shared.client.lock().unwrap() = Some((id.to_string(), secret.to_string()));
+    }
+
+    /// How many codes were traded for ID tokens.
+    pub fn exchanges(&self) -> usize {
+        self.shared.exchanges.load(Ordering::SeqCst)
+    }
+
     /// While down, every request answers 503.
     pub fn set_down(&self, down: bool) {
         self.shared.down.store(down, Ordering::SeqCst);
@@ -160,7 +204,7 @@ fn new_key(kid: &str) -> Key {
     }
 }
 
-fn answer(shared: &Shared, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+fn answer(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
     let json_answer = |status: u16, body: Value| {
         Response::builder()
             .status(status)
@@ -179,8 +223,15 @@ fn answer(shared: &Shared, req: &Request<hyper::body::Incoming>) -> Response<Ful
                 "jwks_uri": shared.jwks_uri.lock().unwrap().clone()
                     .unwrap_or_else(|| format!("https://{ISSUER_HOST}/.well-known/jwks")),
                 "id_token_signing_alg_values_supported": ["ES256"],
+                "authorization_endpoint": format!("https://localhost:{}/authorize", shared.port),
+                "token_endpoint": format!("https://{ISSUER_HOST}/token"),
+                "response_types_supported": ["code"],
+                "code_challenge_methods_supported": ["S256"],
             }),
         ),
+        "/authorize" => authorize_form(shared, req),
+        "/authorize/approve" => approve(shared, req),
+        "/token" => exchange(shared, req),
         "/.well-known/jwks" => {
             shared.jwks_requests.fetch_add(1, Ordering::SeqCst);
             let keys: Vec<Value> = shared
@@ -194,4 +245,187 @@ fn answer(shared: &Shared, req: &Request<hyper::body::Incoming>) -> Response<Ful
         }
         _ => json_answer(404, json!({ "error": "not found" })),
     }
+}
+
+fn query_of(req: &Request<Bytes>) -> HashMap<String, String> {
+    url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn text(status: u16, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// `GET /authorize`: checks the request as a provider does, then shows a sign-in form.
+fn authorize_form(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    let q = query_of(req);
+    let client = shared.client.lock().unwrap().clone();
+    let problems = [
+        (
+            q.get("response_type").map(String::as_str) != Some("code"),
+            "response_type",
+        ),
+        (
+            client.as_ref().map(|c| &c.0) != q.get("client_id"),
+            "client_id",
+        ),
+        (
+            q.get("code_challenge_method").map(String::as_str) != Some("S256"),
+            "code_challenge_method",
+        ),
+        (
+            q.get("code_challenge").is_none_or(|c| c.len() != 43),
+            "code_challenge",
+        ),
+        (q.get("state").is_none_or(String::is_empty), "state"),
+        (q.get("nonce").is_none_or(String::is_empty), "nonce"),
+        (
+            !q.get("scope")
+                .is_some_and(|s| s.split(' ').any(|w| w == "openid")),
+            "scope",
+        ),
+        (
+            !q.get("redirect_uri")
+                .is_some_and(|u| u.starts_with("https://")),
+            "redirect_uri",
+        ),
+    ];
+    if let Some((_, what)) = problems.iter().find(|(bad, _)| *bad) {
+        return text(
+            400,
+            "text/plain",
+            format!("bad authorization request: {what}"),
+        );
+    }
+    let hidden: String = [
+        "client_id",
+        "redirect_uri",
+        "state",
+        "nonce",
+        "code_challenge",
+    ]
+    .iter()
+    .map(|k| {
+        format!(
+            "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
+            escape(&q[*k])
+        )
+    })
+    .collect();
+    text(
+        200,
+        "text/html; charset=utf-8",
+        format!(
+            "<!doctype html><html lang=\"en\"><head><title>Identity provider</title><link rel=\"icon\" href=\"data:,\"></head><body><main>\
+             <h1>Sign in to the identity provider</h1>\
+             <form method=\"get\" action=\"/authorize/approve\">{hidden}\
+             <label for=\"login\">Login</label> <input id=\"login\" name=\"login\">\
+             <button id=\"approve\" type=\"submit\">Sign in</button></form></main></body></html>"
+        ),
+    )
+}
+
+/// The form's answer: a code, and the browser sent back to the client with it.
+fn approve(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    let q = query_of(req);
+    let code = format!("code-{}", fastrand::u64(..));
+    let redirect_uri = q.get("redirect_uri").cloned().unwrap_or_default();
+    shared.codes.lock().unwrap().insert(
+        code.clone(),
+        Grant {
+            client_id: q.get("client_id").cloned().unwrap_or_default(),
+            redirect_uri: redirect_uri.clone(),
+            challenge: q.get("code_challenge").cloned().unwrap_or_default(),
+            nonce: q.get("nonce").cloned().unwrap_or_default(),
+            login: q.get("login").cloned().unwrap_or_default(),
+        },
+    );
+    let mut back = url::Url::parse(&redirect_uri).unwrap();
+    back.query_pairs_mut()
+        .append_pair("code", &code)
+        .append_pair("state", q.get("state").map_or("", String::as_str));
+    Response::builder()
+        .status(303)
+        .header("location", back.as_str())
+        .body(Full::new(Bytes::new()))
+        .unwrap()
+}
+
+/// `POST /token`: a code traded once, with the verifier of its challenge, for an ID token.
+fn exchange(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
+    let refuse = |why: &str| {
+        text(
+            400,
+            "application/json",
+            json!({ "error": "invalid_grant", "error_description": why }).to_string(),
+        )
+    };
+    if req.method() != hyper::Method::POST {
+        return refuse("POST only");
+    }
+    let form: HashMap<String, String> = url::form_urlencoded::parse(req.body())
+        .into_owned()
+        .collect();
+    let field = |k: &str| form.get(k).map_or("", String::as_str);
+    if field("grant_type") != "authorization_code" {
+        return refuse("grant_type");
+    }
+    let Some(grant) = shared.codes.lock().unwrap().remove(field("code")) else {
+        return refuse("unknown or used code");
+    };
+    let (client_id, secret) = shared.client.lock().unwrap().clone().unwrap_or_default();
+    let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        field("code_verifier").as_bytes(),
+    ));
+    if field("client_id") != client_id || grant.client_id != client_id {
+        return refuse("client_id");
+    }
+    if field("client_secret") != secret {
+        return refuse("client_secret");
+    }
+    if field("redirect_uri") != grant.redirect_uri {
+        return refuse("redirect_uri");
+    }
+    if challenge != grant.challenge {
+        return refuse("code_verifier does not match the code_challenge");
+    }
+    shared.exchanges.fetch_add(1, Ordering::SeqCst);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = json!({
+        "iss": format!("https://{ISSUER_HOST}"),
+        "sub": format!("user-{}", grant.login.len()),
+        "aud": client_id,
+        "email": grant.login,
+        "email_verified": true,
+        "nonce": grant.nonce,
+        "iat": now,
+        "exp": now + 300,
+    });
+    let keys = shared.keys.lock().unwrap();
+    let key = keys.last().unwrap();
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some(key.kid.clone());
+    let id_token = jsonwebtoken::encode(&header, &claims, &key.encoding).unwrap();
+    text(
+        200,
+        "application/json",
+        json!({ "access_token": "opaque", "token_type": "Bearer", "expires_in": 300, "id_token": id_token })
+            .to_string(),
+    )
 }

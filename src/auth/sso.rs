@@ -1,0 +1,380 @@
+//! Single sign-on for people (`[auth.single_sign_on]`): the pages sign people in with an
+//! OpenID Connect provider, by the authorization code flow with PKCE.
+//!
+//! 1. `-/sign-in/sso` makes a random `state`, `nonce` and PKCE verifier, keeps them in a
+//!    short-lived cookie sealed with the URL signing key ([`Pending`]), and sends the browser to
+//!    the provider's authorization endpoint with the verifier's S256 challenge.
+//! 2. The provider sends the browser back to `-/sign-in/callback` with a code and the state.
+//!    The state must equal the cookie's; the code is traded for an ID token at the provider's
+//!    token endpoint (with the verifier, and the client secret when one is configured), through
+//!    the origins' client and its address policy.
+//! 3. The ID token is checked as any ID token (`auth::jwt`: signature by the provider's keys,
+//!    issuer, audience = the client ID, times, the claim rules) and its `nonce` must be the
+//!    cookie's. The person then gets a session (`auth::session`) whose subject is
+//!    `<name>:<name claim>`, e.g. `sso:alice@example.com`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::jwt::IssuerRules;
+use super::oidc::{IssuerConfig, MIN_REFETCH};
+use super::{AuthConfigError, AuthSettings, Patterns, ct_eq, digest};
+
+/// The cookie that carries a sign-in in progress.
+pub const COOKIE: &str = "provender_sso";
+
+/// How long a person has to finish signing in at the provider.
+pub const PENDING_TTL: Duration = Duration::from_secs(600);
+
+/// `[auth.single_sign_on]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SsoConfig {
+    /// The first part of the names of people signed in this way (`sso:alice@example.com`).
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// The provider's issuer URL, as its ID tokens' `iss` has it.
+    pub issuer: String,
+    /// This mirror's client ID at the provider (the ID tokens' audience).
+    pub client_id: String,
+    /// The client secret, when the provider gave this mirror one (else PKCE alone).
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    #[serde(default)]
+    pub client_secret_file: Option<PathBuf>,
+    /// Scopes asked for; `openid` is always among them.
+    #[serde(default = "default_scopes")]
+    pub scopes: Vec<String>,
+    /// Claim rules, as for `[[auth.issuers]]`: who may sign in.
+    #[serde(default)]
+    pub claims: BTreeMap<String, Patterns>,
+    /// The claim that names a person.
+    #[serde(default = "default_name_claim")]
+    pub name_claim: String,
+    /// The sign-in button's words.
+    #[serde(default = "default_label")]
+    pub label: String,
+}
+
+fn default_name() -> String {
+    "sso".into()
+}
+
+fn default_scopes() -> Vec<String> {
+    vec!["openid".into(), "email".into(), "profile".into()]
+}
+
+fn default_name_claim() -> String {
+    "email".into()
+}
+
+fn default_label() -> String {
+    "Sign in with single sign-on".into()
+}
+
+/// `[auth.single_sign_on]`, checked.
+#[derive(Clone)]
+pub struct SsoSettings {
+    /// What the ID tokens must satisfy (the audience is the client ID).
+    pub rules: IssuerRules,
+    pub client_id: String,
+    client_secret: Option<String>,
+    pub scopes: Vec<String>,
+    pub label: String,
+}
+
+impl std::fmt::Debug for SsoSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SsoSettings")
+            .field("issuer", &self.rules.issuer)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "[redacted]"),
+            )
+            .field("scopes", &self.scopes)
+            .finish()
+    }
+}
+
+impl SsoConfig {
+    pub fn validate(&self) -> Result<SsoSettings, AuthConfigError> {
+        const AT: &str = "auth.single_sign_on";
+        let invalid = |field: &str, message: &str| AuthConfigError {
+            key: format!("{AT}.{field}"),
+            message: message.into(),
+        };
+        if self.name == "token" {
+            return Err(invalid("name", "\"token\" names the mirror's tokens"));
+        }
+        if self.client_id.is_empty() {
+            return Err(invalid("client_id", "must not be empty"));
+        }
+        let client_secret = match (&self.client_secret, &self.client_secret_file) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "client_secret_file",
+                    "set either client_secret or client_secret_file, not both",
+                ));
+            }
+            (Some(s), None) => Some(s.trim().to_string()),
+            (None, Some(path)) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| AuthConfigError {
+                        key: format!("{AT}.client_secret_file"),
+                        message: format!("cannot read {}: {e}", path.display()),
+                    })?
+                    .trim()
+                    .to_string(),
+            ),
+            (None, None) => None,
+        };
+        let mut scopes = self.scopes.clone();
+        if !scopes.iter().any(|s| s == "openid") {
+            scopes.insert(0, "openid".into());
+        }
+        if scopes.iter().any(|s| s.is_empty() || s.contains(' ')) {
+            return Err(invalid("scopes", "a scope is one word"));
+        }
+        let rules = IssuerConfig {
+            name: self.name.clone(),
+            issuer: self.issuer.clone(),
+            audiences: vec![self.client_id.clone()],
+            claims: self.claims.clone(),
+            name_claim: self.name_claim.clone(),
+            refetch_interval: MIN_REFETCH,
+        }
+        .validate_at(AT)?;
+        Ok(SsoSettings {
+            rules,
+            client_id: self.client_id.clone(),
+            client_secret,
+            scopes,
+            label: self.label.clone(),
+        })
+    }
+}
+
+impl SsoSettings {
+    /// The issuer's URL.
+    pub fn issuer(&self) -> url::Url {
+        url::Url::parse(&self.rules.issuer).expect("checked when configured")
+    }
+
+    /// Whether a session subject is a person signed in this way.
+    pub fn owns(&self, subject: &str) -> bool {
+        subject
+            .strip_prefix(&self.rules.name)
+            .is_some_and(|rest| rest.starts_with(':') && rest.len() > 1)
+    }
+
+    /// Where to send the browser to sign in.
+    pub fn authorization_url(
+        &self,
+        endpoint: &url::Url,
+        redirect_uri: &str,
+        pending: &Pending,
+    ) -> url::Url {
+        let mut url = endpoint.clone();
+        url.query_pairs_mut()
+            .append_pair("response_type", "code")
+            .append_pair("client_id", &self.client_id)
+            .append_pair("redirect_uri", redirect_uri)
+            .append_pair("scope", &self.scopes.join(" "))
+            .append_pair("state", &pending.state)
+            .append_pair("nonce", &pending.nonce)
+            .append_pair("code_challenge", &pending.challenge())
+            .append_pair("code_challenge_method", "S256");
+        url
+    }
+
+    /// The form that trades `code` for tokens.
+    pub fn token_form<'a>(
+        &'a self,
+        code: &'a str,
+        redirect_uri: &'a str,
+        pending: &'a Pending,
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut form = vec![
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", redirect_uri),
+            ("client_id", self.client_id.as_str()),
+            ("code_verifier", pending.verifier.as_str()),
+        ];
+        if let Some(secret) = &self.client_secret {
+            form.push(("client_secret", secret));
+        }
+        form
+    }
+}
+
+/// A sign-in in progress, kept in the browser in a sealed cookie.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub state: String,
+    pub nonce: String,
+    /// The PKCE code verifier (43 characters).
+    pub verifier: String,
+    /// Where to go once signed in.
+    pub next: String,
+    /// Unix seconds after which it is void.
+    pub expires: u64,
+}
+
+fn random() -> Option<String> {
+    let mut bytes = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+impl Pending {
+    /// A new sign-in that returns to `next`; `None` if the system random source failed.
+    pub fn new(next: String, now: u64) -> Option<Pending> {
+        Some(Pending {
+            state: random()?,
+            nonce: random()?,
+            verifier: random()?,
+            next,
+            expires: now + PENDING_TTL.as_secs(),
+        })
+    }
+
+    /// The PKCE S256 challenge: base64url(SHA-256(verifier)).
+    pub fn challenge(&self) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(Sha256::digest(self.verifier.as_bytes()))
+    }
+
+    /// Whether `state` is this sign-in's (compared in constant time).
+    pub fn state_is(&self, state: &str) -> bool {
+        ct_eq(&digest(self.state.as_bytes()), &digest(state.as_bytes()))
+    }
+
+    /// Whether an ID token's `nonce` is this sign-in's (compared in constant time).
+    pub fn nonce_is(&self, nonce: &str) -> bool {
+        ct_eq(&digest(self.nonce.as_bytes()), &digest(nonce.as_bytes()))
+    }
+}
+
+impl AuthSettings {
+    /// The cookie value carrying `pending`: its JSON, base64url, and a MAC with the URL
+    /// signing key.
+    pub fn seal(&self, pending: &Pending) -> String {
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(pending).expect("a pending sign-in serialises"));
+        format!("{claims}.{}", self.mac_of("sso", &claims))
+    }
+
+    /// The sign-in a cookie value carries, if genuine and not expired.
+    pub fn unseal(&self, cookie: &str, now: u64) -> Option<Pending> {
+        if cookie.len() > 2048 {
+            return None;
+        }
+        let (claims, mac) = cookie.split_once('.')?;
+        let expected = self.mac_of("sso", claims);
+        if !ct_eq(&digest(expected.as_bytes()), &digest(mac.as_bytes())) {
+            return None;
+        }
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .ok()?;
+        let pending: Pending = serde_json::from_slice(&json).ok()?;
+        (now < pending.expires).then_some(pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::AuthConfig;
+
+    fn settings() -> AuthSettings {
+        let config: AuthConfig = toml::from_str(&format!(
+            "url_signing_key = \"{}\"\n[single_sign_on]\nissuer = \"https://login.example.com\"\nclient_id = \"provender\"\nclient_secret = \"s3cret\"\nclaims = {{ email = \"*@example.com\" }}\n",
+            "k".repeat(40)
+        ))
+        .unwrap();
+        config.validate().unwrap()
+    }
+
+    #[test]
+    fn the_authorization_url_carries_an_s256_challenge_of_the_verifier() {
+        let auth = settings();
+        assert!(auth.enabled(), "single sign-on turns authentication on");
+        let sso = auth.sso.as_ref().unwrap();
+        let pending = Pending::new("/-/providers".into(), 1_000).unwrap();
+        assert_eq!(pending.verifier.len(), 43);
+        let endpoint = url::Url::parse("https://login.example.com/authorize").unwrap();
+        let url = sso.authorization_url(&endpoint, "https://m/-/sign-in/callback", &pending);
+        let query: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
+        assert_eq!(query["code_challenge_method"], "S256");
+        assert_eq!(query["scope"], "openid email profile");
+        assert_eq!(query["state"], pending.state);
+        assert_ne!(query["code_challenge"], pending.verifier);
+        // RFC 7636's example.
+        let known = Pending {
+            verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into(),
+            ..pending.clone()
+        };
+        assert_eq!(
+            known.challenge(),
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+        );
+        let form = sso.token_form("the-code", "https://m/-/sign-in/callback", &pending);
+        assert!(form.contains(&("code_verifier", pending.verifier.as_str())));
+        assert!(form.contains(&("client_secret", "s3cret")));
+        assert!(!format!("{sso:?}").contains("s3cret"));
+        assert!(sso.owns("sso:alice@example.com"));
+        assert!(!sso.owns("sso:") && !sso.owns("token:00") && !sso.owns("ssox:a"));
+    }
+
+    #[test]
+    fn pending_sign_ins_are_sealed() {
+        let auth = settings();
+        let pending = Pending::new("/-/status".into(), 1_000).unwrap();
+        let cookie = auth.seal(&pending);
+        assert_eq!(auth.unseal(&cookie, 1_001), Some(pending.clone()));
+        assert!(pending.state_is(&pending.state) && !pending.state_is("other"));
+        assert_eq!(auth.unseal(&cookie, 1_000 + PENDING_TTL.as_secs()), None);
+        let (claims, mac) = cookie.split_once('.').unwrap();
+        let mut forged = pending.clone();
+        forged.next = "https://evil.example/".into();
+        let forged_claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&forged).unwrap());
+        assert_eq!(auth.unseal(&format!("{forged_claims}.{mac}"), 1_001), None);
+        assert_eq!(auth.unseal(&format!("{claims}.x{mac}"), 1_001), None);
+    }
+
+    #[test]
+    fn bad_settings_name_their_key() {
+        let err = |extra: &str| {
+            toml::from_str::<AuthConfig>(&format!(
+                "[single_sign_on]\nissuer = \"https://login.example.com\"\nclient_id = \"p\"\n{extra}"
+            ))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(err("name = \"token\"").contains("auth.single_sign_on.name"));
+        assert!(
+            err("client_secret = \"a\"\nclient_secret_file = \"/x\"")
+                .contains("client_secret_file")
+        );
+        assert!(err("claims = { email = \"[\" }").contains("auth.single_sign_on.claims.email"));
+        let plain = toml::from_str::<AuthConfig>(
+            "[single_sign_on]\nissuer = \"http://login.example.com\"\nclient_id = \"p\"",
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(plain.contains("auth.single_sign_on.issuer"), "{plain}");
+    }
+}
