@@ -180,7 +180,14 @@ pub struct Metrics {
     pub connections_open: IntGauge,
     pub connections_max: IntGauge,
     pub connections_closed: IntCounterVec,
+    client_downloads: IntCounterVec,
+    /// The clients with a series of their own in `client_downloads` (at most
+    /// [`MAX_CLIENT_SERIES`]).
+    named_clients: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// The most clients counted under their own name; the others share the `other` series.
+pub const MAX_CLIENT_SERIES: usize = 500;
 
 impl Metrics {
     /// Creates and registers all metrics.
@@ -191,6 +198,12 @@ impl Metrics {
             30.0, 60.0,
         ];
         let m = Metrics {
+            client_downloads: IntCounterVec::new(
+                Opts::new("provender_client_downloads_total", "Provider archives and module packages served, by client (the first 500 clients by name, the rest as other)."),
+                &["client"],
+            )
+            .unwrap(),
+            named_clients: Default::default(),
             http_requests: IntCounterVec::new(
                 Opts::new("provender_http_requests_total", "HTTP requests answered, by route and status code."),
                 &["route", "status"],
@@ -372,6 +385,7 @@ impl Metrics {
         r.register(Box::new(m.hash_job_bytes.clone())).unwrap();
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
         r.register(Box::new(m.usage_dropped.clone())).unwrap();
+        r.register(Box::new(m.client_downloads.clone())).unwrap();
         r.register(Box::new(m.connections_open.clone())).unwrap();
         r.register(Box::new(m.connections_max.clone())).unwrap();
         r.register(Box::new(m.connections_closed.clone())).unwrap();
@@ -422,6 +436,20 @@ impl Metrics {
         self.verification_failures
             .with_label_values(&[reason.as_str()])
             .inc();
+    }
+
+    /// Counts one archive or module package served to `client`.
+    pub fn client_download(&self, client: &str) {
+        let label = {
+            let mut named = self.named_clients.lock().expect("client names");
+            if named.contains(client) || named.len() < MAX_CLIENT_SERIES {
+                named.insert(client.to_string());
+                client
+            } else {
+                "other"
+            }
+        };
+        self.client_downloads.with_label_values(&[label]).inc();
     }
 
     /// Counts one refusal by the operator's policy.

@@ -134,6 +134,7 @@ impl App {
         version: &crate::address::Version,
     ) {
         if resp.as_ref().is_ok_and(|r| r.status().as_u16() < 400) {
+            self.metrics.client_download(&principal.name);
             self.usage.record(crate::usage::Use {
                 client: principal.name.clone(),
                 kind,

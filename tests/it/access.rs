@@ -13,7 +13,7 @@ use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 use crate::support::tf_config::{self, local_platform};
-use crate::support::{Terraform, https_client};
+use crate::support::{Terraform, https_client, sample};
 
 const PLATFORM_TOKEN: &str = "platform-team-token-0123456789";
 const CI_TOKEN: &str = "ci-fleet-token-0123456789";
@@ -212,6 +212,28 @@ async fn readers_get_what_the_platform_team_let_into_the_cache_and_nothing_else(
     // The platform team may fill what readers may not.
     let filled = get(format!("{foo}/2.0.0.json"), PLATFORM_TOKEN).await;
     assert_eq!(filled.status, StatusCode::OK, "{}", filled.text());
+
+    // Metrics count downloads by client: terraform's and the signed URL's for ci.
+    let metrics = send(
+        "metrics",
+        client
+            .get(mirror.url.join("/metrics").unwrap())
+            .bearer_auth(PLATFORM_TOKEN),
+    )
+    .await
+    .text();
+    assert_eq!(
+        sample(&metrics, "provender_client_downloads_total{client=\"ci\"}"),
+        2,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_client_downloads_total{client=\"platform\"}"
+        ),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

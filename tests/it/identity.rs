@@ -191,6 +191,35 @@ async fn hostile_tokens_rotation_and_outages() {
         );
     }
 
+    // The OCI registry takes it as its bearer token, and trades it at /v2/token (as the
+    // password of Basic credentials, as OCI clients send it).
+    let tags = mirror
+        .url
+        .join(&format!("/v2/{REGISTRY}/acme/foo/tags/list"))
+        .unwrap();
+    let listed = send("tags", client.get(tags.clone()).bearer_auth(&good)).await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert_eq!(listed.json()["tags"], json!(["1.0.0"]));
+    assert_eq!(send("tags", client.get(tags)).await.status, 401);
+    let token_url = mirror.url.join("/v2/token").unwrap();
+    let traded = send(
+        "token",
+        client.get(token_url.clone()).basic_auth("ci", Some(&good)),
+    )
+    .await;
+    assert_eq!(traded.status, 200, "{}", traded.text());
+    assert_eq!(traded.json()["token"], json!(good));
+    let mut other_owner = github("evil");
+    other_owner["repository_owner"] = json!("evil");
+    let refused = send(
+        "token",
+        client
+            .get(token_url)
+            .basic_auth("ci", Some(issuer.token(&other_owner))),
+    )
+    .await;
+    assert_eq!(refused.status, 401);
+
     // alg: none; HS256 keyed with the issuer's public key set; oversized; garbage.
     let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
     let mut claims = github("acme");

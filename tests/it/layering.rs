@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     // Policy over records, persistence, observation.
     &["trust", "storage", "metrics"],
     // What is kept, and the clients of the outside world.
-    &["cache", "auth", "upstream"],
+    &["cache", "auth", "upstream", "usage"],
     // The settings of every part, validated.
     &["config"],
     // What a client is answered.
