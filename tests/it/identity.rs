@@ -2,9 +2,11 @@
 //! (a fake one over TLS, see [`crate::support::issuer`]) instead of one of the mirror's tokens.
 //! The real `terraform init` installs through the mirror with a GitHub-Actions-shaped token and
 //! is refused with an expired one, one for another audience, one from another issuer and one
-//! that fails a claim rule; hostile tokens are refused; the issuer's keys are fetched once,
-//! again on rotation (never once per request), and an issuer outage locks out nobody whose key
-//! is cached.
+//! that fails a claim rule; GitLab CI's and Kubernetes' tokens pass by their own claims; hostile
+//! tokens are refused; the issuer's keys are fetched once, again on rotation (never once per
+//! request), never from a loopback address (named or redirected to), and an issuer outage locks
+//! out nobody whose key is cached. Every door that takes a token takes an ID token, the OCI
+//! registry's token endpoint included.
 
 use std::time::Duration;
 
@@ -279,11 +281,198 @@ async fn hostile_tokens_rotation_and_outages() {
     assert_eq!(status(issuer.token(&github("acme"))).await, 200);
     issuer.set_down(false);
 
-    // A key set that lives on a private address is never fetched.
-    issuer.rotate("key-3");
-    issuer.set_jwks_uri("https://127.0.0.1:1/keys");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let before = issuer.jwks_requests();
-    assert_eq!(status(issuer.token(&github("acme"))).await, 401);
-    assert_eq!(issuer.jwks_requests(), before);
+    // A key set on a loopback address is never fetched: named there by the discovery
+    // document, or reached by a redirect from the issuer's own host. (The issuer does answer
+    // there: were it fetched, the token would pass and the count would move.)
+    for (kid, jwks_uri) in [
+        ("key-3", issuer.key_set_on_loopback()),
+        (
+            "key-4",
+            issuer.redirecting_to(&issuer.key_set_on_loopback()),
+        ),
+    ] {
+        issuer.rotate(kid);
+        issuer.set_jwks_uri(&jwks_uri);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let before = issuer.jwks_requests();
+        assert_eq!(
+            status(issuer.token(&github("acme"))).await,
+            401,
+            "{jwks_uri}"
+        );
+        assert_eq!(issuer.jwks_requests(), before, "{jwks_uri}");
+    }
+}
+
+/// A GitLab CI job's ID token claims (its real claim set), valid for five minutes.
+fn gitlab(namespace: &str, protected: bool) -> Value {
+    let now = provender::clock::now_secs();
+    json!({
+        "namespace_id": "72",
+        "namespace_path": namespace,
+        "project_id": "20",
+        "project_path": format!("{namespace}/infra"),
+        "user_id": "1",
+        "user_login": "sample-user",
+        "user_email": "sample-user@example.com",
+        "user_access_level": "developer",
+        "pipeline_id": "574",
+        "pipeline_source": "push",
+        "job_id": "302",
+        "ref": "main",
+        "ref_type": "branch",
+        "ref_path": "refs/heads/main",
+        "ref_protected": protected.to_string(),
+        "runner_id": 1,
+        "runner_environment": "gitlab-hosted",
+        "sha": "714a629c0b401fdce83e847fc9589983fc6f46bc",
+        "project_visibility": "private",
+        "ci_config_ref_uri": format!("gitlab.example/{namespace}/infra//.gitlab-ci.yml@refs/heads/main"),
+        "ci_config_sha": "714a629c0b401fdce83e847fc9589983fc6f46bc",
+        "jti": "235b3a54-b797-45c7-ae9a-f72d7bc6ef5b",
+        "sub": format!("project_path:{namespace}/infra:ref_type:branch:ref:main"),
+        "aud": AUDIENCE,
+        "iat": now,
+        "nbf": now - 5,
+        "exp": now + 300,
+    })
+}
+
+/// A Kubernetes projected service-account token's claims (its real claim set).
+fn kubernetes(namespace: &str) -> Value {
+    let now = provender::clock::now_secs();
+    json!({
+        "aud": [AUDIENCE],
+        "exp": now + 3600,
+        "iat": now,
+        "nbf": now,
+        "jti": "e7d1a6ab-3e22-4f8a-8f2d-0b3a5e0d7c11",
+        "kubernetes.io": {
+            "namespace": namespace,
+            "node": { "name": "node-1", "uid": "646e7c5e-32d6-4d42-9dbd-e504e6cbe6b1" },
+            "pod": { "name": "plan-7d9f8", "uid": "5e0bd49b-f040-43b0-99b7-22765a53f7f3" },
+            "serviceaccount": { "name": "terraform", "uid": "14ee3fa4-a7e2-420f-9f9a-dbc4507c3798" },
+            "warnafter": now + 3000,
+        },
+        "sub": format!("system:serviceaccount:{namespace}:terraform"),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_and_kubernetes_tokens_pass_by_their_own_claims() {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new(
+            "acme",
+            "foo",
+            &["1.0.0"],
+            &[tf_config::local_platform()],
+        )],
+    )
+    .await;
+    let gitlab_issuer = FakeIssuer::start_at(&ca, "gitlab.example").await;
+    let cluster = FakeIssuer::start_at(&ca, "cluster.example").await;
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.issuers]]
+name = "gitlab"
+issuer = "{gitlab}"
+audiences = ["{AUDIENCE}"]
+claims = {{ namespace_path = ["acme", "acme/*"], ref_protected = "true" }}
+
+[[auth.issuers]]
+name = "cluster"
+issuer = "{cluster}"
+audiences = ["{AUDIENCE}"]
+claims = {{ "/kubernetes.io/namespace" = "ci" }}
+
+[upstream.hosts."gitlab.example"]
+connect_to = "{gitlab_addr}"
+
+[upstream.hosts."cluster.example"]
+connect_to = "{cluster_addr}"
+"#,
+        key = "k".repeat(40),
+        gitlab = gitlab_issuer.url(),
+        cluster = cluster.url(),
+        gitlab_addr = gitlab_issuer.addr(),
+        cluster_addr = cluster.addr(),
+    );
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    for token in [
+        gitlab_issuer.token(&gitlab("acme", true)),
+        cluster.token(&kubernetes("ci")),
+    ] {
+        let dir = tf_config::root_module(FOO);
+        Terraform::new(&ca, &cli(&mirror, &token))
+            .init(dir.path())
+            .await
+            .assert_success();
+    }
+    let client = https_client(&ca, &[]);
+    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
+    for (what, token) in [
+        (
+            "another namespace",
+            gitlab_issuer.token(&gitlab("evil", true)),
+        ),
+        (
+            "an unprotected ref",
+            gitlab_issuer.token(&gitlab("acme", false)),
+        ),
+        (
+            "another cluster namespace",
+            cluster.token(&kubernetes("prod")),
+        ),
+        // Signed by the cluster, claiming to be GitLab's.
+        ("another issuer's name", {
+            let mut claims = gitlab("acme", true);
+            claims["iss"] = json!(gitlab_issuer.url());
+            let token = cluster.token(&claims);
+            let (_, rest) = token.split_once('.').unwrap();
+            let (_, signature) = rest.rsplit_once('.').unwrap();
+            let header = token.split('.').next().unwrap();
+            format!(
+                "{header}.{}.{signature}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string())
+            )
+        }),
+    ] {
+        let got = send("index", client.get(&index).bearer_auth(&token)).await;
+        assert_eq!(got.status, 401, "{what}: {}", got.text());
+    }
+    // Each is named by its issuer and its `sub` in the metrics (and the logs and usage).
+    let metrics = send(
+        "metrics",
+        client
+            .get(mirror.url.join("/metrics").unwrap())
+            .bearer_auth(cluster.token(&kubernetes("ci"))),
+    )
+    .await
+    .text();
+    for name in [
+        "gitlab:project_path:acme/infra:ref_type:branch:ref:main",
+        "cluster:system:serviceaccount:ci:terraform",
+    ] {
+        assert_eq!(
+            crate::support::sample(
+                &metrics,
+                &format!("provender_client_downloads_total{{client=\"{name}\"}}")
+            ),
+            1,
+            "{name}: {metrics}"
+        );
+    }
 }

@@ -46,6 +46,8 @@ struct Shared {
     jwks_uri: Mutex<Option<String>>,
     /// Its port, for the browser-facing authorization endpoint.
     port: u16,
+    /// Its host name.
+    host: String,
     /// The registered client: ID and secret.
     client: Mutex<Option<(String, String)>>,
     /// Codes handed out and not yet traded.
@@ -71,17 +73,23 @@ pub struct FakeIssuer {
 }
 
 impl FakeIssuer {
-    /// Starts the issuer with one key.
+    /// Starts the issuer at [`ISSUER_HOST`] with one key.
     pub async fn start(ca: &TestCa) -> FakeIssuer {
+        Self::start_at(ca, ISSUER_HOST).await
+    }
+
+    /// Starts an issuer named `host` (reached through provender's `connect_to`) with one key.
+    pub async fn start_at(ca: &TestCa, host: &str) -> FakeIssuer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let tls = TlsAcceptor::from(ca.issue(&[ISSUER_HOST, "localhost"]).server_config());
+        let tls = TlsAcceptor::from(ca.issue(&[host, "localhost"]).server_config());
         let shared = Arc::new(Shared {
             keys: Mutex::new(vec![new_key("key-1")]),
             jwks_requests: AtomicUsize::new(0),
             down: AtomicBool::new(false),
             jwks_uri: Mutex::new(None),
             port: addr.port(),
+            host: host.to_string(),
             client: Mutex::new(None),
             codes: Mutex::new(HashMap::new()),
             exchanges: AtomicUsize::new(0),
@@ -117,14 +125,27 @@ impl FakeIssuer {
         }
     }
 
-    /// Where provender connects for [`ISSUER_HOST`].
+    /// Where provender connects for its host.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Its URL, as tokens' `iss` names it.
     pub fn url(&self) -> String {
-        format!("https://{ISSUER_HOST}")
+        format!("https://{}", self.shared.host)
+    }
+
+    /// A URL on this issuer that redirects to `to`.
+    pub fn redirecting_to(&self, to: &str) -> String {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("to", to)
+            .finish();
+        format!("{}/redirect?{query}", self.url())
+    }
+
+    /// Its key set, at `localhost` (a loopback address) on its own port.
+    pub fn key_set_on_loopback(&self) -> String {
+        format!("https://localhost:{}/.well-known/jwks", self.addr.port())
     }
 
     /// A token with these claims (`iss` added), signed with the current key.
@@ -219,16 +240,24 @@ fn answer(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         "/.well-known/openid-configuration" => json_answer(
             200,
             json!({
-                "issuer": format!("https://{ISSUER_HOST}"),
+                "issuer": format!("https://{}", shared.host),
                 "jwks_uri": shared.jwks_uri.lock().unwrap().clone()
-                    .unwrap_or_else(|| format!("https://{ISSUER_HOST}/.well-known/jwks")),
+                    .unwrap_or_else(|| format!("https://{}/.well-known/jwks", shared.host)),
                 "id_token_signing_alg_values_supported": ["ES256"],
                 "authorization_endpoint": format!("https://localhost:{}/authorize", shared.port),
-                "token_endpoint": format!("https://{ISSUER_HOST}/token"),
+                "token_endpoint": format!("https://{}/token", shared.host),
                 "response_types_supported": ["code"],
                 "code_challenge_methods_supported": ["S256"],
             }),
         ),
+        "/redirect" => Response::builder()
+            .status(302)
+            .header(
+                "location",
+                query_of(req).get("to").cloned().unwrap_or_default(),
+            )
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
         "/authorize" => authorize_form(shared, req),
         "/authorize/approve" => approve(shared, req),
         "/token" => exchange(shared, req),
@@ -408,7 +437,7 @@ fn exchange(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         .unwrap()
         .as_secs();
     let claims = json!({
-        "iss": format!("https://{ISSUER_HOST}"),
+        "iss": format!("https://{}", shared.host),
         "sub": format!("user-{}", grant.login.len()),
         "aud": client_id,
         "email": grant.login,
