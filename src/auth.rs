@@ -309,8 +309,9 @@ impl AuthConfig {
             .as_ref()
             .map(sso::SsoConfig::validate)
             .transpose()?;
-        let enabled = !digests.is_empty() || !issuers.is_empty() || sso.is_some();
-        if !enabled && !rules.is_empty() {
+        let clients_known = !digests.is_empty() || !issuers.is_empty();
+        let enabled = clients_known || sso.is_some();
+        if !clients_known && !rules.is_empty() {
             return Err(invalid(
                 "auth.rules",
                 "rules need clients to tell apart: configure tokens, clients or issuers",
@@ -487,7 +488,13 @@ impl Denied {
 impl AuthSettings {
     /// Whether clients must authenticate.
     pub fn enabled(&self) -> bool {
-        !self.tokens.is_empty() || !self.issuers.is_empty() || self.sso.is_some()
+        !self.tokens.is_empty() || !self.issuers.is_empty()
+    }
+
+    /// Whether the pages need a sign-in: client authentication is on, or single sign-on is
+    /// configured (which alone leaves the protocols open, as without `[auth]`).
+    pub fn pages_need_sign_in(&self) -> bool {
+        self.enabled() || self.sso.is_some()
     }
 
     /// Whether the mirror has tokens of its own (besides ID tokens and single sign-on).

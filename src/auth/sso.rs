@@ -306,7 +306,11 @@ mod tests {
     #[test]
     fn the_authorization_url_carries_an_s256_challenge_of_the_verifier() {
         let auth = settings();
-        assert!(auth.enabled(), "single sign-on turns authentication on");
+        assert!(
+            auth.pages_need_sign_in(),
+            "single sign-on protects the pages"
+        );
+        assert!(!auth.enabled(), "but alone leaves the protocols open");
         let sso = auth.sso.as_ref().unwrap();
         let pending = Pending::new("/-/providers".into(), 1_000).unwrap();
         assert_eq!(pending.verifier.len(), 43);

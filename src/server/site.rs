@@ -120,7 +120,7 @@ impl Site {
         );
         let sessions = settings
             .auth
-            .enabled()
+            .pages_need_sign_in()
             .then(|| Sessions::new(&settings.auth));
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Site {
@@ -240,7 +240,9 @@ impl Site {
     /// Who is asking: with authentication off anyone; else a bearer token's holder (`who`,
     /// checked by the caller), else a signed-in browser.
     fn caller(&self, req: &Request<()>, who: &Result<Principal, Denied>) -> Caller {
-        if !self.settings.auth.enabled() || who.is_ok() {
+        let auth = &self.settings.auth;
+        // With single sign-on alone, `who` is anyone: only a session counts.
+        if !auth.pages_need_sign_in() || (auth.enabled() && who.is_ok()) {
             return Caller::Let;
         }
         self.session(req).map_or(Caller::Nobody, Caller::Session)

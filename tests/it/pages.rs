@@ -683,6 +683,13 @@ connect_to = "{addr}"
     }
     let api = get(&client, &mirror.url("-/api/v1/providers")).await;
     assert_eq!(api.status, StatusCode::UNAUTHORIZED);
+    // Single sign-on alone protects the pages, not the protocols.
+    let index = get(
+        &client,
+        &mirror.url(&format!("{REGISTRY}/acme/foo/index.json")),
+    )
+    .await;
+    assert_eq!(index.status, StatusCode::OK, "{}", index.text());
 
     let browser = Browser::start().await;
     let sign_in = async |login: &str| {
