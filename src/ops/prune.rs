@@ -506,31 +506,25 @@ impl Report<'_> {
             println!("{title}: nothing is changed; a run would remove what is listed");
         }
         let rows = self.rows();
+        let header = [
+            "PROVIDER / MODULE",
+            "VERSION",
+            "PLATFORM",
+            "SIZE",
+            "LAST USED",
+            "USED BY",
+        ]
+        .map(String::from);
         if !rows.is_empty() && self.dry_run {
-            let header = [
-                "PROVIDER / MODULE",
-                "VERSION",
-                "PLATFORM",
-                "SIZE",
-                "LAST USED",
-                "USED BY",
-            ]
-            .map(String::from);
             super::ls::print_table(&header, &rows);
         } else if !rows.is_empty() {
-            let header = [
-                "PROVIDER / MODULE",
-                "VERSION",
-                "PLATFORM",
-                "SIZE",
-                "LAST USED",
-            ]
-            .map(String::from);
+            // Who used what is known only on a dry run: a real run leaves the column out.
+            let [a, b, c, d, e, _] = header;
             let rows: Vec<[String; 5]> = rows
                 .into_iter()
                 .map(|[a, b, c, d, e, _]| [a, b, c, d, e])
                 .collect();
-            super::ls::print_table(&header, &rows);
+            super::ls::print_table(&[a, b, c, d, e], &rows);
         }
         let versions = self
             .removed

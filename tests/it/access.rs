@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::support::http::send;
 use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec};
 use crate::support::pki::TestCa;
-use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::provender::{REGISTRY, TestMirror};
 use crate::support::tf_config::{self, local_platform};
 use crate::support::{Terraform, https_client, sample};
 
@@ -62,25 +62,13 @@ modules = ["{REGISTRY}/acme/*"]
 "#,
         key = "k".repeat(40),
     );
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     (ca, origin, mirror)
 }
 
 /// The CLI configuration: the mirror, with `token` as its credentials.
 fn cli(mirror: &TestMirror, token: &str) -> String {
-    format!(
-        "{}credentials \"localhost:{}\" {{\n  token = \"{token}\"\n}}\n",
-        tf_config::network_mirror(mirror.url.as_str()),
-        mirror.url.port().unwrap()
-    )
+    tf_config::network_mirror_with_token(&mirror.url, token)
 }
 
 fn requiring_foo(constraint: &str) -> String {

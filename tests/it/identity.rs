@@ -14,10 +14,10 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::support::http::send;
-use crate::support::issuer::{FakeIssuer, ISSUER_HOST};
+use crate::support::issuer::FakeIssuer;
 use crate::support::origin::{FakeOrigin, ProviderSpec};
 use crate::support::pki::TestCa;
-use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::provender::{REGISTRY, TestMirror};
 use crate::support::tf_config::{self, FOO};
 use crate::support::{Terraform, https_client, https_client_no_redirects};
 
@@ -79,32 +79,18 @@ audiences = ["{AUDIENCE}"]
 claims = {{ repository_owner = "acme", ref = "refs/heads/*" }}
 refetch_interval = "1s"
 
-[upstream.hosts."{ISSUER_HOST}"]
-connect_to = "{addr}"
-"#,
+{hosts}"#,
         key = "k".repeat(40),
         url = issuer.url(),
-        addr = issuer.addr(),
+        hosts = issuer.host_toml(),
     );
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     (ca, origin, issuer, mirror)
 }
 
 /// The CLI configuration: the mirror, with `token` as its credentials.
 fn cli(mirror: &TestMirror, token: &str) -> String {
-    format!(
-        "{}credentials \"localhost:{}\" {{\n  token = \"{token}\"\n}}\n",
-        tf_config::network_mirror(mirror.url.as_str()),
-        mirror.url.port().unwrap()
-    )
+    tf_config::network_mirror_with_token(&mirror.url, token)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -390,27 +376,15 @@ issuer = "{cluster}"
 audiences = ["{AUDIENCE}"]
 claims = {{ "/kubernetes.io/namespace" = "ci" }}
 
-[upstream.hosts."gitlab.example"]
-connect_to = "{gitlab_addr}"
-
-[upstream.hosts."cluster.example"]
-connect_to = "{cluster_addr}"
-"#,
+{gitlab_host}
+{cluster_host}"#,
         key = "k".repeat(40),
         gitlab = gitlab_issuer.url(),
         cluster = cluster.url(),
-        gitlab_addr = gitlab_issuer.addr(),
-        cluster_addr = cluster.addr(),
+        gitlab_host = gitlab_issuer.host_toml(),
+        cluster_host = cluster.host_toml(),
     );
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     for token in [
         gitlab_issuer.token(&gitlab("acme", true)),
         cluster.token(&kubernetes("ci")),

@@ -426,15 +426,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         "[auth]\ntokens = [\"{token}\"]\nurl_signing_key = \"{}\"\nsession_ttl = \"2h\"\n",
         "k".repeat(40)
     );
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     let client = https_client_no_redirects(&ca);
     let zip = format!("{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip");
     let filled = send(
@@ -639,7 +631,7 @@ async fn arrives_at(browser: &Browser, path: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn people_sign_in_with_single_sign_on_and_pkce() {
-    use crate::support::issuer::{FakeIssuer, ISSUER_HOST};
+    use crate::support::issuer::FakeIssuer;
     let ca = TestCa::new();
     let origin = FakeOrigin::start(
         &ca,
@@ -659,22 +651,12 @@ client_id = "provender-pages"
 client_secret = "pages-client-secret"
 claims = {{ email = "*@acme.example" }}
 
-[upstream.hosts."{ISSUER_HOST}"]
-connect_to = "{addr}"
-"#,
+{hosts}"#,
         key = "k".repeat(40),
         url = issuer.url(),
-        addr = issuer.addr(),
+        hosts = issuer.host_toml(),
     );
-    let mirror = TestMirror::start_with(
-        &ca,
-        &origin,
-        MirrorOptions {
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    )
-    .await;
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     // Without a session nothing is reachable.
     let client = https_client_no_redirects(&ca);
     for route in ["-/providers", "-/usage", "-/status"] {

@@ -387,11 +387,7 @@ flush_interval = "1s"
         &auth,
     );
     let through = |replica: &ServerProcess, token: &str| {
-        format!(
-            "{}credentials \"localhost:{}\" {{\n  token = \"{token}\"\n}}\n",
-            tf_config::network_mirror(replica.url.as_str()),
-            replica.url.port().unwrap()
-        )
+        tf_config::network_mirror_with_token(&replica.url, token)
     };
     // A known sequence: the platform team once through A; CI twice through B, once through A.
     init_fresh(

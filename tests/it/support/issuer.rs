@@ -135,6 +135,14 @@ impl FakeIssuer {
         format!("https://{}", self.shared.host)
     }
 
+    /// The `[upstream.hosts]` table that sends provender here.
+    pub fn host_toml(&self) -> String {
+        format!(
+            "[upstream.hosts.\"{}\"]\nconnect_to = \"{}\"\n",
+            self.shared.host, self.addr
+        )
+    }
+
     /// A URL on this issuer that redirects to `to`.
     pub fn redirecting_to(&self, to: &str) -> String {
         let query = url::form_urlencoded::Serializer::new(String::new())

@@ -58,6 +58,19 @@ impl TestMirror {
         Self::start_with(ca, origin, MirrorOptions::default()).await
     }
 
+    /// Starts provender with defaults and `toml` appended (whole tables: `[auth]`, ...).
+    pub async fn start_with_toml(ca: &TestCa, origin: &FakeOrigin, toml: &str) -> TestMirror {
+        Self::start_with(
+            ca,
+            origin,
+            MirrorOptions {
+                extra_toml: toml,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
     /// Starts provender on an existing cache directory, otherwise with defaults.
     pub async fn start_on(ca: &TestCa, origin: &FakeOrigin, cache_dir: &Path) -> TestMirror {
         let opts = MirrorOptions {

@@ -38,6 +38,16 @@ pub fn network_mirror(url: &str) -> String {
     format!("provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n")
 }
 
+/// [`network_mirror`], with a `credentials` block sending `token` to the mirror at `url`.
+pub fn network_mirror_with_token(url: &url::Url, token: &str) -> String {
+    format!(
+        "{}credentials \"{}:{}\" {{\n  token = \"{token}\"\n}}\n",
+        network_mirror(url.as_str()),
+        url.host_str().unwrap(),
+        url.port().unwrap()
+    )
+}
+
 /// CLI configuration installing every provider from the filesystem mirror at `path`.
 pub fn filesystem_mirror(path: &Path) -> String {
     format!(
