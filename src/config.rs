@@ -45,6 +45,8 @@ pub struct CompleteHashesConfig {
     pub max_bandwidth: bytesize::ByteSize,
     /// Versions waiting at most; more are dropped (and counted) until there is room.
     pub queue: usize,
+    /// Keep the archives the job fetches (else it learns their `h1:` and drops them).
+    pub keep_archives: bool,
 }
 
 impl Default for CompleteHashesConfig {
@@ -54,6 +56,7 @@ impl Default for CompleteHashesConfig {
             concurrency: 2,
             max_bandwidth: bytesize::ByteSize::mib(20),
             queue: 1000,
+            keep_archives: false,
         }
     }
 }
@@ -66,6 +69,8 @@ pub struct CompleteHashesSettings {
     /// Bytes per second; `None`: no limit.
     pub max_bandwidth: Option<std::num::NonZeroU32>,
     pub queue: usize,
+    /// Keep the archives only the job asked for.
+    pub keep_archives: bool,
 }
 
 impl CompleteHashesConfig {
@@ -101,6 +106,7 @@ impl CompleteHashesConfig {
             concurrency: self.concurrency,
             max_bandwidth,
             queue: self.queue,
+            keep_archives: self.keep_archives,
         })
     }
 }

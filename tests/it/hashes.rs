@@ -1,8 +1,9 @@
 //! The complete-hashes job (`[complete_hashes]`): once any part of a version is requested,
 //! every platform's `h1:` appears in `<version>.json` without a client downloading it.
 //! - the hashes equal what `terraform providers mirror` computes for each platform straight
-//!   from the origin, and each archive is fetched from the origin once (a later client gets
-//!   it from the cache);
+//!   from the origin, each archive is fetched from the origin once, and none is kept (a later
+//!   client's download is a miss); with `keep_archives` they are kept and a later client gets
+//!   them from the cache;
 //! - the job keeps to its concurrency (the origin never answers more of its archive requests
 //!   at once) and its bandwidth (a version cannot be hashed faster than the limit allows);
 //! - a client asking for an archive the throttled job is fetching is not held to the job's
@@ -144,7 +145,46 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
     );
     assert_eq!(sample(&metrics, "provender_hash_job_queue"), 0);
     assert!(sample(&metrics, "provender_hash_job_bytes_total") > 0);
+    // No client asked for an archive: the job kept none (complete_hashes.keep_archives).
+    assert_eq!(sample(&metrics, "provender_cache_archives"), 0);
+    assert!(stored_zips(&mirror).is_empty(), "{:?}", stored_zips(&mirror));
 
+    // A client's download afterwards is a miss like any, listed with the same h1:.
+    origin.reset_counts();
+    let (os, arch) = p[1];
+    let zip = get(&client, &archive_url(&mirror, &origin, (os, arch))).await;
+    assert_eq!(zip.status, 200);
+    assert_eq!(zip.body, origin.archive("acme", "foo", "1.1.0", os, arch));
+    assert_eq!(origin.count(RequestKind::Archive), 1);
+    poll(Duration::from_secs(10), async || {
+        (stored_zips(&mirror).len() == 1).then_some(())
+    })
+    .await
+    .expect("the client's download is cached");
+    let after = version_document(&client, &mirror).await.json();
+    for name in platform_names(&p) {
+        assert_eq!(h1_of(&after, &name), h1_of(&ours, &name), "{name}");
+    }
+}
+
+/// The archives in the mirror's cache directory.
+fn stored_zips(mirror: &TestMirror) -> Vec<std::path::PathBuf> {
+    crate::support::provender::files_under(&mirror.cache_dir.join("archives"))
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "zip"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_keep_archives_the_jobs_downloads_are_cached() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mirror = mirror_with_job(&ca, &origin, "keep_archives = true").await;
+    let client = https_client(&ca, &[]);
+    version_document(&client, &mirror).await;
+    complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
+    assert_eq!(stored_zips(&mirror).len(), p.len());
     // A client's download afterwards comes from the cache.
     origin.reset_counts();
     let (os, arch) = p[1];

@@ -37,7 +37,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::error::{Error, Failure, Result};
-use crate::hash::{Hashing, Sha256};
+use crate::hash::{H1, Hashing, Sha256};
 use crate::metrics::VerificationReason;
 use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
@@ -167,6 +167,12 @@ impl Fill {
     }
 
     /// Waits until the fill is over: `Ok` when the archive is in the store.
+    /// The bytes received from the origin so far.
+    pub fn received(&self) -> u64 {
+        let p = self.progress.borrow();
+        p.on_disk + p.in_memory
+    }
+
     pub async fn finished(&self) -> Result<()> {
         let mut rx = self.progress.subscribe();
         let progress = rx.wait_for(|p| p.finished.is_some()).await;
@@ -523,6 +529,14 @@ impl Core {
         })?;
 
         let size = digest.size;
+        if !fill.wanted.load(Ordering::Relaxed) && !self.settings.complete_hashes.keep_archives {
+            // Only the complete-hashes job wanted it: its `h1:` and size are what it is for.
+            // The staged file goes; a client that asks later fetches it like any miss.
+            drop(staged);
+            self.record_facts(key, pkg, &h1, size).await;
+            tracing::info!(archive = %key, size, %h1, "hashed an archive no client asked for, without keeping it");
+            return Ok(());
+        }
         let verified = VerifiedArchive {
             file: staged,
             info: crate::records::ArchiveInfo {
@@ -541,7 +555,15 @@ impl Core {
                 Error::from(e)
             })?;
         self.archive_committed(key, size).await;
-        if let Some(reported) = pkg.reported_h1.as_ref().filter(|r| **r != h1) {
+        self.record_facts(key, pkg, &h1, size).await;
+        tracing::info!(archive = %key, size, %h1, "cached archive");
+        Ok(())
+    }
+
+    /// Puts a verified archive's `h1:` and size into its version record, and counts an origin
+    /// that states another `h1:` for it.
+    async fn record_facts(&self, key: &ArchiveKey, pkg: &Package, h1: &H1, size: u64) {
+        if let Some(reported) = pkg.reported_h1.as_ref().filter(|r| *r != h1) {
             // The archive is the signed one; the registry's statement about it is wrong.
             self.metrics
                 .verification_failed(VerificationReason::ReportedH1Mismatch);
@@ -549,13 +571,11 @@ impl Core {
         }
         if let Err(e) = self
             .meta
-            .set_archive_facts(&key.addr, &key.version, &key.platform, &h1, size)
+            .set_archive_facts(&key.addr, &key.version, &key.platform, h1, size)
             .await
         {
             tracing::warn!(archive = %key, "cannot record h1 in version metadata: {e}");
         }
-        tracing::info!(archive = %key, size, %h1, "cached archive");
-        Ok(())
     }
 
     /// Writes a chunk to the staging file and tells readers; after a write error, keeps chunks

@@ -5,8 +5,10 @@
 //! holds only those. So once any part of a version is requested (its `<version>.json`, an
 //! archive, its OCI index, its registry download metadata), the version is queued, and a
 //! background task fetches the archives of the other platforms the mirror serves through the
-//! same fill as a client download (verified against the signed SHA256SUMS, hashed, stored),
-//! which puts their `h1:` into the version record. An `h1:` the origin registry states in its
+//! same fill as a client download (verified against the signed SHA256SUMS, hashed), which puts
+//! their `h1:` into the version record. The archives themselves are dropped unless
+//! `complete_hashes.keep_archives` is on or a client joined the download: a version's other
+//! platforms cost one download each and no disk. An `h1:` the origin registry states in its
 //! `packages` extension is never listed on its word: it is compared with the one computed here.
 //!
 //! Bounds (`[complete_hashes]`): a queue of versions (more are dropped and counted), a number
@@ -179,7 +181,8 @@ impl Core {
             .await;
     }
 
-    /// Makes sure one archive is stored and hashed. `Ok(true)`: this job downloaded it.
+    /// Makes sure one archive is hashed (and stored, if `keep_archives` or a client joined).
+    /// `Ok(true)`: this job downloaded it.
     async fn hash_archive(
         self: &Arc<Self>,
         key: &ArchiveKey,
@@ -197,9 +200,7 @@ impl Core {
         let (fill, started) = self.background_fill(key, &pkg, trust, limit);
         fill.finished().await?;
         if started {
-            if let Some(info) = self.archive_info(key).await? {
-                self.metrics.hash_job_bytes.inc_by(info.size);
-            }
+            self.metrics.hash_job_bytes.inc_by(fill.received());
         }
         Ok(started)
     }
