@@ -19,6 +19,7 @@ Providers:
   bench/small  several versions x 5 platforms, small archives (metadata benchmarks)
   bench/mid    1.0.0 linux_amd64, --mid-mib MiB of incompressible payload
   bench/big    1.0.0 linux_amd64, --big-mib MiB of incompressible payload
+  bench/wide   1.0.0 on 12 platforms, --wide-mib MiB each (only with --wide-mib)
 """
 
 import argparse
@@ -40,6 +41,13 @@ SMALL_PLATFORMS = [
     ("windows", "amd64"),
 ]
 LINUX = [("linux", "amd64")]
+# As many platforms as a large provider (hashicorp/aws) offers.
+WIDE_PLATFORMS = [
+    ("darwin", "amd64"), ("darwin", "arm64"),
+    ("freebsd", "386"), ("freebsd", "amd64"), ("freebsd", "arm"),
+    ("linux", "386"), ("linux", "amd64"), ("linux", "arm"), ("linux", "arm64"),
+    ("windows", "386"), ("windows", "amd64"), ("windows", "arm64"),
+]
 TIMESTAMP = (2024, 1, 2, 3, 4, 6)
 CHUNK = 1 << 20
 
@@ -166,12 +174,16 @@ def main():
     p.add_argument("--gnupghome", required=True)
     p.add_argument("--big-mib", type=int, required=True)
     p.add_argument("--mid-mib", type=int, required=True)
+    p.add_argument("--wide-mib", type=int, default=0)
     args = p.parse_args()
     key = signing_key(args.gnupghome)
     write(f"{args.out}/.well-known/terraform.json", json.dumps({"providers.v1": "/v1/providers/"}))
     provider(args.out, args.gnupghome, key, "small", SMALL_VERSIONS, SMALL_PLATFORMS, 16 << 10)
     provider(args.out, args.gnupghome, key, "mid", ["1.0.0"], LINUX, args.mid_mib << 20)
     provider(args.out, args.gnupghome, key, "big", ["1.0.0"], LINUX, args.big_mib << 20)
+    if args.wide_mib:
+        provider(args.out, args.gnupghome, key, "wide", ["1.0.0"], WIDE_PLATFORMS,
+                 args.wide_mib << 20)
 
 
 if __name__ == "__main__":
