@@ -247,21 +247,26 @@ def storage(path):
     streams = sorted({int(k.split(".")[1][1:]) for k in r if k.startswith("dl.s")})
     if streams:
         out.append(f"### Warm archive download ({fmt(size, '.0f')} MiB archive, curl)\n")
-        out.append("| streams | disk MiB/s | object store MiB/s | ratio | provender CPU s/GiB disk / object store "
+        out.append("| streams | disk MiB/s | object store MiB/s | ratio | object store + local tier MiB/s | ratio "
+                   "| provender CPU s/GiB disk / object store "
                    "| Garage CPU s/GiB behind provender | Garage alone (pre-signed URL) MiB/s | Garage alone CPU s/GiB |")
-        out.append("|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
         for s in streams:
-            d, o = get(f"dl.s{s}.disk.mibps"), get(f"dl.s{s}.s3.mibps")
+            d, o, t = get(f"dl.s{s}.disk.mibps"), get(f"dl.s{s}.s3.mibps"), get(f"dl.s{s}.tier.mibps")
             out.append(f"| {s} | {fmt(d, '.0f')} | {fmt(o, '.0f')} | {fmt(ratio(o, d), '.2f')} | "
+                       f"{fmt(t, '.0f')} | {fmt(ratio(t, d), '.2f')} | "
                        f"{fmt(get(f'dl.s{s}.disk.cpu_s'), '.2f')} / {fmt(get(f'dl.s{s}.s3.cpu_s'), '.2f')} | "
                        f"{fmt(get(f'dl.s{s}.s3.garage_s'), '.2f')} | {fmt(get(f'dl.s{s}.store.mibps'), '.0f')} | "
                        f"{fmt(get(f'dl.s{s}.store.garage_s'), '.2f')} |")
         d, o, g = get("warm.disk.ttfb"), get("warm.s3.ttfb"), get("warm.store.ttfb")
+        t = get("warm.tier.ttfb")
         if d is not None and o is not None:
-            out.append(f"| 1, time to first byte ms | {d * 1e3:.1f} | {o * 1e3:.1f} | {fmt(ratio(o, d), '.2f')} | | | "
+            out.append(f"| 1, time to first byte ms | {d * 1e3:.1f} | {o * 1e3:.1f} | {fmt(ratio(o, d), '.2f')} | "
+                       f"{fmt(t and t * 1e3, '.1f')} | {fmt(ratio(t, d), '.2f')} | | | "
                        f"{fmt(g and g * 1e3, '.1f')} | |")
         out.append(f"\nAggregate throughput of all streams; median of {n_of(f'dl.s{streams[0]}.disk.mibps')} runs "
-                   "(time to first byte: one download per run, new connection). ratio = object store / disk. "
+                   "(time to first byte: one download per run, new connection). ratio = object store / disk, and "
+                   "object store with a local tier (`cache.local_max_size`, warm: served from its local copy) / disk. "
                    "CPU s/GiB: CPU time per GiB served, of provender and of Garage. \"Garage alone\": the same "
                    "object straight from Garage by the pre-signed URL of `cache.redirect_downloads` (plain HTTP, "
                    "no TLS, no provender).\n")

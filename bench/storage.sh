@@ -45,8 +45,8 @@ bench_build
 bench_pki
 bench_origin "$BIG_MIB" "$MID_MIB"
 # DEAD_PORT: nothing listens there (an origin that refuses every connection).
-read -r ORIGIN_PORT DEAD_PORT GARAGE_RPC GARAGE_S3 DISK_PORT S3_PORT COLD_PORT REPLICA_PORT \
-    <<<"$(free_ports 8)"
+read -r ORIGIN_PORT DEAD_PORT GARAGE_RPC GARAGE_S3 DISK_PORT S3_PORT COLD_PORT REPLICA_PORT TIER_PORT \
+    <<<"$(free_ports 9)"
 start_origin origin "$ORIGIN_PORT"
 ORIGIN=https://127.0.0.1:$ORIGIN_PORT
 
@@ -140,13 +140,20 @@ log "provender, s3 backend (Garage, prefix \"warm\"), on 127.0.0.1:$S3_PORT"
 provender_conf "$WORK/s3.toml" "$S3_PORT" "$WORK/local-s3" "$ORIGIN_PORT" "$(s3_cache warm)"
 start_provender "$WORK/s3.toml" "$S3_PORT" "$WORK/provender-s3.log"
 S3_PID=$STARTED
+TIER_URL=https://127.0.0.1:$TIER_PORT
+log "provender, s3 backend with a 1 GiB local tier (cache.local_max_size), on 127.0.0.1:$TIER_PORT"
+provender_conf "$WORK/tier.toml" "$TIER_PORT" "$WORK/local-tier" "$ORIGIN_PORT" \
+    "local_max_size = \"1 GiB\"
+$(s3_cache warm)"
+start_provender "$WORK/tier.toml" "$TIER_PORT" "$WORK/provender-tier.log"
+TIER_PID=$STARTED
 wait_ready "$S3_URL"
 sleep 1
 record rss.disk.idle "$(status_kib "$DISK_PID" VmRSS)"
 record rss.s3.idle "$(status_kib "$S3_PID" VmRSS)"
 
-url_of() { if [ "$1" = disk ]; then echo "$DISK_URL"; else echo "$S3_URL"; fi; }
-pid_of() { if [ "$1" = disk ]; then echo "$DISK_PID"; else echo "$S3_PID"; fi; }
+url_of() { case $1 in disk) echo "$DISK_URL" ;; tier) echo "$TIER_URL" ;; *) echo "$S3_URL" ;; esac; }
+pid_of() { case $1 in disk) echo "$DISK_PID" ;; tier) echo "$TIER_PID" ;; *) echo "$S3_PID" ;; esac; }
 # Which side goes first in round N.
 order() { if [ $(($1 % 2)) = 1 ]; then echo disk s3; else echo s3 disk; fi; }
 
@@ -156,6 +163,17 @@ warm_provender "$S3_URL"
 check_big "$DISK_URL/$HOST/bench/big/$BIG_ZIP"
 check_big "$S3_URL/$HOST/bench/big/$BIG_ZIP"
 check_no_local_archives "$WORK/local-s3"
+# The tiered instance: its first download reads the bucket (the S3 instance filled it) and copies
+# the archive to its tier; the next ones come from local disk.
+check_big "$TIER_URL/$HOST/bench/big/$BIG_ZIP"
+for _ in $(seq 600); do
+    [ -n "$(find "$WORK/local-tier/local" -name "$BIG_ZIP" 2>/dev/null)" ] && break
+    sleep 0.1
+done
+[ -n "$(find "$WORK/local-tier/local" -name "$BIG_ZIP")" ] || die "the tier did not keep $BIG_ZIP"
+check_big "$TIER_URL/$HOST/bench/big/$BIG_ZIP"
+[ "$(metric "$TIER_URL" 'provender_local_tier_requests_total{result="hit"}')" -ge 1 ] \
+    || die "the tiered instance did not serve from its tier"
 for doc in small/index.json small/2.3.0.json big/1.0.0.json; do
     cmp -s <(curl -sSf --http1.1 --cacert "$CA" "$DISK_URL/$HOST/bench/$doc") \
         <(curl -sSf --http1.1 --cacert "$CA" "$S3_URL/$HOST/bench/$doc") \
@@ -220,8 +238,8 @@ archive_url() {
 }
 log "warm archives: $BIG_ZIP ($((BIG_BYTES >> 20)) MiB), streams ${STREAMS[*]}, $REPS run(s) each; disk, s3, and the store alone"
 for rep in $(seq "$REPS"); do
-    sides="disk s3 store"
-    [ $((rep % 2)) = 1 ] || sides="store s3 disk"
+    sides="disk s3 tier store"
+    [ $((rep % 2)) = 1 ] || sides="store tier s3 disk"
     for s in "${STREAMS[@]}"; do
         for side in $sides; do
             pid=$GARAGE_PID

@@ -29,6 +29,7 @@
 mod budget;
 mod flight;
 mod listing;
+mod local_tier;
 mod meta;
 mod objects;
 mod staging;
@@ -38,6 +39,7 @@ pub use flight::{Aborted, Flights};
 pub use listing::{
     FreshnessRules, Listing, Listings, NotCached, Verdict, module_list_key, provider_list_key,
 };
+pub use local_tier::{LocalTier, TierMetrics};
 pub use meta::MetaStore;
 pub use objects::{ArchiveKind, Archives, Kind, Listed, ModuleKind, Modules, Objects, Opened};
 pub use staging::{ScratchDir, StagedFile, Staging};

@@ -262,6 +262,9 @@ pub struct CacheConfig {
     #[serde(with = "humantime_serde")]
     pub reverify_interval: Duration,
     pub max_fill_memory: bytesize::ByteSize,
+    /// With an object store: bytes of archives and module packages also kept on local disk
+    /// (0: none).
+    pub local_max_size: bytesize::ByteSize,
 }
 
 impl Default for CacheConfig {
@@ -278,6 +281,7 @@ impl Default for CacheConfig {
             max_size: None,
             reverify_interval: Duration::from_secs(24 * 3600),
             max_fill_memory: bytesize::ByteSize::mib(64),
+            local_max_size: bytesize::ByteSize::b(0),
         }
     }
 }
@@ -720,7 +724,23 @@ impl CacheConfig {
                 "needs an object-store backend (cache.backend = \"s3\", \"gcs\" or \"azure\")",
             ));
         }
+        let local_max_size = c.local_max_size.as_u64();
+        if local_max_size > 0 {
+            if matches!(storage, StorageSettings::Disk(_)) {
+                return Err(invalid(
+                    "cache.local_max_size",
+                    "is a local tier in front of an object store: it needs cache.backend = \"s3\", \"gcs\" or \"azure\"",
+                ));
+            }
+            if local_max_size < 16 << 20 {
+                return Err(invalid(
+                    "cache.local_max_size",
+                    "must be 0 or at least 16 MiB",
+                ));
+            }
+        }
         Ok(CacheSettings {
+            local_max_size: (local_max_size > 0).then_some(local_max_size),
             dir: c.dir.clone(),
             storage,
             index_ttl: c.index_ttl,
@@ -1282,6 +1302,8 @@ pub struct CacheSettings {
     pub max_fill_memory: u64,
     /// Answer cached archives with a redirect to a pre-signed URL of the object store.
     pub redirect_downloads: bool,
+    /// Bytes of the local disk tier in front of an object store (`<dir>/local`); `None`: none.
+    pub local_max_size: Option<u64>,
 }
 
 /// `[bundles]`, validated.

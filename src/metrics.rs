@@ -181,6 +181,8 @@ pub struct Metrics {
     pub connections_max: IntGauge,
     pub connections_closed: IntCounterVec,
     client_downloads: IntCounterVec,
+    /// The local disk tier in front of an object store (`cache.local_max_size`).
+    pub local_tier: crate::cache::TierMetrics,
     /// The clients with a series of their own in `client_downloads` (at most
     /// [`MAX_CLIENT_SERIES`]).
     named_clients: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -204,6 +206,15 @@ impl Metrics {
             )
             .unwrap(),
             named_clients: Default::default(),
+            local_tier: crate::cache::TierMetrics {
+                requests: IntCounterVec::new(
+                    Opts::new("provender_local_tier_requests_total", "Reads of archives and module packages through the local disk tier, by result: hit, miss, corrupt (a copy that failed its check as it was served, then deleted)."),
+                    &["result"],
+                )
+                .unwrap(),
+                evictions: IntCounter::new("provender_local_tier_evictions_total", "Copies deleted from the local disk tier to stay within cache.local_max_size.").unwrap(),
+                bytes: IntGauge::new("provender_local_tier_bytes", "Bytes of the copies in the local disk tier.").unwrap(),
+            },
             http_requests: IntCounterVec::new(
                 Opts::new("provender_http_requests_total", "HTTP requests answered, by route and status code."),
                 &["route", "status"],
@@ -386,6 +397,13 @@ impl Metrics {
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
         r.register(Box::new(m.usage_dropped.clone())).unwrap();
         r.register(Box::new(m.client_downloads.clone())).unwrap();
+        r.register(Box::new(m.local_tier.requests.clone())).unwrap();
+        r.register(Box::new(m.local_tier.evictions.clone()))
+            .unwrap();
+        r.register(Box::new(m.local_tier.bytes.clone())).unwrap();
+        for result in ["hit", "miss", "corrupt"] {
+            m.local_tier.requests.with_label_values(&[result]);
+        }
         r.register(Box::new(m.connections_open.clone())).unwrap();
         r.register(Box::new(m.connections_max.clone())).unwrap();
         r.register(Box::new(m.connections_closed.clone())).unwrap();

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 
-use super::{Changes, StagedFile};
+use super::{Changes, LocalTier, StagedFile};
 use crate::address::{MODULE_ARCHIVE, MirrorPath, ModuleAddr, Version};
 use crate::hash::Sha256;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
@@ -220,6 +220,8 @@ pub struct Objects<K: Kind> {
     records: moka::sync::Cache<K::Key, Arc<K::Record>>,
     /// Counts commits, removals and quarantines (see [`Changes`]).
     changes: Changes,
+    /// Copies on local disk in front of an object store (see [`LocalTier`]).
+    tier: Option<Arc<LocalTier>>,
 }
 
 impl<K: Kind> Objects<K> {
@@ -229,7 +231,14 @@ impl<K: Kind> Objects<K> {
             storage,
             records: moka::sync::Cache::new(capacity),
             changes: Default::default(),
+            tier: None,
         }
+    }
+
+    /// These objects, with copies kept in `tier` as they are read or committed.
+    pub fn with_tier(mut self, tier: Option<Arc<LocalTier>>) -> Objects<K> {
+        self.tier = tier;
+        self
     }
 
     /// How many commits, removals and quarantines this process has made (see [`Changes`]).
@@ -273,7 +282,24 @@ impl<K: Kind> Objects<K> {
         let Some(record) = self.record(key).await? else {
             return Ok(None);
         };
-        let Some(object) = self.storage.open(&K::object_key(key)).await? else {
+        let object_key = K::object_key(key);
+        if let Some(tier) = &self.tier {
+            let (size, sha256) = (K::size(&record), K::sha256(&record));
+            if let Some(local) = tier.get(&object_key, size, sha256).await {
+                return Ok(Some(Opened {
+                    record,
+                    modified: local.meta.modified,
+                    body: local.body,
+                }));
+            }
+            tier.copy_from(
+                self.storage.clone(),
+                object_key.clone(),
+                size,
+                sha256.clone(),
+            );
+        }
+        let Some(object) = self.storage.open(&object_key).await? else {
             self.records.invalidate(key);
             return Ok(None);
         };
@@ -292,6 +318,10 @@ impl<K: Kind> Objects<K> {
     /// Makes a staged, verified file the object for `key`: the bytes first, then its record.
     pub async fn commit(&self, key: &K::Key, staged: StagedFile, record: &K::Record) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(record).expect("records serialise");
+        if let Some(tier) = &self.tier {
+            // Verified before it came here: linked into the tier before the store takes it.
+            tier.link(&K::object_key(key), staged.path(), K::size(record));
+        }
         self.storage
             .put_file(&K::object_key(key), staged.path())
             .await?;
@@ -371,6 +401,9 @@ impl<K: Kind> Objects<K> {
     pub async fn remove(&self, key: &K::Key) -> Result<bool> {
         self.records.invalidate(key);
         self.changes.note();
+        if let Some(tier) = &self.tier {
+            tier.forget(&K::object_key(key));
+        }
         self.storage.delete(&K::record_key(key)).await?;
         self.storage.delete(&K::object_key(key)).await
     }
@@ -381,6 +414,9 @@ impl<K: Kind> Objects<K> {
     pub async fn quarantine(&self, key: &K::Key) -> Result<Option<String>> {
         self.records.invalidate(key);
         self.changes.note();
+        if let Some(tier) = &self.tier {
+            tier.forget(&K::object_key(key));
+        }
         let stamp = format!(".{}", crate::clock::now_secs());
         let moved = |k: &Key| {
             Key::new(std::iter::once("quarantine").chain(k.segments())).with_suffix(&stamp)

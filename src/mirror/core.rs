@@ -116,8 +116,15 @@ impl Core {
         }
         let entries = settings.cache.metadata_entries;
         let meta = MetaStore::new(storage.clone(), entries);
-        let archives = Archives::new(storage.clone(), entries);
-        let modules = Modules::new(storage.clone(), entries);
+        let tier = match settings.cache.local_max_size {
+            Some(max) => Some(
+                crate::cache::LocalTier::open(dir.join("local"), max, metrics.local_tier.clone())
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", ctx("local/")))?,
+            ),
+            None => None,
+        };
+        let archives = Archives::new(storage.clone(), entries).with_tier(tier.clone());
+        let modules = Modules::new(storage.clone(), entries).with_tier(tier);
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
             .with_git(&settings.modules.git.program);
         let budget = settings.cache.max_size.map(Budget::new);

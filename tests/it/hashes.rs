@@ -147,7 +147,11 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
     assert!(sample(&metrics, "provender_hash_job_bytes_total") > 0);
     // No client asked for an archive: the job kept none (complete_hashes.keep_archives).
     assert_eq!(sample(&metrics, "provender_cache_archives"), 0);
-    assert!(stored_zips(&mirror).is_empty(), "{:?}", stored_zips(&mirror));
+    assert!(
+        stored_zips(&mirror).is_empty(),
+        "{:?}",
+        stored_zips(&mirror)
+    );
 
     // A client's download afterwards is a miss like any, listed with the same h1:.
     origin.reset_counts();

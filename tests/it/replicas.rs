@@ -481,3 +481,88 @@ flush_interval = "1s"
         dry_table.stdout
     );
 }
+
+/// Files of `dir` (recursively) whose names end with `.zip`.
+fn local_zips(dir: &Path) -> Vec<std::path::PathBuf> {
+    crate::support::provender::files_under(dir)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "zip"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_tier_keeps_warm_archives_on_disk_and_drops_a_corrupt_copy() {
+    let garage = Garage::start("provender-tier");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let tier = "local_max_size = \"64 MiB\"";
+    let a = replica(&ca, &work.path().join("a"), origin.addr(), &garage, tier);
+    let b = replica(&ca, &work.path().join("b"), origin.addr(), &garage, tier);
+    let client = https_client(&ca, &[]);
+    let (os, arch) = platforms()[0];
+    let platform = format!("{os}_{arch}");
+    let expected = origin.archive("acme", "big", "1.0.0", os, arch);
+    let metric = async |replica: &ServerProcess, result: &str| {
+        let text = get(&client, &replica.root_url("/metrics")).await.text();
+        crate::support::sample(
+            &text,
+            &format!("provender_local_tier_requests_total{{result=\"{result}\"}}"),
+        )
+    };
+
+    // A fills it: the verified download goes into A's tier as it is committed.
+    let got = get(&client, &a.url(&big_zip("1.0.0", &platform))).await;
+    assert!(got.status == 200 && got.body == expected);
+    let a_local = work.path().join("a/cache/local");
+    poll(Duration::from_secs(10), async || {
+        let committed = bucket_archives(&garage)
+            .await
+            .iter()
+            .any(|(k, _)| k.ends_with(".zip.json"));
+        (committed && local_zips(&a_local).len() == 1).then_some(())
+    })
+    .await
+    .expect("A commits its fill, and keeps it in its tier");
+    let again = get(&client, &a.url(&big_zip("1.0.0", &platform))).await;
+    assert!(again.status == 200 && again.body == expected);
+    assert_eq!(metric(&a, "hit").await, 1);
+
+    // B reads it from the bucket once, copies it, then serves it from disk.
+    origin.reset_counts();
+    let first = get(&client, &b.url(&big_zip("1.0.0", &platform))).await;
+    assert!(first.status == 200 && first.body == expected);
+    let b_local = work.path().join("b/cache/local");
+    poll(Duration::from_secs(10), async || {
+        (local_zips(&b_local).len() == 1).then_some(())
+    })
+    .await
+    .expect("B copies what it read from the bucket");
+    let warm = get(&client, &b.url(&big_zip("1.0.0", &platform))).await;
+    assert!(warm.status == 200 && warm.body == expected);
+    assert_eq!(metric(&b, "hit").await, 1);
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        0,
+        "the origin is not asked"
+    );
+
+    // B's copy is damaged on disk: that response is cut short, the copy is dropped, and the
+    // next one comes whole from the bucket.
+    let copy = &local_zips(&b_local)[0];
+    let mut bytes = std::fs::read(copy).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(copy, &bytes).unwrap();
+    let cut = crate::support::http::send_lenient(
+        "damaged",
+        client.get(b.url(&big_zip("1.0.0", &platform))),
+    )
+    .await;
+    assert_ne!(cut.body, expected, "a damaged copy is never served whole");
+    assert!(cut.body.len() < expected.len());
+    assert_eq!(metric(&b, "corrupt").await, 1);
+    let whole = get(&client, &b.url(&big_zip("1.0.0", &platform))).await;
+    assert!(whole.status == 200 && whole.body == expected);
+    assert_eq!(origin.count(RequestKind::Archive), 0);
+}

@@ -321,6 +321,13 @@ impl ServerProcess {
         self.url.join(path).unwrap().to_string()
     }
 
+    /// The URL of `path` at the server's root (admin endpoints).
+    pub fn root_url(&self, path: &str) -> String {
+        let mut u = self.url.clone();
+        u.set_path(path);
+        u.to_string()
+    }
+
     /// Sends a signal (`"TERM"`, `"KILL"`).
     pub fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
