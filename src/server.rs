@@ -109,6 +109,7 @@ impl Server {
             settings.cache.reverify_interval,
         );
         mirror.core().start_hash_job();
+        mirror.core().start_tier_recheck();
         watch_certificate(&cert, settings.server.tls_reload_interval, metrics.clone());
         let usage_mirror = mirror.core().clone();
         tokio::spawn(async move {

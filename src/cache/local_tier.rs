@@ -7,10 +7,13 @@
 //! - **What enters is verified**: a copy read from the store is hashed as it is written to a
 //!   temporary file and renamed into place only if its size and SHA-256 are its record's; a
 //!   fill's staged file was verified before it was committed, and is linked in.
-//! - **What leaves is verified**: a copy served from the tier is hashed as it streams, and its
-//!   last chunk is held back until the hash matches the record. A corrupt copy (a disk fault)
-//!   ends the response with an error instead of its last bytes, is deleted, and the next request
-//!   reads the store again.
+//! - **What leaves is verified**: a copy is served without hashing only while its file is the
+//!   one that was verified (same size, modification time and inode as when its hash last
+//!   matched). Otherwise it is hashed as it streams, with its last chunk held back until the
+//!   hash matches the record; a corrupt copy ends the response with an error instead of its
+//!   last bytes, is deleted, and the next request reads the store again. Corruption that leaves
+//!   a file's metadata alone is found by [`LocalTier::recheck`], which re-hashes every copy
+//!   every `cache.reverify_interval`.
 //! - **Eviction never breaks a reader**: an evicted file is unlinked; a response already
 //!   streaming it keeps its open file to the end.
 //!
@@ -29,6 +32,25 @@ use tokio::io::AsyncWriteExt;
 use crate::hash::Sha256;
 use crate::storage::{DiskStorage, Key, Object, Storage};
 
+/// What identifies a file's state: size, modification time, inode.
+type Stamp = (u64, std::time::SystemTime, u64);
+
+fn stamp_of(path: &std::path::Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?, m.ino()))
+}
+
+/// One copy in the tier.
+struct Entry {
+    /// Its size in KiB (its weight).
+    kib: u32,
+    /// Its record's SHA-256, once known (copies taken in at start learn it when first served).
+    sha256: Mutex<Option<Sha256>>,
+    /// The file's state when its hash last matched.
+    verified: Mutex<Option<Stamp>>,
+}
+
 /// Sizes are weighed in KiB (the index's weights are `u32`).
 const UNIT: u64 = 1024;
 
@@ -46,8 +68,9 @@ pub struct LocalTier {
     disk: Arc<DiskStorage>,
     /// Copies in progress, beside the tier on the same file system.
     tmp: PathBuf,
-    /// Key → size in KiB, least recently used evicted first; eviction deletes the file.
-    index: moka::sync::Cache<String, u32>,
+    /// Key → copy, weighed by size, least recently used evicted first; eviction deletes the
+    /// file.
+    index: moka::sync::Cache<String, Arc<Entry>>,
     copying: Mutex<HashSet<String>>,
     metrics: TierMetrics,
 }
@@ -69,9 +92,10 @@ impl LocalTier {
         let listener_metrics = metrics.clone();
         let index = moka::sync::Cache::builder()
             .max_capacity(max_bytes / UNIT)
-            .weigher(|_: &String, kib: &u32| *kib)
+            .weigher(|_: &String, entry: &Arc<Entry>| entry.kib)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
-            .eviction_listener(move |key: Arc<String>, kib: u32, cause| {
+            .eviction_listener(move |key: Arc<String>, entry: Arc<Entry>, cause| {
+                let kib = entry.kib;
                 use moka::notification::RemovalCause;
                 if cause == RemovalCause::Replaced {
                     return;
@@ -117,7 +141,7 @@ impl LocalTier {
                             .and_then(|p| p.to_str())
                             .and_then(Key::parse);
                         if let Some(key) = key {
-                            self.note(&key, m.len());
+                            self.note(&key, m.len(), None);
                         }
                     }
                     Err(_) => {}
@@ -127,19 +151,27 @@ impl LocalTier {
         self.index.run_pending_tasks();
     }
 
-    fn note(&self, key: &Key, size: u64) {
+    /// Indexes the copy of `key`; `sha256` when its file was just verified against it.
+    fn note(&self, key: &Key, size: u64, sha256: Option<&Sha256>) {
         let kib = u32::try_from(size.div_ceil(UNIT)).unwrap_or(u32::MAX);
         self.metrics.bytes.add(i64::from(kib) * UNIT as i64);
-        self.index.insert(key.as_str().to_string(), kib);
+        let verified = sha256.and_then(|_| stamp_of(&self.disk.path_of(key)));
+        let entry = Entry {
+            kib,
+            sha256: Mutex::new(sha256.cloned()),
+            verified: Mutex::new(verified),
+        };
+        self.index.insert(key.as_str().to_string(), Arc::new(entry));
     }
 
     /// The local copy of `key`, if the tier holds one of `size` bytes, with a body that is
     /// checked against `sha256` before its last chunk leaves.
     pub async fn get(self: &Arc<Self>, key: &Key, size: u64, sha256: &Sha256) -> Option<Object> {
-        if self.index.get(key.as_str()).is_none() {
+        let Some(entry) = self.index.get(key.as_str()) else {
             self.metrics.requests.with_label_values(&["miss"]).inc();
             return None;
-        }
+        };
+        let stamp = stamp_of(&self.disk.path_of(key));
         let object = match self.disk.open(key).await {
             Ok(Some(o)) if o.meta.size == size => o,
             _ => {
@@ -149,14 +181,76 @@ impl LocalTier {
             }
         };
         self.metrics.requests.with_label_values(&["hit"]).inc();
+        let known = entry.sha256.lock().expect("tier entry").as_ref() == Some(sha256);
+        if known && stamp.is_some() && *entry.verified.lock().expect("tier entry") == stamp {
+            return Some(object);
+        }
+        *entry.sha256.lock().expect("tier entry") = Some(sha256.clone());
         let this = self.clone();
         let owned = key.clone();
-        let body = verified(object.body, sha256.clone(), move || {
-            tracing::error!(key = %owned, "the local tier's copy does not match its record; deleting it");
-            this.metrics.requests.with_label_values(&["corrupt"]).inc();
-            this.forget(&owned);
-        });
+        let body = verified(
+            object.body,
+            sha256.clone(),
+            move || *entry.verified.lock().expect("tier entry") = stamp,
+            move || {
+                tracing::error!(key = %owned, "the local tier's copy does not match its record; deleting it");
+                this.metrics.requests.with_label_values(&["corrupt"]).inc();
+                this.forget(&owned);
+            },
+        );
         Some(Object { body, ..object })
+    }
+
+    /// Re-hashes every copy whose record's hash is known, deleting those that no longer match
+    /// (corruption a file's size and times do not show). Returns how many went.
+    pub async fn recheck(&self) -> usize {
+        let entries: Vec<(Arc<String>, Arc<Entry>)> = self.index.iter().collect();
+        let mut dropped = 0;
+        for (key, entry) in entries {
+            let Some(expected) = entry.sha256.lock().expect("tier entry").clone() else {
+                continue;
+            };
+            let Some(key) = Key::parse(&key) else {
+                continue;
+            };
+            let path = self.disk.path_of(&key);
+            let got = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+                let mut file = std::fs::File::open(path)?;
+                let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = std::io::Read::read(&mut file, &mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    ctx.update(&buf[..n]);
+                }
+                Ok(hex::encode(ctx.finish().as_ref()))
+            })
+            .await;
+            if !matches!(got, Ok(Ok(ref h)) if h.as_str() == expected.as_str()) {
+                tracing::error!(%key, "the local tier's copy no longer matches its record; deleting it");
+                self.metrics.requests.with_label_values(&["corrupt"]).inc();
+                self.forget(&key);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Runs [`recheck`](Self::recheck) every `interval` (zero: never).
+    pub fn spawn_recheck(self: &Arc<Self>, interval: std::time::Duration) {
+        if interval.is_zero() {
+            return;
+        }
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(tier) = this.upgrade() else { return };
+                tier.recheck().await;
+            }
+        });
     }
 
     /// Drops the local copy of `key`, if any.
@@ -168,7 +262,7 @@ impl LocalTier {
 
     /// Takes in a verified file of `size` bytes as the copy of `key` (a hard link: the caller
     /// keeps its file).
-    pub fn link(&self, key: &Key, file: &std::path::Path, size: u64) {
+    pub fn link(&self, key: &Key, file: &std::path::Path, size: u64, sha256: &Sha256) {
         let to = self.disk.path_of(key);
         let linked = to
             .parent()
@@ -178,7 +272,7 @@ impl LocalTier {
                 std::fs::hard_link(file, &to)
             });
         match linked {
-            Ok(()) => self.note(key, size),
+            Ok(()) => self.note(key, size, Some(sha256)),
             Err(e) => tracing::debug!(%key, "not kept in the local tier: {e}"),
         }
     }
@@ -245,7 +339,7 @@ impl LocalTier {
         }
         self.disk.put_file(key, &tmp).await?;
         std::mem::forget(guard);
-        self.note(key, size);
+        self.note(key, size, Some(sha256));
         Ok(())
     }
 }
@@ -263,18 +357,21 @@ fn scopeguard(path: PathBuf) -> TempGuard {
     TempGuard(path)
 }
 
-/// `body`, hashed as it streams, with its last chunk held back until the hash is `expected`;
-/// otherwise the stream ends with an error instead, and `on_mismatch` runs.
+/// `body`, hashed as it streams, with its last chunk held back until the hash is `expected`
+/// (then `on_match` runs); otherwise the stream ends with an error instead, and `on_mismatch`
+/// runs.
 pub fn verified(
     body: BoxStream<'static, std::io::Result<Bytes>>,
     expected: Sha256,
+    on_match: impl FnOnce() + Send + 'static,
     on_mismatch: impl FnOnce() + Send + 'static,
 ) -> BoxStream<'static, std::io::Result<Bytes>> {
-    struct State<F> {
+    struct State<G, F> {
         body: BoxStream<'static, std::io::Result<Bytes>>,
         ctx: Option<ring::digest::Context>,
         held: Option<Bytes>,
         expected: Sha256,
+        on_match: Option<G>,
         on_mismatch: Option<F>,
     }
     let state = State {
@@ -282,6 +379,7 @@ pub fn verified(
         ctx: Some(ring::digest::Context::new(&ring::digest::SHA256)),
         held: None,
         expected,
+        on_match: Some(on_match),
         on_mismatch: Some(on_mismatch),
     };
     futures_util::stream::unfold(state, |mut s| async move {
@@ -302,6 +400,9 @@ pub fn verified(
                     let ctx = s.ctx.take()?;
                     let got = hex::encode(ctx.finish().as_ref());
                     if got == s.expected.as_str() {
+                        if let Some(f) = s.on_match.take() {
+                            f();
+                        }
                         return s.held.take().map(|last| (Ok(last), s));
                     }
                     if let Some(f) = s.on_mismatch.take() {
@@ -355,12 +456,15 @@ mod tests {
     async fn the_last_chunk_waits_for_the_hash() {
         let good = Sha256::of(b"abcdef");
         let bad_seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let body = verified(chunks(&[b"ab", b"cd", b"ef"]), good.clone(), || {});
+        let body = verified(chunks(&[b"ab", b"cd", b"ef"]), good.clone(), || {}, || {});
         assert_eq!(collect(body).await.unwrap(), b"abcdef");
         let seen = bad_seen.clone();
-        let mut body = verified(chunks(&[b"ab", b"cd", b"eX"]), good, move || {
-            seen.store(true, std::sync::atomic::Ordering::SeqCst)
-        });
+        let mut body = verified(
+            chunks(&[b"ab", b"cd", b"eX"]),
+            good,
+            || {},
+            move || seen.store(true, std::sync::atomic::Ordering::SeqCst),
+        );
         // Everything but the last chunk, then an error instead of it.
         assert_eq!(&body.next().await.unwrap().unwrap()[..], b"ab");
         assert_eq!(&body.next().await.unwrap().unwrap()[..], b"cd");
@@ -426,7 +530,23 @@ mod tests {
                 .is_some()
         );
         assert_eq!(tier.metrics.evictions.get(), 1);
-        // A corrupted copy is refused as it is served, and dropped.
+        // Corruption that leaves the file's metadata alone is found by the periodic re-check.
+        let third = Key::new(["archives", "a2.zip"]);
+        let path = tier.disk.path_of(&third);
+        let times = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_at(&file, &bytes[..1], 0).unwrap();
+        file.set_modified(times).unwrap();
+        drop(file);
+        assert_eq!(tier.recheck().await, 1);
+        assert!(
+            tier.get(&third, 1 << 20, &Sha256::of(&mib(2)))
+                .await
+                .is_none()
+        );
+        // A copy changed on disk is hashed as it is served: refused, and dropped.
         std::fs::write(tier.disk.path_of(&first), mib(7)).unwrap();
         let object = tier
             .get(&first, 1 << 20, &Sha256::of(&mib(0)))

@@ -320,7 +320,12 @@ impl<K: Kind> Objects<K> {
         let bytes = serde_json::to_vec_pretty(record).expect("records serialise");
         if let Some(tier) = &self.tier {
             // Verified before it came here: linked into the tier before the store takes it.
-            tier.link(&K::object_key(key), staged.path(), K::size(record));
+            tier.link(
+                &K::object_key(key),
+                staged.path(),
+                K::size(record),
+                K::sha256(record),
+            );
         }
         self.storage
             .put_file(&K::object_key(key), staged.path())

@@ -92,6 +92,8 @@ pub struct Core {
     pub(self) fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
     /// The LRU accounting behind `cache.max_size`; `None` for an unbounded cache.
     pub(super) budget: Option<Arc<Budget>>,
+    /// The local disk tier in front of an object store, if configured.
+    tier: Option<Arc<crate::cache::LocalTier>>,
     pub(super) version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>, Error>,
     /// The complete-hashes job's queue, once the server started it.
     pub(self) hash_queue: std::sync::OnceLock<hash_job::HashQueue>,
@@ -124,7 +126,7 @@ impl Core {
             None => None,
         };
         let archives = Archives::new(storage.clone(), entries).with_tier(tier.clone());
-        let modules = Modules::new(storage.clone(), entries).with_tier(tier);
+        let modules = Modules::new(storage.clone(), entries).with_tier(tier.clone());
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
             .with_git(&settings.modules.git.program);
         let budget = settings.cache.max_size.map(Budget::new);
@@ -167,6 +169,7 @@ impl Core {
             staging,
             fills: Mutex::new(HashMap::new()),
             budget,
+            tier,
             version_flights: Flights::default(),
             hash_queue: std::sync::OnceLock::new(),
         }))
@@ -379,6 +382,14 @@ impl Core {
         match tokio::time::timeout(NOT_READY_AFTER, checks).await {
             Ok(result) => result,
             Err(_) => Err(NotReady::Timeout),
+        }
+    }
+
+    /// Re-hashes the local tier's copies every `cache.reverify_interval` (the server calls this;
+    /// the operator commands do not).
+    pub fn start_tier_recheck(&self) {
+        if let Some(tier) = &self.tier {
+            tier.spawn_recheck(self.settings.cache.reverify_interval);
         }
     }
 

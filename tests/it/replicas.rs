@@ -516,11 +516,10 @@ async fn the_local_tier_keeps_warm_archives_on_disk_and_drops_a_corrupt_copy() {
     assert!(got.status == 200 && got.body == expected);
     let a_local = work.path().join("a/cache/local");
     poll(Duration::from_secs(10), async || {
-        let committed = bucket_archives(&garage)
-            .await
-            .iter()
-            .any(|(k, _)| k.ends_with(".zip.json"));
-        (committed && local_zips(&a_local).len() == 1).then_some(())
+        let metrics = get(&client, &a.root_url("/metrics")).await.text();
+        let done = crate::support::sample(&metrics, "provender_fills_in_flight") == 0
+            && crate::support::sample(&metrics, "provender_cache_archives") == 1;
+        (done && local_zips(&a_local).len() == 1).then_some(())
     })
     .await
     .expect("A commits its fill, and keeps it in its tier");
