@@ -182,10 +182,19 @@ pub struct Metrics {
     pub connections_closed: IntCounterVec,
     client_downloads: IntCounterVec,
     /// The local disk tier in front of an object store (`cache.local_max_size`).
-    pub local_tier: crate::cache::TierMetrics,
+    pub local_tier: TierMetrics,
     /// The clients with a series of their own in `client_downloads` (at most
     /// [`MAX_CLIENT_SERIES`]).
     named_clients: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// The local disk tier's counters and gauge (see `cache::LocalTier`).
+#[derive(Clone)]
+pub struct TierMetrics {
+    /// `hit`, `miss`, `corrupt`.
+    pub requests: IntCounterVec,
+    pub evictions: IntCounter,
+    pub bytes: IntGauge,
 }
 
 /// The most clients counted under their own name; the others share the `other` series.
@@ -206,7 +215,7 @@ impl Metrics {
             )
             .unwrap(),
             named_clients: Default::default(),
-            local_tier: crate::cache::TierMetrics {
+            local_tier: TierMetrics {
                 requests: IntCounterVec::new(
                     Opts::new("provender_local_tier_requests_total", "Reads of archives and module packages through the local disk tier, by result: hit, miss, corrupt (a copy that failed its check as it was served, then deleted)."),
                     &["result"],

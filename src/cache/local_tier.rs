@@ -30,6 +30,7 @@ use futures_util::stream::BoxStream;
 use tokio::io::AsyncWriteExt;
 
 use crate::hash::Sha256;
+pub use crate::metrics::TierMetrics;
 use crate::storage::{DiskStorage, Key, Object, Storage};
 
 /// What identifies a file's state: size, modification time, inode.
@@ -53,15 +54,6 @@ struct Entry {
 
 /// Sizes are weighed in KiB (the index's weights are `u32`).
 const UNIT: u64 = 1024;
-
-/// The tier's counters and gauge.
-#[derive(Clone)]
-pub struct TierMetrics {
-    /// `hit`, `miss`, `corrupt`.
-    pub requests: prometheus::IntCounterVec,
-    pub evictions: prometheus::IntCounter,
-    pub bytes: prometheus::IntGauge,
-}
 
 /// The local tier.
 pub struct LocalTier {
