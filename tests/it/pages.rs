@@ -435,6 +435,21 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
     )
     .await;
     assert_eq!(filled.status, 200);
+    // The archive is committed after its last byte left: wait for that, so the catalogue's
+    // first snapshot has it.
+    poll(Duration::from_secs(10), async || {
+        let metrics = send(
+            "metrics",
+            client
+                .get(mirror.url.join("/metrics").unwrap())
+                .bearer_auth(token),
+        )
+        .await
+        .text();
+        (crate::support::sample(&metrics, "provender_cache_archives") == 1).then_some(())
+    })
+    .await
+    .expect("the archive is committed");
 
     let version = format!("{REGISTRY}/acme/foo/1.0.0");
     let pages = [
