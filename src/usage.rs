@@ -157,6 +157,8 @@ pub struct Recorder {
     /// This process's name in the store: random, so that replicas never share an object.
     process: String,
     today: Mutex<Today>,
+    /// The current UTC day's number and text, formatted once a day rather than per use.
+    day: Mutex<(u64, String)>,
     dropped: prometheus::IntCounter,
 }
 
@@ -183,13 +185,23 @@ impl Recorder {
             settings,
             process: hex::encode(id),
             today: Mutex::new(Today::default()),
+            day: Mutex::new((u64::MAX, String::new())),
             dropped,
         }
     }
 
     /// Counts one use now (nothing when `usage.enabled` is off).
     pub fn record(&self, what: Use) {
-        self.record_on(&day_of(SystemTime::now()), what);
+        let now = SystemTime::now();
+        let number = crate::clock::unix_secs(now) / 86_400;
+        let day = {
+            let mut day = self.day.lock().expect("usage day");
+            if day.0 != number {
+                *day = (number, day_of(now));
+            }
+            day.1.clone()
+        };
+        self.record_on(&day, what);
     }
 
     fn record_on(&self, day: &str, what: Use) {

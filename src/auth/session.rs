@@ -116,10 +116,15 @@ impl Sessions {
 
 /// The cookie value of a `Cookie` request header, if it carries one.
 pub fn from_header(header: &str) -> Option<&str> {
+    cookie(header, COOKIE)
+}
+
+/// The value of the cookie `name` in a `Cookie` request header, if it carries one.
+pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     header
         .split(';')
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value)
 }
 

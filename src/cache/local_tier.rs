@@ -310,7 +310,7 @@ impl LocalTier {
             return Ok(());
         };
         let (tmp, file) = crate::fsio::temp_file_in(&self.tmp)?;
-        let guard = scopeguard(tmp.clone());
+        let guard = TempGuard(tmp.clone());
         let mut file = tokio::fs::File::from_std(file);
         let mut body = object.body;
         let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
@@ -343,10 +343,6 @@ impl Drop for TempGuard {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
-}
-
-fn scopeguard(path: PathBuf) -> TempGuard {
-    TempGuard(path)
 }
 
 /// `body`, hashed as it streams, with its last chunk held back until the hash is `expected`

@@ -134,14 +134,26 @@ impl App {
         version: &crate::address::Version,
     ) {
         if resp.as_ref().is_ok_and(|r| r.status().as_u16() < 400) {
-            self.metrics.client_download(&principal.name);
-            self.usage.record(crate::usage::Use {
-                client: principal.name.clone(),
-                kind,
-                address,
-                version: version.to_string(),
-            });
+            self.count_use(principal, kind, address, version);
         }
+    }
+
+    /// Counts a client's use of a provider or module version: its download metric and the
+    /// usage record.
+    fn count_use(
+        &self,
+        principal: &Principal,
+        kind: crate::usage::Kind,
+        address: String,
+        version: &crate::address::Version,
+    ) {
+        self.metrics.client_download(&principal.name);
+        self.usage.record(crate::usage::Use {
+            client: principal.name.clone(),
+            kind,
+            address,
+            version: version.to_string(),
+        });
     }
 
     /// Marks the server as shutting down (see `/readyz`).

@@ -529,10 +529,8 @@ impl Site {
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .flat_map(|h| h.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .filter(|(name, _)| *name == sso::COOKIE)
-            .find_map(|(_, value)| self.settings.auth.unseal(value, now));
+            .filter_map(|h| session::cookie(h, sso::COOKIE))
+            .find_map(|value| self.settings.auth.unseal(value, now));
         let params: std::collections::HashMap<String, String> =
             url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
                 .into_owned()

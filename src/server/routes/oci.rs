@@ -222,12 +222,8 @@ impl App {
                     .map_err(|e| OciError::of(&e, Subject::Manifest))?;
                 // A tag names a version: resolving it is using it.
                 if let (crate::address::OciReference::Tag(version), false) = (&reference, head) {
-                    self.usage.record(crate::usage::Use {
-                        client: principal.name.clone(),
-                        kind: crate::usage::Kind::Provider,
-                        address: addr.to_string(),
-                        version: version.to_string(),
-                    });
+                    let kind = crate::usage::Kind::Provider;
+                    self.count_use(&principal, kind, addr.to_string(), version);
                 }
                 Ok(document_response(
                     doc.bytes,
