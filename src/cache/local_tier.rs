@@ -87,15 +87,17 @@ impl LocalTier {
             .weigher(|_: &String, entry: &Arc<Entry>| entry.kib)
             .eviction_policy(moka::policy::EvictionPolicy::lru())
             .eviction_listener(move |key: Arc<String>, entry: Arc<Entry>, cause| {
-                let kib = entry.kib;
                 use moka::notification::RemovalCause;
+                listener_metrics
+                    .bytes
+                    .sub(i64::from(entry.kib) * UNIT as i64);
                 if cause == RemovalCause::Replaced {
+                    // The file is the new entry's now.
                     return;
                 }
                 if cause == RemovalCause::Size {
                     listener_metrics.evictions.inc();
                 }
-                listener_metrics.bytes.sub(i64::from(kib) * UNIT as i64);
                 if let Some(key) = Key::parse(&key) {
                     let _ = std::fs::remove_file(listener_disk.path_of(&key));
                 }
@@ -146,7 +148,6 @@ impl LocalTier {
     /// Indexes the copy of `key`; `sha256` when its file was just verified against it.
     fn note(&self, key: &Key, size: u64, sha256: Option<&Sha256>) {
         let kib = u32::try_from(size.div_ceil(UNIT)).unwrap_or(u32::MAX);
-        self.metrics.bytes.add(i64::from(kib) * UNIT as i64);
         let verified = sha256.and_then(|_| stamp_of(&self.disk.path_of(key)));
         let entry = Entry {
             kib,
@@ -154,6 +155,8 @@ impl LocalTier {
             verified: Mutex::new(verified),
         };
         self.index.insert(key.as_str().to_string(), Arc::new(entry));
+        // Counted once indexed: a reader that sees the bytes finds the copy.
+        self.metrics.bytes.add(i64::from(kib) * UNIT as i64);
     }
 
     /// The local copy of `key`, if the tier holds one of `size` bytes, with a body that is

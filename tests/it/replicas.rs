@@ -533,7 +533,9 @@ async fn the_local_tier_keeps_warm_archives_on_disk_and_drops_a_corrupt_copy() {
     assert!(first.status == 200 && first.body == expected);
     let b_local = work.path().join("b/cache/local");
     poll(Duration::from_secs(10), async || {
-        (local_zips(&b_local).len() == 1).then_some(())
+        let metrics = get(&client, &b.root_url("/metrics")).await.text();
+        let indexed = crate::support::sample(&metrics, "provender_local_tier_bytes") > 0;
+        (indexed && local_zips(&b_local).len() == 1).then_some(())
     })
     .await
     .expect("B copies what it read from the bucket");
