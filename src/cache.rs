@@ -21,6 +21,8 @@
 //! oci/<host>/<namespace>/<type>/{manifest,blob}-<sha256>.json       OCI documents and blob links
 //! quarantine/<object key>.<unix time>                               objects that failed
 //! quarantine/<record key>.<unix time>                               re-verification, with records
+//! leases/<object key>                                               a replica fetching that object
+//! usage/<YYYY-MM-DD>/<process>.json                                 one process's usage counts
 //! ```
 //!
 //! and always on local disk, under `cache.dir`: `tmp/` (downloads in progress) and `tls/`
@@ -28,6 +30,7 @@
 
 mod budget;
 mod flight;
+mod lease;
 mod listing;
 mod local_tier;
 mod meta;
@@ -36,6 +39,7 @@ mod staging;
 
 pub use budget::{Budget, Lease};
 pub use flight::{Aborted, Flights};
+pub use lease::{Claim, Followed, LeaseGuard, Leases};
 pub use listing::{
     FreshnessRules, Listing, Listings, NotCached, Verdict, module_list_key, provider_list_key,
 };

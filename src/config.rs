@@ -265,6 +265,9 @@ pub struct CacheConfig {
     /// With an object store: bytes of archives and module packages also kept on local disk
     /// (0: none).
     pub local_max_size: bytesize::ByteSize,
+    /// With an object store: replicas that miss the same archive at once let one of them fetch
+    /// it (where the store enforces conditional creates).
+    pub fleet_single_fetch: bool,
 }
 
 impl Default for CacheConfig {
@@ -282,6 +285,7 @@ impl Default for CacheConfig {
             reverify_interval: Duration::from_secs(24 * 3600),
             max_fill_memory: bytesize::ByteSize::mib(64),
             local_max_size: bytesize::ByteSize::b(0),
+            fleet_single_fetch: true,
         }
     }
 }
@@ -692,16 +696,17 @@ impl CacheConfig {
                 if self.object_store.is_some() {
                     return Err(invalid(
                         "cache.object_store",
-                        "is only used with cache.backend = \"s3\", \"gcs\" or \"azure\"",
+                        "is only used with cache.backend = \"s3\", \"gcs\", \"azure\" or \"directory\"",
                     ));
                 }
                 StorageSettings::Disk(c.dir.clone())
             }
-            name @ ("s3" | "gcs" | "azure") => {
+            name @ ("s3" | "gcs" | "azure" | "directory") => {
                 let provider = match name {
                     "s3" => crate::storage::Provider::S3,
                     "gcs" => crate::storage::Provider::Gcs,
-                    _ => crate::storage::Provider::Azure,
+                    "azure" => crate::storage::Provider::Azure,
+                    _ => crate::storage::Provider::Directory,
                 };
                 let os = self.object_store.as_ref().ok_or_else(|| {
                     invalid(
@@ -714,14 +719,16 @@ impl CacheConfig {
             other => {
                 return Err(invalid(
                     "cache.backend",
-                    format!("{other:?} is not one of disk, s3, gcs, azure"),
+                    format!("{other:?} is not one of disk, s3, gcs, azure, directory"),
                 ));
             }
         };
-        if c.redirect_downloads && matches!(storage, StorageSettings::Disk(_)) {
+        if c.redirect_downloads
+            && !matches!(&storage, StorageSettings::Object(os) if os.provider != crate::storage::Provider::Directory)
+        {
             return Err(invalid(
                 "cache.redirect_downloads",
-                "needs an object-store backend (cache.backend = \"s3\", \"gcs\" or \"azure\")",
+                "needs a bucket that signs URLs (cache.backend = \"s3\", \"gcs\" or \"azure\")",
             ));
         }
         let local_max_size = c.local_max_size.as_u64();
@@ -729,7 +736,7 @@ impl CacheConfig {
             if matches!(storage, StorageSettings::Disk(_)) {
                 return Err(invalid(
                     "cache.local_max_size",
-                    "is a local tier in front of an object store: it needs cache.backend = \"s3\", \"gcs\" or \"azure\"",
+                    "is a local tier in front of an object store: it needs cache.backend = \"s3\", \"gcs\", \"azure\" or \"directory\"",
                 ));
             }
             if local_max_size < 16 << 20 {
@@ -741,6 +748,7 @@ impl CacheConfig {
         }
         Ok(CacheSettings {
             local_max_size: (local_max_size > 0).then_some(local_max_size),
+            fleet_single_fetch: c.fleet_single_fetch,
             dir: c.dir.clone(),
             storage,
             index_ttl: c.index_ttl,
@@ -762,6 +770,9 @@ impl ObjectStoreConfig {
         provider: crate::storage::Provider,
     ) -> Result<crate::storage::ObjectStoreSettings, ConfigError> {
         let key = |k: &str| format!("cache.object_store.{k}");
+        if provider == crate::storage::Provider::Directory {
+            return self.validate_directory();
+        }
         if self.bucket.is_empty()
             || !self
                 .bucket
@@ -863,6 +874,65 @@ impl ObjectStoreConfig {
             path_style: self.path_style,
             allow_http: self.allow_http,
             ca_file: self.ca_file.clone(),
+        })
+    }
+}
+
+impl ObjectStoreConfig {
+    /// `[cache.object_store]` with `cache.backend = "directory"`: `bucket` is the shared
+    /// directory, and the keys of network stores are refused rather than ignored.
+    fn validate_directory(&self) -> Result<crate::storage::ObjectStoreSettings, ConfigError> {
+        let key = |k: &str| format!("cache.object_store.{k}");
+        let path = std::path::Path::new(&self.bucket);
+        if !path.is_absolute() {
+            return Err(invalid(
+                key("bucket"),
+                format!(
+                    "{:?}: with cache.backend = \"directory\" this is the shared directory's absolute path",
+                    self.bucket
+                ),
+            ));
+        }
+        if let Err(e) = std::fs::read_dir(path) {
+            return Err(invalid(
+                key("bucket"),
+                format!("cannot read the directory {}: {e}", path.display()),
+            ));
+        }
+        let network_keys = [
+            ("region", self.region.is_some()),
+            ("endpoint", self.endpoint.is_some()),
+            ("ca_file", self.ca_file.is_some()),
+            ("access_key_id", self.access_key_id.is_some()),
+            (
+                "secret_access_key_file",
+                self.secret_access_key_file.is_some(),
+            ),
+            ("allow_http", self.allow_http),
+        ];
+        if let Some((name, _)) = network_keys.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                key(name),
+                "is for network stores; cache.backend = \"directory\" takes only bucket and prefix",
+            ));
+        }
+        let prefix = self.prefix.trim_matches('/').to_string();
+        if prefix.split('/').any(|s| s == "." || s == "..") {
+            return Err(invalid(
+                key("prefix"),
+                format!("{:?} must be /-separated names", self.prefix),
+            ));
+        }
+        Ok(crate::storage::ObjectStoreSettings {
+            provider: crate::storage::Provider::Directory,
+            bucket: self.bucket.trim_end_matches('/').to_string(),
+            prefix,
+            region: None,
+            endpoint: None,
+            path_style: true,
+            allow_http: false,
+            ca_file: None,
+            credentials: None,
         })
     }
 }
@@ -1304,6 +1374,8 @@ pub struct CacheSettings {
     pub redirect_downloads: bool,
     /// Bytes of the local disk tier in front of an object store (`<dir>/local`); `None`: none.
     pub local_max_size: Option<u64>,
+    /// Fleet-wide single fetch through leases in the object store (`cache.fleet_single_fetch`).
+    pub fleet_single_fetch: bool,
 }
 
 /// `[bundles]`, validated.
@@ -1400,6 +1472,36 @@ mod tests {
             err("[server]\ntls_reload_interval = '10ms'").contains("server.tls_reload_interval")
         );
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
+    }
+
+    #[test]
+    fn a_shared_directory_store_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().display();
+        let ok = format!("[cache]\nbackend = 'directory'\n[cache.object_store]\nbucket = '{path}'");
+        let settings = Config::from_toml(&ok).unwrap().validate().unwrap();
+        assert!(settings.cache.fleet_single_fetch);
+        let StorageSettings::Object(os) = settings.cache.storage else {
+            panic!("a directory is an object store");
+        };
+        assert_eq!(os.provider, crate::storage::Provider::Directory);
+        assert!(
+            err("[cache]\nbackend = 'directory'\n[cache.object_store]\nbucket = 'relative'")
+                .contains("cache.object_store.bucket")
+        );
+        assert!(
+            err(&ok.replace(&format!("{path}'"), &format!("{path}/missing'")))
+                .contains("cannot read the directory")
+        );
+        assert!(
+            err(&format!("{ok}\nendpoint = 'https://s3.example'"))
+                .contains("cache.object_store.endpoint")
+        );
+        let redirect = ok.replace(
+            "backend = 'directory'",
+            "backend = 'directory'\nredirect_downloads = true",
+        );
+        assert!(err(&redirect).contains("cache.redirect_downloads"));
     }
 
     #[test]

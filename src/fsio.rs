@@ -21,6 +21,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to `path` only if no file is there: `Ok(false)` if one was. The file appears
+/// whole (temp file, fsync, then a hard link, which fails rather than replace anything), so this
+/// is an exclusive create even on network file systems where `O_EXCL` is not.
+pub fn create_new_atomic(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("path has no parent directory"))?;
+    std::fs::create_dir_all(dir)?;
+    let (tmp, mut file) = temp_file_in(dir)?;
+    let linked = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            sync_dir(dir);
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// A new temporary file in `dir`, named so that start-up clean-up knows its writer.
 pub fn temp_file_in(dir: &Path) -> io::Result<(std::path::PathBuf, std::fs::File)> {
     use std::sync::atomic::{AtomicU64, Ordering};

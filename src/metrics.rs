@@ -137,6 +137,21 @@ label_values! {
 }
 
 label_values! {
+    /// The `role` of `provender_fleet_fills_total`: how a replica on a shared store came to an
+    /// archive it missed (see `cache::Leases`).
+    pub enum FleetRole {
+        /// It held the lease and fetched the archive.
+        Leader = "leader",
+        /// Another replica fetched it; this one served it from the store.
+        Follower = "follower",
+        /// The replica holding the lease stopped renewing it; this one took over and fetched.
+        TookOver = "took_over",
+        /// No lease: the store does not enforce conditional creates, or could not be asked.
+        Alone = "alone",
+    }
+}
+
+label_values! {
     /// The `reason` of `provender_connections_closed_total`: why the server closed a connection
     /// on its own (see `server::conn`).
     pub enum ConnectionClose {
@@ -171,6 +186,7 @@ pub struct Metrics {
     pub fills_in_flight: IntGauge,
     pub hash_job_queue: IntGauge,
     pub hash_job_archives: IntCounterVec,
+    pub fleet_fills: IntCounterVec,
     pub hash_job_bytes: IntCounter,
     pub hash_job_dropped: IntCounter,
     pub usage_dropped: IntCounter,
@@ -322,6 +338,16 @@ impl Metrics {
                 &["result"],
             )
             .unwrap(),
+            fleet_fills: IntCounterVec::new(
+                Opts::new(
+                    "provender_fleet_fills_total",
+                    "Archive fills on a shared object store by role (leader: this replica fetched it; follower: \
+                     another replica did and this one served it from the store; took_over: the leader's lease went \
+                     stale; alone: the store does not enforce conditional creates).",
+                ),
+                &["role"],
+            )
+            .unwrap(),
             hash_job_bytes: IntCounter::new(
                 "provender_hash_job_bytes_total",
                 "Archive bytes the background hash job downloaded.",
@@ -402,6 +428,7 @@ impl Metrics {
         r.register(Box::new(m.fills_in_flight.clone())).unwrap();
         r.register(Box::new(m.hash_job_queue.clone())).unwrap();
         r.register(Box::new(m.hash_job_archives.clone())).unwrap();
+        r.register(Box::new(m.fleet_fills.clone())).unwrap();
         r.register(Box::new(m.hash_job_bytes.clone())).unwrap();
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
         r.register(Box::new(m.usage_dropped.clone())).unwrap();
@@ -444,6 +471,9 @@ impl Metrics {
         }
         for result in HashJobResult::ALL {
             self.hash_job_archives.with_label_values(&[result.as_str()]);
+        }
+        for role in FleetRole::ALL {
+            self.fleet_fills.with_label_values(&[role.as_str()]);
         }
         for reason in ConnectionClose::ALL {
             self.connections_closed

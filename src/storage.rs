@@ -12,7 +12,9 @@
 //!
 //! Neither offers a lock. Writers of one key always write the same verified bytes (an archive is
 //! named by what its origin signed; a record is derived from it), so concurrent writers, on one
-//! machine or on several replicas, are harmless: the last one wins with the same content.
+//! machine or on several replicas, are harmless: the last one wins with the same content. The
+//! one conditional write, [`Storage::create`], only lets replicas avoid duplicate work (fleet
+//! leases); correctness never depends on it.
 //!
 //! Each backend also records when an object was last *used* ([`Storage::touch`], called when
 //! the object is served), the way it can: the disk backend in the file's access time (its own
@@ -266,6 +268,12 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Writes a whole object. Readers see the old content or the new, never a part.
     async fn write(&self, key: &Key, bytes: Bytes) -> Result<()>;
+
+    /// Writes a whole object only if there is none under `key`: `Ok(true)` if this call created
+    /// it, `Ok(false)` if an object was there. Only as strong as the store: some S3-compatible
+    /// stores ignore the condition and overwrite (Garage does), so a caller that relies on it
+    /// checks first that the store enforces it (see `cache::Leases`).
+    async fn create(&self, key: &Key, bytes: Bytes) -> Result<bool>;
 
     /// Makes the local file at `file` the object `key`, atomically as [`Storage::write`]. The
     /// file may be moved away: the caller must not use it afterwards. Concurrent writers of

@@ -665,6 +665,9 @@ mod tests {
         async fn write(&self, key: &Key, bytes: Bytes) -> Result<()> {
             self.disk.write(key, bytes).await
         }
+        async fn create(&self, key: &Key, bytes: Bytes) -> Result<bool> {
+            self.disk.create(key, bytes).await
+        }
         async fn put_file(&self, key: &Key, file: &std::path::Path) -> Result<()> {
             self.disk.put_file(key, file).await
         }

@@ -69,7 +69,7 @@ mod fill;
 mod hash_job;
 mod reach;
 
-pub use fill::Fill;
+pub use fill::{Fill, Ready};
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.
@@ -94,6 +94,8 @@ pub struct Core {
     pub(super) budget: Option<Arc<Budget>>,
     /// The local disk tier in front of an object store, if configured.
     tier: Option<Arc<crate::cache::LocalTier>>,
+    /// Leases that let replicas on one object store fetch an archive once between them.
+    leases: Option<crate::cache::Leases>,
     pub(super) version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>, Error>,
     /// The complete-hashes job's queue, once the server started it.
     pub(self) hash_queue: std::sync::OnceLock<hash_job::HashQueue>,
@@ -125,6 +127,12 @@ impl Core {
             ),
             None => None,
         };
+        let leases = (settings.cache.fleet_single_fetch
+            && matches!(
+                settings.cache.storage,
+                crate::storage::StorageSettings::Object(_)
+            ))
+        .then(|| crate::cache::Leases::new(storage.clone()));
         let archives = Archives::new(storage.clone(), entries).with_tier(tier.clone());
         let modules = Modules::new(storage.clone(), entries).with_tier(tier.clone());
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
@@ -170,6 +178,7 @@ impl Core {
             fills: Mutex::new(HashMap::new()),
             budget,
             tier,
+            leases,
             version_flights: Flights::default(),
             hash_queue: std::sync::OnceLock::new(),
         }))

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::Fill;
-use super::core::{Core, Reach};
+use super::core::{Core, Reach, Ready};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{ArchiveKind, Opened};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::{ArchiveKey, VersionRecord};
@@ -105,49 +105,12 @@ impl ProviderMirror {
             self.core
                 .metrics()
                 .lookup(LookupKind::Archive, Lookup::Joined);
-            return self.body_from_fill(fill).await.map(Served::Body);
-        }
-        if self.core.settings().cache.redirect_downloads {
-            if let Some(info) = self.core.archive_info(&key).await? {
-                let trust = self.core.archive_trust(&key, &info).await;
-                self.core.admit(&key, trust)?;
-                if let Some(url) = self.core.archives().signed_url(&key, REDIRECT_TTL).await? {
-                    self.core.metrics().lookup(LookupKind::Archive, Lookup::Hit);
-                    self.served(trust);
-                    self.record_use(&key);
-                    return Ok(Served::Redirect(url));
-                }
+            if let Some(body) = self.body_from_fill(fill).await? {
+                return Ok(Served::Body(body));
             }
         }
-        if let Some(found) = self.core.open_archive(&key).await? {
-            let trust = self.core.archive_trust(&key, &found.record).await;
-            self.core.admit(&key, trust)?;
-            self.core.metrics().lookup(LookupKind::Archive, Lookup::Hit);
-            if let Some(rec) = self
-                .core
-                .meta()
-                .versions
-                .get(&(addr.clone(), version.clone()))
-                .await
-            {
-                self.core.want_hashes(addr, version, &rec);
-            }
-            self.served(trust);
-            let size = found.record.size;
-            let mut body = ArchiveBody::from(found);
-            self.record_use(&key);
-            if let Some(budget) = self.core.budget() {
-                // Held by the response body: an archive being read is never evicted.
-                let lease = budget.lease(&key, size);
-                body.stream = body
-                    .stream
-                    .map(move |chunk| {
-                        let _held = &lease;
-                        chunk
-                    })
-                    .boxed();
-            }
-            return Ok(Served::Body(body));
+        if let Some(served) = self.stored(&key).await? {
+            return Ok(served);
         }
         reach.check(format!("archive {key}"))?;
         let (pkg, trust) = self.core.package_to_fetch(&key).await?;
@@ -156,7 +119,61 @@ impl ProviderMirror {
             LookupKind::Archive,
             if leader { Lookup::Miss } else { Lookup::Joined },
         );
-        self.body_from_fill(fill).await.map(Served::Body)
+        if let Some(body) = self.body_from_fill(fill).await? {
+            return Ok(Served::Body(body));
+        }
+        self.stored(&key).await?.ok_or_else(|| {
+            Error::unexpected(format!(
+                "archive {key} was stored by another replica but cannot be read from the store"
+            ))
+        })
+    }
+
+    /// Serves an archive from the store (a redirect to it, or its bytes), if it is there.
+    async fn stored(&self, key: &ArchiveKey) -> Result<Option<Served>> {
+        if self.core.settings().cache.redirect_downloads {
+            if let Some(info) = self.core.archive_info(key).await? {
+                let trust = self.core.archive_trust(key, &info).await;
+                self.core.admit(key, trust)?;
+                if let Some(url) = self.core.archives().signed_url(key, REDIRECT_TTL).await? {
+                    self.core.metrics().lookup(LookupKind::Archive, Lookup::Hit);
+                    self.served(trust);
+                    self.record_use(key);
+                    return Ok(Some(Served::Redirect(url)));
+                }
+            }
+        }
+        let Some(found) = self.core.open_archive(key).await? else {
+            return Ok(None);
+        };
+        let trust = self.core.archive_trust(key, &found.record).await;
+        self.core.admit(key, trust)?;
+        self.core.metrics().lookup(LookupKind::Archive, Lookup::Hit);
+        if let Some(rec) = self
+            .core
+            .meta()
+            .versions
+            .get(&(key.addr.clone(), key.version.clone()))
+            .await
+        {
+            self.core.want_hashes(&key.addr, &key.version, &rec);
+        }
+        self.served(trust);
+        let size = found.record.size;
+        let mut body = ArchiveBody::from(found);
+        self.record_use(key);
+        if let Some(budget) = self.core.budget() {
+            // Held by the response body: an archive being read is never evicted.
+            let lease = budget.lease(key, size);
+            body.stream = body
+                .stream
+                .map(move |chunk| {
+                    let _held = &lease;
+                    chunk
+                })
+                .boxed();
+        }
+        Ok(Some(Served::Body(body)))
     }
 
     /// Records in the store, in the background, that a stored archive was served (for the
@@ -175,15 +192,19 @@ impl ProviderMirror {
             .inc();
     }
 
-    async fn body_from_fill(&self, fill: Arc<Fill>) -> Result<ArchiveBody> {
-        let size = fill.ready().await?;
+    /// The body of a response that streams from `fill`, or `None` when another replica stored
+    /// the archive instead (then it is read from the store).
+    async fn body_from_fill(&self, fill: Arc<Fill>) -> Result<Option<ArchiveBody>> {
+        let Ready::Streaming(size) = fill.ready().await? else {
+            return Ok(None);
+        };
         self.served(fill.trust);
-        Ok(ArchiveBody {
+        Ok(Some(ArchiveBody {
             sha256: fill.sha256.clone(),
             size,
             modified: fill.started_at,
             stream: fill.stream(),
-        })
+        }))
     }
 
     /// What a `HEAD` of an archive answers, without downloading it: a stored archive's size, a

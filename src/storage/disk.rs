@@ -162,6 +162,12 @@ impl Storage for DiskStorage {
             .await
     }
 
+    async fn create(&self, key: &Key, bytes: Bytes) -> Result<bool> {
+        let path = self.path_of(key);
+        self.blocking(key, move || crate::fsio::create_new_atomic(&path, &bytes))
+            .await
+    }
+
     async fn put_file(&self, key: &Key, file: &Path) -> Result<()> {
         let (from, to) = (file.to_path_buf(), self.path_of(key));
         self.blocking(key, move || move_into_place(&from, &to))

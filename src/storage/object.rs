@@ -1,5 +1,5 @@
-//! [`ObjectStorage`]: objects in an S3, GCS or Azure Blob bucket, through the `object_store`
-//! crate.
+//! [`ObjectStorage`]: objects in an S3, GCS or Azure Blob bucket, or in a directory every
+//! replica mounts, through the `object_store` crate.
 //!
 //! Keys are prefixed with `cache.object_store.prefix`. An object becomes visible only when its
 //! upload completes: small objects in one PUT, archives in a multipart upload whose completion
@@ -48,6 +48,9 @@ pub enum Provider {
     S3,
     Gcs,
     Azure,
+    /// A directory on a file system every replica mounts (NFS, a shared volume), through
+    /// `object_store`'s local file system store; `bucket` is its absolute path.
+    Directory,
 }
 
 impl Provider {
@@ -56,6 +59,7 @@ impl Provider {
             Provider::S3 => "s3",
             Provider::Gcs => "gs",
             Provider::Azure => "az",
+            Provider::Directory => "file",
         }
     }
 }
@@ -179,6 +183,13 @@ impl ObjectStorage {
                     }
                     let azure = Arc::new(b.build().map_err(OpenError::Client)?);
                     (azure.clone(), Some(azure))
+                }
+                Provider::Directory => {
+                    let root = Path::new(&settings.bucket);
+                    let local = object_store::local::LocalFileSystem::new_with_prefix(root)
+                        .map_err(OpenError::Client)?
+                        .with_automatic_cleanup(true);
+                    (Arc::new(local), None)
                 }
             };
         let name = match settings.prefix.as_str() {
@@ -365,6 +376,22 @@ impl Storage for ObjectStorage {
             .await
             .map(|_| ())
             .map_err(|e| self.err(key, &e))
+    }
+
+    async fn create(&self, key: &Key, bytes: Bytes) -> Result<bool> {
+        let mode = object_store::PutMode::Create;
+        match self
+            .store
+            .put_opts(&self.path(key), PutPayload::from(bytes), mode.into())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(false),
+            Err(e) => Err(self.err(key, &e)),
+        }
     }
 
     async fn put_file(&self, key: &Key, file: &Path) -> Result<()> {

@@ -4,7 +4,10 @@
 //!   directory, nothing is asked of the origin at all;
 //! - replica A killed with SIGKILL in the middle of a fill: nothing served afterwards is wrong,
 //!   and B serves the archive whole;
-//! - both replicas missing the same archive at once end with one correct object;
+//! - both replicas missing the same archive at once end with one correct object, each having
+//!   fetched it (Garage does not enforce conditional creates: no fleet lease);
+//! - on a store that enforces them (a shared directory), replicas missing the same archive at
+//!   once fetch it once between them, and a replica that dies holding the lease is taken over;
 //! - `cache.redirect_downloads` answers cached archives with pre-signed URLs clients follow;
 //! - `seed`, `ls`, `verify`, `export` and `import` work on an object-store cache;
 //! - usage counts from both replicas add up in `provender usage` and `prune --dry-run`.
@@ -196,6 +199,17 @@ async fn a_replica_killed_mid_fill_leaves_nothing_wrong_and_concurrent_misses_en
         2,
         "each replica fetched it once"
     );
+    for replica in [&a, &b] {
+        let metrics = get(&client, &replica.root_url("/metrics")).await.text();
+        assert_eq!(
+            crate::support::sample(&metrics, "provender_fleet_fills_total{role=\"leader\"}"),
+            0,
+            "Garage lets a second conditional create through: no replica leads"
+        );
+        assert!(
+            crate::support::sample(&metrics, "provender_fleet_fills_total{role=\"alone\"}") >= 1
+        );
+    }
     let zip =
         format!("archives/{REGISTRY}/acme/big/2.0.0/terraform-provider-big_2.0.0_{platform}.zip");
     let mut objects = Vec::new();
@@ -566,4 +580,116 @@ async fn the_local_tier_keeps_warm_archives_on_disk_and_drops_a_corrupt_copy() {
     let whole = get(&client, &b.url(&big_zip("1.0.0", &platform))).await;
     assert!(whole.status == 200 && whole.body == expected);
     assert_eq!(origin.count(RequestKind::Archive), 0);
+}
+
+/// A replica whose bucket is `shared`, a directory both mount (`cache.backend = "directory"`).
+fn replica_on_directory(
+    ca: &TestCa,
+    dir: &Path,
+    origin: std::net::SocketAddr,
+    shared: &Path,
+) -> ServerProcess {
+    std::fs::create_dir_all(dir).unwrap();
+    let cache = format!(
+        "backend = \"directory\"\n\n[cache.object_store]\nbucket = \"{}\"\nprefix = \"mirror\"\n",
+        path_str(shared)
+    );
+    let config = write_config(
+        ca,
+        dir,
+        origin,
+        &MirrorOptions {
+            extra_cache: &cache,
+            ..Default::default()
+        },
+    );
+    ServerProcess::spawn(&config)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_on_a_store_with_conditional_creates_fetch_a_missed_archive_once() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let throttle = Throttle::start(origin.addr()).await;
+    throttle.set_rate(4 * MIB as u64);
+    let work = tempfile::tempdir().unwrap();
+    let shared = work.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let mut a = replica_on_directory(&ca, &work.path().join("a"), throttle.addr(), &shared);
+    let b = replica_on_directory(&ca, &work.path().join("b"), throttle.addr(), &shared);
+    let client = https_client(&ca, &[]);
+    let (os, arch) = platforms()[0];
+    let platform = format!("{os}_{arch}");
+    let role = async |replica: &ServerProcess, role: &str| {
+        let metrics = get(&client, &replica.root_url("/metrics")).await.text();
+        crate::support::sample(
+            &metrics,
+            &format!("provender_fleet_fills_total{{role=\"{role}\"}}"),
+        )
+    };
+
+    // Four clients on each replica miss the same archive at once: one origin download.
+    let expected = origin.archive("acme", "big", "1.0.0", os, arch);
+    let mut downloads = Vec::new();
+    for replica in [&a, &b, &a, &b, &a, &b, &a, &b] {
+        let (client, url) = (client.clone(), replica.url(&big_zip("1.0.0", &platform)));
+        downloads.push(tokio::spawn(async move { get(&client, &url).await }));
+    }
+    for d in downloads {
+        let got = within("a concurrent miss", d).await.unwrap();
+        assert_eq!(got.status, 200);
+        assert!(
+            got.body == expected,
+            "every client gets the origin's archive"
+        );
+    }
+    assert_eq!(
+        origin.count(RequestKind::Archive),
+        1,
+        "one download for the fleet: {:?}",
+        origin.requests()
+    );
+    let leaders = role(&a, "leader").await + role(&b, "leader").await;
+    let followers = role(&a, "follower").await + role(&b, "follower").await;
+    assert_eq!(
+        (leaders, followers),
+        (1, 1),
+        "one replica led, the other followed"
+    );
+    assert_eq!(role(&a, "alone").await + role(&b, "alone").await, 0);
+    let leases = shared.join("mirror/leases");
+    poll(Duration::from_secs(10), async || {
+        crate::support::provender::files_under(&leases)
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .expect("the leader deleted its lease");
+
+    // A dies holding the lease of another archive: B waits for the lease to go stale, takes it
+    // over and serves the archive whole.
+    let url_a = a.url(&big_zip("2.0.0", &platform));
+    let mut resp = within("A's download", client.get(&url_a).send())
+        .await
+        .unwrap();
+    let _ = within("first bytes", resp.chunk()).await.unwrap();
+    a.signal("KILL");
+    let _ = tokio::task::spawn_blocking(move || a.wait()).await;
+    assert!(
+        !crate::support::provender::files_under(&leases).is_empty(),
+        "the killed replica's lease is left behind"
+    );
+    let started = std::time::Instant::now();
+    let got = within(
+        "B's download",
+        get(&client, &b.url(&big_zip("2.0.0", &platform))),
+    )
+    .await;
+    assert_eq!(got.status, 200);
+    assert!(got.body == origin.archive("acme", "big", "2.0.0", os, arch));
+    assert_eq!(role(&b, "took_over").await, 1);
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "B waited for the lease to stand still before taking it over"
+    );
 }

@@ -1,5 +1,6 @@
 //! The storage compliance suite: one set of checks every backend passes, run against the disk
-//! backend and against a real Garage (S3-compatible) server.
+//! backend, a real Garage (S3-compatible) server and a shared directory (`object_store`'s local
+//! file system store).
 //! - put / read / head / list (recursive, by prefix) / delete / rename, overwrites;
 //! - a missing object: every operation says so, none fails;
 //! - concurrent writers of one key, small objects and multipart-sized files: one whole result;
@@ -9,7 +10,9 @@
 //! - the probe, and a key layout that round-trips through listings;
 //! - last use: `touch` records it, listings report it (an object store's `.used` markers are
 //!   never listed as objects), it leaves with a deleted or moved object, and on disk reading
-//!   an object is not a use.
+//!   an object is not a use;
+//! - `create`: exclusive on disk and in a shared directory; Garage lets a second create through
+//!   and overwrites, which fleet leases detect.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -363,12 +366,47 @@ async fn crash_between_upload_and_commit(storage: Arc<dyn Storage>) {
     assert!(fresh.open(&k).await.unwrap().is_none());
 }
 
+/// `create` writes only where nothing is, if the store enforces the condition (`enforced`);
+/// otherwise it overwrites, as the store does.
+async fn creates_exclusively(storage: Arc<dyn Storage>, enforced: bool) {
+    let k = key("leases/archives/x.zip");
+    assert!(
+        storage
+            .create(&k, Bytes::from_static(b"first"))
+            .await
+            .unwrap()
+    );
+    let second = storage
+        .create(&k, Bytes::from_static(b"second"))
+        .await
+        .unwrap();
+    assert_eq!(!second, enforced, "a second create of one key");
+    let kept = storage.read(&k).await.unwrap().unwrap();
+    assert_eq!(
+        &kept[..],
+        if enforced {
+            b"first".as_slice()
+        } else {
+            b"second"
+        }
+    );
+    assert!(storage.delete(&k).await.unwrap());
+    assert!(
+        storage
+            .create(&k, Bytes::from_static(b"again"))
+            .await
+            .unwrap()
+    );
+    assert!(storage.delete(&k).await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_disk_backend_complies() {
     let dir = tempfile::tempdir().unwrap();
     let storage: Arc<dyn Storage> = Arc::new(DiskStorage::new(dir.path().join("store")).unwrap());
     complies(storage.clone()).await;
     crash_between_upload_and_commit(storage.clone()).await;
+    creates_exclusively(storage.clone(), true).await;
     records_last_use(storage, false).await;
     disk_reads_are_not_uses(&dir.path().join("reads")).await;
     assert!(
@@ -394,6 +432,8 @@ async fn a_garage_bucket_complies() {
     );
     complies(storage.clone()).await;
     crash_between_upload_and_commit(storage.clone()).await;
+    // Garage answers 200 to `If-None-Match: *` and overwrites: fleet leases must find that out.
+    creates_exclusively(storage.clone(), false).await;
     records_last_use(storage, true).await;
     // Nothing escaped the prefix.
     let other = Arc::new(ObjectStorage::new(&garage.settings("")).unwrap());
@@ -403,4 +443,29 @@ async fn a_garage_bucket_complies() {
             .all(|m| m.key.as_str().starts_with("replica-set/one/")),
         "{all:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_directory_complies() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = provender::storage::ObjectStoreSettings {
+        provider: provender::storage::Provider::Directory,
+        bucket: dir.path().display().to_string(),
+        prefix: "mirror".into(),
+        region: None,
+        endpoint: None,
+        path_style: true,
+        allow_http: false,
+        ca_file: None,
+        credentials: None,
+    };
+    let storage: Arc<dyn Storage> = Arc::new(ObjectStorage::new(&settings).unwrap());
+    assert_eq!(
+        storage.describe(),
+        format!("file://{}/mirror/", dir.path().display())
+    );
+    complies(storage.clone()).await;
+    crash_between_upload_and_commit(storage.clone()).await;
+    creates_exclusively(storage.clone(), true).await;
+    records_last_use(storage, true).await;
 }

@@ -36,9 +36,10 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
+use crate::cache::{ArchiveKind, Claim, Followed, Kind, LeaseGuard};
 use crate::error::{Error, Failure, Result};
 use crate::hash::{H1, Hashing, Sha256};
-use crate::metrics::VerificationReason;
+use crate::metrics::{FleetRole, VerificationReason};
 use crate::records::{ArchiveKey, Package};
 use crate::trust::SignatureKind;
 
@@ -66,6 +67,23 @@ pub(super) struct OriginBody {
 
 /// Where a fill gets its archive: the origin's answer, once it comes.
 pub(super) type Origin = BoxFuture<'static, Result<OriginBody>>;
+
+/// Whether this replica fetches an archive (see [`Core::fleet_turn`]).
+enum Turn {
+    /// From the origin, holding the fleet's lease while it does (if the store enforces them).
+    Fetch(Option<LeaseGuard>),
+    /// Another replica committed it to the shared store.
+    Stored,
+}
+
+/// How a response to a fill's readers starts (see [`Fill::ready`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    /// Its bytes stream from this fill; the archive's size if the origin announced it.
+    Streaming(Option<u64>),
+    /// Another replica stored the archive in the shared store: read it from there.
+    Stored,
+}
 
 /// The origin answered: what readers need to start.
 #[derive(Clone)]
@@ -140,13 +158,13 @@ impl Fill {
     }
 
     /// Waits until a response can start: the origin has answered and either the first
-    /// [`HEAD_START`] bytes are in or all bytes are in and checked. Returns the archive size if
-    /// it is known.
+    /// [`HEAD_START`] bytes are in or all bytes are in and checked (then the archive size, if
+    /// known), or another replica stored the archive.
     ///
     /// An archive smaller than [`HEAD_START`] is therefore checked completely before the
     /// response head goes out, so a mismatch is a plain error response; only a larger archive
     /// can fail after its head was sent.
-    pub async fn ready(&self) -> Result<Option<u64>> {
+    pub async fn ready(&self) -> Result<Ready> {
         let mut rx = self.progress.subscribe();
         let progress = rx
             .wait_for(|p| p.streamed.is_some() || p.on_disk + p.in_memory >= HEAD_START)
@@ -154,7 +172,9 @@ impl Fill {
         let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
         match (&progress.started, &progress.streamed) {
             (_, Some(Err(e))) => Err(e.clone()),
-            (Some(s), _) => Ok(s.size),
+            (Some(s), _) => Ok(Ready::Streaming(s.size)),
+            // Over without a download: another replica's copy is in the store.
+            (None, Some(Ok(()))) => Ok(Ready::Stored),
             _ => Err(Error::unexpected(
                 "archive download ended before it started",
             )),
@@ -442,8 +462,52 @@ impl Core {
         });
     }
 
+    /// Decides, with the other replicas on a shared store, whether this one fetches the archive
+    /// (holding the lease while it does, if any) or another one already stored it.
+    async fn fleet_turn(&self, fill: &Fill) -> Turn {
+        let Some(leases) = &self.leases else {
+            return Turn::Fetch(None);
+        };
+        let object = ArchiveKind::object_key(&fill.key);
+        // Only a client's fill leads: clients on other replicas must not wait on a download
+        // paced by the complete-hashes job. A background fill follows a lease or goes alone.
+        let claim = if fill.wanted.load(Ordering::Relaxed) {
+            leases.claim(&object).await
+        } else if leases.is_held(&object).await {
+            Claim::Held
+        } else {
+            Claim::Alone
+        };
+        let (role, turn) = match claim {
+            Claim::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
+            Claim::Alone => (FleetRole::Alone, Turn::Fetch(None)),
+            Claim::Held => {
+                let committed =
+                    || async { matches!(self.archives.record(&fill.key).await, Ok(Some(_))) };
+                match leases.follow(&object, committed).await {
+                    Followed::Committed => (FleetRole::Follower, Turn::Stored),
+                    Followed::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
+                    Followed::TookOver(lease) => (FleetRole::TookOver, Turn::Fetch(Some(lease))),
+                    Followed::Alone => (FleetRole::Alone, Turn::Fetch(None)),
+                }
+            }
+        };
+        self.metrics
+            .fleet_fills
+            .with_label_values(&[role.as_str()])
+            .inc();
+        turn
+    }
+
     async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
         let key = &fill.key;
+        let _lease = match self.fleet_turn(fill).await {
+            Turn::Fetch(lease) => lease,
+            Turn::Stored => {
+                tracing::info!(archive = %key, "another replica stored the archive; serving it from the store");
+                return Ok(());
+            }
+        };
         let download = origin.await?;
         let (staged, mut file) = self
             .staging
