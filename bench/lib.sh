@@ -201,7 +201,7 @@ bench_origin() { # big-mib mid-mib
 }
 
 # nginx with the settings every nginx here shares: TLS 1.3 only, keep-alive, no access log.
-nginx_conf() { # name port root workers extra-server-config
+nginx_conf() { # name port root workers extra-server-config [listen-options]
     local dir=$WORK/nginx-$1
     mkdir -p "$dir"
     cat >"$dir/nginx.conf" <<EOF
@@ -233,7 +233,7 @@ http {
   }
   default_type application/octet-stream;
   server {
-    listen 127.0.0.1:$2 ssl;
+    listen 127.0.0.1:$2 ${6:-ssl};
     server_name $HOST localhost;
     ssl_certificate $CERT;
     ssl_certificate_key $KEY;
@@ -368,13 +368,14 @@ check_answer() { # url bytes "code size"
     [ "$code" = 200 ] && [ "$size" = "$2" ] \
         || die "$1 answered status $code with $size bytes (expected 200 with $2)"
 }
-# Downloads URL N times in parallel; prints the aggregate MiB/s (all bytes / wall time).
-parallel_download() { # url n bytes
+# Downloads URL N times in parallel, each on its own connection (curl's protocol option: --http1.1
+# unless given); prints the aggregate MiB/s (all bytes / wall time).
+parallel_download() { # url n bytes [--http1.1|--http2]
     local i t0 t1 pids=() dir
     dir=$(mktemp -d "$WORK/dl.XXXXXX")
     t0=$(now)
     for i in $(seq "$2"); do
-        curl -sSf --http1.1 --cacert "$CA" --max-time 600 -o /dev/null \
+        curl -sSf "${4:---http1.1}" --cacert "$CA" --max-time 600 -o /dev/null \
             -w '%{http_code} %{size_download}' "$1" >"$dir/$i" &
         pids+=($!)
     done

@@ -4,6 +4,7 @@
   report.py wrk FILE        -> "rps p50_ms p99_ms errors requests" from one `wrk --latency` output
   report.py table RESULTS   -> bench/run.sh's figures (markdown) from "name value" lines
   report.py storage RESULTS -> bench/storage.sh's figures (markdown): object store against disk
+  report.py streams RESULTS -> bench/streams.sh's figures (markdown): archive streams against nginx
 
 RESULTS holds one "name value" pair per line; a name given several times (repeated runs) is
 reported as the median of its values.
@@ -380,7 +381,29 @@ def storage(path):
     print("\n".join(out))
 
 
+def streams(path):
+    r, raw = load(path)
+    out = ["| downloads | nginx MiB/s | provender MiB/s | ratio | CPU s/GiB nginx / provender | runs |",
+           "|---|---|---|---|---|---|"]
+    labels = {("h1", 1): "1, HTTP/1.1", ("h1", 4): "4, HTTP/1.1, one connection each",
+              ("h2", 1): "1, HTTP/2", ("h2", 4): "4, HTTP/2, one connection each",
+              ("mux", 4): "4, multiplexed on one HTTP/2 connection"}
+    for (proto, n), label in labels.items():
+        key = f"streams.{proto}.{n}"
+        ng, pv = r.get(f"{key}.nginx.mibps"), r.get(f"{key}.provender.mibps")
+        if ng is None or pv is None:
+            continue
+        cn, cp = r.get(f"{key}.nginx.cpu_s"), r.get(f"{key}.provender.cpu_s")
+        runs = len(raw[f"{key}.provender.mibps"])
+        out.append(f"| {label} | {ng:.0f} | {pv:.0f} | {pv / ng:.2f} | {cn:.2f} / {cp:.2f} | {runs} |")
+    out.append("")
+    out.append("Aggregate throughput of all downloads, median of the runs; ratio = provender / nginx. "
+               "CPU s/GiB: CPU time of the server's processes per GiB served.")
+    print("\n".join(out))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("wrk", "table", "storage"):
+    modes = {"wrk": wrk, "table": table, "storage": storage, "streams": streams}
+    if len(sys.argv) != 3 or sys.argv[1] not in modes:
         sys.exit(__doc__)
-    {"wrk": wrk, "table": table, "storage": storage}[sys.argv[1]](sys.argv[2])
+    modes[sys.argv[1]](sys.argv[2])

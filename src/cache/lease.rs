@@ -9,13 +9,17 @@
 //! follower's own clock (replicas' clocks need not agree), or that is older than [`ABANDONED`]
 //! when first seen, was left by a replica that died: the follower takes it over.
 //!
+//! A leader may be a background download paced below full speed (the complete-hashes job). A
+//! follower with a client waiting writes `leases/<object key>.wanted`; the leader looks for it
+//! at each renewal and from then on downloads at full speed, as for a client of its own.
+//!
 //! Correctness never depends on a lease: every writer of an object writes the same verified
 //! bytes. A store that does not enforce conditional creates (Garage answers 200 and overwrites)
 //! only loses the saving: [`Leases`] checks once, with a probe object, and where the store lets
 //! a second create through every replica fetches alone, as without leases.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -82,11 +86,17 @@ impl Drop for LeaseGuard {
                     _ => false,
                 };
                 if ours {
+                    let _ = store.delete(&want_key(&key)).await;
                     let _ = store.delete(&key).await;
                 }
             });
         }
     }
+}
+
+/// The marker a follower with a waiting client leaves beside a lease.
+fn want_key(lease: &Key) -> Key {
+    lease.with_suffix(".wanted")
 }
 
 /// A lease object's content.
@@ -144,8 +154,9 @@ impl Leases {
             .await
     }
 
-    /// Tries to become the one replica that fetches `object`.
-    pub async fn claim(&self, object: &Key) -> Claim {
+    /// Tries to become the one replica that fetches `object`. `wanted` is whether a client
+    /// waits for it; a leader sets it when a follower's client does.
+    pub async fn claim(&self, object: &Key, wanted: &Arc<AtomicBool>) -> Claim {
         if !self.enforced().await {
             return Claim::Alone;
         }
@@ -155,7 +166,7 @@ impl Leases {
             renewed: 0,
         };
         match self.store.create(&key, lease.to_bytes()).await {
-            Ok(true) => Claim::Leader(self.hold(key)),
+            Ok(true) => Claim::Leader(self.hold(key, wanted.clone())),
             Ok(false) => Claim::Held,
             Err(e) => {
                 tracing::warn!(lease = %key, "cannot claim a lease, fetching without one: {e}");
@@ -164,23 +175,32 @@ impl Leases {
         }
     }
 
-    /// Whether another replica holds a lease on `object` now.
-    pub async fn is_held(&self, object: &Key) -> bool {
-        self.enforced().await && matches!(self.store.head(&Self::key(object)).await, Ok(Some(_)))
-    }
-
     /// Waits on another replica's lease on `object` until `committed` says the object is in the
-    /// store, or this replica must fetch it (see the module documentation).
-    pub async fn follow<F, Fut>(&self, object: &Key, committed: F) -> Followed
+    /// store, or this replica must fetch it (see the module documentation). While `wanted` (a
+    /// client of this replica waits), the leader is asked to hurry.
+    pub async fn follow<F, Fut>(
+        &self,
+        object: &Key,
+        committed: F,
+        wanted: &Arc<AtomicBool>,
+    ) -> Followed
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
         let key = Self::key(object);
         let mut last: Option<(Lease, Instant)> = None;
+        let mut asked = false;
         loop {
             if committed().await {
                 return Followed::Committed;
+            }
+            if !asked && wanted.load(Ordering::Relaxed) {
+                asked = true;
+                let _ = self
+                    .store
+                    .write(&want_key(&key), Bytes::from_static(b"{}"))
+                    .await;
             }
             let seen = match self.store.head(&key).await {
                 Ok(None) => None,
@@ -197,7 +217,7 @@ impl Leases {
                     if committed().await {
                         return Followed::Committed;
                     }
-                    match self.claim(object).await {
+                    match self.claim(object, wanted).await {
                         Claim::Leader(guard) => return Followed::Leader(guard),
                         Claim::Held => last = None,
                         Claim::Alone => return Followed::Alone,
@@ -225,7 +245,7 @@ impl Leases {
                     };
                     if still >= STALE {
                         tracing::warn!(lease = %key, "the replica holding the lease stopped renewing it; taking it over");
-                        return Followed::TookOver(self.take_over(key).await);
+                        return Followed::TookOver(self.take_over(key, wanted).await);
                     }
                 }
             }
@@ -234,7 +254,7 @@ impl Leases {
     }
 
     /// Writes this replica's lease over a stale one.
-    async fn take_over(&self, key: Key) -> LeaseGuard {
+    async fn take_over(&self, key: Key, wanted: &Arc<AtomicBool>) -> LeaseGuard {
         let lease = Lease {
             holder: self.holder.clone(),
             renewed: 0,
@@ -242,11 +262,12 @@ impl Leases {
         if let Err(e) = self.store.write(&key, lease.to_bytes()).await {
             tracing::warn!(lease = %key, "cannot take over a lease: {e}");
         }
-        self.hold(key)
+        self.hold(key, wanted.clone())
     }
 
-    /// Renews the lease at `key` until the guard is dropped.
-    fn hold(&self, key: Key) -> LeaseGuard {
+    /// Renews the lease at `key` until the guard is dropped, and sets `wanted` once a follower
+    /// asks for it.
+    fn hold(&self, key: Key, wanted: Arc<AtomicBool>) -> LeaseGuard {
         let (store, holder) = (self.store.clone(), self.holder.clone());
         let renewed = Arc::new(AtomicU64::new(0));
         let renewal = {
@@ -260,6 +281,11 @@ impl Leases {
                     };
                     if let Err(e) = store.write(&key, lease.to_bytes()).await {
                         tracing::warn!(lease = %key, "cannot renew a lease: {e}");
+                    }
+                    if !wanted.load(Ordering::Relaxed)
+                        && matches!(store.head(&want_key(&key)).await, Ok(Some(_)))
+                    {
+                        wanted.store(true, Ordering::Relaxed);
                     }
                 }
             })
@@ -288,20 +314,28 @@ mod tests {
             Leases::new(store(dir.path())),
         );
         let object = Key::new(["archives", "x.zip"]);
-        let Claim::Leader(guard) = a.claim(&object).await else {
+        let (quiet, waiting) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(true)),
+        );
+        let Claim::Leader(guard) = a.claim(&object, &quiet).await else {
             panic!("the first claim leads");
         };
-        assert!(matches!(b.claim(&object).await, Claim::Held));
+        assert!(matches!(b.claim(&object, &waiting).await, Claim::Held));
         let committed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let follower = {
             let committed = committed.clone();
             let object = object.clone();
             tokio::spawn(async move {
                 let followed = b
-                    .follow(&object, || {
-                        let c = committed.load(Ordering::Relaxed);
-                        async move { c }
-                    })
+                    .follow(
+                        &object,
+                        || {
+                            let c = committed.load(Ordering::Relaxed);
+                            async move { c }
+                        },
+                        &waiting,
+                    )
                     .await;
                 matches!(followed, Followed::Committed)
             })
@@ -324,12 +358,13 @@ mod tests {
             Leases::new(store(dir.path())),
         );
         let object = Key::new(["archives", "y.zip"]);
-        let Claim::Leader(guard) = a.claim(&object).await else {
+        let wanted = Arc::new(AtomicBool::new(true));
+        let Claim::Leader(guard) = a.claim(&object, &wanted).await else {
             panic!("the first claim leads");
         };
         let follower = tokio::spawn(async move {
             matches!(
-                b.follow(&object, || async { false }).await,
+                b.follow(&object, || async { false }, &wanted).await,
                 Followed::Leader(_)
             )
         });
@@ -356,9 +391,10 @@ mod tests {
             .set_modified(old)
             .unwrap();
         let b = Leases::new(store(dir.path()));
-        assert!(matches!(b.claim(&object).await, Claim::Held));
+        let wanted = Arc::new(AtomicBool::new(true));
+        assert!(matches!(b.claim(&object, &wanted).await, Claim::Held));
         let started = Instant::now();
-        let followed = b.follow(&object, || async { false }).await;
+        let followed = b.follow(&object, || async { false }, &wanted).await;
         assert!(matches!(followed, Followed::TookOver(_)));
         assert!(started.elapsed() < STALE, "no wait for an abandoned lease");
     }

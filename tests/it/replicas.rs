@@ -96,6 +96,17 @@ async fn bucket_archives(garage: &Garage) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Starts downloading `path` from `replica`, and kills the replica (SIGKILL) once the first
+/// bytes are in.
+async fn kill_mid_download(client: &reqwest::Client, mut replica: ServerProcess, path: &str) {
+    let mut resp = within("the download", client.get(replica.url(path)).send())
+        .await
+        .unwrap();
+    let _ = within("first bytes", resp.chunk()).await.unwrap();
+    replica.signal("KILL");
+    let _ = tokio::task::spawn_blocking(move || replica.wait()).await;
+}
+
 fn big_zip(version: &str, platform: &str) -> String {
     format!("{REGISTRY}/acme/big/terraform-provider-big_{version}_{platform}.zip")
 }
@@ -150,20 +161,14 @@ async fn a_replica_killed_mid_fill_leaves_nothing_wrong_and_concurrent_misses_en
     let throttle = Throttle::start(origin.addr()).await;
     throttle.set_rate(2 * MIB as u64);
     let work = tempfile::tempdir().unwrap();
-    let mut a = replica(&ca, &work.path().join("a"), throttle.addr(), &garage, "");
+    let a = replica(&ca, &work.path().join("a"), throttle.addr(), &garage, "");
     let b = replica(&ca, &work.path().join("b"), throttle.addr(), &garage, "");
     let client = https_client(&ca, &[]);
     let (os, arch) = platforms()[0];
     let platform = format!("{os}_{arch}");
 
     // A starts a fill and dies in the middle of it.
-    let url_a = a.url(&big_zip("1.0.0", &platform));
-    let mut resp = within("A's download", client.get(&url_a).send())
-        .await
-        .unwrap();
-    let _ = within("first bytes", resp.chunk()).await.unwrap();
-    a.signal("KILL");
-    let _ = tokio::task::spawn_blocking(move || a.wait()).await;
+    kill_mid_download(&client, a, &big_zip("1.0.0", &platform)).await;
     assert!(
         bucket_archives(&garage)
             .await
@@ -615,7 +620,7 @@ async fn replicas_on_a_store_with_conditional_creates_fetch_a_missed_archive_onc
     let work = tempfile::tempdir().unwrap();
     let shared = work.path().join("shared");
     std::fs::create_dir_all(&shared).unwrap();
-    let mut a = replica_on_directory(&ca, &work.path().join("a"), throttle.addr(), &shared);
+    let a = replica_on_directory(&ca, &work.path().join("a"), throttle.addr(), &shared);
     let b = replica_on_directory(&ca, &work.path().join("b"), throttle.addr(), &shared);
     let client = https_client(&ca, &[]);
     let (os, arch) = platforms()[0];
@@ -668,13 +673,7 @@ async fn replicas_on_a_store_with_conditional_creates_fetch_a_missed_archive_onc
 
     // A dies holding the lease of another archive: B waits for the lease to go stale, takes it
     // over and serves the archive whole.
-    let url_a = a.url(&big_zip("2.0.0", &platform));
-    let mut resp = within("A's download", client.get(&url_a).send())
-        .await
-        .unwrap();
-    let _ = within("first bytes", resp.chunk()).await.unwrap();
-    a.signal("KILL");
-    let _ = tokio::task::spawn_blocking(move || a.wait()).await;
+    kill_mid_download(&client, a, &big_zip("2.0.0", &platform)).await;
     assert!(
         !crate::support::provender::files_under(&leases).is_empty(),
         "the killed replica's lease is left behind"

@@ -123,8 +123,9 @@ pub struct Fill {
     memory: Mutex<Vec<Bytes>>,
     /// For a background fill: the bandwidth it shares, until a client wants the archive.
     limit: Option<Arc<Bandwidth>>,
-    /// Set when a client reads this fill: it then runs at full speed.
-    wanted: AtomicBool,
+    /// Set when a client reads this fill (or, on a shared store, waits for it on another
+    /// replica): it then runs at full speed.
+    wanted: Arc<AtomicBool>,
 }
 
 impl Fill {
@@ -142,7 +143,7 @@ impl Fill {
             started_at: SystemTime::now(),
             progress: watch::channel(Progress::default()).0,
             memory: Mutex::new(Vec::new()),
-            wanted: AtomicBool::new(wanted),
+            wanted: Arc::new(AtomicBool::new(wanted)),
             limit,
         }
     }
@@ -469,22 +470,15 @@ impl Core {
             return Turn::Fetch(None);
         };
         let object = ArchiveKind::object_key(&fill.key);
-        // Only a client's fill leads: clients on other replicas must not wait on a download
-        // paced by the complete-hashes job. A background fill follows a lease or goes alone.
-        let claim = if fill.wanted.load(Ordering::Relaxed) {
-            leases.claim(&object).await
-        } else if leases.is_held(&object).await {
-            Claim::Held
-        } else {
-            Claim::Alone
-        };
+        // A background fill may lead too: a follower whose client waits asks it to hurry.
+        let claim = leases.claim(&object, &fill.wanted).await;
         let (role, turn) = match claim {
             Claim::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
             Claim::Alone => (FleetRole::Alone, Turn::Fetch(None)),
             Claim::Held => {
                 let committed =
                     || async { matches!(self.archives.record(&fill.key).await, Ok(Some(_))) };
-                match leases.follow(&object, committed).await {
+                match leases.follow(&object, committed, &fill.wanted).await {
                     Followed::Committed => (FleetRole::Follower, Turn::Stored),
                     Followed::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
                     Followed::TookOver(lease) => (FleetRole::TookOver, Turn::Fetch(Some(lease))),
