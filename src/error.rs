@@ -199,7 +199,8 @@ impl RefusalKind {
                 TrustError::BadSignature { .. } => R::SignatureInvalid,
                 TrustError::UnknownIssuer { .. } => R::SignatureUnknownKey,
                 TrustError::BadTrustSignature { .. } => R::TrustSignatureInvalid,
-                TrustError::NotPinned { owner: o, .. } => owner(o),
+                TrustError::NotPinned { owner: o, .. }
+                | TrustError::ReleaseNotPinned { owner: o, .. } => owner(o),
             },
             Refusal::NoKeys => R::SignatureMissingKeys,
             Refusal::ShasumsMismatch { .. } => R::ShasumsMismatch,

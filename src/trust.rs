@@ -89,6 +89,10 @@ pub enum TrustError {
         owner: Owner,
         key_id: String,
     },
+    #[error(
+        "a release's SHA256SUMS must be signed by {owner}'s pinned key, but it is signed by key {issuer}"
+    )]
+    ReleaseNotPinned { owner: Owner, issuer: String },
 }
 
 /// Public keys parsed from armored text.
@@ -171,6 +175,41 @@ fn long_id(key: &impl PublicKeyTrait) -> String {
     hex::encode_upper(key.key_id().as_ref())
 }
 
+/// A binary detached signature over a document that names its issuer.
+fn parse_detached(signature: &[u8]) -> Result<DetachedSignature, TrustError> {
+    let sig = DetachedSignature::from_bytes(signature)
+        .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
+    if !matches!(
+        sig.signature.typ(),
+        Some(SignatureType::Binary | SignatureType::Text)
+    ) {
+        return Err(TrustError::MalformedSignature(
+            "not a signature over a document".into(),
+        ));
+    }
+    if sig.signature.issuer().is_empty() && sig.signature.issuer_fingerprint().is_empty() {
+        return Err(TrustError::MalformedSignature(
+            "the signature names no issuer".into(),
+        ));
+    }
+    Ok(sig)
+}
+
+/// The issuer a signature names: its key ID, else its fingerprint.
+fn issuer_of(sig: &DetachedSignature) -> String {
+    sig.signature
+        .issuer()
+        .first()
+        .map(|i| hex::encode_upper(i.as_ref()))
+        .or_else(|| {
+            sig.signature
+                .issuer_fingerprint()
+                .first()
+                .map(|f| format!("{f:X}"))
+        })
+        .unwrap_or_default()
+}
+
 /// Whose key a pinned namespace must be signed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
@@ -244,21 +283,7 @@ impl Verifier {
         if keys.is_empty() {
             return Err(TrustError::NoKeys);
         }
-        let sig = DetachedSignature::from_bytes(signature)
-            .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
-        if !matches!(
-            sig.signature.typ(),
-            Some(SignatureType::Binary | SignatureType::Text)
-        ) {
-            return Err(TrustError::MalformedSignature(
-                "not a signature over a document".into(),
-            ));
-        }
-        if sig.signature.issuer().is_empty() && sig.signature.issuer_fingerprint().is_empty() {
-            return Err(TrustError::MalformedSignature(
-                "the signature names no issuer".into(),
-            ));
-        }
+        let sig = parse_detached(signature)?;
         let mut signer = None;
         for (index, key) in keys.iter().take(MAX_KEYS).enumerate() {
             let ring = Keyring::parse(&key.ascii_armor)
@@ -275,19 +300,9 @@ impl Verifier {
             }
         }
         let Some((key, key_id)) = signer else {
-            let issuer = sig
-                .signature
-                .issuer()
-                .first()
-                .map(|i| hex::encode_upper(i.as_ref()))
-                .or_else(|| {
-                    sig.signature
-                        .issuer_fingerprint()
-                        .first()
-                        .map(|f| format!("{f:X}"))
-                })
-                .unwrap_or_default();
-            return Err(TrustError::UnknownIssuer { issuer });
+            return Err(TrustError::UnknownIssuer {
+                issuer: issuer_of(&sig),
+            });
         };
 
         let owner = pinned_owner(addr);
@@ -324,6 +339,30 @@ impl Verifier {
             kind: SignatureKind::Community,
             key_id: Some(key_id),
         })
+    }
+
+    /// Verifies the SHA256SUMS signature of a CLI release against its vendor's pinned key alone
+    /// (HashiCorp's for Terraform, OpenTofu's for tofu): no other key counts, whatever an
+    /// origin offers. Returns the long ID of the key that signed.
+    pub fn verify_release(
+        &self,
+        owner: Owner,
+        sums: &[u8],
+        signature: &[u8],
+    ) -> Result<String, TrustError> {
+        let sig = parse_detached(signature)?;
+        let ring = match owner {
+            Owner::Hashicorp => &self.official,
+            Owner::Opentofu => &self.opentofu,
+        };
+        match ring.check(&sig, sums) {
+            Check::Verified(key_id) => Ok(key_id),
+            Check::Invalid(key_id, reason) => Err(TrustError::BadSignature { key_id, reason }),
+            Check::UnknownIssuer => Err(TrustError::ReleaseNotPinned {
+                owner,
+                issuer: issuer_of(&sig),
+            }),
+        }
     }
 
     /// A partner's key carries HashiCorp's detached signature over the key's binary form.
@@ -598,6 +637,68 @@ mod tests {
     /// Official = `unlisted` (a stand-in for HashiCorp's key), partners = `partners`.
     fn verifier() -> Verifier {
         Verifier::new(&key("unlisted").ascii_armor, &key("partners").ascii_armor).unwrap()
+    }
+
+    #[test]
+    fn a_release_verifies_only_under_its_vendors_pinned_key() {
+        // Stand-ins: `unlisted` as HashiCorp's key, `author` as OpenTofu's.
+        let pins = Verifier::with_opentofu(
+            &key("unlisted").ascii_armor,
+            &key("partners").ascii_armor,
+            &key("author").ascii_armor,
+        )
+        .unwrap();
+        let signer = pins
+            .verify_release(Owner::Hashicorp, SUMS, sig("unlisted"))
+            .unwrap();
+        assert!(signer.len() == 16 && signer.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(
+            pins.verify_release(Owner::Opentofu, SUMS, sig("author")),
+            Ok("B60F7901FDC5AC9E".to_string())
+        );
+        // Each vendor's releases only under its own key.
+        let err = pins
+            .verify_release(Owner::Hashicorp, SUMS, sig("author"))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TrustError::ReleaseNotPinned {
+                    owner: Owner::Hashicorp,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(matches!(
+            pins.verify_release(Owner::Opentofu, SUMS, sig("unlisted")),
+            Err(TrustError::ReleaseNotPinned { .. })
+        ));
+        // An altered document fails under the right key.
+        let mut altered = SUMS.to_vec();
+        altered[0] ^= 1;
+        assert!(matches!(
+            pins.verify_release(Owner::Hashicorp, &altered, sig("unlisted")),
+            Err(TrustError::BadSignature { .. })
+        ));
+    }
+
+    #[test]
+    fn the_real_pins_refuse_a_release_signed_by_any_other_key() {
+        let real = Verifier::hashicorp();
+        for owner in [Owner::Hashicorp, Owner::Opentofu] {
+            for signer in ["author", "unlisted", "expired", "subkey"] {
+                let err = real.verify_release(owner, SUMS, sig(signer)).unwrap_err();
+                assert!(
+                    matches!(err, TrustError::ReleaseNotPinned { .. }),
+                    "{owner} release signed by {signer}: {err}"
+                );
+            }
+        }
+        assert!(matches!(
+            real.verify_release(Owner::Hashicorp, SUMS, b"not a signature"),
+            Err(TrustError::MalformedSignature(_))
+        ));
     }
 
     #[test]
