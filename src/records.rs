@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub mod oci;
+pub mod releases;
 
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::hash::{H1, Sha256};

@@ -1,0 +1,320 @@
+//! CLI releases: the `terraform` and `tofu` binaries as their vendors publish them, named and
+//! checked the way the vendors name them.
+//!
+//! A release is a product, a version and, per platform, one zip named
+//! `<product>_<version>_<os>_<arch>.zip`, listed with its SHA-256 in
+//! `<product>_<version>_SHA256SUMS`, which the vendor signs (checked by
+//! `trust::Verifier::verify_release`). [`release_zips`] reads that list: only the zips of the
+//! release it belongs to count, so a signed list cannot lend its signature to a file of another
+//! product or version.
+//!
+//! The vendors' own documents that list releases are here too: HashiCorp's `index.json`
+//! ([`HashicorpIndex`], [`HashicorpRelease`]) and OpenTofu's `api.json` ([`TofuIndex`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::address::{Platform, Version};
+use crate::hash::Sha256;
+
+/// A CLI whose releases can be mirrored.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Product {
+    /// HashiCorp's `terraform`, from releases.hashicorp.com.
+    Terraform,
+    /// OpenTofu's `tofu`, from its GitHub releases.
+    Tofu,
+}
+
+impl Product {
+    pub const ALL: [Product; 2] = [Product::Terraform, Product::Tofu];
+
+    /// The name in file names and paths.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Product::Terraform => "terraform",
+            Product::Tofu => "tofu",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Product> {
+        Product::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+impl fmt::Display for Product {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One platform's zip of one release.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReleaseKey {
+    pub product: Product,
+    pub version: Version,
+    pub platform: Platform,
+}
+
+impl ReleaseKey {
+    /// `<product>_<version>_<os>_<arch>.zip`
+    pub fn filename(&self) -> String {
+        format!("{}_{}_{}.zip", self.product, self.version, self.platform)
+    }
+
+    /// The release's zip that `filename` names, if it is one of this product and version.
+    pub fn from_filename(
+        product: Product,
+        version: &Version,
+        filename: &str,
+    ) -> Option<ReleaseKey> {
+        let platform = filename
+            .strip_prefix(&format!("{product}_{version}_"))?
+            .strip_suffix(".zip")?;
+        Some(ReleaseKey {
+            product,
+            version: version.clone(),
+            platform: Platform::parse(platform).ok()?,
+        })
+    }
+}
+
+impl fmt::Display for ReleaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.product, self.version, self.platform)
+    }
+}
+
+/// `<product>_<version>_SHA256SUMS`
+pub fn sums_filename(product: Product, version: &Version) -> String {
+    format!("{product}_{version}_SHA256SUMS")
+}
+
+/// What is wrong with a release's SHA256SUMS.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseSumsError {
+    #[error("SHA256SUMS is not UTF-8 text")]
+    NotText,
+    #[error("SHA256SUMS line {line} is not `<sha256>  <file>`")]
+    Malformed { line: usize },
+    #[error("SHA256SUMS line {line} names {file}, which is not a file of {product} {version}")]
+    ForeignFile {
+        line: usize,
+        file: String,
+        product: Product,
+        version: String,
+    },
+    #[error("SHA256SUMS lists {file} twice")]
+    Duplicate { file: String },
+    #[error("SHA256SUMS lists no zip of {product} {version}")]
+    NoZips { product: Product, version: String },
+}
+
+/// The SHA-256 of every platform's zip that a release's SHA256SUMS lists. Every line must name a
+/// file of this product and version (`<product>_<version>_...`): the list is signed as a whole,
+/// and a line for anything else is a sign of a mixed-up or forged list. Lines for the release's
+/// other files (packages, manifests) are read and left out.
+pub fn release_zips(
+    product: Product,
+    version: &Version,
+    sums: &[u8],
+) -> Result<BTreeMap<Platform, Sha256>, ReleaseSumsError> {
+    let text = std::str::from_utf8(sums).map_err(|_| ReleaseSumsError::NotText)?;
+    let prefix = format!("{product}_{version}_");
+    let mut zips = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() {
+            continue;
+        }
+        let malformed = ReleaseSumsError::Malformed { line: line_no };
+        let (hash, rest) = line.split_once(' ').ok_or(malformed.clone())?;
+        let file = rest
+            .strip_prefix(' ')
+            .or_else(|| rest.strip_prefix('*'))
+            .ok_or(malformed.clone())?;
+        let sha256 = Sha256::parse(&hash.to_ascii_lowercase()).map_err(|_| malformed)?;
+        if !file.starts_with(&prefix) || file.contains(['/', '\\']) {
+            return Err(ReleaseSumsError::ForeignFile {
+                line: line_no,
+                file: file.to_string(),
+                product,
+                version: version.to_string(),
+            });
+        }
+        if !seen.insert(file.to_string()) {
+            return Err(ReleaseSumsError::Duplicate {
+                file: file.to_string(),
+            });
+        }
+        if let Some(key) = ReleaseKey::from_filename(product, version, file) {
+            zips.insert(key.platform, sha256);
+        }
+    }
+    if zips.is_empty() {
+        return Err(ReleaseSumsError::NoZips {
+            product,
+            version: version.to_string(),
+        });
+    }
+    Ok(zips)
+}
+
+/// HashiCorp's `<base>/<product>/index.json`: every release of a product.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HashicorpIndex {
+    pub name: String,
+    pub versions: BTreeMap<String, HashicorpRelease>,
+}
+
+/// HashiCorp's `<base>/<product>/<version>/index.json`, and each entry of the product's index.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HashicorpRelease {
+    pub name: String,
+    pub version: String,
+    pub shasums: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shasums_signature: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shasums_signatures: Vec<String>,
+    pub builds: Vec<HashicorpBuild>,
+}
+
+/// One file of a HashiCorp release.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HashicorpBuild {
+    pub name: String,
+    pub version: String,
+    pub os: String,
+    pub arch: String,
+    pub filename: String,
+    pub url: String,
+}
+
+/// OpenTofu's `api.json` (get.opentofu.org/tofu/api.json): every release and its files.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TofuIndex {
+    pub versions: Vec<TofuRelease>,
+}
+
+/// One release in OpenTofu's `api.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TofuRelease {
+    pub id: String,
+    pub files: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    #[test]
+    fn zips_are_read_by_platform_and_other_files_of_the_release_left_out() {
+        let sums = format!(
+            "{A}  tofu_1.8.0_linux_amd64.zip\n{B}  tofu_1.8.0_darwin_arm64.zip\n\
+             {A}  tofu_1.8.0_linux_amd64.tar.gz\n{B}  tofu_1.8.0_amd64.deb\n"
+        );
+        let zips = release_zips(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap();
+        assert_eq!(zips.len(), 2);
+        assert_eq!(zips[&Platform::parse("linux_amd64").unwrap()].as_str(), A);
+        assert_eq!(zips[&Platform::parse("darwin_arm64").unwrap()].as_str(), B);
+    }
+
+    #[test]
+    fn a_list_with_files_of_another_release_is_refused() {
+        for line in [
+            format!("{A}  terraform_1.8.0_linux_amd64.zip"),
+            format!("{A}  tofu_1.8.1_linux_amd64.zip"),
+            format!("{A}  tofu_1.8.0_/../x.zip"),
+        ] {
+            let sums = format!("{B}  tofu_1.8.0_linux_amd64.zip\n{line}\n");
+            let err = release_zips(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap_err();
+            assert!(
+                matches!(err, ReleaseSumsError::ForeignFile { line: 2, .. }),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_duplicate_and_empty_lists_are_refused() {
+        let bad = [
+            ("tofu_1.8.0_linux_amd64.zip\n".to_string(), "line 1"),
+            (
+                format!("{}  tofu_1.8.0_linux_amd64.zip\n", &A[1..]),
+                "line 1",
+            ),
+            (
+                format!("{A}  tofu_1.8.0_linux_amd64.zip\n{B}  tofu_1.8.0_linux_amd64.zip\n"),
+                "twice",
+            ),
+            (format!("{A}  tofu_1.8.0_amd64.deb\n"), "no zip"),
+        ];
+        for (sums, says) in bad {
+            let err = release_zips(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        assert_eq!(
+            release_zips(Product::Tofu, &v("1.8.0"), b"\xff"),
+            Err(ReleaseSumsError::NotText)
+        );
+    }
+
+    #[test]
+    fn file_names_round_trip() {
+        let key = ReleaseKey {
+            product: Product::Terraform,
+            version: v("1.11.4"),
+            platform: Platform::parse("linux_arm64").unwrap(),
+        };
+        assert_eq!(key.filename(), "terraform_1.11.4_linux_arm64.zip");
+        assert_eq!(
+            ReleaseKey::from_filename(Product::Terraform, &v("1.11.4"), &key.filename()),
+            Some(key)
+        );
+        assert_eq!(
+            sums_filename(Product::Terraform, &v("1.11.4")),
+            "terraform_1.11.4_SHA256SUMS"
+        );
+        assert_eq!(
+            ReleaseKey::from_filename(
+                Product::Tofu,
+                &v("1.11.4"),
+                "terraform_1.11.4_linux_arm64.zip"
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn the_vendors_documents_parse() {
+        let hashicorp = r#"{"name":"terraform","versions":{"1.11.4":{"name":"terraform","version":"1.11.4",
+            "shasums":"terraform_1.11.4_SHA256SUMS","shasums_signature":"terraform_1.11.4_SHA256SUMS.sig",
+            "shasums_signatures":["terraform_1.11.4_SHA256SUMS.72D7468F.sig","terraform_1.11.4_SHA256SUMS.sig"],
+            "builds":[{"name":"terraform","version":"1.11.4","os":"linux","arch":"amd64",
+            "filename":"terraform_1.11.4_linux_amd64.zip",
+            "url":"https://releases.hashicorp.com/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip"}]}}}"#;
+        let index: HashicorpIndex = serde_json::from_str(hashicorp).unwrap();
+        let release = &index.versions["1.11.4"];
+        assert_eq!(
+            release.builds[0].filename,
+            "terraform_1.11.4_linux_amd64.zip"
+        );
+        assert_eq!(release.shasums_signatures.len(), 2);
+        let tofu = r#"{"versions":[{"id":"1.8.0","files":["tofu_1.8.0_linux_amd64.zip","tofu_1.8.0_SHA256SUMS"]}]}"#;
+        let index: TofuIndex = serde_json::from_str(tofu).unwrap();
+        assert_eq!(index.versions[0].id, "1.8.0");
+    }
+}
