@@ -923,17 +923,10 @@ impl ObjectStoreConfig {
                 format!("{:?} must be /-separated names", self.prefix),
             ));
         }
-        Ok(crate::storage::ObjectStoreSettings {
-            provider: crate::storage::Provider::Directory,
-            bucket: self.bucket.trim_end_matches('/').to_string(),
-            prefix,
-            region: None,
-            endpoint: None,
-            path_style: true,
-            allow_http: false,
-            ca_file: None,
-            credentials: None,
-        })
+        Ok(crate::storage::ObjectStoreSettings::directory(
+            std::path::Path::new(self.bucket.trim_end_matches('/')),
+            &prefix,
+        ))
     }
 }
 

@@ -85,6 +85,23 @@ pub struct ObjectStoreSettings {
     pub credentials: Option<StaticCredentials>,
 }
 
+impl ObjectStoreSettings {
+    /// A directory every replica mounts (`cache.backend = "directory"`), keys under `prefix`.
+    pub fn directory(path: &Path, prefix: &str) -> ObjectStoreSettings {
+        ObjectStoreSettings {
+            provider: Provider::Directory,
+            bucket: path.display().to_string(),
+            prefix: prefix.to_string(),
+            region: None,
+            endpoint: None,
+            path_style: true,
+            allow_http: false,
+            ca_file: None,
+            credentials: None,
+        }
+    }
+}
+
 /// An S3 access key pair from the configuration (the secret read from a file).
 #[derive(Clone)]
 pub struct StaticCredentials {

@@ -68,12 +68,24 @@ fn replica_with(
 ) -> (ServerProcess, std::path::PathBuf) {
     std::fs::create_dir_all(dir).unwrap();
     let cache = format!("{extra_cache}\n{}", garage.cache_toml(dir, "mirror"));
+    spawn_replica(ca, dir, origin, &cache, extra_toml)
+}
+
+/// The real binary in `dir`, with `cache` in its `[cache]` table and `extra_toml` after it;
+/// also its configuration file.
+fn spawn_replica(
+    ca: &TestCa,
+    dir: &Path,
+    origin: std::net::SocketAddr,
+    cache: &str,
+    extra_toml: &str,
+) -> (ServerProcess, std::path::PathBuf) {
     let config = write_config(
         ca,
         dir,
         origin,
         &MirrorOptions {
-            extra_cache: &cache,
+            extra_cache: cache,
             extra_toml,
             ..Default::default()
         },
@@ -599,16 +611,7 @@ fn replica_on_directory(
         "backend = \"directory\"\n\n[cache.object_store]\nbucket = \"{}\"\nprefix = \"mirror\"\n",
         path_str(shared)
     );
-    let config = write_config(
-        ca,
-        dir,
-        origin,
-        &MirrorOptions {
-            extra_cache: &cache,
-            ..Default::default()
-        },
-    );
-    ServerProcess::spawn(&config)
+    spawn_replica(ca, dir, origin, &cache, "").0
 }
 
 #[tokio::test(flavor = "multi_thread")]

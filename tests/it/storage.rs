@@ -448,17 +448,7 @@ async fn a_garage_bucket_complies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shared_directory_complies() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = provender::storage::ObjectStoreSettings {
-        provider: provender::storage::Provider::Directory,
-        bucket: dir.path().display().to_string(),
-        prefix: "mirror".into(),
-        region: None,
-        endpoint: None,
-        path_style: true,
-        allow_http: false,
-        ca_file: None,
-        credentials: None,
-    };
+    let settings = provender::storage::ObjectStoreSettings::directory(dir.path(), "mirror");
     let storage: Arc<dyn Storage> = Arc::new(ObjectStorage::new(&settings).unwrap());
     assert_eq!(
         storage.describe(),
