@@ -36,7 +36,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use crate::cache::{ArchiveKind, Claim, Followed, Kind, LeaseGuard};
+use crate::cache::{ArchiveKind, Claim, Followed, Kind, LeaseGuard, StagedFile};
 use crate::error::{Error, Failure, Result};
 use crate::hash::{H1, Hashing, Sha256};
 use crate::metrics::{FleetRole, VerificationReason};
@@ -58,7 +58,7 @@ const HEAD_START: u64 = WRITE_CHUNK as u64;
 const TAIL: u64 = WRITE_CHUNK as u64;
 
 /// An archive's bytes as its origin sends them: all a fill takes from the network.
-pub(super) struct OriginBody {
+pub(in crate::mirror) struct OriginBody {
     /// From the origin's `Content-Length`, when it sent one.
     pub size: Option<u64>,
     /// The bytes; ends with an error if the download breaks off or exceeds its bounds.
@@ -66,7 +66,7 @@ pub(super) struct OriginBody {
 }
 
 /// Where a fill gets its archive: the origin's answer, once it comes.
-pub(super) type Origin = BoxFuture<'static, Result<OriginBody>>;
+pub(in crate::mirror) type Origin = BoxFuture<'static, Result<OriginBody>>;
 
 /// Whether this replica fetches an archive (see [`Core::fleet_turn`]).
 enum Turn {
@@ -110,9 +110,10 @@ struct Progress {
     finished: Option<Result<()>>,
 }
 
-/// One archive download in progress.
-pub struct Fill {
-    pub key: ArchiveKey,
+/// One download in progress: of a provider archive (`K` = [`ArchiveKey`]), or of any other
+/// object that is streamed to its readers while it is checked against a SHA-256 known before.
+pub struct Fill<K = ArchiveKey> {
+    pub key: K,
     /// The SHA-256 the origin published, which the bytes must match.
     pub sha256: Sha256,
     /// How the origin's signature over that SHA-256 was classified.
@@ -128,14 +129,14 @@ pub struct Fill {
     wanted: Arc<AtomicBool>,
 }
 
-impl Fill {
-    fn new(
-        key: ArchiveKey,
+impl<K: Send + Sync + 'static> Fill<K> {
+    pub(in crate::mirror) fn new(
+        key: K,
         sha256: Sha256,
         trust: SignatureKind,
         wanted: bool,
         limit: Option<Arc<Bandwidth>>,
-    ) -> Fill {
+    ) -> Fill<K> {
         Fill {
             key,
             sha256,
@@ -235,14 +236,14 @@ impl Fill {
     }
 }
 
-struct ReadState {
-    fill: Arc<Fill>,
+struct ReadState<K> {
+    fill: Arc<Fill<K>>,
     rx: watch::Receiver<Progress>,
     offset: u64,
     over: bool,
 }
 
-impl ReadState {
+impl<K: Send + Sync + 'static> ReadState<K> {
     async fn next_piece(&mut self) -> Option<io::Result<Bytes>> {
         loop {
             let p = self.rx.borrow_and_update().clone();
@@ -288,7 +289,7 @@ impl ReadState {
     }
 }
 
-impl Fill {
+impl<K> Fill<K> {
     /// The in-memory bytes starting `offset` bytes after the end of the on-disk part.
     fn memory_piece(&self, mut offset: u64) -> Bytes {
         let memory = self.memory.lock().expect("fill memory lock");
@@ -463,45 +464,17 @@ impl Core {
         });
     }
 
-    /// Decides, with the other replicas on a shared store, whether this one fetches the archive
-    /// (holding the lease while it does, if any) or another one already stored it.
-    async fn fleet_turn(&self, fill: &Fill) -> Turn {
-        let Some(leases) = &self.leases else {
-            return Turn::Fetch(None);
-        };
-        let object = ArchiveKind::object_key(&fill.key);
-        // A background fill may lead too: a follower whose client waits asks it to hurry.
-        let claim = leases.claim(&object, &fill.wanted).await;
-        let (role, turn) = match claim {
-            Claim::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
-            Claim::Alone => (FleetRole::Alone, Turn::Fetch(None)),
-            Claim::Held => {
-                let committed =
-                    || async { matches!(self.archives.record(&fill.key).await, Ok(Some(_))) };
-                match leases.follow(&object, committed, &fill.wanted).await {
-                    Followed::Committed => (FleetRole::Follower, Turn::Stored),
-                    Followed::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
-                    Followed::TookOver(lease) => (FleetRole::TookOver, Turn::Fetch(Some(lease))),
-                    Followed::Alone => (FleetRole::Alone, Turn::Fetch(None)),
-                }
-            }
-        };
-        self.metrics
-            .fleet_fills
-            .with_label_values(&[role.as_str()])
-            .inc();
-        turn
-    }
-
-    async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
+    /// The one way a fill takes bytes in: downloads `origin` into a staging file while the
+    /// fill's readers stream it (trailing by [`TAIL`] bytes), hashes it as it comes, checks the
+    /// whole against the fill's SHA-256 (a mismatch is `mismatch(found)`, the caller's error
+    /// naming what was checked), and fsyncs it. Returns the staged file and its digest.
+    pub(in crate::mirror) async fn stream_checked<K: std::fmt::Display + Send + Sync + 'static>(
+        &self,
+        fill: &Fill<K>,
+        origin: Origin,
+        mismatch: impl FnOnce(Sha256) -> Error,
+    ) -> Result<(StagedFile, crate::hash::Digest)> {
         let key = &fill.key;
-        let _lease = match self.fleet_turn(fill).await {
-            Turn::Fetch(lease) => lease,
-            Turn::Stored => {
-                tracing::info!(archive = %key, "another replica stored the archive; serving it from the store");
-                return Ok(());
-            }
-        };
         let download = origin.await?;
         let (staged, mut file) = self
             .staging
@@ -545,32 +518,77 @@ impl Core {
             }
             let digest = hashing.digest();
             if expected.check(&digest).is_err() {
-                return Err(self.verification_failed(
-                    &key.addr,
-                    &key.version,
-                    Failure::ArchiveChecksum {
-                        file: pkg.filename.clone(),
-                        expected: fill.sha256.clone(),
-                        found: digest.sha256.clone(),
-                    },
-                ));
+                return Err(mismatch(digest.sha256.clone()));
             }
             Ok(digest)
         }
         .await;
-        // A failure reaches readers from `run_fill`, once the fill has left the table.
+        // A failure reaches readers from the fill's task, once the fill has left its table.
         let digest = streamed?;
         fill.update(|p| p.streamed = Some(Ok(())));
         if !disk_ok {
             return Err(Error::unexpected(format!(
-                "archive {key} was served but not cached: writing to the cache failed"
+                "{key} was served but not cached: writing to the cache failed"
             )));
         }
-
         file.sync_all()
             .await
             .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
         drop(file);
+        Ok((staged, digest))
+    }
+
+    /// Decides, with the other replicas on a shared store, whether this one fetches the archive
+    /// (holding the lease while it does, if any) or another one already stored it.
+    async fn fleet_turn(&self, fill: &Fill) -> Turn {
+        let Some(leases) = &self.leases else {
+            return Turn::Fetch(None);
+        };
+        let object = ArchiveKind::object_key(&fill.key);
+        // A background fill may lead too: a follower whose client waits asks it to hurry.
+        let claim = leases.claim(&object, &fill.wanted).await;
+        let (role, turn) = match claim {
+            Claim::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
+            Claim::Alone => (FleetRole::Alone, Turn::Fetch(None)),
+            Claim::Held => {
+                let committed =
+                    || async { matches!(self.archives.record(&fill.key).await, Ok(Some(_))) };
+                match leases.follow(&object, committed, &fill.wanted).await {
+                    Followed::Committed => (FleetRole::Follower, Turn::Stored),
+                    Followed::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
+                    Followed::TookOver(lease) => (FleetRole::TookOver, Turn::Fetch(Some(lease))),
+                    Followed::Alone => (FleetRole::Alone, Turn::Fetch(None)),
+                }
+            }
+        };
+        self.metrics
+            .fleet_fills
+            .with_label_values(&[role.as_str()])
+            .inc();
+        turn
+    }
+
+    async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
+        let key = &fill.key;
+        let _lease = match self.fleet_turn(fill).await {
+            Turn::Fetch(lease) => lease,
+            Turn::Stored => {
+                tracing::info!(archive = %key, "another replica stored the archive; serving it from the store");
+                return Ok(());
+            }
+        };
+        let mismatch = |found: Sha256| {
+            self.verification_failed(
+                &key.addr,
+                &key.version,
+                Failure::ArchiveChecksum {
+                    file: pkg.filename.clone(),
+                    expected: fill.sha256.clone(),
+                    found,
+                },
+            )
+        };
+        let (staged, digest) = self.stream_checked(fill, origin, mismatch).await?;
         let limits = self.settings.upstream.hash_limits();
         let timer = self.metrics.hash_duration.start_timer();
         let h1 = admission::h1_of_file(staged.path(), limits).await;
@@ -638,9 +656,9 @@ impl Core {
 
     /// Writes a chunk to the staging file and tells readers; after a write error, keeps chunks
     /// in memory instead so readers are still served, up to `cache.max_fill_memory`.
-    async fn publish(
+    async fn publish<K: std::fmt::Display + Send + Sync + 'static>(
         &self,
-        fill: &Fill,
+        fill: &Fill<K>,
         file: &mut tokio::fs::File,
         bytes: Bytes,
         disk_ok: &mut bool,
@@ -667,8 +685,8 @@ impl Core {
         let max = self.settings.cache.max_fill_memory;
         if held + len > max {
             return Err(Error::InsufficientStorage(format!(
-                "archive {}: the cache cannot be written (disk full?) and the rest of the archive \
-                 is more than cache.max_fill_memory ({max} bytes) can hold in memory",
+                "{}: the cache cannot be written (disk full?) and the rest of the download is \
+                 more than cache.max_fill_memory ({max} bytes) can hold in memory",
                 fill.key
             )));
         }
@@ -677,9 +695,9 @@ impl Core {
         Ok(())
     }
 
-    fn write_failed(&self, key: &ArchiveKey, what: &str, e: io::Error) -> Error {
+    fn write_failed(&self, key: &impl std::fmt::Display, what: &str, e: io::Error) -> Error {
         self.metrics.cache_write_errors.inc();
-        tracing::error!(archive = %key, "{what} failed: {e}; the archive is served but not cached");
+        tracing::error!(object = %key, "{what} failed: {e}; it is served but not cached");
         Error::io(format!("{what} for {key}"), e)
     }
 }
