@@ -21,6 +21,9 @@
 //! oci/<host>/<namespace>/<type>/{manifest,blob}-<sha256>.json       OCI documents and blob links
 //! quarantine/<object key>.<unix time>                               objects that failed
 //! quarantine/<record key>.<unix time>                               re-verification, with records
+//! releases/<product>/<version>/release.json                         a CLI release's verified record
+//! releases/<product>/<version>/<product>_<version>_SHA256SUMS[.sig]  its checksum list, signature
+//! releases/<product>/<version>/<product>_<version>_<os>_<arch>.zip[.json]  a release zip, record
 //! leases/<object key>                                               a replica fetching that object
 //! usage/<YYYY-MM-DD>/<process>.json                                 one process's usage counts
 //! ```
@@ -45,7 +48,9 @@ pub use listing::{
 };
 pub use local_tier::{LocalTier, TierMetrics};
 pub use meta::MetaStore;
-pub use objects::{ArchiveKind, Archives, Kind, Listed, ModuleKind, Modules, Objects, Opened};
+pub use objects::{
+    ArchiveKind, Archives, Kind, Listed, ModuleKind, Modules, Objects, Opened, ReleaseKind,
+};
 pub use staging::{ScratchDir, StagedFile, Staging};
 
 /// How many changes a store has seen from this process: a view built at one count is stale at

@@ -30,6 +30,97 @@ pub struct Config {
     pub modules: ModulesConfig,
     pub complete_hashes: CompleteHashesConfig,
     pub usage: crate::usage::UsageConfig,
+    pub releases: ReleasesConfig,
+}
+
+/// `[releases]`: a read-through mirror of the CLIs' own releases.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReleasesConfig {
+    pub enabled: bool,
+    /// HashiCorp's release site: `<url>/terraform/<version>/<file>`.
+    pub hashicorp_url: String,
+    /// Where OpenTofu's release files are: `<url>/v<version>/<file>`.
+    pub opentofu_url: String,
+    /// Replaces the built-in HashiCorp key that Terraform's SHA256SUMS must be signed with
+    /// (armored public key file), should HashiCorp move to another key.
+    pub hashicorp_key_file: Option<PathBuf>,
+    /// Replaces the built-in OpenTofu key, likewise.
+    pub opentofu_key_file: Option<PathBuf>,
+}
+
+impl Default for ReleasesConfig {
+    fn default() -> Self {
+        ReleasesConfig {
+            enabled: false,
+            hashicorp_url: "https://releases.hashicorp.com".into(),
+            opentofu_url: "https://github.com/opentofu/opentofu/releases/download".into(),
+            hashicorp_key_file: None,
+            opentofu_key_file: None,
+        }
+    }
+}
+
+/// `[releases]`, validated.
+#[derive(Debug, Clone)]
+pub struct ReleaseSettings {
+    pub enabled: bool,
+    pub hashicorp_url: url::Url,
+    pub opentofu_url: url::Url,
+    /// Armored replacements of the built-in vendor keys.
+    pub hashicorp_key: Option<String>,
+    pub opentofu_key: Option<String>,
+}
+
+impl ReleasesConfig {
+    /// `[releases]`
+    fn validate(&self) -> Result<ReleaseSettings, ConfigError> {
+        let url = |key: &str, text: &str| {
+            let url = url::Url::parse(text.trim_end_matches('/'))
+                .map_err(|e| invalid(format!("releases.{key}"), format!("{text:?}: {e}")))?;
+            if url.scheme() != "https" || url.host_str().is_none() {
+                return Err(invalid(
+                    format!("releases.{key}"),
+                    format!("{text:?} must be an https URL"),
+                ));
+            }
+            Ok(url)
+        };
+        let key = |name: &str, path: &Option<PathBuf>| -> Result<Option<String>, ConfigError> {
+            let Some(path) = path else { return Ok(None) };
+            let armor = std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    format!("releases.{name}"),
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            Ok(Some(armor))
+        };
+        let settings = ReleaseSettings {
+            enabled: self.enabled,
+            hashicorp_url: url("hashicorp_url", &self.hashicorp_url)?,
+            opentofu_url: url("opentofu_url", &self.opentofu_url)?,
+            hashicorp_key: key("hashicorp_key_file", &self.hashicorp_key_file)?,
+            opentofu_key: key("opentofu_key_file", &self.opentofu_key_file)?,
+        };
+        if let Some(armor) = &settings.hashicorp_key {
+            crate::trust::Verifier::for_releases(Some(armor), None)
+                .map_err(|e| invalid("releases.hashicorp_key_file", e.to_string()))?;
+        }
+        if let Some(armor) = &settings.opentofu_key {
+            crate::trust::Verifier::for_releases(None, Some(armor))
+                .map_err(|e| invalid("releases.opentofu_key_file", e.to_string()))?;
+        }
+        Ok(settings)
+    }
+
+    /// The hosts of the release origins, which may have `upstream.hosts` entries.
+    fn hosts(&self) -> Vec<String> {
+        [&self.hashicorp_url, &self.opentofu_url]
+            .iter()
+            .filter_map(|u| url::Url::parse(u).ok()?.host_str().map(str::to_string))
+            .collect()
+    }
 }
 
 /// `[complete_hashes]`: the background job that learns every platform's `h1:` of a version
@@ -548,7 +639,11 @@ impl Config {
 
     /// Checks every key, section by section, and produces the typed settings.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let (upstream, trust) = self.upstream.validate(&self.auth.issuer_hosts())?;
+        let mut other_hosts = self.auth.issuer_hosts();
+        if self.releases.enabled {
+            other_hosts.extend(self.releases.hosts());
+        }
+        let (upstream, trust) = self.upstream.validate(&other_hosts)?;
         let modules = self.modules.validate(&upstream)?;
         Ok(Settings {
             modules,
@@ -561,6 +656,7 @@ impl Config {
             tool: self.configurations.validate()?,
             complete_hashes: self.complete_hashes.validate()?,
             usage: self.usage.validate()?,
+            releases: self.releases.validate()?,
         })
     }
 }
@@ -1286,6 +1382,8 @@ pub struct Settings {
     pub complete_hashes: CompleteHashesSettings,
     /// Who uses what (`[usage]`).
     pub usage: crate::usage::UsageSettings,
+    /// The CLIs' own releases (`[releases]`).
+    pub releases: ReleaseSettings,
 }
 
 /// `[modules]`, validated.
@@ -1465,6 +1563,35 @@ mod tests {
             err("[server]\ntls_reload_interval = '10ms'").contains("server.tls_reload_interval")
         );
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
+    }
+
+    #[test]
+    fn release_settings_are_checked() {
+        let defaults = Config::default().validate().unwrap().releases;
+        assert!(!defaults.enabled);
+        assert_eq!(
+            defaults.hashicorp_url.as_str(),
+            "https://releases.hashicorp.com/"
+        );
+        assert!(
+            err("[releases]\nhashicorp_url = 'http://x.example'")
+                .contains("releases.hashicorp_url")
+        );
+        assert!(err("[releases]\nopentofu_url = 'nope'").contains("releases.opentofu_url"));
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("key.asc");
+        std::fs::write(&bad, "not a key").unwrap();
+        assert!(
+            err(&format!(
+                "[releases]\nopentofu_key_file = '{}'",
+                bad.display()
+            ))
+            .contains("releases.opentofu_key_file")
+        );
+        assert!(
+            err("[releases]\nhashicorp_key_file = '/nonexistent.asc'")
+                .contains("releases.hashicorp_key_file")
+        );
     }
 
     #[test]

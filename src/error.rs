@@ -76,6 +76,11 @@ pub enum Subject {
         addr: ModuleAddr,
         version: Option<Version>,
     },
+    /// A release of a CLI (`terraform`, `tofu`).
+    Release {
+        product: crate::records::releases::Product,
+        version: Version,
+    },
 }
 
 impl std::fmt::Display for Subject {
@@ -90,6 +95,7 @@ impl std::fmt::Display for Subject {
                 addr,
                 version: None,
             } => write!(f, "{addr}"),
+            Subject::Release { product, version } => write!(f, "{product} {version}"),
         }
     }
 }
@@ -105,7 +111,9 @@ impl std::fmt::Display for Verification {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Verification { subject, failure } = self;
         match subject {
-            Subject::Provider { .. } => write!(f, "{subject}: verification failed: {failure}"),
+            Subject::Provider { .. } | Subject::Release { .. } => {
+                write!(f, "{subject}: verification failed: {failure}")
+            }
             Subject::Module { .. } => write!(f, "module {subject}: {failure}"),
         }
     }
@@ -149,6 +157,12 @@ pub enum Failure {
         document: String,
         reason: VerificationReason,
     },
+    /// A release's SHA256SUMS (signed) lists something other than that release's files.
+    #[error("{file}: {error}")]
+    ReleaseSums {
+        file: String,
+        error: crate::records::releases::ReleaseSumsError,
+    },
     /// A module's archive cannot become a package.
     #[error("the package {0}")]
     UnusablePackage(#[source] Arc<PackError>),
@@ -167,6 +181,7 @@ impl Failure {
         match self {
             Failure::ArchiveChecksum { .. } => VerificationReason::ArchiveChecksum,
             Failure::UnusableZip { .. } => VerificationReason::UnusableZip,
+            Failure::ReleaseSums { .. } => VerificationReason::ShasumsMismatch,
             Failure::Refused { reason, .. } => *reason,
             Failure::UnusablePackage(_) => VerificationReason::UnusableModulePackage,
             Failure::PackageChecksum { .. } => VerificationReason::ModuleChecksum,

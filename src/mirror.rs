@@ -22,12 +22,14 @@ mod facade;
 mod modules;
 mod oci;
 mod providers;
+mod releases;
 
 pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach};
 pub use facade::RegistryPackage;
 pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};
 pub use providers::{ArchiveBody, ArchiveHead, ProviderMirror, Served};
+pub use releases::{ReleaseFile, ReleaseMirror};
 
 /// Every front-end, over one core: what the server serves.
 pub struct Mirror {
@@ -38,6 +40,8 @@ pub struct Mirror {
     pub modules: Arc<ModuleRegistry>,
     /// The OCI distribution API.
     pub oci: Arc<OciRegistry>,
+    /// The CLIs' own releases.
+    pub releases: Arc<ReleaseMirror>,
 }
 
 impl Mirror {
@@ -50,6 +54,7 @@ impl Mirror {
     pub fn over(core: Arc<Core>) -> Mirror {
         let providers = ProviderMirror::new(core.clone());
         Mirror {
+            releases: ReleaseMirror::new(core.clone()),
             modules: ModuleRegistry::new(core.clone()),
             oci: OciRegistry::new(core.clone(), providers.clone()),
             providers,

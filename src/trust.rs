@@ -253,6 +253,19 @@ impl Verifier {
         })
     }
 
+    /// The verifier of CLI releases: the built-in HashiCorp and OpenTofu keys, or the armored
+    /// keys an operator put in their place.
+    pub fn for_releases(
+        hashicorp: Option<&str>,
+        opentofu: Option<&str>,
+    ) -> Result<Verifier, KeyError> {
+        Verifier::with_opentofu(
+            hashicorp.unwrap_or(HASHICORP_KEY),
+            HASHICORP_PARTNERS_KEY,
+            opentofu.unwrap_or(OPENTOFU_KEY),
+        )
+    }
+
     /// A verifier with other official and partner keys (tests use throw-away ones), and the
     /// built-in OpenTofu key.
     pub fn new(official_armor: &str, partners_armor: &str) -> Result<Verifier, KeyError> {

@@ -29,6 +29,7 @@ use futures_util::stream::BoxStream;
 use super::{Changes, LocalTier, StagedFile};
 use crate::address::{MODULE_ARCHIVE, MirrorPath, ModuleAddr, Version};
 use crate::hash::Sha256;
+use crate::records::releases::{Product, ReleaseKey, ReleaseZip};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::{Key, Result, Storage, StorageError};
 
@@ -114,6 +115,51 @@ impl Kind for ArchiveKind {
     }
 
     fn sha256(record: &ArchiveInfo) -> &Sha256 {
+        &record.sha256
+    }
+}
+
+/// CLI release zips: `releases/<product>/<version>/<product>_<version>_<os>_<arch>.zip`.
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseKind;
+
+impl Kind for ReleaseKind {
+    type Key = ReleaseKey;
+    type Record = ReleaseZip;
+    const NOUN: &'static str = "release zip";
+    const ROOT: &'static str = "releases";
+
+    fn object_key(key: &ReleaseKey) -> Key {
+        Key::new([
+            Self::ROOT,
+            key.product.as_str(),
+            key.version.as_str(),
+            &key.filename(),
+        ])
+    }
+
+    fn record_key(key: &ReleaseKey) -> Key {
+        Self::object_key(key).with_suffix(".json")
+    }
+
+    fn is_object(listed: &Key) -> bool {
+        listed.as_str().ends_with(".zip")
+    }
+
+    fn parse(listed: &Key) -> Option<ReleaseKey> {
+        let parts: Vec<&str> = listed.segments().collect();
+        let [Self::ROOT, product, version, file] = parts.as_slice() else {
+            return None;
+        };
+        let version = Version::parse(version).ok()?;
+        ReleaseKey::from_filename(Product::parse(product)?, &version, file)
+    }
+
+    fn size(record: &ReleaseZip) -> u64 {
+        record.size
+    }
+
+    fn sha256(record: &ReleaseZip) -> &Sha256 {
         &record.sha256
     }
 }

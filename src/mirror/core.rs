@@ -69,7 +69,7 @@ mod fill;
 mod hash_job;
 mod reach;
 
-pub use fill::{Fill, Ready};
+pub use fill::{Fill, OriginBody, Ready};
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.

@@ -165,6 +165,28 @@ pub fn release_zips(
     Ok(zips)
 }
 
+/// What is recorded of a release once its SHA256SUMS verified: stored as
+/// `releases/<product>/<version>/release.json`, written after the SHA256SUMS and signature
+/// copies it vouches for (the commit point).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReleaseRecord {
+    pub product: Product,
+    pub version: Version,
+    /// Each platform's zip and its SHA-256, from the verified SHA256SUMS.
+    pub zips: BTreeMap<Platform, Sha256>,
+    /// The long ID of the vendor key that signed the SHA256SUMS.
+    pub signed_by: String,
+    /// When it was fetched from the origin (Unix seconds).
+    pub fetched_at: u64,
+}
+
+/// What is recorded of a stored release zip (its commit point).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReleaseZip {
+    pub sha256: Sha256,
+    pub size: u64,
+}
+
 /// HashiCorp's `<base>/<product>/index.json`: every release of a product.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HashicorpIndex {

@@ -23,13 +23,14 @@ use hyper::body::{Frame, Incoming};
 use super::identity::{Identities, Principal};
 use super::links::Links;
 use super::site::Site;
-use crate::address::{MirrorPath, ModulePath, RegistryPath};
+use crate::address::{MirrorPath, ModulePath, RegistryPath, Version};
 use crate::auth::Denied;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
-use crate::mirror::{ArchiveBody, ArchiveHead, Served};
+use crate::mirror::{ArchiveBody, ArchiveHead, Reach, ReleaseFile, Served};
+use crate::records::releases::Product;
 
 mod oci;
 
@@ -58,6 +59,7 @@ enum Route {
     Archive,
     Module,
     Oci,
+    Release,
     Discovery,
     Registry,
     Page,
@@ -77,6 +79,7 @@ impl Route {
             Route::Registry => "registry",
             Route::Module => "module",
             Route::Oci => "oci",
+            Route::Release => "release",
             Route::Discovery => "discovery",
             Route::Page => "page",
             Route::Api => "api",
@@ -342,6 +345,12 @@ impl App {
                 self.module(req, &module_path, principal).await,
             );
         }
+        if let Some(release_path) = rest.strip_prefix("releases/") {
+            return (
+                Route::Release,
+                self.release(req, release_path, &reach).await,
+            );
+        }
         let parsed = match MirrorPath::parse(rest) {
             Ok(p) => p,
             Err(e) => return (Route::Other, Err(Error::BadRequest(e))),
@@ -385,6 +394,42 @@ impl App {
                 let kind = crate::usage::Kind::Provider;
                 self.record_use(&resp, principal, kind, addr.to_string(), &version);
                 (Route::Archive, resp)
+            }
+        }
+    }
+
+    /// `releases/<product>/<version>/<file>`: a CLI release's zip, SHA256SUMS or signature, in
+    /// the paths of the vendor's layout. (`releases` has no dot, so it shadows no registry
+    /// hostname a provider address can name in practice.)
+    async fn release(
+        &self,
+        req: &Request<()>,
+        path: &str,
+        reach: &Reach,
+    ) -> Result<Response<Body>, Error> {
+        let not_here = || {
+            Error::NotFound(format!(
+                "releases/{path}: expected releases/<terraform|tofu>/<version>/<file>"
+            ))
+        };
+        let [product, version, file] = path.split('/').collect::<Vec<_>>()[..] else {
+            return Err(not_here());
+        };
+        let product = Product::parse(product).ok_or_else(not_here)?;
+        let version = Version::parse(version).map_err(Error::BadRequest)?;
+        let releases = &self.mirror.releases;
+        match ReleaseFile::parse(product, &version, file).ok_or_else(not_here)? {
+            ReleaseFile::Zip(platform) => {
+                let zip = releases.zip(product, &version, &platform, reach).await?;
+                Ok(self.archive_response(req, zip))
+            }
+            ReleaseFile::Sums => {
+                let sums = releases.checksums(product, &version, false, reach).await?;
+                Ok(response(StatusCode::OK, "text/plain; charset=utf-8", sums))
+            }
+            ReleaseFile::Signature => {
+                let sig = releases.checksums(product, &version, true, reach).await?;
+                Ok(response(StatusCode::OK, "application/octet-stream", sig))
             }
         }
     }

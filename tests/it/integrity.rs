@@ -22,14 +22,14 @@ const MIB: usize = 1 << 20;
 
 /// What one client saw of a download.
 #[derive(Debug)]
-struct Seen {
-    status: u16,
-    received: usize,
+pub(crate) struct Seen {
+    pub(crate) status: u16,
+    pub(crate) received: usize,
     /// The body ended cleanly (the client took it as complete).
-    clean_end: bool,
+    pub(crate) clean_end: bool,
 }
 
-fn client(ca: &TestCa, http: HttpVersion) -> reqwest::Client {
+pub(crate) fn client(ca: &TestCa, http: HttpVersion) -> reqwest::Client {
     install_crypto_provider();
     let root = reqwest::Certificate::from_pem(ca.ca_pem().as_bytes()).unwrap();
     let builder = reqwest::Client::builder()
@@ -47,7 +47,7 @@ fn client(ca: &TestCa, http: HttpVersion) -> reqwest::Client {
 /// GETs `url` and reads the response to its end, counting the bytes that arrived before any
 /// error. A request that fails before its head (an HTTP/2 stream reset before the head was
 /// sent, a connection closed before it) is a failed download that received nothing.
-async fn download(client: &reqwest::Client, url: &str, http: HttpVersion) -> Seen {
+pub(crate) async fn download(client: &reqwest::Client, url: &str, http: HttpVersion) -> Seen {
     let mut resp = match within(url, client.get(url).send()).await {
         Ok(resp) => resp,
         Err(_) => {
@@ -88,7 +88,11 @@ async fn download(client: &reqwest::Client, url: &str, http: HttpVersion) -> See
 
 /// `curl` (which checks `Content-Length` and HTTP/2 stream ends) downloading `url`: its exit
 /// code and how many bytes it wrote.
-async fn curl(ca_file: &std::path::Path, url: &str, http2: bool) -> (Option<i32>, usize) {
+pub(crate) async fn curl(
+    ca_file: &std::path::Path,
+    url: &str,
+    http2: bool,
+) -> (Option<i32>, usize) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("body");
     let status = within(

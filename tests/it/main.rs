@@ -20,6 +20,7 @@ mod ops;
 mod origin_smoke;
 mod pages;
 mod prune;
+mod releases;
 mod replicas;
 mod resilience;
 mod security;

@@ -58,7 +58,7 @@ const HEAD_START: u64 = WRITE_CHUNK as u64;
 const TAIL: u64 = WRITE_CHUNK as u64;
 
 /// An archive's bytes as its origin sends them: all a fill takes from the network.
-pub(in crate::mirror) struct OriginBody {
+pub struct OriginBody {
     /// From the origin's `Content-Length`, when it sent one.
     pub size: Option<u64>,
     /// The bytes; ends with an error if the download breaks off or exceeds its bounds.
@@ -233,6 +233,18 @@ impl<K: Send + Sync + 'static> Fill<K> {
 
     fn update(&self, f: impl FnOnce(&mut Progress)) {
         self.progress.send_modify(f);
+    }
+
+    /// Ends the fill with `result` (`Ok`: the object is in the store), for its readers. Call it
+    /// once the fill has left its table, so that a client that saw a failure and asks again
+    /// starts a fresh download instead of joining this one.
+    pub(in crate::mirror) fn finish(&self, result: Result<()>) {
+        self.update(|p| {
+            if p.streamed.is_none() {
+                p.streamed = Some(result.clone());
+            }
+            p.finished = Some(result);
+        });
     }
 }
 
@@ -456,12 +468,7 @@ impl Core {
             .expect("fill table lock")
             .remove(&fill.key);
         self.metrics.fills_in_flight.dec();
-        fill.update(|p| {
-            if p.streamed.is_none() {
-                p.streamed = Some(result.clone());
-            }
-            p.finished = Some(result);
-        });
+        fill.finish(result);
     }
 
     /// The one way a fill takes bytes in: downloads `origin` into a staging file while the

@@ -1673,6 +1673,22 @@ fn bytes_response(content_type: &'static str, body: Bytes) -> Response<Full<Byte
 }
 
 // ---------------------------------------------------------------------------------------
+/// A binary detached signature over `document` by the origins' test signing key (whose public
+/// key is [`FakeOrigin::public_key_armor`]), or by a second key that no origin lists.
+pub fn sign_detached(document: &[u8], by_unlisted_key: bool) -> Vec<u8> {
+    let key = if by_unlisted_key {
+        gpg::unlisted_key()
+    } else {
+        gpg::signing_key()
+    };
+    gpg::sign_detached_by(key, &[document]).remove(0)
+}
+
+/// The test signing key's ASCII-armored public key.
+pub fn signing_key_armor() -> &'static str {
+    &gpg::signing_key().public_armor
+}
+
 // OpenPGP signing through the gpg binary.
 // ---------------------------------------------------------------------------------------
 

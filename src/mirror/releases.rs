@@ -1,0 +1,399 @@
+//! `ReleaseMirror`: the CLIs' own releases (`terraform`, `tofu`), read through like providers.
+//!
+//! A release is first made known by its SHA256SUMS: fetched with its signature from the
+//! vendor's layout (HashiCorp: `<hashicorp_url>/terraform/<v>/terraform_<v>_SHA256SUMS` and
+//! `.sig`; OpenTofu: `<opentofu_url>/v<v>/tofu_<v>_SHA256SUMS` and `.gpgsig`), the signature
+//! checked under the vendor's pinned key alone (`trust::Verifier::verify_release`), the list read
+//! by `records::releases::release_zips`; the copies and then the record
+//! (`releases/<product>/<v>/release.json`, the commit point) go to the store, once per release
+//! (single flight). A zip is then served from the store, or through a fill: the same streaming
+//! path as provider archives (`Core::stream_checked`), every reader trailing the download until
+//! its SHA-256 matches the signed list, one origin download however many clients wait, and
+//! committed with its record (`cache::ReleaseKind`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::{FutureExt, StreamExt};
+
+use super::core::{Core, Fill, OriginBody, Reach, Ready};
+use super::providers::ArchiveBody;
+use crate::address::{Hostname, Platform, Version};
+use crate::cache::{Flights, Objects, ReleaseKind};
+use crate::error::{Error, Failure, Result};
+use crate::hash::Sha256;
+use crate::records::releases::{
+    Product, ReleaseKey, ReleaseRecord, ReleaseZip, release_zips, sums_filename,
+};
+use crate::storage::Key;
+use crate::trust::{Owner, SignatureKind, Verifier};
+use crate::upstream::Operation;
+
+/// A file of a release that the mirror serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseFile {
+    /// `<product>_<version>_SHA256SUMS`
+    Sums,
+    /// Its detached signature, under any of the names installers ask for.
+    Signature,
+    /// One platform's zip.
+    Zip(Platform),
+}
+
+impl ReleaseFile {
+    /// The file `name` of `product` `version`, if the mirror serves such a file.
+    pub fn parse(product: Product, version: &Version, name: &str) -> Option<ReleaseFile> {
+        let sums = sums_filename(product, version);
+        if name == sums {
+            return Some(ReleaseFile::Sums);
+        }
+        if let Some(suffix) = name.strip_prefix(&sums) {
+            let signature = match product {
+                // HashiCorp publishes the same signature as `.sig` and `.<key id>.sig`.
+                Product::Terraform => suffix == ".sig" || suffix == ".72D7468F.sig",
+                Product::Tofu => suffix == ".gpgsig",
+            };
+            return signature.then_some(ReleaseFile::Signature);
+        }
+        ReleaseKey::from_filename(product, version, name).map(|key| ReleaseFile::Zip(key.platform))
+    }
+}
+
+/// What the vendor key of a product is.
+fn owner(product: Product) -> Owner {
+    match product {
+        Product::Terraform => Owner::Hashicorp,
+        Product::Tofu => Owner::Opentofu,
+    }
+}
+
+/// The CLIs' releases, over the core.
+pub struct ReleaseMirror {
+    core: Arc<Core>,
+    verifier: std::result::Result<Arc<Verifier>, String>,
+    zips: Objects<ReleaseKind>,
+    records: Flights<(Product, Version), Arc<ReleaseRecord>, Error>,
+    fills: Mutex<HashMap<ReleaseKey, Arc<Fill<ReleaseKey>>>>,
+}
+
+impl ReleaseMirror {
+    pub fn new(core: Arc<Core>) -> Arc<ReleaseMirror> {
+        let r = &core.settings().releases;
+        // The configuration checked that the keys parse; should one not, releases say so.
+        let verifier =
+            Verifier::for_releases(r.hashicorp_key.as_deref(), r.opentofu_key.as_deref())
+                .map(Arc::new)
+                .map_err(|e| format!("a vendor key for releases is unusable: {e}"));
+        let storage = core.archives().storage().clone();
+        let entries = core.settings().cache.metadata_entries;
+        Arc::new(ReleaseMirror {
+            zips: Objects::new(storage, entries),
+            verifier,
+            records: Flights::default(),
+            fills: Mutex::new(HashMap::new()),
+            core,
+        })
+    }
+
+    fn enabled(&self) -> Result<()> {
+        if self.core.settings().releases.enabled {
+            Ok(())
+        } else {
+            Err(Error::NotFound(
+                "CLI releases are not mirrored here (releases.enabled is off)".into(),
+            ))
+        }
+    }
+
+    /// Where the vendor publishes `file` of a release.
+    fn origin_url(&self, product: Product, version: &Version, file: &str) -> Result<url::Url> {
+        let r = &self.core.settings().releases;
+        let (base, dir) = match product {
+            Product::Terraform => (&r.hashicorp_url, format!("terraform/{version}")),
+            Product::Tofu => (&r.opentofu_url, format!("v{version}")),
+        };
+        let mut url = base.clone();
+        url.path_segments_mut()
+            .map_err(|()| Error::unexpected("a release URL cannot be a base"))?
+            .pop_if_empty()
+            .extend(dir.split('/'))
+            .push(file);
+        Ok(url)
+    }
+
+    fn host_of(url: &url::Url) -> Result<Hostname> {
+        Hostname::parse(url.host_str().unwrap_or_default())
+            .map_err(|e| Error::unexpected(format!("release origin {url}: {e}")))
+    }
+
+    fn dir(product: Product, version: &Version) -> [String; 3] {
+        ["releases".into(), product.to_string(), version.to_string()]
+    }
+
+    fn record_key(product: Product, version: &Version) -> Key {
+        let [a, b, c] = Self::dir(product, version);
+        Key::new([a, b, c, "release.json".into()])
+    }
+
+    fn copy_key(product: Product, version: &Version, signature: bool) -> Key {
+        let [a, b, c] = Self::dir(product, version);
+        let mut name = sums_filename(product, version);
+        if signature {
+            name.push_str(".sig");
+        }
+        Key::new([a, b, c, name])
+    }
+
+    /// The verified record of a release: from the store, or fetched, verified and stored once.
+    pub async fn release(
+        &self,
+        product: Product,
+        version: &Version,
+        reach: &Reach,
+    ) -> Result<Arc<ReleaseRecord>> {
+        self.enabled()?;
+        let storage = self.zips.storage().clone();
+        if let Some(bytes) = storage.read(&Self::record_key(product, version)).await? {
+            let record: ReleaseRecord = crate::records::from_json(&bytes).map_err(|e| {
+                Error::unexpected(format!("the stored record of {product} {version}: {e}"))
+            })?;
+            return Ok(Arc::new(record));
+        }
+        reach.check(format!("{product} {version}"))?;
+        let work = {
+            let core = self.core.clone();
+            let (sums_url, sig_url) = (
+                self.origin_url(product, version, &sums_filename(product, version))?,
+                self.origin_url(
+                    product,
+                    version,
+                    &format!(
+                        "{}{}",
+                        sums_filename(product, version),
+                        match product {
+                            Product::Terraform => ".sig",
+                            Product::Tofu => ".gpgsig",
+                        }
+                    ),
+                )?,
+            );
+            let verifier = self.verifier.clone().map_err(Error::unexpected)?;
+            let version = version.clone();
+            move || async move {
+                let what = format!("{product} {version}");
+                let upstream = core.origin(&what)?;
+                let host = Self::host_of(&sums_url)?;
+                let sums = upstream
+                    .small_file(&host, Operation::Shasums, sums_url.as_str())
+                    .await?;
+                let signature = upstream
+                    .small_file(&host, Operation::Signature, sig_url.as_str())
+                    .await?;
+                let subject = crate::error::Subject::Release {
+                    product,
+                    version: version.clone(),
+                };
+                let failed = |e: Error| {
+                    if let Some(v) = e.as_verification() {
+                        core.metrics().verification_failed(v.reason());
+                    }
+                    tracing::error!(release = %what, "refused: {e}");
+                    e
+                };
+                let file = sums_filename(product, &version);
+                let signed_by = verifier
+                    .verify_release(owner(product), &sums, &signature)
+                    .map_err(|e| {
+                        failed(Error::refused(
+                            subject.clone(),
+                            crate::trust::Refusal::Signature(e),
+                            &file,
+                        ))
+                    })?;
+                let zips = release_zips(product, &version, &sums).map_err(|error| {
+                    failed(Error::verification(
+                        subject.clone(),
+                        Failure::ReleaseSums {
+                            file: file.clone(),
+                            error,
+                        },
+                    ))
+                })?;
+                let record = ReleaseRecord {
+                    product,
+                    version: version.clone(),
+                    zips,
+                    signed_by,
+                    fetched_at: crate::clock::now_secs(),
+                };
+                let storage = core.archives().storage();
+                storage
+                    .write(&Self::copy_key(product, &version, false), sums)
+                    .await?;
+                storage
+                    .write(&Self::copy_key(product, &version, true), signature)
+                    .await?;
+                let bytes = serde_json::to_vec_pretty(&record).expect("records serialise");
+                storage
+                    .write(&Self::record_key(product, &version), Bytes::from(bytes))
+                    .await?;
+                tracing::info!(release = %what, key = %record.signed_by, "verified a release's SHA256SUMS");
+                Ok(Arc::new(record))
+            }
+        };
+        self.records.run((product, version.clone()), work).await.0
+    }
+
+    /// The stored SHA256SUMS or its signature, verified before they were stored.
+    pub async fn checksums(
+        &self,
+        product: Product,
+        version: &Version,
+        signature: bool,
+        reach: &Reach,
+    ) -> Result<Bytes> {
+        self.release(product, version, reach).await?;
+        self.zips
+            .storage()
+            .read(&Self::copy_key(product, version, signature))
+            .await?
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "{product} {version}: SHA256SUMS is not in the cache"
+                ))
+            })
+    }
+
+    /// A release zip: from the store, or streamed from its one download as it is checked.
+    pub async fn zip(
+        self: &Arc<Self>,
+        product: Product,
+        version: &Version,
+        platform: &Platform,
+        reach: &Reach,
+    ) -> Result<ArchiveBody> {
+        self.enabled()?;
+        let key = ReleaseKey {
+            product,
+            version: version.clone(),
+            platform: platform.clone(),
+        };
+        loop {
+            if let Some(found) = self.zips.open(&key).await? {
+                return Ok(ArchiveBody {
+                    sha256: found.record.sha256,
+                    size: Some(found.record.size),
+                    modified: found.modified,
+                    stream: found.body,
+                });
+            }
+            let record = self.release(product, version, reach).await?;
+            reach.check(format!("release zip {key}"))?;
+            let Some(sha256) = record.zips.get(platform) else {
+                return Err(Error::NotFound(format!(
+                    "{product} {version} has no zip for {platform}"
+                )));
+            };
+            let fill = self.fill_for(&key, sha256)?;
+            match fill.ready().await? {
+                Ready::Streaming(size) => {
+                    return Ok(ArchiveBody {
+                        sha256: fill.sha256.clone(),
+                        size,
+                        modified: fill.started_at,
+                        stream: fill.stream(),
+                    });
+                }
+                Ready::Stored => continue,
+            }
+        }
+    }
+
+    /// Joins the download of `key` in progress, or starts it.
+    fn fill_for(
+        self: &Arc<Self>,
+        key: &ReleaseKey,
+        sha256: &Sha256,
+    ) -> Result<Arc<Fill<ReleaseKey>>> {
+        let mut fills = self.fills.lock().expect("release fill table lock");
+        if let Some(fill) = fills.get(key) {
+            return Ok(fill.clone());
+        }
+        let url = self.origin_url(key.product, &key.version, &key.filename())?;
+        let fill = Arc::new(Fill::new(
+            key.clone(),
+            sha256.clone(),
+            SignatureKind::Official,
+            true,
+            None,
+        ));
+        fills.insert(key.clone(), fill.clone());
+        let this = self.clone();
+        let task_fill = fill.clone();
+        tokio::spawn(async move {
+            let result = this.fill_zip(&task_fill, url).await;
+            if let Err(e) = &result {
+                tracing::warn!(release = %task_fill.key, "release zip not cached: {e}");
+            }
+            this.fills
+                .lock()
+                .expect("release fill table lock")
+                .remove(&task_fill.key);
+            task_fill.finish(result);
+        });
+        Ok(fill)
+    }
+
+    async fn fill_zip(&self, fill: &Fill<ReleaseKey>, url: url::Url) -> Result<()> {
+        let key = &fill.key;
+        let core = self.core.clone();
+        let what = format!("release zip {key}");
+        let origin = {
+            let core = core.clone();
+            async move {
+                let host = Self::host_of(&url)?;
+                let max = core.settings().upstream.max_archive_size;
+                let download = core
+                    .origin(what)?
+                    .download(
+                        &host,
+                        Operation::Archive,
+                        &url,
+                        max,
+                        "upstream.max_archive_size",
+                    )
+                    .await?;
+                Ok(OriginBody {
+                    size: download.size,
+                    body: download.body.map(|c| c.map_err(Error::from)).boxed(),
+                })
+            }
+            .boxed()
+        };
+        let mismatch = |found: Sha256| {
+            core.metrics()
+                .verification_failed(crate::metrics::VerificationReason::ArchiveChecksum);
+            tracing::error!(release = %key, "the zip does not match its signed SHA-256");
+            Error::verification(
+                crate::error::Subject::Release {
+                    product: key.product,
+                    version: key.version.clone(),
+                },
+                Failure::ArchiveChecksum {
+                    file: key.filename(),
+                    expected: fill.sha256.clone(),
+                    found,
+                },
+            )
+        };
+        let (staged, digest) = core.stream_checked(fill, origin, mismatch).await?;
+        let record = ReleaseZip {
+            sha256: digest.sha256,
+            size: digest.size,
+        };
+        self.zips.commit(key, staged, &record).await?;
+        tracing::info!(release = %key, size = record.size, "cached a release zip");
+        Ok(())
+    }
+}

@@ -1,0 +1,341 @@
+//! The CLIs' own releases through the mirror (`[releases]`), from fake release origins in the
+//! vendors' layouts (nginx over TLS serving HashiCorp's `terraform/<v>/...` and OpenTofu's
+//! `v<v>/...`), their SHA256SUMS signed with a test key that the configuration puts in place of
+//! the vendor's:
+//! - the real `terraform` binary, zipped as HashiCorp ships it, comes through the mirror whole
+//!   and runs `terraform version`; SHA256SUMS and both signature names are the origin's bytes;
+//!   four clients at once cause one origin download, and the release is served from the cache
+//!   once the origin is gone;
+//! - a release signed by any other key is refused (502, naming the pinned key) and nothing of it
+//!   is kept; with the built-in keys, a release signed by the test key is refused likewise;
+//! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
+//!   the client that started the download and one that joined it, and is not cached.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use http::Version as HttpVersion;
+use sha2::Digest;
+
+use crate::integrity::{client, curl, download};
+use crate::support::http::get;
+use crate::support::origin::{FakeOrigin, sign_detached, signing_key_armor};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, TestMirror, files_under};
+use crate::support::static_server::StaticServer;
+use crate::support::{https_client, sample, within};
+
+const TERRAFORM: &str = "/usr/local/bin/terraform";
+
+/// A zip holding one file, stored (not deflated), as the release zips hold their binary.
+fn zip_of(name: &str, content: &[u8], executable: bool) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .unix_permissions(if executable { 0o755 } else { 0o644 });
+    zip.start_file(name, options).unwrap();
+    zip.write_all(content).unwrap();
+    zip.finish().unwrap().into_inner()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Writes one release into `dir` (already the release's directory): its zips, SHA256SUMS listing
+/// `listed` (name, bytes) and its signature under `signature_names`; `served` replaces what a
+/// zip's file holds (a tampered copy). Returns the SHA256SUMS and its signature.
+fn write_release(
+    dir: &Path,
+    sums_name: &str,
+    zips: &[(&str, &[u8])],
+    signature_names: &[&str],
+    unlisted_key: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut sums = String::new();
+    for (name, bytes) in zips {
+        sums.push_str(&format!("{}  {name}\n", sha256_hex(bytes)));
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    std::fs::write(dir.join(sums_name), &sums).unwrap();
+    let signature = sign_detached(sums.as_bytes(), unlisted_key);
+    for name in signature_names {
+        std::fs::write(dir.join(name), &signature).unwrap();
+    }
+    (sums.into_bytes(), signature)
+}
+
+/// The test key in place of both vendors' keys, and both release origins at `origin`.
+fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> String {
+    std::fs::create_dir_all(work).unwrap();
+    let key = work.join("test-key.asc");
+    std::fs::write(&key, signing_key_armor()).unwrap();
+    let keys = if builtin_keys {
+        String::new()
+    } else {
+        format!(
+            "hashicorp_key_file = \"{k}\"\nopentofu_key_file = \"{k}\"\n",
+            k = key.display()
+        )
+    };
+    format!(
+        "[releases]\nenabled = true\nhashicorp_url = \"{base}hashicorp\"\n\
+         opentofu_url = \"{base}opentofu\"\n{keys}",
+        base = origin.url(),
+    )
+}
+
+async fn mirror(
+    ca: &TestCa,
+    work: &Path,
+    origin: &StaticServer,
+    builtin_keys: bool,
+) -> (TestMirror, FakeOrigin) {
+    let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    let toml = releases_toml(work, origin, builtin_keys);
+    let m = TestMirror::start_with(
+        ca,
+        &registry,
+        MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    (m, registry)
+}
+
+fn release_files(cache: &Path) -> Vec<PathBuf> {
+    files_under(&cache.join("releases"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_comes_through_the_mirror_verified_and_runs() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let binary = std::fs::read(TERRAFORM).expect("the terraform binary");
+    let zip = zip_of("terraform", &binary, true);
+    let other = zip_of("terraform", b"not for this platform", true);
+    let (sums, signature) = write_release(
+        &root.join("hashicorp/terraform/1.11.4"),
+        "terraform_1.11.4_SHA256SUMS",
+        &[
+            ("terraform_1.11.4_linux_amd64.zip", &zip),
+            ("terraform_1.11.4_darwin_arm64.zip", &other),
+        ],
+        &[
+            "terraform_1.11.4_SHA256SUMS.sig",
+            "terraform_1.11.4_SHA256SUMS.72D7468F.sig",
+        ],
+        false,
+    );
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+    let base = "releases/terraform/1.11.4";
+
+    // Four clients at once: one origin download, every client gets the origin's zip.
+    let url = m.url(&format!("{base}/terraform_1.11.4_linux_amd64.zip"));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (c, url) = (c.clone(), url.clone());
+        clients.push(tokio::spawn(async move { get(&c, &url).await }));
+    }
+    for client in clients {
+        let got = within("a release download", client).await.unwrap();
+        assert_eq!(got.status, 200);
+        assert!(got.body == zip, "the origin's zip, whole");
+    }
+    let metrics = m.metrics(&c).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_upstream_requests_total{host=\"localhost\",operation=\"archive\",outcome=\"ok\"}"
+        ),
+        1,
+        "one origin download for four clients"
+    );
+
+    // The files installers verify are the origin's.
+    for (name, expected) in [
+        ("terraform_1.11.4_SHA256SUMS", &sums),
+        ("terraform_1.11.4_SHA256SUMS.sig", &signature),
+        ("terraform_1.11.4_SHA256SUMS.72D7468F.sig", &signature),
+    ] {
+        let got = get(&c, &m.url(&format!("{base}/{name}"))).await;
+        assert_eq!(got.status, 200, "{name}");
+        assert!(&got.body == expected, "{name} is the origin's");
+    }
+
+    // The binary from the mirror runs.
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(get(&c, &url).await.body)).unwrap();
+    let installed = work.path().join("bin/terraform");
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::io::copy(
+        &mut archive.by_name("terraform").unwrap(),
+        &mut std::fs::File::create(&installed).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sha256_hex(&std::fs::read(&installed).unwrap()),
+        sha256_hex(&binary)
+    );
+    std::fs::set_permissions(
+        &installed,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = std::process::Command::new(&installed)
+        .arg("version")
+        .env("CHECKPOINT_DISABLE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Terraform v1.11.4"),
+        "{out:?}"
+    );
+
+    // With the origin gone, the release is served from the cache.
+    drop(origin);
+    let again = get(&c, &url).await;
+    assert!(again.status == 200 && again.body == zip);
+    let sums_again = get(&c, &m.url(&format!("{base}/terraform_1.11.4_SHA256SUMS"))).await;
+    assert!(sums_again.status == 200 && sums_again.body == sums);
+    // A platform the release does not have is a 404, without asking anyone.
+    let none = get(
+        &c,
+        &m.url(&format!("{base}/terraform_1.11.4_freebsd_arm.zip")),
+    )
+    .await;
+    assert_eq!(none.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
+    write_release(
+        &root.join("opentofu/v1.8.0"),
+        "tofu_1.8.0_SHA256SUMS",
+        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        true,
+    );
+    write_release(
+        &root.join("opentofu/v1.8.1"),
+        "tofu_1.8.1_SHA256SUMS",
+        &[("tofu_1.8.1_linux_amd64.zip", &zip)],
+        &["tofu_1.8.1_SHA256SUMS.gpgsig"],
+        false,
+    );
+    let origin = StaticServer::start(&ca, &root);
+    let c = https_client(&ca, &[]);
+
+    // Pinned to the test key: 1.8.0, signed by another key, is refused; 1.8.1 is served.
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let refused = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip")).await;
+    assert_eq!(refused.status, 502);
+    assert!(
+        refused.message().contains("OpenTofu's pinned key"),
+        "{}",
+        refused.message()
+    );
+    let sums = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_SHA256SUMS")).await;
+    assert_eq!(sums.status, 502);
+    assert!(
+        release_files(&m.cache_dir).is_empty(),
+        "nothing of it is kept"
+    );
+    let served = get(&c, &m.url("releases/tofu/1.8.1/tofu_1.8.1_linux_amd64.zip")).await;
+    assert!(served.status == 200 && served.body == zip);
+    drop(m);
+
+    // With the built-in keys, a release signed by the test key is refused like any other.
+    let (builtin, _registry) = mirror(&ca, &work.path().join("builtin"), &origin, true).await;
+    let refused = get(
+        &c,
+        &builtin.url("releases/tofu/1.8.1/tofu_1.8.1_linux_amd64.zip"),
+    )
+    .await;
+    assert_eq!(refused.status, 502);
+    assert!(release_files(&builtin.cache_dir).is_empty());
+}
+
+/// A zip whose last bytes differ from what the signed SHA256SUMS lists: clients over `http`
+/// (one that starts the download, reqwest, and one that joins it, curl) never get it complete.
+async fn tampered_zip_reaches_no_client(http: HttpVersion) {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let size = 3 << 20;
+    let content: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    let zip = zip_of("tofu", &content, true);
+    let dir = root.join("opentofu/v1.8.0");
+    write_release(
+        &dir,
+        "tofu_1.8.0_SHA256SUMS",
+        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        false,
+    );
+    let mut tampered = zip.clone();
+    let last = tampered.len() - 5;
+    tampered[last] ^= 0xff;
+    std::fs::write(dir.join("tofu_1.8.0_linux_amd64.zip"), &tampered).unwrap();
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let url = m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip");
+    // The release's record first, so that both clients meet at the zip's download.
+    let sums = get(
+        &https_client(&ca, &[]),
+        &m.url("releases/tofu/1.8.0/tofu_1.8.0_SHA256SUMS"),
+    )
+    .await;
+    assert_eq!(sums.status, 200);
+
+    let leader = {
+        let (c, url) = (client(&ca, http), url.clone());
+        tokio::spawn(async move { download(&c, &url, http).await })
+    };
+    let ca_file = ca.write_ca(work.path());
+    let joiner = {
+        let url = url.clone();
+        tokio::spawn(async move { curl(&ca_file, &url, http == HttpVersion::HTTP_2).await })
+    };
+    let seen = within("the leader", leader).await.unwrap();
+    assert!(
+        !seen.clean_end && seen.received < zip.len(),
+        "the leader over {http:?} got no complete zip: {seen:?}"
+    );
+    let (code, written) = within("the joiner", joiner).await.unwrap();
+    assert_ne!(
+        code,
+        Some(0),
+        "curl over {http:?} reports a failed transfer"
+    );
+    assert!(
+        written < zip.len(),
+        "curl wrote {written} of {} bytes",
+        zip.len()
+    );
+    let zips: Vec<_> = release_files(&m.cache_dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+        .collect();
+    assert!(zips.is_empty(), "the tampered zip is not cached: {zips:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_release_zip_reaches_no_client_over_http1() {
+    tampered_zip_reaches_no_client(HttpVersion::HTTP_11).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_release_zip_reaches_no_client_over_http2() {
+    tampered_zip_reaches_no_client(HttpVersion::HTTP_2).await;
+}
