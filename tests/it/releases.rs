@@ -9,7 +9,9 @@
 //! - a release signed by any other key is refused (502, naming the pinned key) and nothing of it
 //!   is kept; with the built-in keys, a release signed by the test key is refused likewise;
 //! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
-//!   the client that started the download and one that joined it, and is not cached.
+//!   the client that started the download and one that joined it, and is not cached;
+//! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
+//!   installs is the origin's, and runs.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,6 +28,44 @@ use crate::support::static_server::StaticServer;
 use crate::support::{https_client, sample, within};
 
 const TERRAFORM: &str = "/usr/local/bin/terraform";
+
+/// mise, installed from npm by `.ci/test` (`@jdxcode/mise-linux-x64`); `MISE` overrides.
+const MISE_DEFAULT: &str = "target/ci-tools/mise/node_modules/@jdxcode/mise-linux-x64/bin/mise";
+
+fn mise() -> PathBuf {
+    let path = match std::env::var_os("MISE") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(MISE_DEFAULT),
+    };
+    assert!(
+        path.is_file(),
+        "{} is missing: .ci/test installs it (npm install --prefix target/ci-tools/mise @jdxcode/mise-linux-x64)",
+        path.display()
+    );
+    path
+}
+
+/// The HashiCorp layout of terraform 1.11.4 with the real binary for linux_amd64, signed with
+/// the test key, under `root/hashicorp`. Returns the zip.
+fn terraform_release(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let binary = std::fs::read(TERRAFORM).expect("the terraform binary");
+    let zip = zip_of("terraform", &binary, true);
+    let other = zip_of("terraform", b"not for this platform", true);
+    let (sums, signature) = write_release(
+        &root.join("hashicorp/terraform/1.11.4"),
+        "terraform_1.11.4_SHA256SUMS",
+        &[
+            ("terraform_1.11.4_linux_amd64.zip", &zip),
+            ("terraform_1.11.4_darwin_arm64.zip", &other),
+        ],
+        &[
+            "terraform_1.11.4_SHA256SUMS.sig",
+            "terraform_1.11.4_SHA256SUMS.72D7468F.sig",
+        ],
+        false,
+    );
+    (zip, sums, signature)
+}
 
 /// A zip holding one file, stored (not deflated), as the release zips hold their binary.
 fn zip_of(name: &str, content: &[u8], executable: bool) -> Vec<u8> {
@@ -117,21 +157,7 @@ async fn terraform_comes_through_the_mirror_verified_and_runs() {
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("origin");
     let binary = std::fs::read(TERRAFORM).expect("the terraform binary");
-    let zip = zip_of("terraform", &binary, true);
-    let other = zip_of("terraform", b"not for this platform", true);
-    let (sums, signature) = write_release(
-        &root.join("hashicorp/terraform/1.11.4"),
-        "terraform_1.11.4_SHA256SUMS",
-        &[
-            ("terraform_1.11.4_linux_amd64.zip", &zip),
-            ("terraform_1.11.4_darwin_arm64.zip", &other),
-        ],
-        &[
-            "terraform_1.11.4_SHA256SUMS.sig",
-            "terraform_1.11.4_SHA256SUMS.72D7468F.sig",
-        ],
-        false,
-    );
+    let (zip, sums, signature) = terraform_release(&root);
     let origin = StaticServer::start(&ca, &root);
     let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
     let c = https_client(&ca, &[]);
@@ -338,4 +364,70 @@ async fn a_tampered_release_zip_reaches_no_client_over_http1() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_release_zip_reaches_no_client_over_http2() {
     tampered_zip_reaches_no_client(HttpVersion::HTTP_2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mise_installs_terraform_through_the_mirror() {
+    let mise = mise();
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    terraform_release(&root);
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let ca_file = ca.write_ca(work.path());
+    let home = work.path().join("mise");
+    let into = work.path().join("installed");
+    // mise's own set-up for a mirror: the release site's URL replaced by the mirror's.
+    let replacements = format!(
+        "{{\"https://releases.hashicorp.com\":\"{}\"}}",
+        m.url("releases").trim_end_matches('/')
+    );
+    let out = within(
+        "mise install-into",
+        tokio::process::Command::new(&mise)
+            .args(["install-into", "terraform@1.11.4"])
+            .arg(&into)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("MISE_DATA_DIR", home.join("data"))
+            .env("MISE_CACHE_DIR", home.join("cache"))
+            .env("MISE_CONFIG_DIR", home.join("config"))
+            .env("MISE_STATE_DIR", home.join("state"))
+            .env("MISE_YES", "1")
+            .env("MISE_USE_VERSIONS_HOST", "false")
+            .env("MISE_URL_REPLACEMENTS", &replacements)
+            .env("SSL_CERT_FILE", &ca_file)
+            .output(),
+    )
+    .await
+    .expect("run mise");
+    assert!(
+        out.status.success(),
+        "mise failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let installed = into.join("terraform");
+    assert_eq!(
+        sha256_hex(&std::fs::read(&installed).unwrap()),
+        sha256_hex(&std::fs::read(TERRAFORM).unwrap()),
+        "mise installed the origin's binary"
+    );
+    let version = std::process::Command::new(&installed)
+        .arg("version")
+        .env("CHECKPOINT_DISABLE", "1")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).contains("Terraform v1.11.4"));
+    let metrics = m.metrics(&https_client(&ca, &[])).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_http_requests_total{route=\"release\",status=\"200\"}"
+        ),
+        2,
+        "mise fetched the zip and SHA256SUMS from the mirror"
+    );
 }
