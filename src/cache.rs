@@ -21,6 +21,7 @@
 //! oci/<host>/<namespace>/<type>/{manifest,blob}-<sha256>.json       OCI documents and blob links
 //! quarantine/<object key>.<unix time>                               objects that failed
 //! quarantine/<record key>.<unix time>                               re-verification, with records
+//! releases/<product>/index.json                                     a CLI's list of releases
 //! releases/<product>/<version>/release.json                         a CLI release's verified record
 //! releases/<product>/<version>/<product>_<version>_SHA256SUMS[.sig]  its checksum list, signature
 //! releases/<product>/<version>/<product>_<version>_<os>_<arch>.zip[.json]  a release zip, record
@@ -45,6 +46,7 @@ pub use flight::{Aborted, Flights};
 pub use lease::{Claim, Followed, LeaseGuard, Leases};
 pub use listing::{
     FreshnessRules, Listing, Listings, NotCached, Verdict, module_list_key, provider_list_key,
+    release_list_key,
 };
 pub use local_tier::{LocalTier, TierMetrics};
 pub use meta::MetaStore;

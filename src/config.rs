@@ -42,6 +42,8 @@ pub struct ReleasesConfig {
     pub hashicorp_url: String,
     /// Where OpenTofu's release files are: `<url>/v<version>/<file>`.
     pub opentofu_url: String,
+    /// OpenTofu's list of releases (`api.json`).
+    pub opentofu_index_url: String,
     /// Replaces the built-in HashiCorp key that Terraform's SHA256SUMS must be signed with
     /// (armored public key file), should HashiCorp move to another key.
     pub hashicorp_key_file: Option<PathBuf>,
@@ -55,6 +57,7 @@ impl Default for ReleasesConfig {
             enabled: false,
             hashicorp_url: "https://releases.hashicorp.com".into(),
             opentofu_url: "https://github.com/opentofu/opentofu/releases/download".into(),
+            opentofu_index_url: "https://get.opentofu.org/tofu/api.json".into(),
             hashicorp_key_file: None,
             opentofu_key_file: None,
         }
@@ -67,6 +70,7 @@ pub struct ReleaseSettings {
     pub enabled: bool,
     pub hashicorp_url: url::Url,
     pub opentofu_url: url::Url,
+    pub opentofu_index_url: url::Url,
     /// Armored replacements of the built-in vendor keys.
     pub hashicorp_key: Option<String>,
     pub opentofu_key: Option<String>,
@@ -100,6 +104,7 @@ impl ReleasesConfig {
             enabled: self.enabled,
             hashicorp_url: url("hashicorp_url", &self.hashicorp_url)?,
             opentofu_url: url("opentofu_url", &self.opentofu_url)?,
+            opentofu_index_url: url("opentofu_index_url", &self.opentofu_index_url)?,
             hashicorp_key: key("hashicorp_key_file", &self.hashicorp_key_file)?,
             opentofu_key: key("opentofu_key_file", &self.opentofu_key_file)?,
         };
@@ -116,10 +121,14 @@ impl ReleasesConfig {
 
     /// The hosts of the release origins, which may have `upstream.hosts` entries.
     fn hosts(&self) -> Vec<String> {
-        [&self.hashicorp_url, &self.opentofu_url]
-            .iter()
-            .filter_map(|u| url::Url::parse(u).ok()?.host_str().map(str::to_string))
-            .collect()
+        [
+            &self.hashicorp_url,
+            &self.opentofu_url,
+            &self.opentofu_index_url,
+        ]
+        .iter()
+        .filter_map(|u| url::Url::parse(u).ok()?.host_str().map(str::to_string))
+        .collect()
     }
 }
 

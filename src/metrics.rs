@@ -86,6 +86,8 @@ label_values! {
         ModuleVersions = "module_versions",
         ModuleArchive = "module_archive",
         OciManifest = "oci_manifest",
+        /// A CLI's list of releases (`[releases]`).
+        ReleaseIndex = "release_index",
     }
 }
 
@@ -110,7 +112,9 @@ impl LookupKind {
     pub fn results(self) -> &'static [Lookup] {
         use Lookup::*;
         match self {
-            LookupKind::Index | LookupKind::ModuleVersions => &[Hit, Miss, Stale, NegativeHit],
+            LookupKind::Index | LookupKind::ModuleVersions | LookupKind::ReleaseIndex => {
+                &[Hit, Miss, Stale, NegativeHit]
+            }
             LookupKind::Version | LookupKind::OciManifest => &[Hit, Miss],
             LookupKind::Archive | LookupKind::ModuleArchive => &[Hit, Miss, Joined],
         }
@@ -254,7 +258,7 @@ impl Metrics {
             cache_lookups: IntCounterVec::new(
                 Opts::new(
                     "provender_cache_lookups_total",
-                    "Cache lookups by kind (index, version, archive, module_versions, module_archive, oci_manifest) and result (hit, miss, joined, stale, negative_hit).",
+                    "Cache lookups by kind (index, version, archive, module_versions, module_archive, oci_manifest, release_index) and result (hit, miss, joined, stale, negative_hit).",
                 ),
                 &["kind", "result"],
             )

@@ -97,6 +97,39 @@ impl Listing for ModuleVersions {
     }
 }
 
+impl Listing for crate::records::releases::ReleaseList {
+    const NOUN: &'static str = "release list";
+    const LOOKUP: LookupKind = LookupKind::ReleaseIndex;
+    fn fetched_at(&self) -> u64 {
+        self.fetched_at
+    }
+    fn found(&self) -> bool {
+        self.found
+    }
+    fn drop_version(&mut self, version: &Version) -> bool {
+        let before = self.releases.len();
+        self.releases.retain(|r| &r.version != version);
+        self.releases.len() != before
+    }
+    fn is_empty(&self) -> bool {
+        self.releases.is_empty()
+    }
+    fn empty(now: u64) -> Self {
+        crate::records::releases::ReleaseList {
+            // Lists start from their origin's answer; an empty one names no product of its own.
+            product: crate::records::releases::Product::Terraform,
+            fetched_at: now,
+            found: true,
+            releases: Vec::new(),
+        }
+    }
+}
+
+/// The store key of a CLI's list of releases.
+pub fn release_list_key(product: &crate::records::releases::Product) -> Key {
+    Key::new(["releases", product.as_str(), "index.json"])
+}
+
 /// The store key of a provider's version list.
 pub fn provider_list_key(addr: &ProviderAddr) -> Key {
     Key::new([

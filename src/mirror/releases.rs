@@ -20,11 +20,12 @@ use futures_util::{FutureExt, StreamExt};
 use super::core::{Core, Fill, OriginBody, Reach, Ready};
 use super::providers::ArchiveBody;
 use crate::address::{Hostname, Platform, Version};
-use crate::cache::{Flights, Objects, ReleaseKind};
+use crate::cache::{Flights, FreshnessRules, Listings, Objects, ReleaseKind, release_list_key};
 use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
 use crate::records::releases::{
-    Product, ReleaseKey, ReleaseRecord, ReleaseZip, release_zips, sums_filename,
+    HashicorpIndex, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip, TofuIndex,
+    release_zips, sums_filename,
 };
 use crate::storage::Key;
 use crate::trust::{Owner, SignatureKind, Verifier};
@@ -74,6 +75,7 @@ pub struct ReleaseMirror {
     verifier: std::result::Result<Arc<Verifier>, String>,
     zips: Objects<ReleaseKind>,
     records: Flights<(Product, Version), Arc<ReleaseRecord>, Error>,
+    lists: Listings<Product, ReleaseList, Error>,
     fills: Mutex<HashMap<ReleaseKey, Arc<Fill<ReleaseKey>>>>,
 }
 
@@ -86,8 +88,24 @@ impl ReleaseMirror {
                 .map(Arc::new)
                 .map_err(|e| format!("a vendor key for releases is unusable: {e}"));
         let storage = core.archives().storage().clone();
-        let entries = core.settings().cache.metadata_entries;
+        let settings = core.settings();
+        let entries = settings.cache.metadata_entries;
+        let rules = FreshnessRules {
+            ttl: settings.cache.index_ttl,
+            stale_if_error: settings.cache.stale_if_error,
+            not_found_ttl: settings.cache.not_found_ttl,
+            offline: settings.upstream.offline,
+        };
+        let lists = Listings::new(
+            storage.clone(),
+            release_list_key,
+            16,
+            rules,
+            crate::clock::system(),
+            core.metrics().clone(),
+        );
         Arc::new(ReleaseMirror {
+            lists,
             zips: Objects::new(storage, entries),
             verifier,
             records: Flights::default(),
@@ -243,6 +261,59 @@ impl ReleaseMirror {
             }
         };
         self.records.run((product, version.clone()), work).await.0
+    }
+
+    /// A product's list of releases, as its vendor publishes it (HashiCorp's `index.json`,
+    /// OpenTofu's `api.json`): from the cache while fresh, refreshed in the background while
+    /// stale, served stale while the origin fails (`cache.index_ttl`, `cache.stale_if_error`).
+    pub async fn list(&self, product: Product, reach: &Reach) -> Result<Arc<ReleaseList>> {
+        self.enabled()?;
+        if let Reach::CacheOnly(_) = reach {
+            // A client that reads only the cache gets the list as it is, however old.
+            if let Some(list) = self.lists.cached(&product).await {
+                return Ok(list);
+            }
+            reach.check(format!("the list of {product} releases"))?;
+        }
+        let r = &self.core.settings().releases;
+        let url = match product {
+            Product::Terraform => {
+                let mut url = r.hashicorp_url.clone();
+                url.path_segments_mut()
+                    .map_err(|()| Error::unexpected("a release URL cannot be a base"))?
+                    .pop_if_empty()
+                    .extend(["terraform", "index.json"]);
+                url
+            }
+            Product::Tofu => r.opentofu_index_url.clone(),
+        };
+        let core = self.core.clone();
+        let fetch = move || async move {
+            let what = format!("the list of {product} releases");
+            let host = Self::host_of(&url)?;
+            let body = core
+                .origin(&what)?
+                .small_file(&host, Operation::Versions, url.as_str())
+                .await?;
+            let bad = |e: serde_json::Error| {
+                Error::from(crate::upstream::UpstreamError::BadDocument(format!(
+                    "{what} ({url}): {e}"
+                )))
+            };
+            let now = crate::clock::now_secs();
+            Ok(match product {
+                Product::Terraform => ReleaseList::from_hashicorp(
+                    product,
+                    serde_json::from_slice::<HashicorpIndex>(&body).map_err(bad)?,
+                    now,
+                ),
+                Product::Tofu => ReleaseList::from_tofu(
+                    serde_json::from_slice::<TofuIndex>(&body).map_err(bad)?,
+                    now,
+                ),
+            })
+        };
+        self.lists.get(&product, fetch).await
     }
 
     /// The stored SHA256SUMS or its signature, verified before they were stored.

@@ -187,6 +187,138 @@ pub struct ReleaseZip {
     pub size: u64,
 }
 
+/// A product's releases as its vendor lists them (HashiCorp's `index.json`, OpenTofu's
+/// `api.json`), as the store keeps them: `releases/<product>/index.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReleaseList {
+    pub product: Product,
+    /// When the origin answered (Unix seconds).
+    pub fetched_at: u64,
+    /// Whether the origin listed the product at all.
+    pub found: bool,
+    /// Each release's version and the files it has, newest last as the vendor lists them.
+    pub releases: Vec<ListedRelease>,
+}
+
+/// One release in a [`ReleaseList`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedRelease {
+    pub version: Version,
+    /// File names, as the vendor lists them.
+    pub files: Vec<String>,
+}
+
+impl ReleaseList {
+    /// From HashiCorp's `index.json` of `product`: each version's builds, SHA256SUMS and
+    /// signatures. Versions that are not valid versions are left out.
+    pub fn from_hashicorp(product: Product, index: HashicorpIndex, now: u64) -> ReleaseList {
+        let mut releases: Vec<ListedRelease> = index
+            .versions
+            .into_values()
+            .filter_map(|r| {
+                let version = Version::parse(&r.version).ok()?;
+                let mut files: Vec<String> = r.builds.into_iter().map(|b| b.filename).collect();
+                files.push(r.shasums);
+                files.extend(r.shasums_signatures);
+                files.extend(r.shasums_signature);
+                files.dedup();
+                Some(ListedRelease { version, files })
+            })
+            .collect();
+        releases.sort_by(|a, b| a.version.cmp(&b.version));
+        ReleaseList {
+            product,
+            fetched_at: now,
+            found: true,
+            releases,
+        }
+    }
+
+    /// From OpenTofu's `api.json`.
+    pub fn from_tofu(index: TofuIndex, now: u64) -> ReleaseList {
+        let mut releases: Vec<ListedRelease> = index
+            .versions
+            .into_iter()
+            .filter_map(|r| {
+                Some(ListedRelease {
+                    version: Version::parse(&r.id).ok()?,
+                    files: r.files,
+                })
+            })
+            .collect();
+        releases.sort_by(|a, b| a.version.cmp(&b.version));
+        ReleaseList {
+            product: Product::Tofu,
+            fetched_at: now,
+            found: true,
+            releases,
+        }
+    }
+
+    /// HashiCorp's `index.json` entry of one release, its file URLs under `base` (the mirror's
+    /// `releases/<product>/`).
+    pub fn hashicorp_release(&self, release: &ListedRelease, base: &str) -> HashicorpRelease {
+        let (product, version) = (self.product, &release.version);
+        let sums = sums_filename(product, version);
+        let signatures: Vec<String> = release
+            .files
+            .iter()
+            .filter(|f| f.starts_with(&sums) && f.ends_with(".sig"))
+            .cloned()
+            .collect();
+        HashicorpRelease {
+            name: product.to_string(),
+            version: version.to_string(),
+            shasums: sums.clone(),
+            shasums_signature: signatures
+                .iter()
+                .find(|f| **f == format!("{sums}.sig"))
+                .cloned(),
+            shasums_signatures: signatures,
+            builds: release
+                .files
+                .iter()
+                .filter_map(|f| ReleaseKey::from_filename(product, version, f))
+                .map(|key| HashicorpBuild {
+                    name: product.to_string(),
+                    version: version.to_string(),
+                    os: key.platform.os.clone(),
+                    arch: key.platform.arch.clone(),
+                    url: format!("{base}{version}/{}", key.filename()),
+                    filename: key.filename(),
+                })
+                .collect(),
+        }
+    }
+
+    /// HashiCorp's `index.json` of the whole product.
+    pub fn hashicorp_index(&self, base: &str) -> HashicorpIndex {
+        HashicorpIndex {
+            name: self.product.to_string(),
+            versions: self
+                .releases
+                .iter()
+                .map(|r| (r.version.to_string(), self.hashicorp_release(r, base)))
+                .collect(),
+        }
+    }
+
+    /// OpenTofu's `api.json`, newest first as OpenTofu lists it.
+    pub fn tofu_index(&self) -> TofuIndex {
+        TofuIndex {
+            versions: self
+                .releases
+                .iter()
+                .rev()
+                .map(|r| TofuRelease {
+                    id: r.version.to_string(),
+                    files: r.files.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// HashiCorp's `<base>/<product>/index.json`: every release of a product.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HashicorpIndex {

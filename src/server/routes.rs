@@ -412,12 +412,44 @@ impl App {
                 "releases/{path}: expected releases/<terraform|tofu>/<version>/<file>"
             ))
         };
-        let [product, version, file] = path.split('/').collect::<Vec<_>>()[..] else {
+        let releases = &self.mirror.releases;
+        let segments: Vec<&str> = path.split('/').collect();
+        fn json<T: serde::Serialize>(value: &T) -> Response<Body> {
+            let body = serde_json::to_vec(value).expect("release documents serialise");
+            json_response(StatusCode::OK, Bytes::from(body))
+        }
+        let base = format!("{}/releases/", self.base_url.as_str().trim_end_matches('/'));
+        // The vendors' lists of releases, with this mirror's URLs.
+        match segments[..] {
+            ["terraform", "index.json"] => {
+                let list = releases.list(Product::Terraform, reach).await?;
+                return Ok(json(&list.hashicorp_index(&format!("{base}terraform/"))));
+            }
+            ["terraform", version, "index.json"] => {
+                let version = Version::parse(version).map_err(Error::BadRequest)?;
+                let list = releases.list(Product::Terraform, reach).await?;
+                let release = list
+                    .releases
+                    .iter()
+                    .find(|r| r.version == version)
+                    .ok_or_else(|| {
+                        Error::NotFound(format!("terraform {version} is not a release"))
+                    })?;
+                return Ok(json(
+                    &list.hashicorp_release(release, &format!("{base}terraform/")),
+                ));
+            }
+            ["tofu", "api.json"] => {
+                let list = releases.list(Product::Tofu, reach).await?;
+                return Ok(json(&list.tofu_index()));
+            }
+            _ => {}
+        }
+        let [product, version, file] = segments[..] else {
             return Err(not_here());
         };
         let product = Product::parse(product).ok_or_else(not_here)?;
         let version = Version::parse(version).map_err(Error::BadRequest)?;
-        let releases = &self.mirror.releases;
         match ReleaseFile::parse(product, &version, file).ok_or_else(not_here)? {
             ReleaseFile::Zip(platform) => {
                 let zip = releases.zip(product, &version, &platform, reach).await?;

@@ -4,6 +4,8 @@
 //! the vendor's:
 //! - the real `terraform` binary, zipped as HashiCorp ships it, comes through the mirror whole
 //!   and runs `terraform version`; SHA256SUMS and both signature names are the origin's bytes;
+//!   the vendors' lists of releases (HashiCorp's `index.json`, OpenTofu's `api.json`) are
+//!   served with this mirror's URLs, also once the origin is gone;
 //!   four clients at once cause one origin download, and the release is served from the cache
 //!   once the origin is gone;
 //! - a release signed by any other key is refused (502, naming the pinned key) and nothing of it
@@ -64,6 +66,27 @@ fn terraform_release(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         ],
         false,
     );
+    // HashiCorp's list of releases, as releases.hashicorp.com publishes it.
+    let build = |platform: &str| {
+        let (os, arch) = platform.split_once('_').unwrap();
+        serde_json::json!({
+            "name": "terraform", "version": "1.11.4", "os": os, "arch": arch,
+            "filename": format!("terraform_1.11.4_{platform}.zip"),
+            "url": format!("https://releases.hashicorp.com/terraform/1.11.4/terraform_1.11.4_{platform}.zip"),
+        })
+    };
+    let index = serde_json::json!({"name": "terraform", "versions": {"1.11.4": {
+        "name": "terraform", "version": "1.11.4",
+        "shasums": "terraform_1.11.4_SHA256SUMS",
+        "shasums_signature": "terraform_1.11.4_SHA256SUMS.sig",
+        "shasums_signatures": ["terraform_1.11.4_SHA256SUMS.72D7468F.sig", "terraform_1.11.4_SHA256SUMS.sig"],
+        "builds": [build("linux_amd64"), build("darwin_arm64")],
+    }}});
+    std::fs::write(
+        root.join("hashicorp/terraform/index.json"),
+        serde_json::to_vec(&index).unwrap(),
+    )
+    .unwrap();
     (zip, sums, signature)
 }
 
@@ -121,7 +144,7 @@ fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> Stri
     };
     format!(
         "[releases]\nenabled = true\nhashicorp_url = \"{base}hashicorp\"\n\
-         opentofu_url = \"{base}opentofu\"\n{keys}",
+         opentofu_url = \"{base}opentofu\"\nopentofu_index_url = \"{base}opentofu/api.json\"\n{keys}",
         base = origin.url(),
     )
 }
@@ -224,8 +247,34 @@ async fn terraform_comes_through_the_mirror_verified_and_runs() {
         "{out:?}"
     );
 
+    // The vendor's list of releases, pointing at this mirror.
+    let index = get(&c, &m.url("releases/terraform/index.json")).await;
+    assert_eq!(index.status, 200);
+    let index: serde_json::Value = serde_json::from_slice(&index.body).unwrap();
+    let release = &index["versions"]["1.11.4"];
+    assert_eq!(release["shasums"], "terraform_1.11.4_SHA256SUMS");
+    let builds = release["builds"].as_array().unwrap();
+    assert_eq!(builds.len(), 2);
+    let linux = builds.iter().find(|b| b["os"] == "linux").unwrap();
+    let zip_url = linux["url"].as_str().unwrap();
+    assert!(
+        zip_url.ends_with("/releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip"),
+        "{zip_url}"
+    );
+    let one = get(&c, &m.url("releases/terraform/1.11.4/index.json")).await;
+    assert_eq!(one.status, 200);
+    let one: serde_json::Value = serde_json::from_slice(&one.body).unwrap();
+    assert_eq!(
+        &one, release,
+        "a version's index.json is its entry in the list"
+    );
+    let unknown = get(&c, &m.url("releases/terraform/9.9.9/index.json")).await;
+    assert_eq!(unknown.status, 404);
+
     // With the origin gone, the release is served from the cache.
     drop(origin);
+    let index_again = get(&c, &m.url("releases/terraform/index.json")).await;
+    assert_eq!(index_again.status, 200, "the list, from the cache");
     let again = get(&c, &url).await;
     assert!(again.status == 200 && again.body == zip);
     let sums_again = get(&c, &m.url(&format!("{base}/terraform_1.11.4_SHA256SUMS"))).await;
@@ -259,6 +308,15 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
         &["tofu_1.8.1_SHA256SUMS.gpgsig"],
         false,
     );
+    let api = serde_json::json!({"versions": [
+        {"id": "1.8.1", "files": ["tofu_1.8.1_linux_amd64.zip", "tofu_1.8.1_SHA256SUMS"]},
+        {"id": "1.8.0", "files": ["tofu_1.8.0_linux_amd64.zip", "tofu_1.8.0_SHA256SUMS"]},
+    ]});
+    std::fs::write(
+        root.join("opentofu/api.json"),
+        serde_json::to_vec(&api).unwrap(),
+    )
+    .unwrap();
     let origin = StaticServer::start(&ca, &root);
     let c = https_client(&ca, &[]);
 
@@ -279,6 +337,11 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     );
     let served = get(&c, &m.url("releases/tofu/1.8.1/tofu_1.8.1_linux_amd64.zip")).await;
     assert!(served.status == 200 && served.body == zip);
+    // OpenTofu's list of releases, newest first as OpenTofu lists it.
+    let listed = get(&c, &m.url("releases/tofu/api.json")).await;
+    assert_eq!(listed.status, 200);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.body).unwrap();
+    assert_eq!(listed, api);
     drop(m);
 
     // With the built-in keys, a release signed by the test key is refused like any other.
