@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::FutureExt;
 
 use super::core::{Core, Fill, OriginBody, Reach, Ready};
 use super::providers::ArchiveBody;
@@ -435,10 +435,7 @@ impl ReleaseMirror {
                         "upstream.max_archive_size",
                     )
                     .await?;
-                Ok(OriginBody {
-                    size: download.size,
-                    body: download.body.map(|c| c.map_err(Error::from)).boxed(),
-                })
+                Ok(OriginBody::from(download))
             }
             .boxed()
         };

@@ -65,6 +65,18 @@ pub struct OriginBody {
     pub body: BoxStream<'static, Result<Bytes>>,
 }
 
+impl From<crate::upstream::ArchiveDownload> for OriginBody {
+    fn from(download: crate::upstream::ArchiveDownload) -> OriginBody {
+        OriginBody {
+            size: download.size,
+            body: download
+                .body
+                .map(|chunk| chunk.map_err(Error::from))
+                .boxed(),
+        }
+    }
+}
+
 /// Where a fill gets its archive: the origin's answer, once it comes.
 pub(in crate::mirror) type Origin = BoxFuture<'static, Result<OriginBody>>;
 
@@ -406,13 +418,7 @@ impl Core {
                 )));
             };
             let download = this.origin(what)?.archive(&host, &url).await?;
-            Ok(OriginBody {
-                size: download.size,
-                body: download
-                    .body
-                    .map(|chunk| chunk.map_err(Error::from))
-                    .boxed(),
-            })
+            Ok(OriginBody::from(download))
         }
         .boxed()
     }
