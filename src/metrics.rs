@@ -64,6 +64,8 @@ label_values! {
         ModuleChecksum = "module_checksum",
         UnusableModulePackage = "unusable_module_package",
         CachedModuleMismatch = "cached_module_mismatch",
+        /// A cached CLI release zip failed re-verification.
+        CachedReleaseMismatch = "cached_release_mismatch",
         /// The origin states another `h1:` than the one computed (the archive is served).
         ReportedH1Mismatch = "reported_h1_mismatch",
     }

@@ -21,13 +21,16 @@ use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::cache::{ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, StagedFile, Staging};
+use crate::cache::{
+    ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, ReleaseKind, StagedFile, Staging,
+};
 use futures_util::StreamExt;
 
 use crate::hash::{HashError, Sha256};
 use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError};
+use crate::records::releases::{ReleaseKey, ReleaseZip};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
 
@@ -151,6 +154,25 @@ impl Recheck for ModuleKind {
     }
 }
 
+impl Recheck for ReleaseKind {
+    const REASON: VerificationReason = VerificationReason::CachedReleaseMismatch;
+
+    fn store(mirror: &Core) -> &Objects<Self> {
+        mirror.releases()
+    }
+
+    /// Nothing more: its record holds the SHA-256 the vendor's signed SHA256SUMS lists.
+    async fn further(
+        _mirror: &Core,
+        _key: &ReleaseKey,
+        _record: &ReleaseZip,
+        _sha256: &Sha256,
+        _copy: &Path,
+    ) -> Result<(), Problem> {
+        Ok(())
+    }
+}
+
 /// Checks one stored object, as listed with its record, against that record (and what else
 /// [`Recheck::further`] checks). `Ok` too when it left the store since it was listed.
 pub async fn recheck<K: Recheck>(mirror: &Core, entry: &Listed<K>) -> Result<(), Problem> {
@@ -241,12 +263,13 @@ pub fn spawn(mirror: &Arc<Core>, metrics: Arc<Metrics>, every: Duration) {
     });
 }
 
-/// Re-checks every archive and module package in the store once, quarantining those that no
+/// Re-checks every archive, module package and release zip in the store once, quarantining those that no
 /// longer match.
 pub async fn pass(mirror: &Arc<Core>, metrics: &Metrics) -> Result<Report, StorageError> {
     let mut report = Report::default();
     pass_over::<ArchiveKind>(mirror, metrics, &mut report).await?;
     pass_over::<ModuleKind>(mirror, metrics, &mut report).await?;
+    pass_over::<ReleaseKind>(mirror, metrics, &mut report).await?;
     Ok(report)
 }
 

@@ -94,6 +94,8 @@ pub struct Core {
     pub(super) budget: Option<Arc<Budget>>,
     /// The local disk tier in front of an object store, if configured.
     tier: Option<Arc<crate::cache::LocalTier>>,
+    /// CLI release zips (`[releases]`).
+    releases: crate::cache::Objects<crate::cache::ReleaseKind>,
     /// Leases that let replicas on one object store fetch an archive once between them.
     leases: Option<crate::cache::Leases>,
     pub(super) version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>, Error>,
@@ -135,6 +137,7 @@ impl Core {
         .then(|| crate::cache::Leases::new(storage.clone()));
         let archives = Archives::new(storage.clone(), entries).with_tier(tier.clone());
         let modules = Modules::new(storage.clone(), entries).with_tier(tier.clone());
+        let releases = crate::cache::Objects::new(storage.clone(), entries).with_tier(tier.clone());
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
             .with_git(&settings.modules.git.program);
         let budget = settings.cache.max_size.map(Budget::new);
@@ -178,6 +181,7 @@ impl Core {
             fills: Mutex::new(HashMap::new()),
             budget,
             tier,
+            releases,
             leases,
             version_flights: Flights::default(),
             hash_queue: std::sync::OnceLock::new(),
@@ -418,6 +422,10 @@ impl Core {
     }
 
     /// The archive store.
+    pub fn releases(&self) -> &crate::cache::Objects<crate::cache::ReleaseKind> {
+        &self.releases
+    }
+
     pub fn archives(&self) -> &Arc<Archives> {
         &self.archives
     }

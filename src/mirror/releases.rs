@@ -20,7 +20,7 @@ use futures_util::FutureExt;
 use super::core::{Core, Fill, OriginBody, Reach, Ready};
 use super::providers::ArchiveBody;
 use crate::address::{Hostname, Platform, Version};
-use crate::cache::{Flights, FreshnessRules, Listings, Objects, ReleaseKind, release_list_key};
+use crate::cache::{Flights, FreshnessRules, Listings, release_list_key};
 use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
 use crate::records::releases::{
@@ -73,7 +73,6 @@ fn owner(product: Product) -> Owner {
 pub struct ReleaseMirror {
     core: Arc<Core>,
     verifier: std::result::Result<Arc<Verifier>, String>,
-    zips: Objects<ReleaseKind>,
     records: Flights<(Product, Version), Arc<ReleaseRecord>, Error>,
     lists: Listings<Product, ReleaseList, Error>,
     fills: Mutex<HashMap<ReleaseKey, Arc<Fill<ReleaseKey>>>>,
@@ -89,7 +88,6 @@ impl ReleaseMirror {
                 .map_err(|e| format!("a vendor key for releases is unusable: {e}"));
         let storage = core.archives().storage().clone();
         let settings = core.settings();
-        let entries = settings.cache.metadata_entries;
         let rules = FreshnessRules {
             ttl: settings.cache.index_ttl,
             stale_if_error: settings.cache.stale_if_error,
@@ -106,7 +104,6 @@ impl ReleaseMirror {
         );
         Arc::new(ReleaseMirror {
             lists,
-            zips: Objects::new(storage, entries),
             verifier,
             records: Flights::default(),
             fills: Mutex::new(HashMap::new()),
@@ -171,7 +168,7 @@ impl ReleaseMirror {
         reach: &Reach,
     ) -> Result<Arc<ReleaseRecord>> {
         self.enabled()?;
-        let storage = self.zips.storage().clone();
+        let storage = self.core.releases().storage().clone();
         if let Some(bytes) = storage.read(&Self::record_key(product, version)).await? {
             let record: ReleaseRecord = crate::records::from_json(&bytes).map_err(|e| {
                 Error::unexpected(format!("the stored record of {product} {version}: {e}"))
@@ -325,7 +322,8 @@ impl ReleaseMirror {
         reach: &Reach,
     ) -> Result<Bytes> {
         self.release(product, version, reach).await?;
-        self.zips
+        self.core
+            .releases()
             .storage()
             .read(&Self::copy_key(product, version, signature))
             .await?
@@ -351,7 +349,7 @@ impl ReleaseMirror {
             platform: platform.clone(),
         };
         loop {
-            if let Some(found) = self.zips.open(&key).await? {
+            if let Some(found) = self.core.releases().open(&key).await? {
                 return Ok(ArchiveBody {
                     sha256: found.record.sha256,
                     size: Some(found.record.size),
@@ -460,7 +458,7 @@ impl ReleaseMirror {
             sha256: digest.sha256,
             size: digest.size,
         };
-        self.zips.commit(key, staged, &record).await?;
+        self.core.releases().commit(key, staged, &record).await?;
         tracing::info!(release = %key, size = record.size, "cached a release zip");
         Ok(())
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress};
-use crate::cache::{ArchiveKind, ModuleKind};
+use crate::cache::{ArchiveKind, ModuleKind, ReleaseKind};
 use crate::mirror::Core;
 use crate::reverify::{self, Recheck};
 
@@ -117,8 +117,18 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
             modules.failed.len()
         );
     }
+    let releases = check_all::<ReleaseKind>(&mirror, concurrency, args.no_quarantine).await?;
+    if releases.count > 0 {
+        println!(
+            "verify: {} release zips checked, {} ok, {} failed",
+            releases.count,
+            releases.count - releases.failed.len(),
+            releases.failed.len()
+        );
+    }
     let mut failed = archives.failed;
     failed.extend(modules.failed);
+    failed.extend(releases.failed);
     super::print_failures(&failed);
     Ok(Outcome::from_failures(failed.len()))
 }

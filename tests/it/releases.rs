@@ -10,6 +10,7 @@
 //!   once the origin is gone;
 //! - a release signed by any other key is refused (502, naming the pinned key) and nothing of it
 //!   is kept; with the built-in keys, a release signed by the test key is refused likewise;
+//!   `provender verify` finds and quarantines a damaged cached zip;
 //! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
 //!   the client that started the download and one that joined it, and is not cached;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
@@ -342,6 +343,33 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     assert_eq!(listed.status, 200);
     let listed: serde_json::Value = serde_json::from_slice(&listed.body).unwrap();
     assert_eq!(listed, api);
+
+    // `provender verify` re-hashes cached release zips: a damaged one is reported and
+    // quarantined.
+    let cached = m
+        .cache_dir
+        .join("releases/tofu/1.8.1/tofu_1.8.1_linux_amd64.zip");
+    crate::support::poll(std::time::Duration::from_secs(10), async || {
+        m.cache_dir
+            .join("releases/tofu/1.8.1/tofu_1.8.1_linux_amd64.zip.json")
+            .exists()
+            .then_some(())
+    })
+    .await
+    .expect("the zip is committed");
+    let config = work.path().join("verify.toml");
+    std::fs::write(&config, format!("[cache]\ndir = \"{}\"\n", m.cache_dir.display())).unwrap();
+    let config = crate::support::cli::path_str(&config);
+    let clean = crate::support::cli::provender(&["verify", "--config", config]).await;
+    assert!(clean.out().contains("1 release zips checked, 1 ok"), "{}", clean.out());
+    let mut bytes = std::fs::read(&cached).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&cached, bytes).unwrap();
+    let found = crate::support::cli::provender(&["verify", "--config", config]).await;
+    found.fails(1);
+    assert!(found.out().contains("tofu 1.8.1 linux_amd64"), "{}", found.out());
+    assert!(!cached.exists(), "the damaged zip is out of service");
     drop(m);
 
     // With the built-in keys, a release signed by the test key is refused like any other.
