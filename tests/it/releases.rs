@@ -358,17 +358,29 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     .await
     .expect("the zip is committed");
     let config = work.path().join("verify.toml");
-    std::fs::write(&config, format!("[cache]\ndir = \"{}\"\n", m.cache_dir.display())).unwrap();
+    std::fs::write(
+        &config,
+        format!("[cache]\ndir = \"{}\"\n", m.cache_dir.display()),
+    )
+    .unwrap();
     let config = crate::support::cli::path_str(&config);
     let clean = crate::support::cli::provender(&["verify", "--config", config]).await;
-    assert!(clean.out().contains("1 release zips checked, 1 ok"), "{}", clean.out());
+    assert!(
+        clean.out().contains("1 release zips checked, 1 ok"),
+        "{}",
+        clean.out()
+    );
     let mut bytes = std::fs::read(&cached).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     std::fs::write(&cached, bytes).unwrap();
     let found = crate::support::cli::provender(&["verify", "--config", config]).await;
     found.fails(1);
-    assert!(found.out().contains("tofu 1.8.1 linux_amd64"), "{}", found.out());
+    assert!(
+        found.out().contains("tofu 1.8.1 linux_amd64"),
+        "{}",
+        found.out()
+    );
     assert!(!cached.exists(), "the damaged zip is out of service");
     drop(m);
 
