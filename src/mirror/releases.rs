@@ -379,6 +379,36 @@ impl ReleaseMirror {
         }
     }
 
+    /// Makes sure a release zip is in the store (fetching and checking it if needed) without
+    /// opening it, for `seed`. Returns its size and whether it was fetched just now.
+    pub async fn ensure_zip(
+        self: &Arc<Self>,
+        product: Product,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<(u64, bool)> {
+        self.enabled()?;
+        let key = ReleaseKey {
+            product,
+            version: version.clone(),
+            platform: platform.clone(),
+        };
+        if let Some(found) = self.core.releases().record(&key).await? {
+            return Ok((found.size, false));
+        }
+        let record = self.release(product, version, &Reach::Origin).await?;
+        let sha256 = record.zips.get(platform).ok_or_else(|| {
+            Error::NotFound(format!("{product} {version} has no zip for {platform}"))
+        })?;
+        self.fill_for(&key, sha256)?.finished().await?;
+        let stored = self.core.releases().record(&key).await?.ok_or_else(|| {
+            Error::unexpected(format!(
+                "release zip {key} vanished right after it was stored"
+            ))
+        })?;
+        Ok((stored.size, true))
+    }
+
     /// Joins the download of `key` in progress, or starts it.
     fn fill_for(
         self: &Arc<Self>,

@@ -50,12 +50,96 @@ pub struct SeedArgs {
     /// "terraform-aws-modules/vpc/aws@~> 5.0" (repeatable).
     #[arg(long = "module", value_name = "SOURCE[@CONSTRAINT]")]
     pub modules: Vec<String>,
+    /// A CLI release to seed, as terraform|tofu[@CONSTRAINT], e.g. "terraform@~> 1.11"
+    /// (repeatable; needs `[releases] enabled`): the newest release that matches, every platform
+    /// (or those of --platform / upstream.platforms).
+    #[arg(long = "cli", value_name = "CLI[@CONSTRAINT]")]
+    pub clis: Vec<String>,
     /// How many archives to download at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
     /// Configuration directories, lock files and provider lists.
     #[arg(value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
+}
+
+/// `--cli terraform|tofu[@CONSTRAINT]`
+fn parse_cli(
+    text: &str,
+) -> Result<
+    (
+        crate::records::releases::Product,
+        crate::constraints::Constraints,
+    ),
+    OpsError,
+> {
+    let (name, constraint) = text.split_once('@').unwrap_or((text, ""));
+    let product = crate::records::releases::Product::parse(name.trim()).ok_or_else(|| {
+        usage(format!(
+            "--cli {text:?}: expected terraform or tofu, optionally @CONSTRAINT"
+        ))
+    })?;
+    let constraints = if constraint.trim().is_empty() {
+        crate::constraints::Constraints::any()
+    } else {
+        crate::constraints::Constraints::parse(constraint)
+            .map_err(|e| usage(format!("--cli {text:?}: {e}")))?
+    };
+    Ok((product, constraints))
+}
+
+/// Seeds the newest release of each CLI that its constraints allow: every platform's zip (or
+/// those of `platforms`), through the same fetch and checks as serving them. Prints what was
+/// added; failures go to `failed`.
+async fn seed_releases(
+    registries: &Mirror,
+    clis: &[(
+        crate::records::releases::Product,
+        crate::constraints::Constraints,
+    )],
+    platforms: &[Platform],
+    failed: &mut Vec<(String, String)>,
+) {
+    let releases = &registries.releases;
+    for (product, constraints) in clis {
+        let list = match releases.list(*product, &crate::mirror::Reach::Origin).await {
+            Ok(list) => list,
+            Err(e) => {
+                failed.push((format!("{product} releases"), e.to_string()));
+                continue;
+            }
+        };
+        let Some(version) = constraints.newest(list.releases.iter().map(|r| &r.version)) else {
+            failed.push((
+                format!("{product} {}", shown_constraints(constraints)),
+                "no release matches".to_string(),
+            ));
+            continue;
+        };
+        let record = match releases
+            .release(*product, version, &crate::mirror::Reach::Origin)
+            .await
+        {
+            Ok(record) => record,
+            Err(e) => {
+                failed.push((format!("{product} {version}"), e.to_string()));
+                continue;
+            }
+        };
+        for platform in record.zips.keys() {
+            if !platforms.is_empty() && !platforms.contains(platform) {
+                continue;
+            }
+            let what = format!("{product} {version} {platform}");
+            match releases.ensure_zip(*product, version, platform).await {
+                Ok((size, true)) => println!("release {what}: added ({})", human_bytes(size)),
+                Ok((size, false)) => {
+                    println!("release {what}: already present ({})", human_bytes(size))
+                }
+                Err(e) => failed.push((what, e.to_string())),
+            }
+        }
+    }
 }
 
 /// Why a wanted provider or module could not be seeded (reported per item; the command goes
@@ -375,10 +459,20 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let platforms = super::select_platforms(&settings, &args.platforms)?;
     let tool = args.tool.unwrap_or(settings.tool);
     let inputs = inputs::read_all(&args.inputs, &args.providers, &args.modules, tool)?;
-    if inputs.providers.is_empty() && inputs.modules.is_empty() {
+    let clis = args
+        .clis
+        .iter()
+        .map(|c| parse_cli(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !clis.is_empty() && !settings.releases.enabled {
+        return Err(usage(
+            "--cli needs the release mirror: set [releases] enabled = true in the configuration",
+        ));
+    }
+    if inputs.providers.is_empty() && inputs.modules.is_empty() && clis.is_empty() {
         return Err(usage(
             "nothing to seed: give configuration directories, lock files, provider lists, \
-             --provider or --module",
+             --provider, --module or --cli",
         ));
     }
     let offline = settings.upstream.offline;
@@ -391,6 +485,7 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let (more, modules) = fetch_modules(&registries, inputs.modules, tool, &mut failed).await;
     let mut wanted = inputs.providers;
     wanted.extend(more);
+    seed_releases(&registries, &clis, &platforms, &mut failed).await;
     let jobs = plan(&mirror, &wanted, &platforms, &mut failed).await;
     let mut report = ensure_all(&mirror, jobs, args.concurrency.into(), "seeding").await;
     report.failed.splice(0..0, failed);

@@ -14,7 +14,8 @@
 //! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
 //!   the client that started the download and one that joined it, and is not cached;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
-//!   installs is the origin's, and runs.
+//!   installs is the origin's, and runs;
+//! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -532,5 +533,71 @@ async fn mise_installs_terraform_through_the_mirror() {
         ),
         2,
         "mise fetched the zip and SHA256SUMS from the mirror"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_fetches_the_newest_matching_release_for_every_platform() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let (zip, _, _) = terraform_release(&root);
+    let origin = StaticServer::start(&ca, &root);
+    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    let dir = work.path().join("seed");
+    let toml = releases_toml(&dir, &origin, false);
+    let config = crate::support::provender::write_config(
+        &ca,
+        &dir,
+        registry.addr(),
+        &MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    );
+    let config = crate::support::cli::path_str(&config);
+    let seeded =
+        crate::support::cli::provender(&["seed", "--config", config, "--cli", "terraform@~> 1.11"])
+            .await;
+    seeded.ok();
+    assert!(
+        seeded
+            .out()
+            .contains("release terraform 1.11.4 linux_amd64: added"),
+        "{}",
+        seeded.out()
+    );
+    assert!(
+        seeded
+            .out()
+            .contains("release terraform 1.11.4 darwin_arm64: added")
+    );
+    let stored = dir.join("cache/releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip");
+    assert!(
+        std::fs::read(&stored).unwrap() == zip,
+        "the origin's zip, in the cache"
+    );
+    let again =
+        crate::support::cli::provender(&["seed", "--config", config, "--cli", "terraform@1.11.4"])
+            .await;
+    again.ok();
+    assert!(
+        again.out().contains("linux_amd64: already present"),
+        "{}",
+        again.out()
+    );
+    let none =
+        crate::support::cli::provender(&["seed", "--config", config, "--cli", "terraform@>= 2.0"])
+            .await;
+    none.fails(1);
+    assert!(none.out().contains("no release matches"), "{}", none.out());
+    let bad =
+        crate::support::cli::provender(&["seed", "--config", config, "--cli", "vault@1.0"]).await;
+    bad.fails(78);
+    assert!(
+        bad.out().contains("expected terraform or tofu"),
+        "{}",
+        bad.out()
     );
 }
