@@ -79,7 +79,31 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             ]
         })
         .collect();
+    let mut releases = mirror
+        .releases()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the release store: {e}")))?;
+    releases.sort_by(|a, b| {
+        (a.key.product, &a.key.version, &a.key.platform).cmp(&(
+            b.key.product,
+            &b.key.version,
+            &b.key.platform,
+        ))
+    });
     if args.json {
+        let release_objects = releases.iter().map(|r| {
+            serde_json::json!({
+                "kind": "release",
+                "cli": r.key.product.as_str(),
+                "version": r.key.version.to_string(),
+                "platform": r.key.platform.to_string(),
+                "size": r.size,
+                "sha256": r.record.as_ref().map(|z| z.sha256.clone()),
+                "modified": when(Some(r.modified)),
+                "last_used": when(Some(r.last_use())),
+            })
+        });
         let module_objects = modules.iter().map(|m| {
             serde_json::json!({
                 "kind": "module",
@@ -112,6 +136,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 })
             })
             .chain(module_objects)
+            .chain(release_objects)
             .collect();
         println!(
             "{}",
@@ -153,6 +178,23 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             ["MODULE", "VERSION", "SIZE", "TRUST", "LAST USED", "SOURCE"].map(String::from);
         print_table(&header, &module_rows);
     }
+    if !releases.is_empty() {
+        println!();
+        let header = ["CLI", "VERSION", "PLATFORM", "SIZE", "LAST USED"].map(String::from);
+        let rows: Vec<[String; 5]> = releases
+            .iter()
+            .map(|r| {
+                [
+                    r.key.product.to_string(),
+                    r.key.version.to_string(),
+                    r.key.platform.to_string(),
+                    human_bytes(r.size),
+                    when(Some(r.last_use())),
+                ]
+            })
+            .collect();
+        print_table(&header, &rows);
+    }
     let versions: std::collections::BTreeSet<_> = entries
         .iter()
         .map(|e| (&e.key.addr, &e.key.version))
@@ -171,6 +213,13 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             "{} module versions, {}",
             modules.len(),
             human_bytes(modules.iter().map(|m| m.size).sum())
+        );
+    }
+    if !releases.is_empty() {
+        println!(
+            "{} CLI release zips, {}",
+            releases.len(),
+            human_bytes(releases.iter().map(|r| r.size).sum())
         );
     }
     Ok(Outcome::Success)

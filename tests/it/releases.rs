@@ -15,7 +15,8 @@
 //!   the client that started the download and one that joined it, and is not cached;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
 //!   installs is the origin's, and runs;
-//! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips.
+//! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips, and
+//!   `provender ls` lists them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -586,6 +587,25 @@ async fn seed_fetches_the_newest_matching_release_for_every_platform() {
         again.out().contains("linux_amd64: already present"),
         "{}",
         again.out()
+    );
+    let listed = crate::support::cli::provender(&["ls", "--config", config, "--json"]).await;
+    listed.ok();
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    let mut zips: Vec<String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "release")
+        .map(|o| format!("{} {} {}", o["cli"], o["version"], o["platform"]))
+        .collect();
+    zips.sort();
+    assert_eq!(
+        zips,
+        [
+            r#""terraform" "1.11.4" "darwin_arm64""#,
+            r#""terraform" "1.11.4" "linux_amd64""#
+        ],
+        "provender ls lists the seeded zips"
     );
     let none =
         crate::support::cli::provender(&["seed", "--config", config, "--cli", "terraform@>= 2.0"])
