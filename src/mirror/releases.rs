@@ -20,7 +20,7 @@ use futures_util::FutureExt;
 use super::core::{Core, Fill, OriginBody, Reach, Ready};
 use super::providers::ArchiveBody;
 use crate::address::{Hostname, Platform, Version};
-use crate::cache::{Flights, FreshnessRules, Listings, release_list_key};
+use crate::cache::{Flights, Listings, release_list_key};
 use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
 use crate::records::releases::{
@@ -87,18 +87,12 @@ impl ReleaseMirror {
                 .map(Arc::new)
                 .map_err(|e| format!("a vendor key for releases is unusable: {e}"));
         let storage = core.archives().storage().clone();
-        let settings = core.settings();
-        let rules = FreshnessRules {
-            ttl: settings.cache.index_ttl,
-            stale_if_error: settings.cache.stale_if_error,
-            not_found_ttl: settings.cache.not_found_ttl,
-            offline: settings.upstream.offline,
-        };
+        // The same freshness rules as every other list.
         let lists = Listings::new(
             storage.clone(),
             release_list_key,
             16,
-            rules,
+            core.provider_lists.rules(),
             crate::clock::system(),
             core.metrics().clone(),
         );

@@ -39,6 +39,20 @@ struct Checked {
     failed: Vec<(String, String)>,
 }
 
+impl Checked {
+    /// Prints what was checked, as `<count> <what> checked, ...`; nothing when there were none.
+    fn report(&self, what: &str) {
+        if self.count > 0 {
+            println!(
+                "verify: {} {what} checked, {} ok, {} failed",
+                self.count,
+                self.count - self.failed.len(),
+                self.failed.len()
+            );
+        }
+    }
+}
+
 /// Re-checks every stored object of kind `K`, `concurrency` at once, quarantining failures
 /// unless `no_quarantine`.
 async fn check_all<K: Recheck>(
@@ -109,23 +123,9 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
         archives.failed.len()
     );
     let modules = check_all::<ModuleKind>(&mirror, concurrency, args.no_quarantine).await?;
-    if modules.count > 0 {
-        println!(
-            "verify: {} module packages checked, {} ok, {} failed",
-            modules.count,
-            modules.count - modules.failed.len(),
-            modules.failed.len()
-        );
-    }
+    modules.report("module packages");
     let releases = check_all::<ReleaseKind>(&mirror, concurrency, args.no_quarantine).await?;
-    if releases.count > 0 {
-        println!(
-            "verify: {} release zips checked, {} ok, {} failed",
-            releases.count,
-            releases.count - releases.failed.len(),
-            releases.failed.len()
-        );
-    }
+    releases.report("release zips");
     let mut failed = archives.failed;
     failed.extend(modules.failed);
     failed.extend(releases.failed);
