@@ -9,8 +9,10 @@
 //!   CLI sends no credentials when it downloads a package. `<version>.json` hands out such URLs:
 //!   the signature is an HMAC-SHA256 over the archive's canonical path and the expiry time, with
 //!   `auth.url_signing_key`. A tampered or expired URL gets 403;
-//! - `/healthz`, `/readyz` and `/metrics` are open or protected as `auth.protect_health` and
-//!   `auth.protect_metrics` say.
+//! - `Authorization: Basic` with a token as its password (any user name) counts as that bearer
+//!   token, for clients that read credentials from a `.netrc` (the release installers);
+//! - `/healthz`, `/readyz`, `/metrics` and the CLIs' releases are open or protected as
+//!   `auth.protect_health`, `auth.protect_metrics` and `auth.protect_releases` say.
 //!
 //! Tokens never appear in logs or error messages.
 
@@ -54,6 +56,8 @@ pub struct AuthConfig {
     pub protect_health: bool,
     /// Require a token for `/metrics`.
     pub protect_metrics: bool,
+    /// Require a token for the CLIs' releases (`releases/`).
+    pub protect_releases: bool,
     /// How long a sign-in to the pages lasts.
     #[serde(with = "humantime_serde")]
     pub session_ttl: Duration,
@@ -91,6 +95,7 @@ impl std::fmt::Debug for AuthConfig {
             .field("url_ttl", &self.url_ttl)
             .field("protect_health", &self.protect_health)
             .field("protect_metrics", &self.protect_metrics)
+            .field("protect_releases", &self.protect_releases)
             .field("session_ttl", &self.session_ttl)
             .field("issuers", &self.issuers)
             .field(
@@ -119,6 +124,7 @@ impl Default for AuthConfig {
             url_ttl: Duration::from_secs(3600),
             protect_health: false,
             protect_metrics: true,
+            protect_releases: true,
             session_ttl: Duration::from_secs(12 * 3600),
             issuers: Vec::new(),
             clients: Vec::new(),
@@ -330,6 +336,7 @@ impl AuthConfig {
             url_ttl: self.url_ttl,
             protect_health: self.protect_health,
             protect_metrics: self.protect_metrics,
+            protect_releases: self.protect_releases,
             session_ttl: self.session_ttl,
             issuers,
             rules,
@@ -422,6 +429,7 @@ pub struct AuthSettings {
     pub url_ttl: Duration,
     pub protect_health: bool,
     pub protect_metrics: bool,
+    pub protect_releases: bool,
     /// How long a sign-in to the pages lasts (see [`session`]).
     pub session_ttl: Duration,
     /// The issuers whose ID tokens are accepted (see [`oidc`]).
@@ -441,6 +449,7 @@ impl std::fmt::Debug for AuthSettings {
             .field("url_ttl", &self.url_ttl)
             .field("protect_health", &self.protect_health)
             .field("protect_metrics", &self.protect_metrics)
+            .field("protect_releases", &self.protect_releases)
             .field("session_ttl", &self.session_ttl)
             .finish()
     }

@@ -90,6 +90,8 @@ label_values! {
         OciManifest = "oci_manifest",
         /// A CLI's list of releases (`[releases]`).
         ReleaseIndex = "release_index",
+        /// A CLI's release zip.
+        ReleaseZip = "release_zip",
     }
 }
 
@@ -118,7 +120,9 @@ impl LookupKind {
                 &[Hit, Miss, Stale, NegativeHit]
             }
             LookupKind::Version | LookupKind::OciManifest => &[Hit, Miss],
-            LookupKind::Archive | LookupKind::ModuleArchive => &[Hit, Miss, Joined],
+            LookupKind::Archive | LookupKind::ModuleArchive | LookupKind::ReleaseZip => {
+                &[Hit, Miss, Joined]
+            }
         }
     }
 }
@@ -260,7 +264,7 @@ impl Metrics {
             cache_lookups: IntCounterVec::new(
                 Opts::new(
                     "provender_cache_lookups_total",
-                    "Cache lookups by kind (index, version, archive, module_versions, module_archive, oci_manifest, release_index) and result (hit, miss, joined, stale, negative_hit).",
+                    "Cache lookups by kind (index, version, archive, module_versions, module_archive, oci_manifest, release_index, release_zip) and result (hit, miss, joined, stale, negative_hit).",
                 ),
                 &["kind", "result"],
             )

@@ -18,11 +18,12 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 
 use super::core::{Core, Fill, OriginBody, Reach, Ready};
-use super::providers::ArchiveBody;
+use super::providers::{ArchiveBody, ArchiveHead};
 use crate::address::{Hostname, Platform, Version};
 use crate::cache::{Flights, Listings, release_list_key};
 use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
+use crate::metrics::{Lookup, LookupKind};
 use crate::records::releases::{
     HashicorpIndex, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip, TofuIndex,
     release_zips, sums_filename,
@@ -67,6 +68,62 @@ fn owner(product: Product) -> Owner {
         Product::Terraform => Owner::Hashicorp,
         Product::Tofu => Owner::Opentofu,
     }
+}
+
+/// The one check of a release's SHA256SUMS, shared by every way a release enters the cache
+/// (fetched on a miss or by `seed`, admitted by `import`): its signature by the vendor's
+/// pinned key alone, then the list itself (`release_zips`: only this product and version, one
+/// zip per platform). Returns the record that `store_release` keeps.
+pub fn verify_release_sums(
+    verifier: &Verifier,
+    product: Product,
+    version: &Version,
+    sums: &[u8],
+    signature: &[u8],
+) -> Result<ReleaseRecord> {
+    let subject = crate::error::Subject::Release {
+        product,
+        version: version.clone(),
+    };
+    let file = sums_filename(product, version);
+    let signed_by = verifier
+        .verify_release(owner(product), sums, signature)
+        .map_err(|e| Error::refused(subject.clone(), crate::trust::Refusal::Signature(e), &file))?;
+    let zips = release_zips(product, version, sums).map_err(|error| {
+        Error::verification(subject.clone(), Failure::ReleaseSums { file, error })
+    })?;
+    Ok(ReleaseRecord {
+        product,
+        version: version.clone(),
+        zips,
+        signed_by,
+        fetched_at: crate::clock::now_secs(),
+    })
+}
+
+/// Stores a verified release: its SHA256SUMS and signature as the vendor published them, then
+/// its record, the commit point (a release without its record is not known).
+pub async fn store_release(
+    storage: &dyn crate::storage::Storage,
+    record: &ReleaseRecord,
+    sums: Bytes,
+    signature: Bytes,
+) -> Result<()> {
+    let (product, version) = (record.product, &record.version);
+    storage
+        .write(&ReleaseMirror::copy_key(product, version, false), sums)
+        .await?;
+    storage
+        .write(&ReleaseMirror::copy_key(product, version, true), signature)
+        .await?;
+    let bytes = serde_json::to_vec_pretty(record).expect("records serialise");
+    storage
+        .write(
+            &ReleaseMirror::record_key(product, version),
+            Bytes::from(bytes),
+        )
+        .await?;
+    Ok(())
 }
 
 /// The CLIs' releases, over the core.
@@ -199,54 +256,15 @@ impl ReleaseMirror {
                 let signature = upstream
                     .small_file(&host, Operation::Signature, sig_url.as_str())
                     .await?;
-                let subject = crate::error::Subject::Release {
-                    product,
-                    version: version.clone(),
-                };
-                let failed = |e: Error| {
+                let record = verify_release_sums(&verifier, product, &version, &sums, &signature)
+                    .map_err(|e| {
                     if let Some(v) = e.as_verification() {
                         core.metrics().verification_failed(v.reason());
                     }
                     tracing::error!(release = %what, "refused: {e}");
                     e
-                };
-                let file = sums_filename(product, &version);
-                let signed_by = verifier
-                    .verify_release(owner(product), &sums, &signature)
-                    .map_err(|e| {
-                        failed(Error::refused(
-                            subject.clone(),
-                            crate::trust::Refusal::Signature(e),
-                            &file,
-                        ))
-                    })?;
-                let zips = release_zips(product, &version, &sums).map_err(|error| {
-                    failed(Error::verification(
-                        subject.clone(),
-                        Failure::ReleaseSums {
-                            file: file.clone(),
-                            error,
-                        },
-                    ))
                 })?;
-                let record = ReleaseRecord {
-                    product,
-                    version: version.clone(),
-                    zips,
-                    signed_by,
-                    fetched_at: crate::clock::now_secs(),
-                };
-                let storage = core.archives().storage();
-                storage
-                    .write(&Self::copy_key(product, &version, false), sums)
-                    .await?;
-                storage
-                    .write(&Self::copy_key(product, &version, true), signature)
-                    .await?;
-                let bytes = serde_json::to_vec_pretty(&record).expect("records serialise");
-                storage
-                    .write(&Self::record_key(product, &version), Bytes::from(bytes))
-                    .await?;
+                store_release(core.releases().storage().as_ref(), &record, sums, signature).await?;
                 tracing::info!(release = %what, key = %record.signed_by, "verified a release's SHA256SUMS");
                 Ok(Arc::new(record))
             }
@@ -328,6 +346,52 @@ impl ReleaseMirror {
             })
     }
 
+    /// What a `HEAD` of a release zip answers, without downloading it: the download in
+    /// progress, the stored zip, or what its signed SHA256SUMS says (size unknown).
+    pub async fn zip_head(
+        &self,
+        product: Product,
+        version: &Version,
+        platform: &Platform,
+        reach: &Reach,
+    ) -> Result<ArchiveHead> {
+        self.enabled()?;
+        let key = ReleaseKey {
+            product,
+            version: version.clone(),
+            platform: platform.clone(),
+        };
+        let fill = self
+            .fills
+            .lock()
+            .expect("release fill table lock")
+            .get(&key)
+            .cloned();
+        if let Some(fill) = fill {
+            return Ok(ArchiveHead {
+                sha256: fill.sha256.clone(),
+                size: fill.announced_size(),
+                modified: fill.started_at,
+            });
+        }
+        if let Some(found) = self.core.releases().open(&key).await? {
+            return Ok(ArchiveHead {
+                sha256: found.record.sha256,
+                size: Some(found.record.size),
+                modified: found.modified,
+            });
+        }
+        let record = self.release(product, version, reach).await?;
+        let sha256 = record.zips.get(platform).ok_or_else(|| {
+            Error::NotFound(format!("{product} {version} has no zip for {platform}"))
+        })?;
+        Ok(ArchiveHead {
+            sha256: sha256.clone(),
+            size: None,
+            modified: std::time::UNIX_EPOCH + std::time::Duration::from_secs(record.fetched_at),
+        })
+    }
+
     /// A release zip: from the store, or streamed from its one download as it is checked.
     pub async fn zip(
         self: &Arc<Self>,
@@ -344,6 +408,9 @@ impl ReleaseMirror {
         };
         loop {
             if let Some(found) = self.core.releases().open(&key).await? {
+                self.core
+                    .metrics()
+                    .lookup(LookupKind::ReleaseZip, Lookup::Hit);
                 return Ok(ArchiveBody {
                     sha256: found.record.sha256,
                     size: Some(found.record.size),
@@ -358,7 +425,11 @@ impl ReleaseMirror {
                     "{product} {version} has no zip for {platform}"
                 )));
             };
-            let fill = self.fill_for(&key, sha256)?;
+            let (fill, leader) = self.fill_for(&key, sha256)?;
+            self.core.metrics().lookup(
+                LookupKind::ReleaseZip,
+                if leader { Lookup::Miss } else { Lookup::Joined },
+            );
             match fill.ready().await? {
                 Ready::Streaming(size) => {
                     return Ok(ArchiveBody {
@@ -394,7 +465,7 @@ impl ReleaseMirror {
         let sha256 = record.zips.get(platform).ok_or_else(|| {
             Error::NotFound(format!("{product} {version} has no zip for {platform}"))
         })?;
-        self.fill_for(&key, sha256)?.finished().await?;
+        self.fill_for(&key, sha256)?.0.finished().await?;
         let stored = self.core.releases().record(&key).await?.ok_or_else(|| {
             Error::unexpected(format!(
                 "release zip {key} vanished right after it was stored"
@@ -403,15 +474,15 @@ impl ReleaseMirror {
         Ok((stored.size, true))
     }
 
-    /// Joins the download of `key` in progress, or starts it.
+    /// Joins the download of `key` in progress, or starts it (then `true`).
     fn fill_for(
         self: &Arc<Self>,
         key: &ReleaseKey,
         sha256: &Sha256,
-    ) -> Result<Arc<Fill<ReleaseKey>>> {
+    ) -> Result<(Arc<Fill<ReleaseKey>>, bool)> {
         let mut fills = self.fills.lock().expect("release fill table lock");
         if let Some(fill) = fills.get(key) {
-            return Ok(fill.clone());
+            return Ok((fill.clone(), false));
         }
         let url = self.origin_url(key.product, &key.version, &key.filename())?;
         let fill = Arc::new(Fill::new(
@@ -435,7 +506,7 @@ impl ReleaseMirror {
                 .remove(&task_fill.key);
             task_fill.finish(result);
         });
-        Ok(fill)
+        Ok((fill, true))
     }
 
     async fn fill_zip(&self, fill: &Fill<ReleaseKey>, url: url::Url) -> Result<()> {

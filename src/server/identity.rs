@@ -89,7 +89,23 @@ impl Identities {
     }
 
     /// Checks an `Authorization` header: one of the mirror's tokens, else an ID token.
+    /// `Basic` credentials count as their password presented as a bearer token.
     pub async fn check(&self, authorization: Option<&[u8]>) -> Result<Principal, Denied> {
+        let basic = authorization.filter(|v| {
+            v.get(..6)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"basic "))
+        });
+        let from_basic;
+        let authorization = match basic {
+            Some(_) => {
+                from_basic = format!(
+                    "Bearer {}",
+                    crate::auth::AuthSettings::token_request_secret(authorization)?
+                );
+                Some(from_basic.as_bytes())
+            }
+            None => authorization,
+        };
         let denied = match self.settings.auth.bearer_client(authorization) {
             Ok(name) => return Ok(Principal::named(name, &self.settings)),
             Err(denied) => denied,

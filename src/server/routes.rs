@@ -418,8 +418,11 @@ impl App {
             let body = serde_json::to_vec(value).expect("release documents serialise");
             json_response(StatusCode::OK, Bytes::from(body))
         }
-        let base = format!("{}/releases/", self.base_url.as_str().trim_end_matches('/'));
-        // The vendors' lists of releases, with this mirror's URLs.
+        // The vendors' lists of releases. Each build's `url` stays the vendor's canonical one:
+        // installers given this mirror as their base rebuild download URLs from it (hc-install
+        // joins the URL's path to its base, tenv swaps the vendor's prefix for its base), so a
+        // URL on this mirror would have them repeat `releases/`.
+        let base = HASHICORP_RELEASES;
         match segments[..] {
             ["terraform", "index.json"] => {
                 let list = releases.list(Product::Terraform, reach).await?;
@@ -451,6 +454,13 @@ impl App {
         let product = Product::parse(product).ok_or_else(not_here)?;
         let version = Version::parse(version).map_err(Error::BadRequest)?;
         match ReleaseFile::parse(product, &version, file).ok_or_else(not_here)? {
+            // A HEAD never downloads the zip.
+            ReleaseFile::Zip(platform) if req.method() == Method::HEAD => {
+                let head = releases
+                    .zip_head(product, &version, &platform, reach)
+                    .await?;
+                Ok(archive_head_response(req, &head))
+            }
             ReleaseFile::Zip(platform) => {
                 let zip = releases.zip(product, &version, &platform, reach).await?;
                 Ok(self.archive_response(req, zip))
@@ -483,6 +493,7 @@ impl App {
             Route::Discovery => false,
             Route::Health | Route::Ready => auth.protect_health,
             Route::Metrics => auth.protect_metrics,
+            Route::Release => auth.protect_releases,
             _ => true,
         };
         if !protected {
@@ -685,6 +696,9 @@ impl App {
         resp
     }
 }
+
+/// Where HashiCorp publishes its releases, as the build URLs in its lists name it.
+const HASHICORP_RELEASES: &str = "https://releases.hashicorp.com/";
 
 /// The head of an archive response, with an empty body: `ETag` (the SHA-256), `Last-Modified`,
 /// and either 304 for a matching `If-None-Match` or 200 with `Content-Type` and, when known,

@@ -189,8 +189,25 @@ async fn terraform_comes_through_the_mirror_verified_and_runs() {
     let c = https_client(&ca, &[]);
     let base = "releases/terraform/1.11.4";
 
-    // Four clients at once: one origin download, every client gets the origin's zip.
+    // A HEAD answers from the signed SHA256SUMS, without downloading the zip.
     let url = m.url(&format!("{base}/terraform_1.11.4_linux_amd64.zip"));
+    let head = c.head(&url).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(
+        head.headers()["etag"].to_str().unwrap(),
+        format!("\"{}\"", sha256_hex(&zip))
+    );
+    let metrics = m.metrics(&c).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_upstream_requests_total{host=\"localhost\",operation=\"archive\",outcome=\"ok\"}"
+        ),
+        0,
+        "a HEAD downloads nothing"
+    );
+
+    // Four clients at once: one origin download, every client gets the origin's zip.
     let mut clients = Vec::new();
     for _ in 0..4 {
         let (c, url) = (c.clone(), url.clone());
@@ -210,6 +227,17 @@ async fn terraform_comes_through_the_mirror_verified_and_runs() {
         1,
         "one origin download for four clients"
     );
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_cache_lookups_total{kind=\"release_zip\",result=\"miss\"}"
+        ),
+        1
+    );
+    // Now stored, a HEAD knows its size.
+    let head = c.head(&url).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.content_length(), Some(zip.len() as u64));
 
     // The files installers verify are the origin's.
     for (name, expected) in [
@@ -260,9 +288,10 @@ async fn terraform_comes_through_the_mirror_verified_and_runs() {
     assert_eq!(builds.len(), 2);
     let linux = builds.iter().find(|b| b["os"] == "linux").unwrap();
     let zip_url = linux["url"].as_str().unwrap();
-    assert!(
-        zip_url.ends_with("/releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip"),
-        "{zip_url}"
+    // The vendor's own URL, which installers rebase onto the mirror they are given.
+    assert_eq!(
+        zip_url,
+        "https://releases.hashicorp.com/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip"
     );
     let one = get(&c, &m.url("releases/terraform/1.11.4/index.json")).await;
     assert_eq!(one.status, 200);
