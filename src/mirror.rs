@@ -29,7 +29,9 @@ pub use facade::RegistryPackage;
 pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};
 pub use providers::{ArchiveBody, ArchiveHead, ProviderMirror, Served};
-pub use releases::{ReleaseFile, ReleaseMirror};
+pub use releases::{
+    ReleaseFile, ReleaseMirror, store_release, stored_checksums, verify_release_sums,
+};
 
 /// Every front-end, over one core: what the server serves.
 pub struct Mirror {

@@ -337,3 +337,29 @@ pub fn print_failures(failures: &[(String, String)]) {
         println!("  {what}: {why}");
     }
 }
+
+/// `--cli terraform|tofu[@CONSTRAINT]`: a CLI whose releases the mirror keeps, and which of
+/// its versions (every one without a constraint).
+pub(crate) fn parse_cli(
+    text: &str,
+) -> Result<
+    (
+        crate::records::releases::Product,
+        crate::constraints::Constraints,
+    ),
+    OpsError,
+> {
+    let (name, constraint) = text.split_once('@').unwrap_or((text, ""));
+    let product = crate::records::releases::Product::parse(name.trim()).ok_or_else(|| {
+        usage(format!(
+            "--cli {text:?}: expected terraform or tofu, optionally @CONSTRAINT"
+        ))
+    })?;
+    let constraints = if constraint.trim().is_empty() {
+        crate::constraints::Constraints::any()
+    } else {
+        crate::constraints::Constraints::parse(constraint)
+            .map_err(|e| usage(format!("--cli {text:?}: {e}")))?
+    };
+    Ok((product, constraints))
+}

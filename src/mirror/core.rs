@@ -69,6 +69,7 @@ mod fill;
 mod hash_job;
 mod reach;
 
+pub(in crate::mirror) use fill::Turn;
 pub use fill::{Fill, OriginBody, Ready};
 pub use reach::Reach;
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures_util::FutureExt;
 
-use super::core::{Core, Fill, OriginBody, Reach, Ready};
+use super::core::{Core, Fill, OriginBody, Reach, Ready, Turn};
 use super::providers::{ArchiveBody, ArchiveHead};
 use crate::address::{Hostname, Platform, Version};
 use crate::cache::{Flights, Listings, release_list_key};
@@ -25,8 +25,8 @@ use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::releases::{
-    HashicorpIndex, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip, TofuIndex,
-    release_zips, sums_filename,
+    HashicorpIndex, ListedRelease, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip,
+    TofuIndex, release_zips, signature_filename, sums_filename,
 };
 use crate::storage::Key;
 use crate::trust::{Owner, SignatureKind, Verifier};
@@ -124,6 +124,25 @@ pub async fn store_release(
         )
         .await?;
     Ok(())
+}
+
+/// A stored release's SHA256SUMS and its signature, as the vendor published them (both, or
+/// none when the release is not stored).
+pub async fn stored_checksums(
+    storage: &dyn crate::storage::Storage,
+    product: Product,
+    version: &Version,
+) -> Result<Option<(Bytes, Bytes)>> {
+    let sums = storage
+        .read(&ReleaseMirror::copy_key(product, version, false))
+        .await?;
+    let signature = storage
+        .read(&ReleaseMirror::copy_key(product, version, true))
+        .await?;
+    Ok(match (sums, signature) {
+        (Some(sums), Some(signature)) => Some((sums, signature)),
+        _ => None,
+    })
 }
 
 /// The CLIs' releases, over the core.
@@ -231,18 +250,7 @@ impl ReleaseMirror {
             let core = self.core.clone();
             let (sums_url, sig_url) = (
                 self.origin_url(product, version, &sums_filename(product, version))?,
-                self.origin_url(
-                    product,
-                    version,
-                    &format!(
-                        "{}{}",
-                        sums_filename(product, version),
-                        match product {
-                            Product::Terraform => ".sig",
-                            Product::Tofu => ".gpgsig",
-                        }
-                    ),
-                )?,
+                self.origin_url(product, version, &signature_filename(product, version))?,
             );
             let verifier = self.verifier.clone().map_err(Error::unexpected)?;
             let version = version.clone();
@@ -323,6 +331,63 @@ impl ReleaseMirror {
             })
         };
         self.lists.get(&product, fetch).await
+    }
+
+    /// Adds a release that entered the cache without its vendor's list (an import) to the
+    /// kept list, so that a mirror cut off from the origin lists it too.
+    pub async fn list_release(&self, record: &ReleaseRecord) -> Result<()> {
+        let (product, version) = (record.product, &record.version);
+        let mut files: Vec<String> = record
+            .zips
+            .keys()
+            .map(|platform| {
+                ReleaseKey {
+                    product,
+                    version: version.clone(),
+                    platform: platform.clone(),
+                }
+                .filename()
+            })
+            .collect();
+        files.push(sums_filename(product, version));
+        files.push(signature_filename(product, version));
+        self.lists
+            .update(&product, |list| {
+                list.product = product;
+                if list.releases.iter().any(|r| &r.version == version) {
+                    return false;
+                }
+                list.releases.push(ListedRelease {
+                    version: version.clone(),
+                    files,
+                });
+                list.releases.sort_by(|a, b| a.version.cmp(&b.version));
+                true
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets a release whose zips are all gone (`prune`): its record first, so no reader
+    /// finds half of it, then the SHA256SUMS copies; and, with `unlist` (a mirror that serves
+    /// only what it holds), its entry in the kept list. Fetched again if asked for.
+    pub async fn remove_release(
+        &self,
+        product: Product,
+        version: &Version,
+        unlist: bool,
+    ) -> Result<()> {
+        let storage = self.core.releases().storage();
+        storage.delete(&Self::record_key(product, version)).await?;
+        for signature in [false, true] {
+            storage
+                .delete(&Self::copy_key(product, version, signature))
+                .await?;
+        }
+        if unlist {
+            self.lists.unlist(&product, version).await?;
+        }
+        Ok(())
     }
 
     /// The stored SHA256SUMS or its signature, verified before they were stored.
@@ -411,6 +476,9 @@ impl ReleaseMirror {
                 self.core
                     .metrics()
                     .lookup(LookupKind::ReleaseZip, Lookup::Hit);
+                // What `provender prune` goes by.
+                let (core, key) = (self.core.clone(), key.clone());
+                tokio::spawn(async move { core.releases().touch(&key).await });
                 return Ok(ArchiveBody {
                     sha256: found.record.sha256,
                     size: Some(found.record.size),
@@ -512,6 +580,14 @@ impl ReleaseMirror {
     async fn fill_zip(&self, fill: &Fill<ReleaseKey>, url: url::Url) -> Result<()> {
         let key = &fill.key;
         let core = self.core.clone();
+        // One download for the fleet, as for provider archives.
+        let _lease = match core.fleet_turn(fill, core.releases()).await {
+            Turn::Fetch(lease) => lease,
+            Turn::Stored => {
+                tracing::info!(release = %key, "another replica stored the zip; serving it from the store");
+                return Ok(());
+            }
+        };
         let what = format!("release zip {key}");
         let origin = {
             let core = core.clone();

@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::hash::{H1, Hashing, Sha256};
+use crate::records::releases::{Product, ReleaseKey, signature_filename, sums_filename};
 use crate::records::{Package, SumsRef, docs};
 
 /// The manifest's name inside a bundle (always its first entry).
@@ -83,6 +84,80 @@ pub struct Manifest {
     /// Module packages, each with its record.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modules: Vec<BundleModule>,
+    /// The CLIs' own releases, each with the vendor's signed SHA256SUMS.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub releases: Vec<BundleRelease>,
+}
+
+/// One CLI release in a bundle: the vendor's SHA256SUMS and its signature, as published, and
+/// the zips of it the bundle carries. Import checks them as a fetch does
+/// (`mirror::releases::verify_release_sums`): the vendor's signature is what vouches for them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleRelease {
+    pub cli: Product,
+    pub version: Version,
+    /// Path of the SHA256SUMS inside the bundle ([`release_path`]).
+    pub sums_path: String,
+    pub sums_sha256: Sha256,
+    /// Path of its signature inside the bundle.
+    pub signature_path: String,
+    pub signature_sha256: Sha256,
+    pub zips: Vec<BundleReleaseZip>,
+}
+
+/// One platform's zip of a release in a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleReleaseZip {
+    pub platform: Platform,
+    /// Path inside the bundle ([`release_path`]).
+    pub path: String,
+    pub size: u64,
+    pub sha256: Sha256,
+}
+
+/// Where a release's file lives inside a bundle: where the mirror serves it,
+/// `releases/<cli>/<version>/<file>`.
+pub fn release_path(cli: Product, version: &Version, file: &str) -> String {
+    format!("releases/{cli}/{version}/{file}")
+}
+
+impl BundleRelease {
+    /// Checks that it names its files where the layout puts them, each platform once.
+    fn check(&self) -> Result<(), BundleError> {
+        let (cli, version) = (self.cli, &self.version);
+        let at = format!("{cli} {version}");
+        let problem = if self.sums_path != release_path(cli, version, &sums_filename(cli, version))
+            || self.signature_path != release_path(cli, version, &signature_filename(cli, version))
+        {
+            "its SHA256SUMS or signature is not where the layout puts it".to_string()
+        } else {
+            let mut platforms = BTreeSet::new();
+            let wrong = self.zips.iter().find_map(|z| {
+                let key = ReleaseKey {
+                    product: cli,
+                    version: version.clone(),
+                    platform: z.platform.clone(),
+                };
+                if !platforms.insert(&z.platform) {
+                    Some(format!("platform {} is listed twice", z.platform))
+                } else if z.path != release_path(cli, version, &key.filename()) {
+                    Some(format!(
+                        "zip path {:?} is not where the layout puts it",
+                        z.path
+                    ))
+                } else {
+                    None
+                }
+            });
+            match wrong {
+                Some(problem) => problem,
+                None => return Ok(()),
+            }
+        };
+        Err(BundleError::manifest(format!("{at}: {problem}")))
+    }
 }
 
 /// One module version's package in a bundle.
@@ -245,6 +320,8 @@ impl Manifest {
 pub enum Expect {
     Archive { v: usize, a: usize },
     Module { m: usize },
+    ReleaseZip { r: usize, z: usize },
+    ReleaseSums { r: usize, signature: bool },
     Document(Vec<u8>),
     Sums { v: usize, s: usize, signature: bool },
 }
@@ -285,6 +362,16 @@ impl Manifest {
             };
             return Err(BundleError::manifest(format!("{at}: {problem}")));
         }
+        let mut releases = BTreeSet::new();
+        for r in &manifest.releases {
+            if !releases.insert((r.cli, r.version.clone())) {
+                return Err(BundleError::manifest(format!(
+                    "{} {} is listed twice",
+                    r.cli, r.version
+                )));
+            }
+            r.check()?;
+        }
         Ok(manifest)
     }
 
@@ -311,6 +398,14 @@ impl Manifest {
         }
         for (mi, m) in self.modules.iter().enumerate() {
             expected.insert(m.path.clone(), Expect::Module { m: mi });
+        }
+        for (ri, r) in self.releases.iter().enumerate() {
+            for (path, signature) in [(&r.sums_path, false), (&r.signature_path, true)] {
+                expected.insert(path.clone(), Expect::ReleaseSums { r: ri, signature });
+            }
+            for (zi, z) in r.zips.iter().enumerate() {
+                expected.insert(z.path.clone(), Expect::ReleaseZip { r: ri, z: zi });
+            }
         }
         Ok(expected)
     }
@@ -398,11 +493,38 @@ pub struct Head {
 /// (version, file, signature?) -> bytes, each matching the manifest's SHA-256.
 pub type SumsFiles = HashMap<(usize, usize, bool), Vec<u8>>;
 
+/// The releases' SHA256SUMS and signatures a walk found: (release, signature?) -> bytes, each
+/// matching the manifest's SHA-256.
+pub type ReleaseSumsFiles = HashMap<(usize, bool), Vec<u8>>;
+
+/// Reads a small entry whose SHA-256 the manifest gives.
+fn read_pinned(body: &mut impl Read, entry: &str, want: &Sha256) -> Result<Vec<u8>, BundleError> {
+    let got = read_limited(body, MAX_DOCUMENT, entry)?;
+    let sha = Sha256::of(&got);
+    if &sha == want {
+        Ok(got)
+    } else {
+        Err(BundleError::new(
+            entry,
+            format!("SHA-256 is {sha}, the manifest says {want}"),
+        ))
+    }
+}
+
 /// A bundle entry the caller checks itself: a provider archive (its manifest entry, version
-/// `v`, archive `a`) or a module package (its manifest entry, index `m`).
+/// `v`, archive `a`), a module package (its manifest entry, index `m`) or a release zip (its
+/// manifest entry, release `r`, zip `z`).
 pub enum Payload<'a> {
     Archive(&'a BundleArchive, usize, usize),
     Module(&'a BundleModule, usize),
+    ReleaseZip(&'a BundleReleaseZip, usize, usize),
+}
+
+/// Everything a walk through a bundle read: its head, and the checksum files it carries.
+pub struct Walked {
+    pub head: Head,
+    pub sums: SumsFiles,
+    pub release_sums: ReleaseSumsFiles,
 }
 
 /// Reads a bundle from `reader`, checking every entry against its manifest: documents byte for
@@ -410,14 +532,14 @@ pub enum Payload<'a> {
 /// `payload(which, body)`, which must check it against its manifest entry. `head` sees the
 /// manifest and its signature before any other entry is read; an error from it stops the walk.
 /// Problems are pushed to `failed`, each naming its entry; the walk goes on where it can, so
-/// one run reports them all. Returns the head and the checksum files when the head could be
+/// one run reports them all. Returns the head and the checksum files ([`Walked`]) when the head could be
 /// read.
 pub fn walk<E: std::fmt::Display>(
     reader: impl Read,
     failed: &mut Vec<BundleError>,
     head: impl FnOnce(&Head) -> Result<(), E>,
     mut payload: impl FnMut(Payload<'_>, &mut dyn Read) -> Result<(), E>,
-) -> Option<(Head, SumsFiles)> {
+) -> Option<Walked> {
     let mut tar = tar::Archive::new(reader);
     let mut members = match crate::tarball::members(&mut tar) {
         Ok(m) => m,
@@ -490,6 +612,7 @@ pub fn walk<E: std::fmt::Display>(
     }
 
     let mut sums = SumsFiles::new();
+    let mut release_sums = ReleaseSumsFiles::new();
     for member in second.into_iter().chain(members) {
         let mut member = match member {
             Ok(m) => m,
@@ -530,19 +653,24 @@ pub fn walk<E: std::fmt::Display>(
                 } else {
                     &meta.sha256
                 };
-                read_limited(&mut member.body, MAX_DOCUMENT, &name).and_then(|got| {
-                    let sha = Sha256::of(&got);
-                    if &sha == want {
-                        sums.insert((v, s, signature), got);
-                        Ok(())
-                    } else {
-                        Err(BundleError::new(
-                            &name,
-                            format!("SHA-256 is {sha}, the manifest says {want}"),
-                        ))
-                    }
-                })
+                read_pinned(&mut member.body, &name, want)
+                    .map(|got| drop(sums.insert((v, s, signature), got)))
             }
+            Expect::ReleaseSums { r, signature } => {
+                let meta = &head_read.manifest.releases[r];
+                let want = if signature {
+                    &meta.signature_sha256
+                } else {
+                    &meta.sums_sha256
+                };
+                read_pinned(&mut member.body, &name, want)
+                    .map(|got| drop(release_sums.insert((r, signature), got)))
+            }
+            Expect::ReleaseZip { r, z } => payload(
+                Payload::ReleaseZip(&head_read.manifest.releases[r].zips[z], r, z),
+                &mut member.body,
+            )
+            .map_err(|e| BundleError::new(&name, e)),
             Expect::Archive { v, a } => payload(
                 Payload::Archive(&head_read.manifest.versions[v].archives[a], v, a),
                 &mut member.body,
@@ -566,7 +694,11 @@ pub fn walk<E: std::fmt::Display>(
             "named by the manifest but missing from the bundle",
         ));
     }
-    Some((head_read, sums))
+    Some(Walked {
+        head: head_read,
+        sums,
+        release_sums,
+    })
 }
 
 /// A bundle's tar stream that cannot be read further, by the header at fault.

@@ -9,14 +9,21 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::bundle::{
-    self, BundleArchive, BundleError, BundleSums, BundleVersion, Manifest, MirrorEntry,
+    self, BundleArchive, BundleError, BundleRelease, BundleReleaseZip, BundleSums, BundleVersion,
+    Manifest, MirrorEntry,
 };
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{ArchiveKind, Listed, ModuleKind, Opened};
 use crate::constraints::Constraints;
 use crate::mirror::Core;
+use crate::mirror::stored_checksums;
+use crate::records::releases::{
+    Product, ReleaseKey, ReleaseZip, signature_filename, sums_filename,
+};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey};
 use crate::storage::StorageError;
 use crate::trust::site::SiteKey;
@@ -35,13 +42,18 @@ pub struct ExportArgs {
     #[arg(long = "provider", value_name = "SOURCE[@CONSTRAINT]")]
     pub providers: Vec<String>,
     /// Bundles only: export only these modules, as SOURCE[@CONSTRAINT] (repeatable; default:
-    /// every cached module when no --provider is given either, else none).
+    /// every cached module when no --provider or --cli is given either, else none).
     #[arg(
         long = "module",
         value_name = "SOURCE[@CONSTRAINT]",
         requires = "bundle"
     )]
     pub modules: Vec<String>,
+    /// Bundles only: export the cached releases of these CLIs, as terraform|tofu[@CONSTRAINT]
+    /// (repeatable; default: every cached release when no --provider or --module is given
+    /// either, else none).
+    #[arg(long = "cli", value_name = "CLI[@CONSTRAINT]", requires = "bundle")]
+    pub clis: Vec<String>,
     /// Export only these platforms (repeatable; default: every cached platform).
     #[arg(long = "platform", short = 'p', value_parser = Platform::parse)]
     pub platforms: Vec<Platform>,
@@ -75,6 +87,9 @@ enum ExportError {
     Bundle(#[from] BundleError),
     #[error("{}: not a file name", .0.display())]
     NotAFileName(PathBuf),
+    /// A release could not be read from the cache: which, and why.
+    #[error("{what}: {problem}")]
+    Release { what: String, problem: String },
 }
 
 impl ExportError {
@@ -173,6 +188,53 @@ async fn select_modules(
     Ok(out)
 }
 
+/// One cached release chosen for a bundle: its zips with their records.
+struct ChosenRelease {
+    cli: Product,
+    version: Version,
+    zips: Vec<(ReleaseKey, ReleaseZip)>,
+}
+
+/// The cached release zips a bundle carries: those of the CLIs and versions `clis` name (every
+/// one when empty) and of `platforms` (every one when empty), grouped by release.
+async fn select_releases(
+    mirror: &Arc<Core>,
+    clis: &[(Product, Constraints)],
+    platforms: &[Platform],
+    failed: &mut Vec<(String, String)>,
+) -> Result<Vec<ChosenRelease>, OpsError> {
+    let listed = mirror
+        .releases()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the release store: {e}")))?;
+    let mut out: BTreeMap<(Product, Version), Vec<(ReleaseKey, ReleaseZip)>> = BTreeMap::new();
+    for r in listed {
+        let key = r.key;
+        let wanted = clis.is_empty()
+            || clis
+                .iter()
+                .any(|(p, c)| *p == key.product && (c.is_empty() || c.allows(&key.version)));
+        if !wanted || (!platforms.is_empty() && !platforms.contains(&key.platform)) {
+            continue;
+        }
+        let Some(record) = r.record else {
+            failed.push((
+                format!("release zip {key}"),
+                "cached zip has no readable record (run provender verify)".into(),
+            ));
+            continue;
+        };
+        out.entry((key.product, key.version.clone()))
+            .or_default()
+            .push((key, record));
+    }
+    Ok(out
+        .into_iter()
+        .map(|((cli, version), zips)| ChosenRelease { cli, version, zips })
+        .collect())
+}
+
 /// Runs `provender export`.
 pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
@@ -199,19 +261,32 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         let w = super::inputs::parse_module_arg(m, settings.tool)?;
         module_filters.push((w.addr, w.constraints));
     }
+    let clis = args
+        .clis
+        .iter()
+        .map(|c| super::parse_cli(c))
+        .collect::<Result<Vec<_>, _>>()?;
     let (mirror, _) = super::open_core(settings)?;
     let mut failed = Vec::new();
-    let selection = if filters.is_empty() && !module_filters.is_empty() {
-        Selection::new()
-    } else {
+    // Without any filter, everything the cache holds; with some, what they name.
+    let everything = filters.is_empty() && module_filters.is_empty() && clis.is_empty();
+    let bundle = args.bundle.is_some();
+    let selection = if everything || !filters.is_empty() {
         select(&mirror, &filters, &args.platforms, &mut failed).await?
+    } else {
+        Selection::new()
     };
-    let modules = if args.bundle.is_some() && (filters.is_empty() || !module_filters.is_empty()) {
+    let modules = if bundle && (everything || !module_filters.is_empty()) {
         select_modules(&mirror, &module_filters, &mut failed).await?
     } else {
         Vec::new()
     };
-    if selection.is_empty() && modules.is_empty() && failed.is_empty() {
+    let releases = if bundle && (everything || !clis.is_empty()) {
+        select_releases(&mirror, &clis, &args.platforms, &mut failed).await?
+    } else {
+        Vec::new()
+    };
+    if selection.is_empty() && modules.is_empty() && releases.is_empty() && failed.is_empty() {
         return Err(usage(
             "nothing to export: the cache holds no archive matching the filters",
         ));
@@ -223,7 +298,12 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let written = match (&args.bundle, &args.dir) {
         (Some(file), _) => {
             let site_key = site_key.as_ref();
-            write_bundle(&mirror, &selection, &modules, file, bytes, site_key).await
+            let chosen = Contents {
+                selection: &selection,
+                modules: &modules,
+                releases: &releases,
+            };
+            write_bundle(&mirror, chosen, file, bytes, site_key).await
         }
         (None, Some(dir)) => write_dir(&mirror, &selection, dir, bytes, &mut failed).await,
         (None, None) => return Err(usage("give a directory or --bundle FILE")),
@@ -249,6 +329,14 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                 println!("  and {} module versions:", modules.len());
                 for m in &modules {
                     println!("  {}", m.key);
+                }
+            }
+            if !releases.is_empty() {
+                println!("  and {} CLI releases:", releases.len());
+                for r in &releases {
+                    let platforms: Vec<String> =
+                        r.zips.iter().map(|(k, _)| k.platform.to_string()).collect();
+                    println!("  {} {}: {}", r.cli, r.version, platforms.join(", "));
                 }
             }
             for ((addr, version), chosen) in &selection {
@@ -355,14 +443,25 @@ async fn write_dir(
     Ok(root.display().to_string())
 }
 
+/// What a bundle carries.
+struct Contents<'a> {
+    selection: &'a Selection,
+    modules: &'a [Listed<ModuleKind>],
+    releases: &'a [ChosenRelease],
+}
+
 async fn write_bundle(
     mirror: &Arc<Core>,
-    selection: &Selection,
-    modules: &[Listed<ModuleKind>],
+    chosen: Contents<'_>,
     file: &Path,
     bytes: u64,
     site_key: Option<&SiteKey>,
 ) -> Result<String, ExportError> {
+    let Contents {
+        selection,
+        modules,
+        releases,
+    } = chosen;
     // The manifest comes first, so gather everything it says before writing any archive.
     let mut manifest = Manifest {
         format: bundle::FORMAT.into(),
@@ -383,6 +482,7 @@ async fn write_bundle(
                 })
             })
             .collect(),
+        releases: Vec::new(),
     };
     let mut sums_files: Vec<(String, Vec<u8>)> = Vec::new();
     for ((addr, version), chosen) in selection {
@@ -460,6 +560,41 @@ async fn write_bundle(
             sums,
         });
     }
+    // Each release with the vendor's signed SHA256SUMS, which is what vouches for its zips.
+    let mut release_files: Vec<(String, Bytes)> = Vec::new();
+    for r in releases {
+        let (cli, version) = (r.cli, &r.version);
+        let what = format!("{cli} {version}");
+        let storage = mirror.releases().storage().as_ref();
+        let (sums, signature) = stored_checksums(storage, cli, version)
+            .await
+            .map_err(|e| ExportError::Release {
+                what: what.clone(),
+                problem: e.to_string(),
+            })?
+            .ok_or_else(|| ExportError::Vanished(format!("the SHA256SUMS of {what}")))?;
+        let entry = BundleRelease {
+            cli,
+            version: version.clone(),
+            sums_path: bundle::release_path(cli, version, &sums_filename(cli, version)),
+            sums_sha256: crate::hash::Sha256::of(&sums),
+            signature_path: bundle::release_path(cli, version, &signature_filename(cli, version)),
+            signature_sha256: crate::hash::Sha256::of(&signature),
+            zips: r
+                .zips
+                .iter()
+                .map(|(key, zip)| BundleReleaseZip {
+                    platform: key.platform.clone(),
+                    path: bundle::release_path(cli, version, &key.filename()),
+                    size: zip.size,
+                    sha256: zip.sha256.clone(),
+                })
+                .collect(),
+        };
+        release_files.push((entry.sums_path.clone(), sums));
+        release_files.push((entry.signature_path.clone(), signature));
+        manifest.releases.push(entry);
+    }
     let documents = manifest.mirror_documents()?;
     let manifest_bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
 
@@ -533,6 +668,34 @@ async fn write_bundle(
         }
         for (path, doc) in &sums_files {
             tar.append_bytes(path, doc).await.map_err(io)?;
+        }
+        for (path, doc) in &release_files {
+            tar.append_bytes(path, doc).await.map_err(io)?;
+        }
+        for r in releases {
+            for (key, zip) in &r.zips {
+                let what = format!("release zip {key}");
+                let object = mirror
+                    .releases()
+                    .open(key)
+                    .await
+                    .map_err(ExportError::store(&what))?
+                    .ok_or_else(|| ExportError::Vanished(what.clone()))?;
+                let path = bundle::release_path(r.cli, &r.version, &key.filename());
+                let sha = tar
+                    .append(&path, zip.size, &mut object.into_reader())
+                    .await
+                    .map_err(ExportError::io(&what))?;
+                if sha != zip.sha256 {
+                    return Err(super::Damaged {
+                        what,
+                        kind: "zip",
+                        sha256: sha,
+                        recorded: zip.sha256.clone(),
+                    }
+                    .into());
+                }
+            }
         }
         let out = tar.finish().await.map_err(io)?.into_inner();
         out.sync_all().await.map_err(io)?;

@@ -36,8 +36,9 @@ use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{StagedFile, Staging};
 use crate::hash::{H1, HashError, HashLimits, Hashing, Sha256};
-use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError, Expected, Staged, VerifiedArchive};
+use crate::mirror::{Core, ReleaseMirror, store_release, stored_checksums, verify_release_sums};
+use crate::records::releases::{ReleaseKey, ReleaseRecord, ReleaseZip, sums_filename};
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, Package, SumsRef, docs,
 };
@@ -136,6 +137,9 @@ enum ImportError {
          --allow-unverified to import it anyway)"
     )]
     UntrustedBundle(String),
+    /// A release could not be stored or listed while admitting: which, and why.
+    #[error("{what}: {problem}")]
+    Release { what: String, problem: String },
     /// The store failed while admitting: on what, and why.
     #[error("{what}: {source}")]
     Store {
@@ -203,7 +207,15 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         trust: settings.trust.clone(),
         trusted_sites: settings.bundles.trusted_site_keys.clone(),
         allow_unverified: args.allow_unverified,
+        releases: Verifier::for_releases(
+            settings.releases.hashicorp_key.as_deref(),
+            settings.releases.opentofu_key.as_deref(),
+        )
+        .map(Arc::new)
+        .map_err(|e| format!("a vendor key for releases is unusable: {e}")),
+        releases_enabled: settings.releases.enabled,
     };
+    let rules_releases_enabled = rules.releases_enabled;
     let (mirror, staging) = super::open_core(settings)?;
     let source = args.source.clone();
     let total = if meta.is_dir() {
@@ -214,7 +226,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
     let bar = progress(total, "verifying", true);
     let bar2 = bar.clone();
     let handle = tokio::runtime::Handle::current();
-    let (imports, modules, custody, mut failed) = tokio::task::spawn_blocking(move || {
+    let (found, custody, mut failed) = tokio::task::spawn_blocking(move || {
         let checker = Checker {
             handle: &handle,
             staging: &staging,
@@ -224,50 +236,74 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
             rules: &rules,
         };
         let mut failed = Failures::new();
-        let (imports, modules, custody) = if meta.is_dir() {
-            (from_dir(&checker, &source, &mut failed), Vec::new(), None)
+        let (found, custody) = if meta.is_dir() {
+            let versions = from_dir(&checker, &source, &mut failed);
+            (
+                Found {
+                    versions,
+                    ..Found::default()
+                },
+                None,
+            )
         } else {
             from_bundle(&checker, &source, &mut failed)
         };
-        (imports, modules, custody, failed)
+        (found, custody, failed)
     })
     .await
     .map_err(|e| OpsError::Failed(anyhow::anyhow!("verification task failed: {e}")))?;
     bar.finish_and_clear();
+    let Found {
+        versions: imports,
+        modules,
+        releases,
+    } = found;
     let shown = args.source.display();
-    if failed.is_empty() && imports.is_empty() && modules.is_empty() {
+    if failed.is_empty() && imports.is_empty() && modules.is_empty() && releases.is_empty() {
         failed.push((shown.to_string(), "holds no provider archive".into()));
     }
     if failed.is_empty() {
         failed.extend(conflicts(&mirror, &imports).await);
         failed.extend(module_conflicts(&mirror, &modules).await);
+        failed.extend(release_conflicts(&mirror, &releases).await);
     }
     if !failed.is_empty() {
         println!("import: nothing imported from {shown}; the cache is unchanged");
         super::print_failures(&failed);
         return Ok(Outcome::Failed);
     }
-    let warnings = unserved(mirror.settings(), &imports);
+    let mut warnings = unserved(mirror.settings(), &imports);
+    if !releases.is_empty() && !rules_releases_enabled {
+        warnings.push(
+            "releases.enabled is off: the imported CLI releases are in the cache but will not \
+             be served until it is on"
+                .into(),
+        );
+    }
     let mut levels: BTreeMap<SignatureKind, usize> = BTreeMap::new();
     for a in imports.iter().flat_map(|v| &v.archives) {
         *levels
             .entry(a.archive.info.trust.unwrap_or(SignatureKind::Unverified))
             .or_default() += 1;
     }
-    let admitted = match admit(&mirror, imports).await {
-        Ok(r) => admit_modules(&mirror, modules).await.map(|m| (r, m)),
-        Err(e) => Err(e),
-    };
-    let ((added, present), (modules_added, modules_present)) = match admitted {
-        Ok(r) => r,
-        Err(e) => {
-            println!("import from {shown} stopped: {e}");
-            println!(
-                "archives admitted before the failure are complete; run the import again to finish"
-            );
-            return Ok(Outcome::Failed);
-        }
-    };
+    let admitted = async {
+        let archives = admit(&mirror, imports).await?;
+        let modules = admit_modules(&mirror, modules).await?;
+        let releases = admit_releases(&mirror, releases).await?;
+        Ok::<_, ImportError>((archives, modules, releases))
+    }
+    .await;
+    let ((added, present), (modules_added, modules_present), (releases_added, releases_present)) =
+        match admitted {
+            Ok(r) => r,
+            Err(e) => {
+                println!("import from {shown} stopped: {e}");
+                println!(
+                    "archives admitted before the failure are complete; run the import again to finish"
+                );
+                return Ok(Outcome::Failed);
+            }
+        };
     let bytes: u64 = added.iter().map(|(_, s)| s).sum();
     println!(
         "import: {} added ({}), {} already present, from {shown}",
@@ -302,6 +338,16 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         );
         for m in &modules_added {
             println!("  module {m}");
+        }
+    }
+    if !releases_added.is_empty() || !releases_present.is_empty() {
+        println!(
+            "CLI release zips: {} added, {} already present",
+            releases_added.len(),
+            releases_present.len()
+        );
+        for r in &releases_added {
+            println!("  {r}");
         }
     }
     for warning in warnings {
@@ -448,6 +494,10 @@ struct Rules {
     trust: TrustPolicy,
     trusted_sites: Vec<SitePublicKey>,
     allow_unverified: bool,
+    /// The vendors' keys that CLI releases are checked with, as when the mirror fetches them.
+    releases: Result<Arc<Verifier>, String>,
+    /// Whether this server mirrors releases (else imported ones wait until it does).
+    releases_enabled: bool,
 }
 
 impl Rules {
@@ -502,23 +552,28 @@ fn custody(rules: &Rules, head: &Head) -> Result<Custody, ImportError> {
     }
 }
 
-fn from_bundle(
-    checker: &Checker,
-    path: &Path,
-    failed: &mut Failures,
-) -> (Vec<VersionImport>, Vec<VerifiedModule>, Option<Custody>) {
+/// Everything a source holds that passed every check, waiting in the staging area.
+#[derive(Default)]
+struct Found {
+    versions: Vec<VersionImport>,
+    modules: Vec<VerifiedModule>,
+    releases: Vec<VerifiedRelease>,
+}
+
+fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found, Option<Custody>) {
     let shown = path.display().to_string();
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) => {
             failed.push((format!("{shown}: open"), e.to_string()));
-            return (Vec::new(), Vec::new(), None);
+            return (Found::default(), None);
         }
     };
     let reader = BufReader::with_capacity(256 * 1024, checker.bar.wrap_read(file));
     let mut vouched = None;
     let mut staged: HashMap<(usize, usize), VerifiedArchive> = HashMap::new();
     let mut staged_modules: HashMap<usize, StagedFile> = HashMap::new();
+    let mut staged_zips: HashMap<(usize, usize), StagedFile> = HashMap::new();
     let mut problems = Vec::new();
     let walked = bundle::walk(
         reader,
@@ -539,6 +594,17 @@ fn from_bundle(
                 staged_modules.insert(m, check_module(checker, body, entry)?);
                 Ok(())
             }
+            bundle::Payload::ReleaseZip(entry, r, z) => {
+                checker.bar.set_message(entry.path.clone());
+                let staged = stage(checker, body, Some(entry.size))?;
+                Expected {
+                    sha256: &entry.sha256,
+                    size: Some(entry.size),
+                }
+                .check(&staged.digest)?;
+                staged_zips.insert((r, z), staged.file);
+                Ok(())
+            }
         },
     );
     failed.extend(
@@ -546,15 +612,24 @@ fn from_bundle(
             .into_iter()
             .map(|e| (format!("{shown}: {}", e.entry), e.problem)),
     );
-    let (Some((head, sums)), Some(custody)) = (walked, vouched) else {
-        return (Vec::new(), Vec::new(), None);
+    let (Some(walked), Some(custody)) = (walked, vouched) else {
+        return (Found::default(), None);
     };
     if !failed.is_empty() {
-        return (Vec::new(), Vec::new(), Some(custody));
+        return (Found::default(), Some(custody));
     }
-    let out = bundle_versions(checker, &head, sums, staged, &custody, &shown, failed);
+    let head = &walked.head;
+    let out = bundle_versions(checker, head, walked.sums, staged, &custody, &shown, failed);
+    let releases = bundle_releases(
+        checker,
+        head,
+        walked.release_sums,
+        staged_zips,
+        &shown,
+        failed,
+    );
     if !failed.is_empty() {
-        return (Vec::new(), Vec::new(), Some(custody));
+        return (Found::default(), Some(custody));
     }
     let mut modules = Vec::new();
     for (mi, m) in head.manifest.modules.iter().enumerate() {
@@ -583,9 +658,160 @@ fn from_bundle(
         });
     }
     if !failed.is_empty() {
-        return (Vec::new(), Vec::new(), Some(custody));
+        return (Found::default(), Some(custody));
     }
-    (out, modules, Some(custody))
+    let found = Found {
+        versions: out,
+        modules,
+        releases,
+    };
+    (found, Some(custody))
+}
+
+/// One CLI release that passed every check: its record, the vendor's SHA256SUMS and
+/// signature, and its zips waiting in the staging area.
+struct VerifiedRelease {
+    record: ReleaseRecord,
+    sums: Vec<u8>,
+    signature: Vec<u8>,
+    zips: Vec<(ReleaseKey, StagedFile, ReleaseZip)>,
+}
+
+/// Checks each release's SHA256SUMS as a fetch does (`verify_release_sums`: the vendor's
+/// pinned key, the list itself), and that it lists each staged zip (already checked against
+/// the manifest) with the same SHA-256.
+fn bundle_releases(
+    checker: &Checker,
+    head: &Head,
+    mut files: bundle::ReleaseSumsFiles,
+    mut staged: HashMap<(usize, usize), StagedFile>,
+    shown: &str,
+    failed: &mut Failures,
+) -> Vec<VerifiedRelease> {
+    let mut out = Vec::new();
+    for (ri, r) in head.manifest.releases.iter().enumerate() {
+        let sums = files.remove(&(ri, false)).unwrap_or_default();
+        let signature = files.remove(&(ri, true)).unwrap_or_default();
+        let at = format!("{shown}: {}", r.sums_path);
+        let verified = checker
+            .rules
+            .releases
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|verifier| {
+                verify_release_sums(verifier, r.cli, &r.version, &sums, &signature)
+                    .map_err(|e| e.to_string())
+            });
+        let record = match verified {
+            Ok(record) => record,
+            Err(why) => {
+                failed.push((at, why));
+                continue;
+            }
+        };
+        let mut zips = Vec::new();
+        for (zi, z) in r.zips.iter().enumerate() {
+            let Some(file) = staged.remove(&(ri, zi)) else {
+                continue;
+            };
+            if record.zips.get(&z.platform) != Some(&z.sha256) {
+                failed.push((
+                    format!("{shown}: {}", z.path),
+                    format!(
+                        "SHA-256 {} is not what the vendor's signed {} lists for {}",
+                        z.sha256,
+                        sums_filename(r.cli, &r.version),
+                        z.platform
+                    ),
+                ));
+                continue;
+            }
+            let key = ReleaseKey {
+                product: r.cli,
+                version: r.version.clone(),
+                platform: z.platform.clone(),
+            };
+            let zip = ReleaseZip {
+                sha256: z.sha256.clone(),
+                size: z.size,
+            };
+            zips.push((key, file, zip));
+        }
+        out.push(VerifiedRelease {
+            record,
+            sums,
+            signature,
+            zips,
+        });
+    }
+    out
+}
+
+/// Release zips the cache already holds with other bytes: refused before anything is admitted.
+async fn release_conflicts(mirror: &Arc<Core>, releases: &[VerifiedRelease]) -> Failures {
+    let mut out = Vec::new();
+    for (key, _, zip) in releases.iter().flat_map(|r| &r.zips) {
+        let what = format!("release zip {key}");
+        match mirror.releases().record(key).await {
+            Ok(Some(have)) if have.sha256 != zip.sha256 => out.push((
+                what,
+                format!(
+                    "the cache holds another zip (SHA-256 {}) than the import ({})",
+                    have.sha256, zip.sha256
+                ),
+            )),
+            Ok(_) => {}
+            Err(e) => out.push((what, format!("reading the cache: {e}"))),
+        }
+    }
+    out
+}
+
+/// Stores each verified release (its SHA256SUMS, signature and record, unless already
+/// stored), commits its zips not already cached, and lists it; returns the zips added and
+/// those present.
+async fn admit_releases(
+    mirror: &Arc<Core>,
+    releases: Vec<VerifiedRelease>,
+) -> Result<(Vec<String>, Vec<String>), ImportError> {
+    let (mut added, mut present) = (Vec::new(), Vec::new());
+    let lists = ReleaseMirror::new(mirror.clone());
+    for r in releases {
+        let (cli, version) = (r.record.product, r.record.version.clone());
+        let what = format!("{cli} {version}");
+        let storage = mirror.releases().storage().as_ref();
+        let admitted = async {
+            if stored_checksums(storage, cli, &version).await?.is_none() {
+                store_release(storage, &r.record, r.sums.into(), r.signature.into()).await?;
+            }
+            lists.list_release(&r.record).await
+        };
+        admitted.await.map_err(|e| ImportError::Release {
+            what: what.clone(),
+            problem: e.to_string(),
+        })?;
+        for (key, staged, zip) in r.zips {
+            let store = mirror.releases();
+            let name = key.to_string();
+            if store
+                .record(&key)
+                .await
+                .map_err(ImportError::store(format_args!("release zip {name}")))?
+                .is_some()
+            {
+                present.push(name);
+                continue;
+            }
+            store
+                .commit(&key, staged, &zip)
+                .await
+                .map_err(ImportError::store(format_args!(
+                    "storing release zip {name}"
+                )))?;
+            added.push(name);
+        }
+    }
+    Ok((added, present))
 }
 
 /// Stages one archive and checks size, SHA-256 and `h1:` against its manifest entry.

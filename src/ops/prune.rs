@@ -1,5 +1,6 @@
-//! `provender prune`: remove the provider versions and module versions the cache has not used
-//! for a while, keeping whatever given lock files, configurations or lists pin.
+//! `provender prune`: remove the provider versions, module versions and CLI releases the cache
+//! has not used for a while, keeping whatever given lock files, configurations, lists or
+//! `--keep-cli` pin.
 //!
 //! - **Used** means served to a client, or stored (fetched from an origin, or imported). Every
 //!   archive and module package has a last use: the later of when it was stored and when it was
@@ -10,6 +11,8 @@
 //!   `seed` or `import` that finds a version already cached leaves its last use as it was.
 //! - **A provider version** goes only as a whole: when none of its cached archives (every
 //!   platform) was used within `--unused-for`. A module version goes when its package was not.
+//!   A CLI release goes like a provider version, by its zips, unless `--keep-cli` pins it;
+//!   its record and SHA256SUMS copies go with its last zip.
 //! - **Pins** come from `--keep` inputs, read by the same readers as `seed`
 //!   ([`super::inputs`]): a lock file keeps exactly the versions it records; a configuration
 //!   directory or a provider list keeps every cached version its constraints allow (what
@@ -44,9 +47,11 @@ use super::configuration::WantedModule;
 use super::inputs::{self, Wanted};
 use super::{CommonArgs, OpsError, Outcome, human_bytes, usage};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
-use crate::cache::{ArchiveKind, Listed, ModuleKind};
+use crate::cache::{ArchiveKind, Listed, ModuleKind, ReleaseKind};
 use crate::config::Tool;
-use crate::mirror::{Core, Mirror};
+use crate::constraints::Constraints;
+use crate::mirror::{Core, Mirror, ReleaseMirror};
+use crate::records::releases::Product;
 
 /// `provender prune`
 #[derive(clap::Args, Debug)]
@@ -77,6 +82,10 @@ pub struct PruneArgs {
     /// (`hashicorp/aws`) and whether `*.tofu` files are read. Default: configurations.tool.
     #[arg(long, value_enum, value_name = "TOOL")]
     pub tool: Option<Tool>,
+    /// Keep the cached releases of this CLI that the constraint allows, as
+    /// terraform|tofu[@CONSTRAINT] (repeatable).
+    #[arg(long = "keep-cli", value_name = "CLI[@CONSTRAINT]")]
+    pub keep_clis: Vec<String>,
     /// List what would be removed, and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -85,11 +94,12 @@ pub struct PruneArgs {
     pub json: bool,
 }
 
-/// What the `--keep` inputs pin.
+/// What the `--keep` inputs and `--keep-cli` pin.
 #[derive(Default)]
 struct Pins {
     providers: Vec<Wanted>,
     modules: Vec<WantedModule>,
+    clis: Vec<(Product, Constraints)>,
 }
 
 impl Pins {
@@ -101,6 +111,12 @@ impl Pins {
                     None => w.constraints.allows(version),
                 }
         })
+    }
+
+    fn keeps_release(&self, cli: Product, version: &Version) -> bool {
+        self.clis
+            .iter()
+            .any(|(p, c)| *p == cli && (c.is_empty() || c.allows(version)))
     }
 
     fn keeps_module(&self, addr: &ModuleAddr, version: &Version) -> bool {
@@ -118,6 +134,7 @@ impl Pins {
 enum Pinned {
     Provider(ProviderAddr, Version),
     Module(ModuleAddr, Version),
+    Release(Product, Version),
 }
 
 impl std::fmt::Display for Pinned {
@@ -125,6 +142,7 @@ impl std::fmt::Display for Pinned {
         match self {
             Pinned::Provider(addr, version) => write!(f, "{addr} {version}"),
             Pinned::Module(addr, version) => write!(f, "module {addr} {version}"),
+            Pinned::Release(cli, version) => write!(f, "{cli} {version} (CLI release)"),
         }
     }
 }
@@ -142,6 +160,11 @@ impl Pinned {
                 "module": addr.to_string(),
                 "version": version.to_string(),
             }),
+            Pinned::Release(cli, version) => serde_json::json!({
+                "kind": "release",
+                "cli": cli.as_str(),
+                "version": version.to_string(),
+            }),
         }
     }
 }
@@ -156,6 +179,12 @@ enum Removal {
     },
     /// A module version's package.
     Module(Listed<ModuleKind>),
+    /// A CLI release, with every cached zip of it.
+    Release {
+        cli: Product,
+        version: Version,
+        zips: Vec<Listed<ReleaseKind>>,
+    },
 }
 
 impl Removal {
@@ -163,6 +192,7 @@ impl Removal {
         match self {
             Removal::Provider { archives, .. } => archives.iter().map(|a| a.size).sum(),
             Removal::Module(m) => m.size,
+            Removal::Release { zips, .. } => zips.iter().map(|z| z.size).sum(),
         }
     }
 }
@@ -173,6 +203,11 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let tool = args.tool.unwrap_or(settings.tool);
     let keep = inputs::read_all(&args.keep, &[], &[], tool)?;
+    let keep_clis = args
+        .keep_clis
+        .iter()
+        .map(|c| super::parse_cli(c))
+        .collect::<Result<Vec<_>, _>>()?;
     let offline = settings.upstream.offline;
     let (mirror, _) = super::open_core(settings)?;
     let cutoff = SystemTime::now()
@@ -189,9 +224,15 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the module store: {e}")))?;
+    let zips = mirror
+        .releases()
+        .list()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the release store: {e}")))?;
     let mut pins = Pins {
         providers: keep.providers,
         modules: Vec::new(),
+        clis: keep_clis,
     };
     pin_modules(&mirror, &modules, keep.modules, tool, &mut pins).await?;
 
@@ -231,6 +272,25 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
             continue;
         }
         plan.push(Removal::Module(m));
+    }
+    let mut releases: BTreeMap<(Product, Version), Vec<Listed<ReleaseKind>>> = BTreeMap::new();
+    for z in zips {
+        releases
+            .entry((z.key.product, z.key.version.clone()))
+            .or_default()
+            .push(z);
+    }
+    // A release goes as a whole, like a provider version.
+    for ((cli, version), mut zips) in releases {
+        if zips.iter().map(Listed::last_use).max() >= Some(cutoff) {
+            continue;
+        }
+        if pins.keeps_release(cli, &version) {
+            pinned.push(Pinned::Release(cli, version));
+            continue;
+        }
+        zips.sort_by(|a, b| a.key.platform.cmp(&b.key.platform));
+        plan.push(Removal::Release { cli, version, zips });
     }
 
     // Who used what is about to go, as far as the servers' usage counts go back.
@@ -344,6 +404,7 @@ async fn remove(
     failed: &mut Vec<(String, String)>,
 ) -> Vec<Removal> {
     let mut removed = Vec::new();
+    let releases = ReleaseMirror::new(mirror.clone());
     for item in plan {
         match item {
             Removal::Provider {
@@ -397,6 +458,31 @@ async fn remove(
                     }
                 }
                 removed.push(Removal::Module(m));
+            }
+            Removal::Release { cli, version, zips } => {
+                let (mut gone, mut left) = (Vec::new(), 0);
+                for z in zips {
+                    match mirror.releases().remove(&z.key).await {
+                        Ok(_) => gone.push(z),
+                        Err(e) => {
+                            failed.push((format!("release zip {}", z.key), e.to_string()));
+                            left += 1;
+                        }
+                    }
+                }
+                // The release's record and SHA256SUMS go only with its last zip.
+                if left == 0 {
+                    if let Err(e) = releases.remove_release(cli, &version, offline).await {
+                        failed.push((format!("{cli} {version}"), e.to_string()));
+                    }
+                }
+                if !gone.is_empty() {
+                    removed.push(Removal::Release {
+                        cli,
+                        version,
+                        zips: gone,
+                    });
+                }
             }
         }
     }
@@ -479,6 +565,16 @@ impl Report<'_> {
                         self.users_text(crate::usage::Kind::Provider, &addr.to_string(), version),
                     ]
                 })),
+                Removal::Release { cli, version, zips } => rows.extend(zips.iter().map(|z| {
+                    [
+                        format!("{cli} (CLI)"),
+                        version.to_string(),
+                        z.key.platform.to_string(),
+                        human_bytes(z.size),
+                        when(z.last_use()),
+                        "-".into(),
+                    ]
+                })),
                 Removal::Module(m) => rows.push([
                     format!("module {}", m.key.addr),
                     m.key.version.to_string(),
@@ -526,30 +622,29 @@ impl Report<'_> {
                 .collect();
             super::ls::print_table(&[a, b, c, d, e], &rows);
         }
-        let versions = self
-            .removed
-            .iter()
-            .filter(|r| matches!(r, Removal::Provider { .. }))
-            .count();
+        let count = |kind: fn(&Removal) -> bool| self.removed.iter().filter(|r| kind(r)).count();
+        let versions = count(|r| matches!(r, Removal::Provider { .. }));
+        let modules = count(|r| matches!(r, Removal::Module(_)));
+        let releases = count(|r| matches!(r, Removal::Release { .. }));
         let archives: usize = self
             .removed
             .iter()
             .map(|r| match r {
                 Removal::Provider { archives, .. } => archives.len(),
-                Removal::Module(_) => 0,
+                Removal::Module(_) | Removal::Release { .. } => 0,
             })
             .sum();
-        let modules = self.removed.len() - versions;
         let freed = if self.dry_run {
             format!("{} would be freed", human_bytes(self.freed()))
         } else {
             format!("{} freed", human_bytes(self.freed()))
         };
         println!(
-            "{title}: {} of {} and {} unused for {} {verb}, {freed}",
+            "{title}: {} of {}, {} and {} unused for {} {verb}, {freed}",
             plural(archives, "archive", "archives"),
             plural(versions, "provider version", "provider versions"),
             plural(modules, "module version", "module versions"),
+            plural(releases, "CLI release", "CLI releases"),
             self.unused_for,
         );
         if !self.pinned.is_empty() {
@@ -588,6 +683,19 @@ impl Report<'_> {
                         })
                     })
                     .collect::<Vec<_>>(),
+                Removal::Release { cli, version, zips } => zips
+                    .iter()
+                    .map(|z| {
+                        serde_json::json!({
+                            "kind": "release",
+                            "cli": cli.as_str(),
+                            "version": version.to_string(),
+                            "platform": z.key.platform.to_string(),
+                            "size": z.size,
+                            "last_used": when(z.last_use()),
+                        })
+                    })
+                    .collect(),
                 Removal::Module(m) => vec![serde_json::json!({
                     "kind": "module",
                     "module": m.key.addr.to_string(),

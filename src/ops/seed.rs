@@ -63,31 +63,6 @@ pub struct SeedArgs {
     pub inputs: Vec<PathBuf>,
 }
 
-/// `--cli terraform|tofu[@CONSTRAINT]`
-fn parse_cli(
-    text: &str,
-) -> Result<
-    (
-        crate::records::releases::Product,
-        crate::constraints::Constraints,
-    ),
-    OpsError,
-> {
-    let (name, constraint) = text.split_once('@').unwrap_or((text, ""));
-    let product = crate::records::releases::Product::parse(name.trim()).ok_or_else(|| {
-        usage(format!(
-            "--cli {text:?}: expected terraform or tofu, optionally @CONSTRAINT"
-        ))
-    })?;
-    let constraints = if constraint.trim().is_empty() {
-        crate::constraints::Constraints::any()
-    } else {
-        crate::constraints::Constraints::parse(constraint)
-            .map_err(|e| usage(format!("--cli {text:?}: {e}")))?
-    };
-    Ok((product, constraints))
-}
-
 /// Seeds the newest release of each CLI that its constraints allow: every platform's zip (or
 /// those of `platforms`), through the same fetch and checks as serving them. Prints what was
 /// added; failures go to `failed`.
@@ -462,7 +437,7 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let clis = args
         .clis
         .iter()
-        .map(|c| parse_cli(c))
+        .map(|c| super::parse_cli(c))
         .collect::<Result<Vec<_>, _>>()?;
     if !clis.is_empty() && !settings.releases.enabled {
         return Err(usage(

@@ -93,6 +93,16 @@ pub fn sums_filename(product: Product, version: &Version) -> String {
     format!("{product}_{version}_SHA256SUMS")
 }
 
+/// The vendor's name for the detached signature of a release's SHA256SUMS (HashiCorp also
+/// publishes it as `.<key id>.sig`).
+pub fn signature_filename(product: Product, version: &Version) -> String {
+    let suffix = match product {
+        Product::Terraform => ".sig",
+        Product::Tofu => ".gpgsig",
+    };
+    format!("{}{suffix}", sums_filename(product, version))
+}
+
 /// What is wrong with a release's SHA256SUMS.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReleaseSumsError {

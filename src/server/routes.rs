@@ -255,6 +255,12 @@ impl App {
             "/readyz" => Route::Ready,
             "/metrics" => Route::Metrics,
             "/.well-known/terraform.json" => Route::Discovery,
+            _ if path
+                .strip_prefix(self.settings.server.base_path.as_str())
+                .is_some_and(|rest| rest.starts_with("releases/")) =>
+            {
+                Route::Release
+            }
             _ => Route::Other,
         };
         // The OCI distribution API lives at `/v2/` on the host, whatever the base path, with its

@@ -134,6 +134,11 @@ fn write_release(
 
 /// The test key in place of both vendors' keys, and both release origins at `origin`.
 fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> String {
+    releases_toml_at(work, &origin.url(), builtin_keys)
+}
+
+/// [`releases_toml`] with the origins at `base` (`https://host:port/`).
+fn releases_toml_at(work: &Path, base: &str, builtin_keys: bool) -> String {
     std::fs::create_dir_all(work).unwrap();
     let key = work.join("test-key.asc");
     std::fs::write(&key, signing_key_armor()).unwrap();
@@ -148,7 +153,6 @@ fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> Stri
     format!(
         "[releases]\nenabled = true\nhashicorp_url = \"{base}hashicorp\"\n\
          opentofu_url = \"{base}opentofu\"\nopentofu_index_url = \"{base}opentofu/api.json\"\n{keys}",
-        base = origin.url(),
     )
 }
 
@@ -649,4 +653,353 @@ async fn seed_fetches_the_newest_matching_release_for_every_platform() {
         "{}",
         bad.out()
     );
+}
+
+/// Rewrites a bundle as a forger would: `zip` (an entry path) gets its last byte flipped, the
+/// manifest is made to agree with the new bytes, and the site's signature is dropped.
+fn forge_release_zip(bundle: &Path, out: &Path, zip: &str) {
+    let mut archive = tar::Archive::new(std::fs::File::open(bundle).unwrap());
+    let mut entries: Vec<(tar::Header, String, Vec<u8>)> = Vec::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().to_string_lossy().to_string();
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut body).unwrap();
+        entries.push((entry.header().clone(), path, body));
+    }
+    let (_, _, forged) = entries.iter_mut().find(|(_, p, _)| p == zip).unwrap();
+    *forged.last_mut().unwrap() ^= 1;
+    let forged_sha = sha256_hex(forged);
+    let (_, _, manifest) = entries
+        .iter_mut()
+        .find(|(_, p, _)| p == "provender-bundle.json")
+        .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_slice(manifest).unwrap();
+    for release in doc["releases"].as_array_mut().unwrap() {
+        for z in release["zips"].as_array_mut().unwrap() {
+            if z["path"] == zip {
+                z["sha256"] = forged_sha.clone().into();
+            }
+        }
+    }
+    *manifest = serde_json::to_vec_pretty(&doc).unwrap();
+    let mut builder = tar::Builder::new(std::fs::File::create(out).unwrap());
+    for (mut header, path, body) in entries {
+        if path == "provender-bundle.json.sig" {
+            continue;
+        }
+        header.set_size(body.len() as u64);
+        header.set_cksum();
+        builder.append(&header, &body[..]).unwrap();
+    }
+    builder.finish().unwrap();
+}
+
+/// Sets every file under `dir` as stored and last used `age` ago.
+fn age_files(dir: &Path, age: std::time::Duration) {
+    let then = std::time::SystemTime::now() - age;
+    for file in files_under(dir) {
+        std::fs::File::open(&file)
+            .unwrap()
+            .set_times(
+                std::fs::FileTimes::new()
+                    .set_accessed(then)
+                    .set_modified(then),
+            )
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_travels_in_a_bundle_checked_by_the_vendors_signature_and_is_pruned() {
+    use crate::support::cli::{config_file, import, import_unverified, path_str, provender};
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let (zip, sums, _) = terraform_release(&root);
+    let origin = StaticServer::start(&ca, &root);
+    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    // Two sites sharing a site key, as two that exchanged public keys: A online, B offline.
+    let sites = work.path().join("sites");
+    std::fs::create_dir_all(&sites).unwrap();
+    let releases = releases_toml(&sites, &origin, false);
+    let site = |name: &str, extra: &str| {
+        let cache = sites.join(format!("{name}-cache"));
+        let config = config_file(&sites, name, &cache, registry.addr(), &ca, extra);
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(&releases);
+        std::fs::write(&config, text).unwrap();
+        (config, cache)
+    };
+    let (config_a, _) = site("a.toml", "allow_private_networks = true");
+    let (config_b, cache_b) = site("b.toml", "offline = true");
+    let (a, b) = (path_str(&config_a), path_str(&config_b));
+    provender(&["seed", "--config", a, "--cli", "terraform@1.11.4"])
+        .await
+        .ok();
+
+    // Only the CLI goes into the bundle, with the vendor's signed SHA256SUMS.
+    let bundle = work.path().join("cli.tar");
+    let exported = provender(&[
+        "export",
+        "--config",
+        a,
+        "--bundle",
+        path_str(&bundle),
+        "--cli",
+        "terraform",
+    ])
+    .await;
+    exported.ok();
+    assert!(
+        exported
+            .out()
+            .contains("terraform 1.11.4: darwin_arm64, linux_amd64"),
+        "{}",
+        exported.out()
+    );
+    let manifest: serde_json::Value = {
+        let mut archive = tar::Archive::new(std::fs::File::open(&bundle).unwrap());
+        let mut first = archive.entries().unwrap().next().unwrap().unwrap();
+        serde_json::from_reader(&mut first).unwrap()
+    };
+    assert_eq!(manifest["versions"], serde_json::json!([]));
+    assert_eq!(manifest["releases"][0]["cli"], "terraform");
+
+    // A zip the vendor's SHA256SUMS does not list is refused, though the manifest agrees with
+    // it and the importer accepts unsigned bundles; nothing is admitted.
+    let forged = work.path().join("forged.tar");
+    let zip_path = "releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip";
+    forge_release_zip(&bundle, &forged, zip_path);
+    let refused = import_unverified(b, &forged).await;
+    refused.fails(1);
+    assert!(
+        refused
+            .out()
+            .contains("is not what the vendor's signed terraform_1.11.4_SHA256SUMS lists"),
+        "{}",
+        refused.out()
+    );
+    assert!(release_files(&cache_b).is_empty(), "nothing admitted");
+
+    // The real bundle is admitted; the offline site serves the release and lists it.
+    let imported = import(b, &bundle).await;
+    imported.ok();
+    assert!(
+        imported
+            .out()
+            .contains("CLI release zips: 2 added, 0 already present"),
+        "{}",
+        imported.out()
+    );
+    import(b, &bundle).await.ok();
+    let toml = releases.clone();
+    let mut served = TestMirror::start_with(
+        &ca,
+        &registry,
+        MirrorOptions {
+            extra_upstream: "offline = true",
+            extra_toml: &toml,
+            cache_dir: Some(&cache_b),
+            ..Default::default()
+        },
+    )
+    .await;
+    let c = https_client(&ca, &[]);
+    let got = get(&c, &served.url(zip_path)).await;
+    assert!(got.status == 200 && got.body == zip, "the origin's zip");
+    let got = get(
+        &c,
+        &served.url("releases/terraform/1.11.4/terraform_1.11.4_SHA256SUMS"),
+    )
+    .await;
+    assert!(got.status == 200 && got.body == sums);
+    let index = get(&c, &served.url("releases/terraform/index.json")).await;
+    assert_eq!(index.status, 200);
+    let index: serde_json::Value = serde_json::from_slice(&index.body).unwrap();
+    assert_eq!(
+        index["versions"]["1.11.4"]["builds"]
+            .as_array()
+            .map(Vec::len),
+        Some(2),
+        "the imported release is listed without its origin: {index}"
+    );
+    served.stop().await;
+
+    // Unused for long, the release goes unless --keep-cli pins it.
+    age_files(
+        &cache_b.join("releases"),
+        std::time::Duration::from_secs(200 * 86400),
+    );
+    let kept = provender(&[
+        "prune",
+        "--config",
+        b,
+        "--unused-for",
+        "90d",
+        "--keep-cli",
+        "terraform@~> 1.11",
+        "--json",
+    ])
+    .await;
+    kept.ok();
+    let kept: serde_json::Value = serde_json::from_str(&kept.stdout).unwrap();
+    assert_eq!(kept["removed"], serde_json::json!([]));
+    assert_eq!(kept["kept"][0]["kind"], "release");
+    let pruned = provender(&["prune", "--config", b, "--unused-for", "90d", "--json"]).await;
+    pruned.ok();
+    let pruned: serde_json::Value = serde_json::from_str(&pruned.stdout).unwrap();
+    let removed: Vec<&str> = pruned["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["platform"].as_str().unwrap())
+        .collect();
+    assert_eq!(removed, ["darwin_arm64", "linux_amd64"], "{pruned}");
+    assert!(
+        release_files(&cache_b)
+            .iter()
+            .all(|p| !p.to_string_lossy().contains("1.11.4/")),
+        "the zips, the record and the SHA256SUMS copies are gone: {:?}",
+        release_files(&cache_b)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_on_a_shared_directory_store_fetch_a_release_zip_once() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    // A zip big enough to be still downloading when every client has asked.
+    let payload: Vec<u8> = (0..3u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let zip = zip_of("terraform", &payload, true);
+    write_release(
+        &root.join("hashicorp/terraform/1.9.0"),
+        "terraform_1.9.0_SHA256SUMS",
+        &[("terraform_1.9.0_linux_amd64.zip", &zip)],
+        &["terraform_1.9.0_SHA256SUMS.sig"],
+        false,
+    );
+    let origin = StaticServer::start(&ca, &root);
+    let port: u16 = url::Url::parse(&origin.url()).unwrap().port().unwrap();
+    let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
+    throttle.set_rate(1 << 20);
+    let base = format!("https://localhost:{}/", throttle.addr().port());
+    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    let shared = work.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let cache = format!(
+        "backend = \"directory\"\n\n[cache.object_store]\nbucket = \"{}\"\nprefix = \"mirror\"\n",
+        shared.display()
+    );
+    let toml = releases_toml_at(&work.path().join("keys"), &base, false);
+    let replica = async || {
+        TestMirror::start_with(
+            &ca,
+            &registry,
+            MirrorOptions {
+                extra_upstream: "allow_private_networks = true",
+                extra_cache: &cache,
+                extra_toml: &toml,
+                ..Default::default()
+            },
+        )
+        .await
+    };
+    let (a, b) = (replica().await, replica().await);
+    let c = https_client(&ca, &[]);
+    let path = "releases/terraform/1.9.0/terraform_1.9.0_linux_amd64.zip";
+    let mut downloads = Vec::new();
+    for m in [&a, &b, &a, &b, &a, &b] {
+        let (c, url) = (c.clone(), m.url(path));
+        downloads.push(tokio::spawn(async move { get(&c, &url).await }));
+    }
+    for d in downloads {
+        let got = within("a release download", d).await.unwrap();
+        assert!(
+            got.status == 200 && got.body == zip,
+            "the origin's zip, whole"
+        );
+    }
+    let fetched = origin
+        .access_log()
+        .lines()
+        .filter(|l| l.contains("_linux_amd64.zip"))
+        .count();
+    assert_eq!(fetched, 1, "one origin download for both replicas");
+    let role = async |m: &TestMirror, role: &str| {
+        sample(
+            &m.metrics(&c).await,
+            &format!("provender_fleet_fills_total{{role=\"{role}\"}}"),
+        )
+    };
+    assert_eq!(role(&a, "leader").await + role(&b, "leader").await, 1);
+    assert_eq!(role(&a, "alone").await + role(&b, "alone").await, 0);
+    assert!(
+        files_under(&shared.join("mirror/releases"))
+            .iter()
+            .any(|p| p.ends_with("terraform_1.9.0_linux_amd64.zip")),
+        "the zip is in the shared store"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_authentication_on_installers_use_basic_credentials_or_open_releases() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let (_, sums, _) = terraform_release(&root);
+    let origin = StaticServer::start(&ca, &root);
+    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    let token = "installer-token-0123456789abcdef";
+    let c = https_client(&ca, &[]);
+    let path = "releases/terraform/1.11.4/terraform_1.11.4_SHA256SUMS";
+    for protect in [true, false] {
+        let toml = format!(
+            "{}\n[auth]\ntokens = [\"{token}\"]\nprotect_releases = {protect}\n",
+            releases_toml(&work.path().join("keys"), &origin, false)
+        );
+        let m = TestMirror::start_with(
+            &ca,
+            &registry,
+            MirrorOptions {
+                extra_upstream: "allow_private_networks = true",
+                extra_toml: &toml,
+                ..Default::default()
+            },
+        )
+        .await;
+        let anonymous = c.get(m.url(path)).send().await.unwrap();
+        assert_eq!(anonymous.status(), if protect { 401 } else { 200 });
+        // What curl --netrc (tfenv's TFENV_NETRC_PATH) sends: the token as the password.
+        let basic = c
+            .get(m.url(path))
+            .basic_auth("ci", Some(token))
+            .send()
+            .await
+            .unwrap();
+        let status = basic.status();
+        let body = basic.bytes().await.unwrap();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert!(body == sums);
+        let wrong = c
+            .get(m.url(path))
+            .basic_auth("ci", Some("not-the-token"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), if protect { 401 } else { 200 });
+        // Everything else still needs a token.
+        let index = c
+            .get(m.url(&format!(
+                "{}/hashicorp/random/index.json",
+                crate::support::provender::REGISTRY
+            )))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(index.status(), 401);
+    }
 }

@@ -36,7 +36,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-use crate::cache::{ArchiveKind, Claim, Followed, Kind, LeaseGuard, StagedFile};
+use crate::cache::{Claim, Followed, Kind, LeaseGuard, Objects, StagedFile};
 use crate::error::{Error, Failure, Result};
 use crate::hash::{H1, Hashing, Sha256};
 use crate::metrics::{FleetRole, VerificationReason};
@@ -81,7 +81,7 @@ impl From<crate::upstream::ArchiveDownload> for OriginBody {
 pub(in crate::mirror) type Origin = BoxFuture<'static, Result<OriginBody>>;
 
 /// Whether this replica fetches an archive (see [`Core::fleet_turn`]).
-enum Turn {
+pub(in crate::mirror) enum Turn {
     /// From the origin, holding the fleet's lease while it does (if the store enforces them).
     Fetch(Option<LeaseGuard>),
     /// Another replica committed it to the shared store.
@@ -553,19 +553,22 @@ impl Core {
 
     /// Decides, with the other replicas on a shared store, whether this one fetches the archive
     /// (holding the lease while it does, if any) or another one already stored it.
-    async fn fleet_turn(&self, fill: &Fill) -> Turn {
+    pub(in crate::mirror) async fn fleet_turn<K: Kind>(
+        &self,
+        fill: &Fill<K::Key>,
+        objects: &Objects<K>,
+    ) -> Turn {
         let Some(leases) = &self.leases else {
             return Turn::Fetch(None);
         };
-        let object = ArchiveKind::object_key(&fill.key);
+        let object = K::object_key(&fill.key);
         // A background fill may lead too: a follower whose client waits asks it to hurry.
         let claim = leases.claim(&object, &fill.wanted).await;
         let (role, turn) = match claim {
             Claim::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
             Claim::Alone => (FleetRole::Alone, Turn::Fetch(None)),
             Claim::Held => {
-                let committed =
-                    || async { matches!(self.archives.record(&fill.key).await, Ok(Some(_))) };
+                let committed = || async { matches!(objects.record(&fill.key).await, Ok(Some(_))) };
                 match leases.follow(&object, committed, &fill.wanted).await {
                     Followed::Committed => (FleetRole::Follower, Turn::Stored),
                     Followed::Leader(lease) => (FleetRole::Leader, Turn::Fetch(Some(lease))),
@@ -583,7 +586,7 @@ impl Core {
 
     async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
         let key = &fill.key;
-        let _lease = match self.fleet_turn(fill).await {
+        let _lease = match self.fleet_turn(fill, self.archives.as_ref()).await {
             Turn::Fetch(lease) => lease,
             Turn::Stored => {
                 tracing::info!(archive = %key, "another replica stored the archive; serving it from the store");
