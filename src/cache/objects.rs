@@ -29,7 +29,7 @@ use futures_util::stream::BoxStream;
 use super::{Changes, LocalTier, StagedFile};
 use crate::address::{MODULE_ARCHIVE, MirrorPath, ModuleAddr, Version};
 use crate::hash::Sha256;
-use crate::records::releases::{Product, ReleaseKey, ReleaseZip};
+use crate::records::releases::{Packing, Product, ReleaseKey, ReleaseZip};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::{Key, Result, Storage, StorageError};
 
@@ -143,7 +143,9 @@ impl Kind for ReleaseKind {
     }
 
     fn is_object(listed: &Key) -> bool {
-        listed.as_str().ends_with(".zip")
+        Packing::ALL
+            .iter()
+            .any(|p| listed.as_str().ends_with(p.suffix()))
     }
 
     fn parse(listed: &Key) -> Option<ReleaseKey> {

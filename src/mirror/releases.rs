@@ -19,14 +19,14 @@ use futures_util::FutureExt;
 
 use super::core::{Core, Fill, OriginBody, Reach, Ready, Turn};
 use super::providers::{ArchiveBody, ArchiveHead};
-use crate::address::{Hostname, Platform, Version};
+use crate::address::{Hostname, Version};
 use crate::cache::{Flights, Listings, release_list_key};
 use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::releases::{
     HashicorpIndex, ListedRelease, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip,
-    TofuIndex, release_zips, signature_filename, sums_filename,
+    TofuIndex, release_builds, signature_filename, sums_filename,
 };
 use crate::storage::Key;
 use crate::trust::{Owner, SignatureKind, Verifier};
@@ -39,8 +39,8 @@ pub enum ReleaseFile {
     Sums,
     /// Its detached signature, under any of the names installers ask for.
     Signature,
-    /// One platform's zip.
-    Zip(Platform),
+    /// One platform's build: its zip, or its `.tar.gz`.
+    Build(ReleaseKey),
 }
 
 impl ReleaseFile {
@@ -58,7 +58,7 @@ impl ReleaseFile {
             };
             return signature.then_some(ReleaseFile::Signature);
         }
-        ReleaseKey::from_filename(product, version, name).map(|key| ReleaseFile::Zip(key.platform))
+        ReleaseKey::from_filename(product, version, name).map(ReleaseFile::Build)
     }
 }
 
@@ -72,8 +72,8 @@ fn owner(product: Product) -> Owner {
 
 /// The one check of a release's SHA256SUMS, shared by every way a release enters the cache
 /// (fetched on a miss or by `seed`, admitted by `import`): its signature by the vendor's
-/// pinned key alone, then the list itself (`release_zips`: only this product and version, one
-/// zip per platform). Returns the record that `store_release` keeps.
+/// pinned key alone, then the list itself (`release_builds`: only this product and version,
+/// one zip per platform, and `.tar.gz` files where published). Returns the record that `store_release` keeps.
 pub fn verify_release_sums(
     verifier: &Verifier,
     product: Product,
@@ -89,13 +89,14 @@ pub fn verify_release_sums(
     let signed_by = verifier
         .verify_release(owner(product), sums, signature)
         .map_err(|e| Error::refused(subject.clone(), crate::trust::Refusal::Signature(e), &file))?;
-    let zips = release_zips(product, version, sums).map_err(|error| {
+    let builds = release_builds(product, version, sums).map_err(|error| {
         Error::verification(subject.clone(), Failure::ReleaseSums { file, error })
     })?;
     Ok(ReleaseRecord {
         product,
         version: version.clone(),
-        zips,
+        zips: builds.zips,
+        tarballs: builds.tarballs,
         signed_by,
         fetched_at: crate::clock::now_secs(),
     })
@@ -337,18 +338,7 @@ impl ReleaseMirror {
     /// kept list, so that a mirror cut off from the origin lists it too.
     pub async fn list_release(&self, record: &ReleaseRecord) -> Result<()> {
         let (product, version) = (record.product, &record.version);
-        let mut files: Vec<String> = record
-            .zips
-            .keys()
-            .map(|platform| {
-                ReleaseKey {
-                    product,
-                    version: version.clone(),
-                    platform: platform.clone(),
-                }
-                .filename()
-            })
-            .collect();
+        let mut files: Vec<String> = record.builds().map(|(key, _)| key.filename()).collect();
         files.push(sums_filename(product, version));
         files.push(signature_filename(product, version));
         self.lists
@@ -411,26 +401,31 @@ impl ReleaseMirror {
             })
     }
 
-    /// What a `HEAD` of a release zip answers, without downloading it: the download in
-    /// progress, the stored zip, or what its signed SHA256SUMS says (size unknown).
-    pub async fn zip_head(
-        &self,
-        product: Product,
-        version: &Version,
-        platform: &Platform,
-        reach: &Reach,
-    ) -> Result<ArchiveHead> {
+    /// The signed SHA-256 of a build, from its release's record; 404 when the release has no
+    /// such build.
+    async fn signed_sha256(&self, key: &ReleaseKey, reach: &Reach) -> Result<(Sha256, u64)> {
+        let record = self.release(key.product, &key.version, reach).await?;
+        match record.sha256_of(key) {
+            Some(sha256) => Ok((sha256.clone(), record.fetched_at)),
+            None => Err(Error::NotFound(format!(
+                "{} {} has no {} for {}",
+                key.product,
+                key.version,
+                key.packing.suffix(),
+                key.platform
+            ))),
+        }
+    }
+
+    /// What a `HEAD` of a release build answers, without downloading it: the download in
+    /// progress, the stored file, or what its signed SHA256SUMS says (size unknown).
+    pub async fn build_head(&self, key: &ReleaseKey, reach: &Reach) -> Result<ArchiveHead> {
         self.enabled()?;
-        let key = ReleaseKey {
-            product,
-            version: version.clone(),
-            platform: platform.clone(),
-        };
         let fill = self
             .fills
             .lock()
             .expect("release fill table lock")
-            .get(&key)
+            .get(key)
             .cloned();
         if let Some(fill) = fill {
             return Ok(ArchiveHead {
@@ -439,40 +434,26 @@ impl ReleaseMirror {
                 modified: fill.started_at,
             });
         }
-        if let Some(found) = self.core.releases().open(&key).await? {
+        if let Some(found) = self.core.releases().open(key).await? {
             return Ok(ArchiveHead {
                 sha256: found.record.sha256,
                 size: Some(found.record.size),
                 modified: found.modified,
             });
         }
-        let record = self.release(product, version, reach).await?;
-        let sha256 = record.zips.get(platform).ok_or_else(|| {
-            Error::NotFound(format!("{product} {version} has no zip for {platform}"))
-        })?;
+        let (sha256, fetched_at) = self.signed_sha256(key, reach).await?;
         Ok(ArchiveHead {
-            sha256: sha256.clone(),
+            sha256,
             size: None,
-            modified: std::time::UNIX_EPOCH + std::time::Duration::from_secs(record.fetched_at),
+            modified: std::time::UNIX_EPOCH + std::time::Duration::from_secs(fetched_at),
         })
     }
 
-    /// A release zip: from the store, or streamed from its one download as it is checked.
-    pub async fn zip(
-        self: &Arc<Self>,
-        product: Product,
-        version: &Version,
-        platform: &Platform,
-        reach: &Reach,
-    ) -> Result<ArchiveBody> {
+    /// A release build: from the store, or streamed from its one download as it is checked.
+    pub async fn build(self: &Arc<Self>, key: &ReleaseKey, reach: &Reach) -> Result<ArchiveBody> {
         self.enabled()?;
-        let key = ReleaseKey {
-            product,
-            version: version.clone(),
-            platform: platform.clone(),
-        };
         loop {
-            if let Some(found) = self.core.releases().open(&key).await? {
+            if let Some(found) = self.core.releases().open(key).await? {
                 self.core
                     .metrics()
                     .lookup(LookupKind::ReleaseZip, Lookup::Hit);
@@ -486,14 +467,9 @@ impl ReleaseMirror {
                     stream: found.body,
                 });
             }
-            let record = self.release(product, version, reach).await?;
-            reach.check(format!("release zip {key}"))?;
-            let Some(sha256) = record.zips.get(platform) else {
-                return Err(Error::NotFound(format!(
-                    "{product} {version} has no zip for {platform}"
-                )));
-            };
-            let (fill, leader) = self.fill_for(&key, sha256)?;
+            let (sha256, _) = self.signed_sha256(key, reach).await?;
+            reach.check(format!("release build {key}"))?;
+            let (fill, leader) = self.fill_for(key, &sha256)?;
             self.core.metrics().lookup(
                 LookupKind::ReleaseZip,
                 if leader { Lookup::Miss } else { Lookup::Joined },
@@ -512,31 +488,18 @@ impl ReleaseMirror {
         }
     }
 
-    /// Makes sure a release zip is in the store (fetching and checking it if needed) without
-    /// opening it, for `seed`. Returns its size and whether it was fetched just now.
-    pub async fn ensure_zip(
-        self: &Arc<Self>,
-        product: Product,
-        version: &Version,
-        platform: &Platform,
-    ) -> Result<(u64, bool)> {
+    /// Makes sure a release build is in the store (fetching and checking it if needed)
+    /// without opening it, for `seed`. Returns its size and whether it was fetched just now.
+    pub async fn ensure_build(self: &Arc<Self>, key: &ReleaseKey) -> Result<(u64, bool)> {
         self.enabled()?;
-        let key = ReleaseKey {
-            product,
-            version: version.clone(),
-            platform: platform.clone(),
-        };
-        if let Some(found) = self.core.releases().record(&key).await? {
+        if let Some(found) = self.core.releases().record(key).await? {
             return Ok((found.size, false));
         }
-        let record = self.release(product, version, &Reach::Origin).await?;
-        let sha256 = record.zips.get(platform).ok_or_else(|| {
-            Error::NotFound(format!("{product} {version} has no zip for {platform}"))
-        })?;
-        self.fill_for(&key, sha256)?.0.finished().await?;
-        let stored = self.core.releases().record(&key).await?.ok_or_else(|| {
+        let (sha256, _) = self.signed_sha256(key, &Reach::Origin).await?;
+        self.fill_for(key, &sha256)?.0.finished().await?;
+        let stored = self.core.releases().record(key).await?.ok_or_else(|| {
             Error::unexpected(format!(
-                "release zip {key} vanished right after it was stored"
+                "release build {key} vanished right after it was stored"
             ))
         })?;
         Ok((stored.size, true))

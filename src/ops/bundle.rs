@@ -30,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::hash::{H1, Hashing, Sha256};
-use crate::records::releases::{Product, ReleaseKey, signature_filename, sums_filename};
+use crate::records::releases::{Packing, Product, ReleaseKey, signature_filename, sums_filename};
 use crate::records::{Package, SumsRef, docs};
 
 /// The manifest's name inside a bundle (always its first entry).
@@ -103,14 +103,16 @@ pub struct BundleRelease {
     /// Path of its signature inside the bundle.
     pub signature_path: String,
     pub signature_sha256: Sha256,
-    pub zips: Vec<BundleReleaseZip>,
+    pub builds: Vec<BundleBuild>,
 }
 
-/// One platform's zip of a release in a bundle.
+/// One platform's build of a release in a bundle: its zip, or its `.tar.gz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BundleReleaseZip {
+pub struct BundleBuild {
     pub platform: Platform,
+    #[serde(default, skip_serializing_if = "Packing::is_zip")]
+    pub packing: Packing,
     /// Path inside the bundle ([`release_path`]).
     pub path: String,
     pub size: u64,
@@ -124,7 +126,17 @@ pub fn release_path(cli: Product, version: &Version, file: &str) -> String {
 }
 
 impl BundleRelease {
-    /// Checks that it names its files where the layout puts them, each platform once.
+    /// Which build of the release `build` is.
+    pub fn key(&self, build: &BundleBuild) -> ReleaseKey {
+        ReleaseKey {
+            product: self.cli,
+            version: self.version.clone(),
+            platform: build.platform.clone(),
+            packing: build.packing,
+        }
+    }
+
+    /// Checks that it names its files where the layout puts them, each build once.
     fn check(&self) -> Result<(), BundleError> {
         let (cli, version) = (self.cli, &self.version);
         let at = format!("{cli} {version}");
@@ -133,20 +145,13 @@ impl BundleRelease {
         {
             "its SHA256SUMS or signature is not where the layout puts it".to_string()
         } else {
-            let mut platforms = BTreeSet::new();
-            let wrong = self.zips.iter().find_map(|z| {
-                let key = ReleaseKey {
-                    product: cli,
-                    version: version.clone(),
-                    platform: z.platform.clone(),
-                };
-                if !platforms.insert(&z.platform) {
-                    Some(format!("platform {} is listed twice", z.platform))
-                } else if z.path != release_path(cli, version, &key.filename()) {
-                    Some(format!(
-                        "zip path {:?} is not where the layout puts it",
-                        z.path
-                    ))
+            let mut builds = BTreeSet::new();
+            let wrong = self.builds.iter().find_map(|b| {
+                let key = self.key(b);
+                if !builds.insert(key.filename()) {
+                    Some(format!("{} is listed twice", key.filename()))
+                } else if b.path != release_path(cli, version, &key.filename()) {
+                    Some(format!("path {:?} is not where the layout puts it", b.path))
                 } else {
                     None
                 }
@@ -320,7 +325,7 @@ impl Manifest {
 pub enum Expect {
     Archive { v: usize, a: usize },
     Module { m: usize },
-    ReleaseZip { r: usize, z: usize },
+    ReleaseBuild { r: usize, z: usize },
     ReleaseSums { r: usize, signature: bool },
     Document(Vec<u8>),
     Sums { v: usize, s: usize, signature: bool },
@@ -403,8 +408,8 @@ impl Manifest {
             for (path, signature) in [(&r.sums_path, false), (&r.signature_path, true)] {
                 expected.insert(path.clone(), Expect::ReleaseSums { r: ri, signature });
             }
-            for (zi, z) in r.zips.iter().enumerate() {
-                expected.insert(z.path.clone(), Expect::ReleaseZip { r: ri, z: zi });
+            for (zi, z) in r.builds.iter().enumerate() {
+                expected.insert(z.path.clone(), Expect::ReleaseBuild { r: ri, z: zi });
             }
         }
         Ok(expected)
@@ -517,7 +522,7 @@ fn read_pinned(body: &mut impl Read, entry: &str, want: &Sha256) -> Result<Vec<u
 pub enum Payload<'a> {
     Archive(&'a BundleArchive, usize, usize),
     Module(&'a BundleModule, usize),
-    ReleaseZip(&'a BundleReleaseZip, usize, usize),
+    ReleaseBuild(&'a BundleBuild, usize, usize),
 }
 
 /// Everything a walk through a bundle read: its head, and the checksum files it carries.
@@ -666,8 +671,8 @@ pub fn walk<E: std::fmt::Display>(
                 read_pinned(&mut member.body, &name, want)
                     .map(|got| drop(release_sums.insert((r, signature), got)))
             }
-            Expect::ReleaseZip { r, z } => payload(
-                Payload::ReleaseZip(&head_read.manifest.releases[r].zips[z], r, z),
+            Expect::ReleaseBuild { r, z } => payload(
+                Payload::ReleaseBuild(&head_read.manifest.releases[r].builds[z], r, z),
                 &mut member.body,
             )
             .map_err(|e| BundleError::new(&name, e)),

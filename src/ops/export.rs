@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::bundle::{
-    self, BundleArchive, BundleError, BundleRelease, BundleReleaseZip, BundleSums, BundleVersion,
+    self, BundleArchive, BundleBuild, BundleError, BundleRelease, BundleSums, BundleVersion,
     Manifest, MirrorEntry,
 };
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress, usage};
@@ -580,11 +580,12 @@ async fn write_bundle(
             sums_sha256: crate::hash::Sha256::of(&sums),
             signature_path: bundle::release_path(cli, version, &signature_filename(cli, version)),
             signature_sha256: crate::hash::Sha256::of(&signature),
-            zips: r
+            builds: r
                 .zips
                 .iter()
-                .map(|(key, zip)| BundleReleaseZip {
+                .map(|(key, zip)| BundleBuild {
                     platform: key.platform.clone(),
+                    packing: key.packing,
                     path: bundle::release_path(cli, version, &key.filename()),
                     size: zip.size,
                     sha256: zip.sha256.clone(),

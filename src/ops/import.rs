@@ -594,7 +594,7 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
                 staged_modules.insert(m, check_module(checker, body, entry)?);
                 Ok(())
             }
-            bundle::Payload::ReleaseZip(entry, r, z) => {
+            bundle::Payload::ReleaseBuild(entry, r, z) => {
                 checker.bar.set_message(entry.path.clone());
                 let staged = stage(checker, body, Some(entry.size))?;
                 Expected {
@@ -710,27 +710,23 @@ fn bundle_releases(
             }
         };
         let mut zips = Vec::new();
-        for (zi, z) in r.zips.iter().enumerate() {
+        for (zi, z) in r.builds.iter().enumerate() {
             let Some(file) = staged.remove(&(ri, zi)) else {
                 continue;
             };
-            if record.zips.get(&z.platform) != Some(&z.sha256) {
+            let key = r.key(z);
+            if record.sha256_of(&key) != Some(&z.sha256) {
                 failed.push((
                     format!("{shown}: {}", z.path),
                     format!(
                         "SHA-256 {} is not what the vendor's signed {} lists for {}",
                         z.sha256,
                         sums_filename(r.cli, &r.version),
-                        z.platform
+                        key.filename()
                     ),
                 ));
                 continue;
             }
-            let key = ReleaseKey {
-                product: r.cli,
-                version: r.version.clone(),
-                platform: z.platform.clone(),
-            };
             let zip = ReleaseZip {
                 sha256: z.sha256.clone(),
                 size: z.size,

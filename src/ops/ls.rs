@@ -85,11 +85,18 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the release store: {e}")))?;
     releases.sort_by(|a, b| {
-        (a.key.product, &a.key.version, &a.key.platform).cmp(&(
-            b.key.product,
-            &b.key.version,
-            &b.key.platform,
-        ))
+        (
+            a.key.product,
+            &a.key.version,
+            &a.key.platform,
+            a.key.packing,
+        )
+            .cmp(&(
+                b.key.product,
+                &b.key.version,
+                &b.key.platform,
+                b.key.packing,
+            ))
     });
     if args.json {
         let release_objects = releases.iter().map(|r| {
@@ -98,6 +105,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                 "cli": r.key.product.as_str(),
                 "version": r.key.version.to_string(),
                 "platform": r.key.platform.to_string(),
+                "file": r.key.filename(),
                 "size": r.size,
                 "sha256": r.record.as_ref().map(|z| z.sha256.clone()),
                 "modified": when(Some(r.modified)),
@@ -180,14 +188,14 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
     }
     if !releases.is_empty() {
         println!();
-        let header = ["CLI", "VERSION", "PLATFORM", "SIZE", "LAST USED"].map(String::from);
+        let header = ["CLI", "VERSION", "FILE", "SIZE", "LAST USED"].map(String::from);
         let rows: Vec<[String; 5]> = releases
             .iter()
             .map(|r| {
                 [
                     r.key.product.to_string(),
                     r.key.version.to_string(),
-                    r.key.platform.to_string(),
+                    r.key.filename(),
                     human_bytes(r.size),
                     when(Some(r.last_use())),
                 ]
@@ -217,7 +225,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
     }
     if !releases.is_empty() {
         println!(
-            "{} CLI release zips, {}",
+            "{} CLI release files, {}",
             releases.len(),
             human_bytes(releases.iter().map(|r| r.size).sum())
         );

@@ -101,12 +101,12 @@ async fn seed_releases(
                 continue;
             }
         };
-        for platform in record.zips.keys() {
-            if !platforms.is_empty() && !platforms.contains(platform) {
+        for (key, _) in record.builds() {
+            if !platforms.is_empty() && !platforms.contains(&key.platform) {
                 continue;
             }
-            let what = format!("{product} {version} {platform}");
-            match releases.ensure_zip(*product, version, platform).await {
+            let what = key.to_string();
+            match releases.ensure_build(&key).await {
                 Ok((size, true)) => println!("release {what}: added ({})", human_bytes(size)),
                 Ok((size, false)) => {
                     println!("release {what}: already present ({})", human_bytes(size))

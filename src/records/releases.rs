@@ -2,11 +2,11 @@
 //! checked the way the vendors name them.
 //!
 //! A release is a product, a version and, per platform, one zip named
-//! `<product>_<version>_<os>_<arch>.zip`, listed with its SHA-256 in
-//! `<product>_<version>_SHA256SUMS`, which the vendor signs (checked by
-//! `trust::Verifier::verify_release`). [`release_zips`] reads that list: only the zips of the
-//! release it belongs to count, so a signed list cannot lend its signature to a file of another
-//! product or version.
+//! `<product>_<version>_<os>_<arch>.zip` (OpenTofu also publishes each as `.tar.gz`), listed
+//! with its SHA-256 in `<product>_<version>_SHA256SUMS`, which the vendor signs (checked by
+//! `trust::Verifier::verify_release`). [`release_builds`] reads that list: only the builds of
+//! the release it belongs to count, so a signed list cannot lend its signature to a file of
+//! another product or version.
 //!
 //! The vendors' own documents that list releases are here too: HashiCorp's `index.json`
 //! ([`HashicorpIndex`], [`HashicorpRelease`]) and OpenTofu's `api.json` ([`TofuIndex`]).
@@ -51,40 +51,92 @@ impl fmt::Display for Product {
     }
 }
 
-/// One platform's zip of one release.
+/// How a release's build is packed. Every vendor publishes zips; OpenTofu also publishes
+/// `.tar.gz` files, which are what its own downloader (tofudl) installs.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub enum Packing {
+    #[default]
+    #[serde(rename = "zip")]
+    Zip,
+    #[serde(rename = "tar.gz")]
+    TarGz,
+}
+
+impl Packing {
+    pub const ALL: [Packing; 2] = [Packing::Zip, Packing::TarGz];
+
+    /// The file name's suffix: `.zip`, `.tar.gz`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Packing::Zip => ".zip",
+            Packing::TarGz => ".tar.gz",
+        }
+    }
+
+    pub fn is_zip(&self) -> bool {
+        *self == Packing::Zip
+    }
+}
+
+/// One platform's build of one release, packed one way (a zip unless said otherwise).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReleaseKey {
     pub product: Product,
     pub version: Version,
     pub platform: Platform,
+    pub packing: Packing,
 }
 
 impl ReleaseKey {
-    /// `<product>_<version>_<os>_<arch>.zip`
+    /// `<product>_<version>_<os>_<arch>.zip` (or `.tar.gz`)
     pub fn filename(&self) -> String {
-        format!("{}_{}_{}.zip", self.product, self.version, self.platform)
+        format!(
+            "{}_{}_{}{}",
+            self.product,
+            self.version,
+            self.platform,
+            self.packing.suffix()
+        )
     }
 
-    /// The release's zip that `filename` names, if it is one of this product and version.
+    /// The release's build that `filename` names, if it is one of this product and version.
     pub fn from_filename(
         product: Product,
         version: &Version,
         filename: &str,
     ) -> Option<ReleaseKey> {
-        let platform = filename
-            .strip_prefix(&format!("{product}_{version}_"))?
-            .strip_suffix(".zip")?;
-        Some(ReleaseKey {
-            product,
-            version: version.clone(),
-            platform: Platform::parse(platform).ok()?,
+        let rest = filename.strip_prefix(&format!("{product}_{version}_"))?;
+        Packing::ALL.into_iter().find_map(|packing| {
+            let platform = rest.strip_suffix(packing.suffix())?;
+            Some(ReleaseKey {
+                product,
+                version: version.clone(),
+                platform: Platform::parse(platform).ok()?,
+                packing,
+            })
         })
     }
 }
 
 impl fmt::Display for ReleaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {}", self.product, self.version, self.platform)
+        write!(f, "{} {} {}", self.product, self.version, self.platform)?;
+        match self.packing {
+            Packing::Zip => Ok(()),
+            Packing::TarGz => f.write_str(" (tar.gz)"),
+        }
     }
 }
 
@@ -123,18 +175,27 @@ pub enum ReleaseSumsError {
     NoZips { product: Product, version: String },
 }
 
-/// The SHA-256 of every platform's zip that a release's SHA256SUMS lists. Every line must name a
-/// file of this product and version (`<product>_<version>_...`): the list is signed as a whole,
-/// and a line for anything else is a sign of a mixed-up or forged list. Lines for the release's
-/// other files (packages, manifests) are read and left out.
-pub fn release_zips(
+/// Every platform's build that a release's SHA256SUMS lists (each with its SHA-256): the zips
+/// and, where the vendor publishes them, the `.tar.gz` files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseBuilds {
+    pub zips: BTreeMap<Platform, Sha256>,
+    pub tarballs: BTreeMap<Platform, Sha256>,
+}
+
+/// The SHA-256 of every platform's build that a release's SHA256SUMS lists. Every line must
+/// name a file of this product and version (`<product>_<version>_...`): the list is signed as a
+/// whole, and a line for anything else is a sign of a mixed-up or forged list. Lines for the
+/// release's other files (packages, manifests) are read and left out. A release must list at
+/// least one zip.
+pub fn release_builds(
     product: Product,
     version: &Version,
     sums: &[u8],
-) -> Result<BTreeMap<Platform, Sha256>, ReleaseSumsError> {
+) -> Result<ReleaseBuilds, ReleaseSumsError> {
     let text = std::str::from_utf8(sums).map_err(|_| ReleaseSumsError::NotText)?;
     let prefix = format!("{product}_{version}_");
-    let mut zips = BTreeMap::new();
+    let mut builds = ReleaseBuilds::default();
     let mut seen = std::collections::BTreeSet::new();
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -163,16 +224,20 @@ pub fn release_zips(
             });
         }
         if let Some(key) = ReleaseKey::from_filename(product, version, file) {
-            zips.insert(key.platform, sha256);
+            let builds = match key.packing {
+                Packing::Zip => &mut builds.zips,
+                Packing::TarGz => &mut builds.tarballs,
+            };
+            builds.insert(key.platform, sha256);
         }
     }
-    if zips.is_empty() {
+    if builds.zips.is_empty() {
         return Err(ReleaseSumsError::NoZips {
             product,
             version: version.to_string(),
         });
     }
-    Ok(zips)
+    Ok(builds)
 }
 
 /// What is recorded of a release once its SHA256SUMS verified: stored as
@@ -184,10 +249,38 @@ pub struct ReleaseRecord {
     pub version: Version,
     /// Each platform's zip and its SHA-256, from the verified SHA256SUMS.
     pub zips: BTreeMap<Platform, Sha256>,
+    /// Each platform's `.tar.gz` and its SHA-256, where the vendor publishes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tarballs: BTreeMap<Platform, Sha256>,
     /// The long ID of the vendor key that signed the SHA256SUMS.
     pub signed_by: String,
     /// When it was fetched from the origin (Unix seconds).
     pub fetched_at: u64,
+}
+
+impl ReleaseRecord {
+    /// The signed SHA-256 of one of its builds, if the release has it.
+    pub fn sha256_of(&self, key: &ReleaseKey) -> Option<&Sha256> {
+        match key.packing {
+            Packing::Zip => self.zips.get(&key.platform),
+            Packing::TarGz => self.tarballs.get(&key.platform),
+        }
+    }
+
+    /// Every build it lists, with its signed SHA-256: zips, then `.tar.gz` files.
+    pub fn builds(&self) -> impl Iterator<Item = (ReleaseKey, &Sha256)> {
+        let zips = self.zips.iter().map(|b| (Packing::Zip, b));
+        let tarballs = self.tarballs.iter().map(|b| (Packing::TarGz, b));
+        zips.chain(tarballs).map(|(packing, (platform, sha256))| {
+            let key = ReleaseKey {
+                product: self.product,
+                version: self.version.clone(),
+                platform: platform.clone(),
+                packing,
+            };
+            (key, sha256)
+        })
+    }
 }
 
 /// What is recorded of a stored release zip (its commit point).
@@ -385,15 +478,21 @@ mod tests {
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
     #[test]
-    fn zips_are_read_by_platform_and_other_files_of_the_release_left_out() {
+    fn builds_are_read_by_platform_and_other_files_of_the_release_left_out() {
         let sums = format!(
             "{A}  tofu_1.8.0_linux_amd64.zip\n{B}  tofu_1.8.0_darwin_arm64.zip\n\
              {A}  tofu_1.8.0_linux_amd64.tar.gz\n{B}  tofu_1.8.0_amd64.deb\n"
         );
-        let zips = release_zips(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap();
+        let builds = release_builds(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap();
+        let zips = &builds.zips;
         assert_eq!(zips.len(), 2);
         assert_eq!(zips[&Platform::parse("linux_amd64").unwrap()].as_str(), A);
         assert_eq!(zips[&Platform::parse("darwin_arm64").unwrap()].as_str(), B);
+        assert_eq!(builds.tarballs.len(), 1);
+        assert_eq!(
+            builds.tarballs[&Platform::parse("linux_amd64").unwrap()].as_str(),
+            A
+        );
     }
 
     #[test]
@@ -404,7 +503,7 @@ mod tests {
             format!("{A}  tofu_1.8.0_/../x.zip"),
         ] {
             let sums = format!("{B}  tofu_1.8.0_linux_amd64.zip\n{line}\n");
-            let err = release_zips(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap_err();
+            let err = release_builds(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap_err();
             assert!(
                 matches!(err, ReleaseSumsError::ForeignFile { line: 2, .. }),
                 "{err}"
@@ -427,11 +526,11 @@ mod tests {
             (format!("{A}  tofu_1.8.0_amd64.deb\n"), "no zip"),
         ];
         for (sums, says) in bad {
-            let err = release_zips(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap_err();
+            let err = release_builds(Product::Tofu, &v("1.8.0"), sums.as_bytes()).unwrap_err();
             assert!(err.to_string().contains(says), "{err}");
         }
         assert_eq!(
-            release_zips(Product::Tofu, &v("1.8.0"), b"\xff"),
+            release_builds(Product::Tofu, &v("1.8.0"), b"\xff"),
             Err(ReleaseSumsError::NotText)
         );
     }
@@ -442,6 +541,7 @@ mod tests {
             product: Product::Terraform,
             version: v("1.11.4"),
             platform: Platform::parse("linux_arm64").unwrap(),
+            packing: Packing::Zip,
         };
         assert_eq!(key.filename(), "terraform_1.11.4_linux_arm64.zip");
         assert_eq!(

@@ -461,14 +461,12 @@ impl App {
         let version = Version::parse(version).map_err(Error::BadRequest)?;
         match ReleaseFile::parse(product, &version, file).ok_or_else(not_here)? {
             // A HEAD never downloads the zip.
-            ReleaseFile::Zip(platform) if req.method() == Method::HEAD => {
-                let head = releases
-                    .zip_head(product, &version, &platform, reach)
-                    .await?;
+            ReleaseFile::Build(key) if req.method() == Method::HEAD => {
+                let head = releases.build_head(&key, reach).await?;
                 Ok(archive_head_response(req, &head))
             }
-            ReleaseFile::Zip(platform) => {
-                let zip = releases.zip(product, &version, &platform, reach).await?;
+            ReleaseFile::Build(key) => {
+                let zip = releases.build(&key, reach).await?;
                 Ok(self.archive_response(req, zip))
             }
             ReleaseFile::Sums => {

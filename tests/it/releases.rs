@@ -676,7 +676,7 @@ fn forge_release_zip(bundle: &Path, out: &Path, zip: &str) {
         .unwrap();
     let mut doc: serde_json::Value = serde_json::from_slice(manifest).unwrap();
     for release in doc["releases"].as_array_mut().unwrap() {
-        for z in release["zips"].as_array_mut().unwrap() {
+        for z in release["builds"].as_array_mut().unwrap() {
             if z["path"] == zip {
                 z["sha256"] = forged_sha.clone().into();
             }
@@ -1002,4 +1002,134 @@ async fn with_authentication_on_installers_use_basic_credentials_or_open_release
             .unwrap();
         assert_eq!(index.status(), 401);
     }
+}
+
+/// A `.tar.gz` holding one executable file, as OpenTofu packs its `.tar.gz` builds.
+fn tar_gz_of(name: &str, content: &[u8]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::default(),
+    ));
+    let mut header = tar::Header::new_gnu();
+    header.set_size(content.len() as u64);
+    header.set_mode(0o755);
+    header.set_cksum();
+    builder.append_data(&mut header, name, content).unwrap();
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let binary = b"#!/bin/sh\necho OpenTofu v1.8.0\n";
+    let zip = zip_of("tofu", binary, true);
+    let tarball = tar_gz_of("tofu", binary);
+    let names = [
+        "tofu_1.8.0_linux_amd64.zip",
+        "tofu_1.8.0_linux_amd64.tar.gz",
+    ];
+    let (sums, signature) = write_release(
+        &root.join("opentofu/v1.8.0"),
+        "tofu_1.8.0_SHA256SUMS",
+        &[(names[0], &zip), (names[1], &tarball)],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        false,
+    );
+    // get.opentofu.org's api.json, as tofudl reads it.
+    let mut files: Vec<&str> = names.to_vec();
+    files.extend(["tofu_1.8.0_SHA256SUMS", "tofu_1.8.0_SHA256SUMS.gpgsig"]);
+    let api = serde_json::json!({"versions": [{"id": "1.8.0", "files": files}]});
+    std::fs::write(
+        root.join("opentofu/api.json"),
+        serde_json::to_vec(&api).unwrap(),
+    )
+    .unwrap();
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+
+    // tofudl (opentofu/tofudl): the API document, then every artifact from its URL template
+    // `<base>releases/tofu/{{ .Version }}/{{ .Artifact }}`, each only if `files` lists it.
+    let listed = get(&c, &m.url("releases/tofu/api.json")).await;
+    assert_eq!(listed.status, 200);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.body).unwrap();
+    let release = &listed["versions"][0];
+    assert_eq!(release["id"], "1.8.0");
+    let artifact = |name: &str| {
+        assert!(
+            release["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == name),
+            "{name} is listed"
+        );
+        m.url(&format!("releases/tofu/1.8.0/{name}"))
+    };
+    let got_sums = get(&c, &artifact("tofu_1.8.0_SHA256SUMS")).await;
+    assert!(got_sums.status == 200 && got_sums.body == sums);
+    let got_sig = get(&c, &artifact("tofu_1.8.0_SHA256SUMS.gpgsig")).await;
+    assert!(got_sig.status == 200 && got_sig.body == signature);
+    let got = get(&c, &artifact(names[1])).await;
+    assert_eq!(got.status, 200);
+    assert!(got.body == tarball, "the origin's .tar.gz, whole");
+    let line = format!("{}  {}", sha256_hex(&got.body), names[1]);
+    assert!(
+        String::from_utf8_lossy(&got_sums.body).contains(&line),
+        "its SHA-256 is the signed list's"
+    );
+    let got = get(&c, &artifact(names[0])).await;
+    assert!(got.status == 200 && got.body == zip);
+    // A platform the release has no .tar.gz for is a 404.
+    let none = get(
+        &c,
+        &m.url("releases/tofu/1.8.0/tofu_1.8.0_darwin_arm64.tar.gz"),
+    )
+    .await;
+    assert_eq!(none.status, 404);
+
+    // Both builds are cached (each committed once its download is checked).
+    let cached = || {
+        release_files(&m.cache_dir)
+            .iter()
+            .filter(|p| {
+                let name = p.to_string_lossy();
+                name.ends_with(".zip") || name.ends_with(".tar.gz")
+            })
+            .count()
+    };
+    crate::support::poll(std::time::Duration::from_secs(10), async || {
+        (cached() == 2).then_some(())
+    })
+    .await
+    .expect("both builds are cached");
+
+    // `seed --cli tofu` fetches every build of the newest matching release.
+    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    let dir = work.path().join("seed");
+    let toml = releases_toml(&dir, &origin, false);
+    let config = crate::support::provender::write_config(
+        &ca,
+        &dir,
+        registry.addr(),
+        &MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    );
+    let config = crate::support::cli::path_str(&config);
+    let seeded =
+        crate::support::cli::provender(&["seed", "--config", config, "--cli", "tofu"]).await;
+    seeded.ok();
+    for added in [
+        "release tofu 1.8.0 linux_amd64: added",
+        "release tofu 1.8.0 linux_amd64 (tar.gz): added",
+    ] {
+        assert!(seeded.out().contains(added), "{}", seeded.out());
+    }
+    let stored = dir.join("cache/releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.tar.gz");
+    assert!(std::fs::read(stored).unwrap() == tarball);
 }
