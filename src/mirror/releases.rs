@@ -4,11 +4,13 @@
 //! vendor's layout (HashiCorp: `<hashicorp_url>/terraform/<v>/terraform_<v>_SHA256SUMS` and
 //! `.sig`; OpenTofu: `<opentofu_url>/v<v>/tofu_<v>_SHA256SUMS` and `.gpgsig`), the signature
 //! checked under the vendor's pinned key alone (`trust::Verifier::verify_release`), the list read
-//! by `records::releases::release_zips`; the copies and then the record
+//! by `records::releases::release_builds`; the copies and then the record
 //! (`releases/<product>/<v>/release.json`, the commit point) go to the store, once per release
-//! (single flight). A zip is then served from the store, or through a fill: the same streaming
-//! path as provider archives (`Core::stream_checked`), every reader trailing the download until
-//! its SHA-256 matches the signed list, one origin download however many clients wait, and
+//! (single flight); `verify_release_sums` and `store_release` are that step, shared with
+//! `import`. A build (a zip, or OpenTofu's `.tar.gz`) is then served from the store, or through
+//! a fill: the same streaming path as provider archives (`Core::stream_checked`), every reader
+//! trailing the download until its SHA-256 matches the signed list, one origin download however
+//! many clients (and, on a store that enforces conditional creates, replicas) wait, and
 //! committed with its record (`cache::ReleaseKind`).
 
 use std::collections::HashMap;
