@@ -639,12 +639,16 @@ impl Report<'_> {
         } else {
             format!("{} freed", human_bytes(self.freed()))
         };
+        // CLI releases are named only where a cache has them.
+        let releases = match releases {
+            0 => String::new(),
+            n => format!(" and {}", plural(n, "CLI release", "CLI releases")),
+        };
         println!(
-            "{title}: {} of {}, {} and {} unused for {} {verb}, {freed}",
+            "{title}: {} of {} and {}{releases} unused for {} {verb}, {freed}",
             plural(archives, "archive", "archives"),
             plural(versions, "provider version", "provider versions"),
             plural(modules, "module version", "module versions"),
-            plural(releases, "CLI release", "CLI releases"),
             self.unused_for,
         );
         if !self.pinned.is_empty() {
