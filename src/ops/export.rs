@@ -650,22 +650,14 @@ async fn write_bundle(
             let object = mirror
                 .modules()
                 .open(&ModuleKey::new(&addr, &m.version))
-                .await
-                .map_err(ExportError::store(&what))?
-                .ok_or_else(|| ExportError::Vanished(what.clone()))?;
-            let sha = tar
-                .append(&m.path, m.size, &mut object.into_reader())
-                .await
-                .map_err(ExportError::io(&what))?;
-            if sha != m.sha256 {
-                return Err(super::Damaged {
-                    what,
-                    kind: "package",
-                    sha256: sha,
-                    recorded: m.sha256.clone(),
-                }
-                .into());
-            }
+                .await;
+            let entry = Entry {
+                path: &m.path,
+                size: m.size,
+                sha256: &m.sha256,
+                kind: "package",
+            };
+            append_checked(&mut tar, entry, object, what).await?;
         }
         for (path, doc) in &sums_files {
             tar.append_bytes(path, doc).await.map_err(io)?;
@@ -674,28 +666,15 @@ async fn write_bundle(
             tar.append_bytes(path, doc).await.map_err(io)?;
         }
         for r in releases {
-            for (key, zip) in &r.zips {
-                let what = format!("release zip {key}");
-                let object = mirror
-                    .releases()
-                    .open(key)
-                    .await
-                    .map_err(ExportError::store(&what))?
-                    .ok_or_else(|| ExportError::Vanished(what.clone()))?;
-                let path = bundle::release_path(r.cli, &r.version, &key.filename());
-                let sha = tar
-                    .append(&path, zip.size, &mut object.into_reader())
-                    .await
-                    .map_err(ExportError::io(&what))?;
-                if sha != zip.sha256 {
-                    return Err(super::Damaged {
-                        what,
-                        kind: "zip",
-                        sha256: sha,
-                        recorded: zip.sha256.clone(),
-                    }
-                    .into());
-                }
+            for (key, build) in &r.zips {
+                let object = mirror.releases().open(key).await;
+                let entry = Entry {
+                    path: &bundle::release_path(r.cli, &r.version, &key.filename()),
+                    size: build.size,
+                    sha256: &build.sha256,
+                    kind: "release build",
+                };
+                append_checked(&mut tar, entry, object, format!("release {key}")).await?;
             }
         }
         let out = tar.finish().await.map_err(io)?.into_inner();
@@ -710,6 +689,46 @@ async fn write_bundle(
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// A stored object as a bundle entry: where it goes, and what its record says.
+struct Entry<'a> {
+    path: &'a str,
+    size: u64,
+    sha256: &'a crate::hash::Sha256,
+    /// What it is, for a damage report ("package", "release build").
+    kind: &'static str,
+}
+
+/// Appends a stored object (`opened`, called `what`) to a bundle, checking on the way that it
+/// still has the SHA-256 its record says.
+async fn append_checked<W, K>(
+    tar: &mut bundle::TarWriter<W>,
+    entry: Entry<'_>,
+    opened: Result<Option<Opened<K>>, StorageError>,
+    what: String,
+) -> Result<(), ExportError>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    K: crate::cache::Kind,
+{
+    let object = opened
+        .map_err(ExportError::store(&what))?
+        .ok_or_else(|| ExportError::Vanished(what.clone()))?;
+    let sha256 = tar
+        .append(entry.path, entry.size, &mut object.into_reader())
+        .await
+        .map_err(ExportError::io(&what))?;
+    if &sha256 != entry.sha256 {
+        return Err(super::Damaged {
+            what,
+            kind: entry.kind,
+            sha256,
+            recorded: entry.sha256.clone(),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Copies an archive to `target` through a temporary file in the same directory, renamed into

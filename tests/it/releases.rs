@@ -177,6 +177,24 @@ async fn mirror(
     (m, registry)
 }
 
+/// A configuration file in `dir` for the operator commands, with the release origins at
+/// `origin` (its cache is `dir/cache`); and the registry origin it names.
+async fn seed_config(ca: &TestCa, dir: &Path, origin: &StaticServer) -> (PathBuf, FakeOrigin) {
+    let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    let toml = releases_toml(dir, origin, false);
+    let config = crate::support::provender::write_config(
+        ca,
+        dir,
+        registry.addr(),
+        &MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    );
+    (config, registry)
+}
+
 fn release_files(cache: &Path) -> Vec<PathBuf> {
     files_under(&cache.join("releases"))
 }
@@ -577,19 +595,8 @@ async fn seed_fetches_the_newest_matching_release_for_every_platform() {
     let root = work.path().join("origin");
     let (zip, _, _) = terraform_release(&root);
     let origin = StaticServer::start(&ca, &root);
-    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
     let dir = work.path().join("seed");
-    let toml = releases_toml(&dir, &origin, false);
-    let config = crate::support::provender::write_config(
-        &ca,
-        &dir,
-        registry.addr(),
-        &MirrorOptions {
-            extra_upstream: "allow_private_networks = true",
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    );
+    let (config, _registry) = seed_config(&ca, &dir, &origin).await;
     let config = crate::support::cli::path_str(&config);
     let seeded =
         crate::support::cli::provender(&["seed", "--config", config, "--cli", "terraform@~> 1.11"])
@@ -1107,19 +1114,8 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     .expect("both builds are cached");
 
     // `seed --cli tofu` fetches every build of the newest matching release.
-    let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
     let dir = work.path().join("seed");
-    let toml = releases_toml(&dir, &origin, false);
-    let config = crate::support::provender::write_config(
-        &ca,
-        &dir,
-        registry.addr(),
-        &MirrorOptions {
-            extra_upstream: "allow_private_networks = true",
-            extra_toml: &toml,
-            ..Default::default()
-        },
-    );
+    let (config, _registry) = seed_config(&ca, &dir, &origin).await;
     let config = crate::support::cli::path_str(&config);
     let seeded =
         crate::support::cli::provender(&["seed", "--config", config, "--cli", "tofu"]).await;
