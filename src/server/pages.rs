@@ -251,6 +251,26 @@ pub struct SignedInPage {
     pub next: String,
 }
 
+/// A CLI's releases under `releases/<product>/`, newest first, as the vendors' release sites
+/// list them: one `<li><a href="<version>/"><product>_<version></a></li>` per line, and no other
+/// version-like text (tfenv takes every `x.y.z` on the page, the first as the latest; tenv
+/// takes each link's target). Plain HTML: no styles, no scripts.
+#[derive(Template)]
+#[template(path = "release_list.html")]
+pub struct ReleaseListPage {
+    pub product: &'static str,
+    pub versions: Vec<String>,
+}
+
+/// One release's files under `releases/<product>/<version>/`, each linked.
+#[derive(Template)]
+#[template(path = "release_files.html")]
+pub struct ReleaseFilesPage {
+    pub product: &'static str,
+    pub version: String,
+    pub files: Vec<String>,
+}
+
 #[derive(Template)]
 #[template(path = "error.html")]
 pub struct ErrorPage {
@@ -302,6 +322,32 @@ mod tests {
         };
         let html = sign_in.render().unwrap();
         assert!(!html.contains("<img"), "{html}");
+    }
+
+    #[test]
+    fn release_listings_escape_and_hold_nothing_but_their_links() {
+        let list = ReleaseListPage {
+            product: "terraform",
+            versions: vec!["1.11.4".into(), "1.10.0-rc1".into()],
+        }
+        .render()
+        .unwrap();
+        let lines: Vec<&str> = list.lines().filter(|l| l.starts_with("<li>")).collect();
+        assert_eq!(
+            lines,
+            [
+                r#"<li><a href="1.11.4/">terraform_1.11.4</a></li>"#,
+                r#"<li><a href="1.10.0-rc1/">terraform_1.10.0-rc1</a></li>"#,
+            ]
+        );
+        let files = ReleaseFilesPage {
+            product: "tofu",
+            version: "1.8.0".into(),
+            files: vec!["\"><script>x</script>".into()],
+        }
+        .render()
+        .unwrap();
+        assert!(!files.contains("<script"), "{files}");
     }
 
     #[test]
