@@ -8,7 +8,7 @@ use askama::Template;
 
 use crate::catalogue::{
     LockBlock, ModuleList, ModuleQuery, Provider, ProviderEntry, ProviderList, ProviderQuery,
-    ProviderSummary, Status, UsageList, UsageQuery, VersionEntry, VersionView,
+    ProviderSummary, ReleaseCatalogue, Status, UsageList, UsageQuery, VersionEntry, VersionView,
 };
 
 /// What every page's frame needs.
@@ -16,7 +16,8 @@ pub struct Chrome {
     /// The base path, ending in `/`.
     pub base: String,
     pub title: String,
-    /// Which navigation entry is current: `start`, `providers`, `modules`, `status` or ``.
+    /// Which navigation entry is current: `start`, `providers`, `modules`, `releases`, `usage`,
+    /// `status` or ``.
     pub section: &'static str,
     pub signed_in: bool,
     pub version: &'static str,
@@ -251,6 +252,17 @@ pub struct SignedInPage {
     pub next: String,
 }
 
+/// The CLI releases page: what the cache holds of each CLI, and how to point installers here.
+#[derive(Template)]
+#[template(path = "releases.html")]
+pub struct ReleasesPage<'a> {
+    pub chrome: Chrome,
+    pub view: &'a ReleaseCatalogue,
+    /// `<mirror URL>releases`, what installers are given.
+    pub remote: String,
+    pub snippets: Vec<Snippet>,
+}
+
 /// A CLI's releases under `releases/<product>/`, newest first, as the vendors' release sites
 /// list them: one `<li><a href="<version>/"><product>_<version></a></li>` per line, and no other
 /// version-like text (tfenv takes every `x.y.z` on the page, the first as the latest; tenv
@@ -284,6 +296,7 @@ impl Formats for ProviderPage<'_> {}
 impl Formats for VersionPage<'_> {}
 impl Formats for ModulesPage<'_> {}
 impl Formats for StatusPage<'_> {}
+impl Formats for ReleasesPage<'_> {}
 impl Formats for SignInPage {}
 impl Formats for ErrorPage {}
 

@@ -9,15 +9,22 @@
 //!   application/vnd.github+json" | jq -r ".[].name"`) gets the releases in the shape of GitHub's
 //!   releases API, newest first, and its downloads of `download/v<version>/<file>` are the
 //!   origin's files, the zip from the same one origin download as `tofu/<version>/<file>`, and
-//!   check out against the SHA256SUMS as tofuenv checks them.
+//!   check out against the SHA256SUMS as tofuenv checks them;
+//! - the "CLI releases" page in a real browser: the cached releases, each installer's set-up
+//!   lines with this mirror's URL, copied exactly; what the page says when `[releases]` is off;
+//!   the same view in the JSON API.
 
 use std::path::Path;
 
+use crate::pages::{check_page, clipboard_becomes, rows, snippet};
 use crate::releases::{mirror, sha256_hex, write_release, zip_of};
+use crate::support::browser::Browser;
 use crate::support::http::{get, send};
+use crate::support::origin::FakeOrigin;
 use crate::support::pki::TestCa;
+use crate::support::provender::{REGISTRY, TestMirror};
 use crate::support::static_server::StaticServer;
-use crate::support::{https_client, https_client_no_redirects, sample, within};
+use crate::support::{https_client, https_client_no_redirects, poll, sample, within};
 
 /// tfenv's pattern for versions on the listing page (`libexec/tfenv-list-remote`).
 const TFENV_PATTERN: &str = r"[0-9]+\.[0-9]+\.[0-9]+(-(rc|beta|alpha|oci)-?[0-9]*)?";
@@ -336,4 +343,162 @@ async fn tofuenv_lists_and_downloads_through_the_mirror() {
         let none = get(&c, &format!("{remote}/{path}")).await;
         assert_eq!(none.status, 404, "{path}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_releases_page_shows_the_cache_and_copies_each_installers_set_up() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    terraform_origin(&root, &["1.10.5", "1.11.4"]);
+    tofu_origin(&root);
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+    // An installer's visit: the list, then a zip.
+    assert_eq!(
+        get(&c, &m.url("releases/terraform/index.json"))
+            .await
+            .status,
+        200
+    );
+    let zip_url = m.url("releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip");
+    assert_eq!(get(&c, &zip_url).await.status, 200);
+    poll(std::time::Duration::from_secs(10), async || {
+        m.cache_dir
+            .join("releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip.json")
+            .exists()
+            .then_some(())
+    })
+    .await
+    .expect("the zip is committed");
+
+    let base = m.url.as_str();
+    let remote = format!("{base}releases");
+    let browser = Browser::start().await;
+    browser.goto(base).await;
+    browser.click_to_page("nav a[href$='-/releases']").await;
+    browser.allow_clipboard().await;
+    assert_eq!(
+        browser.client.title().await.unwrap(),
+        "CLI releases · provender"
+    );
+    let shown = rows(&browser).await;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert!(
+        shown[0].contains("1.11.4") && shown[0].contains("linux_amd64"),
+        "{shown:?}"
+    );
+    let text = browser.text("main").await;
+    assert!(
+        text.contains("The vendor's list (2 releases, the newest 1.11.4)"),
+        "{text}"
+    );
+    assert!(text.contains("No tofu zip is cached yet"), "{text}");
+
+    // Each installer's lines, with this mirror's URL; copied exactly.
+    let tfenv = snippet(&browser, "tfenv").await;
+    assert_eq!(tfenv, format!("export TFENV_REMOTE={remote}\n"));
+    browser
+        .find("button[data-copy='tfenv']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    clipboard_becomes(&browser, &tfenv).await;
+    assert_eq!(
+        snippet(&browser, "tofuenv").await,
+        format!("export TOFUENV_REMOTE={remote}/tofu\n")
+    );
+    let tenv_tofu = snippet(&browser, "tenv-tofu").await;
+    assert!(
+        tenv_tofu.contains(&format!(
+            "export TOFUENV_URL_TEMPLATE='{remote}/tofu/{{{{ .Version }}}}/{{{{ .Artifact }}}}'\n"
+        )),
+        "{tenv_tofu}"
+    );
+    assert!(tenv_tofu.contains(&format!("export TOFUENV_LIST_URL={remote}/tofu/api.json\n")));
+    assert!(
+        snippet(&browser, "hc-install")
+            .await
+            .contains(&format!("ApiBaseURL: \"{remote}\","))
+    );
+    let mise = snippet(&browser, "mise").await;
+    assert_eq!(
+        mise,
+        format!(
+            "export MISE_URL_REPLACEMENTS='{{\"https://releases.hashicorp.com\":\"{remote}\"}}'\nmise install terraform@1.11.4\n"
+        )
+    );
+    let curl = snippet(&browser, "curl-terraform").await;
+    let expected = format!(
+        "curl -fO {remote}/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip\n\
+         curl -fO {remote}/terraform/1.11.4/terraform_1.11.4_SHA256SUMS\n\
+         sha256sum -c --ignore-missing terraform_1.11.4_SHA256SUMS\n"
+    );
+    assert_eq!(curl, expected);
+    browser
+        .find("button[data-copy='curl-terraform']")
+        .await
+        .click()
+        .await
+        .unwrap();
+    clipboard_becomes(&browser, &expected).await;
+    // The copied lines work: run them.
+    let ca_file = ca.write_ca(work.path());
+    let dir = work.path().join("by-hand");
+    std::fs::create_dir_all(&dir).unwrap();
+    bash(
+        &format!(
+            "cd \"$DIR\"\n{}",
+            expected.replace("curl ", "curl --cacert \"$CA\" ")
+        ),
+        &[
+            ("CA", ca_file.to_str().unwrap()),
+            ("DIR", dir.to_str().unwrap()),
+        ],
+    )
+    .await;
+    assert!(
+        browser.find_all("#curl-tofu").await.is_empty(),
+        "no tofu zip cached, no curl lines for it"
+    );
+    check_page(&browser, &m, "releases").await;
+
+    // The same view in the JSON API.
+    let api = get(&c, &m.url("-/api/v1/releases")).await;
+    assert_eq!(api.status, 200);
+    let api = api.json();
+    assert_eq!(api["api_version"], 1);
+    assert_eq!(api["enabled"], true);
+    let terraform = &api["products"][0];
+    assert_eq!(terraform["product"], "terraform");
+    assert_eq!(terraform["list"]["newest"], "1.11.4");
+    assert_eq!(terraform["releases"][0]["version"], "1.11.4");
+    assert_eq!(
+        terraform["releases"][0]["zips"][0]["platform"],
+        "linux_amd64"
+    );
+    assert_eq!(api["products"][1]["product"], "tofu");
+    assert_eq!(
+        get(&c, &m.url("-/api/v1/")).await.json()["documents"]["releases"],
+        "releases"
+    );
+
+    // With [releases] off, the page says so and how to turn it on.
+    let registry = FakeOrigin::start(&ca, &[REGISTRY], vec![]).await;
+    let off = TestMirror::start(&ca, &registry).await;
+    browser.goto(&off.url("-/releases")).await;
+    let text = browser.text("main").await;
+    assert!(
+        text.contains("does not serve the CLIs' own releases"),
+        "{text}"
+    );
+    assert!(text.contains("enabled = true"), "{text}");
+    assert!(browser.find_all("pre").await.is_empty(), "no set-up lines");
+    check_page(&browser, &off, "releases-off").await;
+    let api = get(&c, &off.url("-/api/v1/releases")).await.json();
+    assert_eq!(api["enabled"], false);
+    assert_eq!(api["products"], serde_json::json!([]));
+    browser.close().await;
 }
