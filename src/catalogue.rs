@@ -1,5 +1,5 @@
-//! What the cache holds, for people and scripts: typed views of the cached providers and
-//! modules and of the server's state, built from the verified records alone (no origin is
+//! What the cache holds, for people and scripts: typed views of the cached providers, modules
+//! and CLI releases and of the server's state, built from the verified records alone (no origin is
 //! asked). The JSON API (`<base>-/api/v1/`) serialises these views as they are and the pages
 //! render the same values, so the two never disagree.
 //!
@@ -16,6 +16,7 @@
 mod lockfile;
 mod modules;
 mod providers;
+mod releases;
 mod status;
 mod usage;
 
@@ -33,6 +34,7 @@ pub use providers::{
     Choices, PlatformEntry, Provider, ProviderEntry, ProviderList, ProviderQuery, ProviderSummary,
     VersionEntry, VersionView,
 };
+pub use releases::{CachedRelease, CachedZip, ListSummary, ProductReleases, ReleaseCatalogue};
 pub use status::{CacheUse, ConfigSummary, HashQueue, OriginStatus, Status};
 pub use usage::{PERIODS, UsageList, UsageQuery};
 
@@ -55,6 +57,8 @@ pub struct Snapshot {
     pub modules: Vec<ModuleEntry>,
     /// Objects under `quarantine/`.
     pub quarantined: Vec<String>,
+    /// Cached CLI releases, by CLI (none when `[releases]` is off).
+    pub releases: Vec<ProductReleases>,
 }
 
 /// The catalogue over a core.
@@ -87,7 +91,10 @@ impl Catalogue {
 
     /// The store's changes made by this process so far (see [`crate::cache::Objects::changes`]).
     fn changes(&self) -> u64 {
-        self.core.archives().changes() + self.core.modules().changes() + self.core.meta().changes()
+        self.core.archives().changes()
+            + self.core.modules().changes()
+            + self.core.meta().changes()
+            + self.core.releases().changes()
     }
 
     /// The current snapshot: the kept one while this process changed nothing and it is less
@@ -138,6 +145,7 @@ impl Catalogue {
             choices,
             modules: modules::scan(&self.core).await?,
             quarantined: status::quarantined(&self.core).await?,
+            releases: releases::scan(&self.core).await?,
         })
     }
 
@@ -200,6 +208,13 @@ impl Catalogue {
         let since = query.first_day(SystemTime::now());
         let rows = crate::usage::read(&**self.core.archives().storage(), since.as_deref()).await?;
         Ok(UsageList::of(rows, query, since))
+    }
+
+    /// The CLI releases in the cache.
+    pub async fn releases(self: &Arc<Self>) -> Result<ReleaseCatalogue> {
+        let snapshot = self.snapshot().await?;
+        let enabled = self.core.settings().releases.enabled;
+        Ok(ReleaseCatalogue::of(enabled, &snapshot.releases))
     }
 
     /// The server's state: origins, cache use, the complete-hashes queue, quarantine,

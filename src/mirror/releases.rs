@@ -28,7 +28,7 @@ use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::releases::{
     HashicorpIndex, ListedRelease, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip,
-    TofuIndex, release_builds, signature_filename, sums_filename,
+    TofuIndex, release_builds, signature_filename, signature_suffixes, sums_filename,
 };
 use crate::storage::Key;
 use crate::trust::{Owner, SignatureKind, Verifier};
@@ -53,11 +53,7 @@ impl ReleaseFile {
             return Some(ReleaseFile::Sums);
         }
         if let Some(suffix) = name.strip_prefix(&sums) {
-            let signature = match product {
-                // HashiCorp publishes the same signature as `.sig` and `.<key id>.sig`.
-                Product::Terraform => suffix == ".sig" || suffix == ".72D7468F.sig",
-                Product::Tofu => suffix == ".gpgsig",
-            };
+            let signature = signature_suffixes(product).contains(&suffix);
             return signature.then_some(ReleaseFile::Signature);
         }
         ReleaseKey::from_filename(product, version, name).map(ReleaseFile::Build)

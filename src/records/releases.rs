@@ -145,14 +145,23 @@ pub fn sums_filename(product: Product, version: &Version) -> String {
     format!("{product}_{version}_SHA256SUMS")
 }
 
-/// The vendor's name for the detached signature of a release's SHA256SUMS (HashiCorp also
-/// publishes it as `.<key id>.sig`).
+/// The vendor's name for the detached signature of a release's SHA256SUMS (the first of
+/// [`signature_suffixes`]).
 pub fn signature_filename(product: Product, version: &Version) -> String {
-    let suffix = match product {
-        Product::Terraform => ".sig",
-        Product::Tofu => ".gpgsig",
-    };
-    format!("{}{suffix}", sums_filename(product, version))
+    format!(
+        "{}{}",
+        sums_filename(product, version),
+        signature_suffixes(product)[0]
+    )
+}
+
+/// The names a release's SHA256SUMS signature goes by, after `<product>_<version>_SHA256SUMS`:
+/// HashiCorp publishes the same signature as `.sig` and `.<key id>.sig`, OpenTofu as `.gpgsig`.
+pub fn signature_suffixes(product: Product) -> &'static [&'static str] {
+    match product {
+        Product::Terraform => &[".sig", ".72D7468F.sig"],
+        Product::Tofu => &[".gpgsig"],
+    }
 }
 
 /// What is wrong with a release's SHA256SUMS.
@@ -419,6 +428,57 @@ impl ReleaseList {
                 })
                 .collect(),
         }
+    }
+}
+
+/// One entry of a GitHub-releases-API-shaped list (`GET /repos/<owner>/<repo>/releases`), the
+/// fields tofuenv reads of it (`name`, `v<version>`) and those scripts commonly filter on.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GithubRelease {
+    pub name: String,
+    pub tag_name: String,
+    pub prerelease: bool,
+    pub draft: bool,
+}
+
+impl ReleaseList {
+    /// Every release as GitHub's releases API lists OpenTofu's: newest first, named `v<version>`.
+    pub fn github_releases(&self) -> Vec<GithubRelease> {
+        self.releases
+            .iter()
+            .rev()
+            .map(|r| {
+                let tag = format!("v{}", r.version);
+                GithubRelease {
+                    name: tag.clone(),
+                    tag_name: tag,
+                    prerelease: r.version.prerelease().is_some(),
+                    draft: false,
+                }
+            })
+            .collect()
+    }
+
+    /// The files of `release` that the mirror serves (its zips, SHA256SUMS and signatures),
+    /// sorted by name.
+    pub fn served_files(&self, release: &ListedRelease) -> Vec<String> {
+        let (product, version) = (self.product, &release.version);
+        let sums = sums_filename(product, version);
+        let signatures = signature_suffixes(product);
+        let mut files: Vec<String> = release
+            .files
+            .iter()
+            .filter(|f| {
+                **f == sums
+                    || f.strip_prefix(&sums)
+                        .is_some_and(|suffix| signatures.contains(&suffix))
+                    || ReleaseKey::from_filename(product, version, f).is_some()
+            })
+            .cloned()
+            .collect();
+        files.sort();
+        files.dedup();
+        files
     }
 }
 

@@ -8,7 +8,7 @@ use askama::Template;
 
 use crate::catalogue::{
     LockBlock, ModuleList, ModuleQuery, Provider, ProviderEntry, ProviderList, ProviderQuery,
-    ProviderSummary, Status, UsageList, UsageQuery, VersionEntry, VersionView,
+    ProviderSummary, ReleaseCatalogue, Status, UsageList, UsageQuery, VersionEntry, VersionView,
 };
 
 /// What every page's frame needs.
@@ -16,7 +16,8 @@ pub struct Chrome {
     /// The base path, ending in `/`.
     pub base: String,
     pub title: String,
-    /// Which navigation entry is current: `start`, `providers`, `modules`, `status` or ``.
+    /// Which navigation entry is current: `start`, `providers`, `modules`, `releases`, `usage`,
+    /// `status` or ``.
     pub section: &'static str,
     pub signed_in: bool,
     pub version: &'static str,
@@ -251,6 +252,37 @@ pub struct SignedInPage {
     pub next: String,
 }
 
+/// The CLI releases page: what the cache holds of each CLI, and how to point installers here.
+#[derive(Template)]
+#[template(path = "releases.html")]
+pub struct ReleasesPage<'a> {
+    pub chrome: Chrome,
+    pub view: &'a ReleaseCatalogue,
+    /// `<mirror URL>releases`, what installers are given.
+    pub remote: String,
+    pub snippets: Vec<Snippet>,
+}
+
+/// A CLI's releases under `releases/<product>/`, newest first, as the vendors' release sites
+/// list them: one `<li><a href="<version>/"><product>_<version></a></li>` per line, and no other
+/// version-like text (tfenv takes every `x.y.z` on the page, the first as the latest; tenv
+/// takes each link's target). Plain HTML: no styles, no scripts.
+#[derive(Template)]
+#[template(path = "release_list.html")]
+pub struct ReleaseListPage {
+    pub product: &'static str,
+    pub versions: Vec<String>,
+}
+
+/// One release's files under `releases/<product>/<version>/`, each linked.
+#[derive(Template)]
+#[template(path = "release_files.html")]
+pub struct ReleaseFilesPage {
+    pub product: &'static str,
+    pub version: String,
+    pub files: Vec<String>,
+}
+
 #[derive(Template)]
 #[template(path = "error.html")]
 pub struct ErrorPage {
@@ -264,6 +296,7 @@ impl Formats for ProviderPage<'_> {}
 impl Formats for VersionPage<'_> {}
 impl Formats for ModulesPage<'_> {}
 impl Formats for StatusPage<'_> {}
+impl Formats for ReleasesPage<'_> {}
 impl Formats for SignInPage {}
 impl Formats for ErrorPage {}
 
@@ -302,6 +335,32 @@ mod tests {
         };
         let html = sign_in.render().unwrap();
         assert!(!html.contains("<img"), "{html}");
+    }
+
+    #[test]
+    fn release_listings_escape_and_hold_nothing_but_their_links() {
+        let list = ReleaseListPage {
+            product: "terraform",
+            versions: vec!["1.11.4".into(), "1.10.0-rc1".into()],
+        }
+        .render()
+        .unwrap();
+        let lines: Vec<&str> = list.lines().filter(|l| l.starts_with("<li>")).collect();
+        assert_eq!(
+            lines,
+            [
+                r#"<li><a href="1.11.4/">terraform_1.11.4</a></li>"#,
+                r#"<li><a href="1.10.0-rc1/">terraform_1.10.0-rc1</a></li>"#,
+            ]
+        );
+        let files = ReleaseFilesPage {
+            product: "tofu",
+            version: "1.8.0".into(),
+            files: vec!["\"><script>x</script>".into()],
+        }
+        .render()
+        .unwrap();
+        assert!(!files.contains("<script"), "{files}");
     }
 
     #[test]

@@ -77,6 +77,19 @@ pub(super) fn error_response(e: &Error) -> Response<Body> {
     resp
 }
 
+/// 301 to `location` (a path of this server's own).
+pub(super) fn moved_permanently(location: &str) -> Response<Body> {
+    let mut resp = response(
+        StatusCode::MOVED_PERMANENTLY,
+        "text/plain; charset=utf-8",
+        Bytes::new(),
+    );
+    if let Ok(value) = HeaderValue::from_str(location) {
+        resp.headers_mut().insert(header::LOCATION, value);
+    }
+    resp
+}
+
 /// 303 to `location` (after a form, or to the sign-in page).
 pub(super) fn see_other(location: &str) -> Response<Body> {
     let mut resp = response(

@@ -34,8 +34,11 @@ use crate::records::releases::Product;
 
 mod oci;
 
+use super::pages::{ReleaseFilesPage, ReleaseListPage};
 pub use super::respond::Body;
-use super::respond::{denied_response, empty, error_response, json_response, redirect, response};
+use super::respond::{
+    denied_response, empty, error_response, json_response, moved_permanently, redirect, response,
+};
 
 /// Shared state of the HTTP layer.
 pub struct App {
@@ -415,7 +418,7 @@ impl App {
     ) -> Result<Response<Body>, Error> {
         let not_here = || {
             Error::NotFound(format!(
-                "releases/{path}: expected releases/<terraform|tofu>/<version>/<file>"
+                "releases/{path}: expected releases/<terraform|tofu>/[<version>/[<file>]]"
             ))
         };
         let releases = &self.mirror.releases;
@@ -429,7 +432,54 @@ impl App {
         // joins the URL's path to its base, tenv swaps the vendor's prefix for its base), so a
         // URL on this mirror would have them repeat `releases/`.
         let base = HASHICORP_RELEASES;
+        let here = format!("{}releases/", self.settings.server.base_path);
         match segments[..] {
+            // tofuenv's `TOFUENV_REMOTE`, asked for its list of releases the way GitHub's
+            // releases API answers it; a browser (or tenv, or anything else) is sent on to the
+            // listing below.
+            ["tofu"] if wants_json(req) => {
+                let list = releases.list(Product::Tofu, reach).await?;
+                let mut resp = json(&list.github_releases());
+                vary_accept(&mut resp);
+                return Ok(resp);
+            }
+            [product] if Product::parse(product).is_some() => {
+                let mut resp = moved_permanently(&format!("{here}{product}/"));
+                vary_accept(&mut resp);
+                return Ok(resp);
+            }
+            // The listings a person or tfenv / tenv browse, as the vendors' release sites have
+            // them.
+            [product, ""] => {
+                let product = Product::parse(product).ok_or_else(not_here)?;
+                let list = releases.list(product, reach).await?;
+                return listing(ReleaseListPage {
+                    product: product.as_str(),
+                    versions: list
+                        .releases
+                        .iter()
+                        .rev()
+                        .map(|r| r.version.to_string())
+                        .collect(),
+                });
+            }
+            [product, version, ""] => {
+                let product = Product::parse(product).ok_or_else(not_here)?;
+                let version = Version::parse(version).map_err(Error::BadRequest)?;
+                let list = releases.list(product, reach).await?;
+                let release = list
+                    .releases
+                    .iter()
+                    .find(|r| r.version == version)
+                    .ok_or_else(|| {
+                        Error::NotFound(format!("{product} {version} is not a release"))
+                    })?;
+                return listing(ReleaseFilesPage {
+                    product: product.as_str(),
+                    files: list.served_files(release),
+                    version: version.to_string(),
+                });
+            }
             ["terraform", "index.json"] => {
                 let list = releases.list(Product::Terraform, reach).await?;
                 return Ok(json(&list.hashicorp_index(&format!("{base}terraform/"))));
@@ -452,10 +502,21 @@ impl App {
                 let list = releases.list(Product::Tofu, reach).await?;
                 return Ok(json(&list.tofu_index()));
             }
+            [product, version] if Product::parse(product).is_some() => {
+                let version = Version::parse(version).map_err(Error::BadRequest)?;
+                return Ok(moved_permanently(&format!("{here}{product}/{version}/")));
+            }
             _ => {}
         }
-        let [product, version, file] = segments[..] else {
-            return Err(not_here());
+        let [product, version, file] = match segments[..] {
+            // tofuenv downloads from `$TOFUENV_REMOTE/download/v<version>/<file>`, GitHub's
+            // layout: the same files as `tofu/<version>/<file>`.
+            ["tofu", "download", tag, file] => {
+                let version = tag.strip_prefix('v').ok_or_else(not_here)?;
+                ["tofu", version, file]
+            }
+            [product, version, file] => [product, version, file],
+            _ => return Err(not_here()),
         };
         let product = Product::parse(product).ok_or_else(not_here)?;
         let version = Version::parse(version).map_err(Error::BadRequest)?;
@@ -699,6 +760,49 @@ impl App {
         }
         resp
     }
+}
+
+/// Whether a request's `Accept` asks for JSON (`application/json`, or GitHub's
+/// `application/vnd.github+json`).
+fn wants_json(req: &Request<()>) -> bool {
+    req.headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.split(';').next().unwrap_or_default().trim())
+        .any(|t| {
+            t.eq_ignore_ascii_case("application/json")
+                || t.eq_ignore_ascii_case("application/vnd.github+json")
+        })
+}
+
+/// Marks an answer as depending on the request's `Accept`.
+fn vary_accept(resp: &mut Response<Body>) {
+    resp.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("accept"));
+}
+
+/// A release listing page: plain HTML that loads nothing and runs nothing.
+fn listing(page: impl askama::Template) -> Result<Response<Body>, Error> {
+    let text = page
+        .render()
+        .map_err(|e| Error::unexpected(format!("rendering a release listing: {e}")))?;
+    let mut resp = response(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        Bytes::from(text),
+    );
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; base-uri 'none'"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    Ok(resp)
 }
 
 /// Where HashiCorp publishes its releases, as the build URLs in its lists name it.

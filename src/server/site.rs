@@ -28,8 +28,8 @@ use hyper::body::Incoming;
 
 use super::identity::Principal;
 use super::pages::{
-    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, SignInPage, SignedInPage,
-    Snippet, StartPage, StatusPage, UsagePage, VersionPage,
+    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, ReleasesPage, SignInPage,
+    SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
 use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
 use crate::address::{Platform, ProviderAddr, Version};
@@ -37,7 +37,7 @@ use crate::auth::Denied;
 use crate::auth::oidc::Issuers;
 use crate::auth::session::{self, Session, Sessions};
 use crate::auth::sso::{self, Pending};
-use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, UsageQuery};
+use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, ReleaseCatalogue, UsageQuery};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::mirror::Core;
@@ -339,6 +339,15 @@ impl Site {
                 query: &parsed,
             });
         }
+        if rest == "releases" {
+            let view = self.catalogue.releases().await?;
+            return html(ReleasesPage {
+                chrome: self.chrome("CLI releases", "releases", signed_in),
+                snippets: release_snippets(&self.settings, &self.base_url, &view),
+                remote: releases_url(&self.base_url),
+                view: &view,
+            });
+        }
         if rest == "usage" {
             let parsed = UsageQuery::parse(query);
             let list = self.catalogue.usage(&parsed).await?;
@@ -382,6 +391,7 @@ impl Site {
             "modules" => return json(&c.modules(&ModuleQuery::parse(query)).await?),
             "status" => return json(&c.status().await?),
             "usage" => return json(&c.usage(&UsageQuery::parse(query)).await?),
+            "releases" => return json(&c.releases().await?),
             _ => {}
         }
         if let Some(path) = path.strip_prefix("providers/") {
@@ -776,6 +786,7 @@ fn api_index() -> serde_json::Value {
             "modules": "modules?q=",
             "status": "status",
             "usage": "usage?q=&days=30",
+            "releases": "releases",
         }
     })
 }
@@ -910,6 +921,190 @@ pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
                 .into(),
             text: format!(
                 "credentials \"{host}\" {{\n  token = \"<your token>\"\n}}\n\noci_credentials \"{host}\" {{\n  username = \"tofu\"\n  password = \"<your token>\"\n}}\n"
+            ),
+        });
+    }
+    out
+}
+
+/// Where installers find this mirror's CLI releases: `<mirror URL>releases`, without a
+/// trailing slash (installers add their own).
+fn releases_url(base_url: &url::Url) -> String {
+    format!("{}releases", base_url.as_str())
+}
+
+/// The set-up lines of the CLI releases page for each installer, with this server's URLs filled
+/// in, and exact versions from what the cache holds (else the vendor's list).
+pub fn release_snippets(
+    settings: &Settings,
+    base_url: &url::Url,
+    view: &ReleaseCatalogue,
+) -> Vec<Snippet> {
+    use crate::records::releases::Product;
+    let remote = releases_url(base_url);
+    let auth = settings.auth.enabled();
+    // The newest cached release and one of its zips (this machine's usual platform if it is
+    // cached), else the newest the vendor lists.
+    let newest = |product: Product| -> Option<(String, Option<String>)> {
+        let p = view.product(product)?;
+        match p.releases.first() {
+            Some(r) => {
+                let zip = r
+                    .zips
+                    .iter()
+                    .find(|z| z.platform == "linux_amd64")
+                    .or(r.zips.first())
+                    .map(|z| z.filename.clone());
+                Some((r.version.clone(), zip))
+            }
+            None => p.list.as_ref()?.newest.clone().map(|v| (v, None)),
+        }
+    };
+    let version_of = |product| newest(product).map_or("<version>".to_string(), |(v, _)| v);
+    let host = base_url.host_str().unwrap_or("localhost");
+    let netrc = |variable: &str| {
+        if auth {
+            format!(
+                " This mirror asks for a token: put it in a .netrc file (machine {host} login \
+                 <any name> password <your token>) and name that file in {variable}."
+            )
+        } else {
+            String::new()
+        }
+    };
+    let with_token = |line: &'static str| if auth { line } else { "" };
+    let mut out = vec![
+        Snippet {
+            id: "tfenv",
+            title: "terraform: tfenv",
+            intro: format!(
+                "tfenv lists the releases from this mirror and downloads the zip, SHA256SUMS and \
+                 its signature from it; then tfenv install as usual.{}",
+                netrc("TFENV_NETRC_PATH")
+            ),
+            text: format!(
+                "export TFENV_REMOTE={remote}\n{}",
+                with_token("export TFENV_NETRC_PATH=~/.netrc\n")
+            ),
+        },
+        Snippet {
+            id: "tenv-terraform",
+            title: "terraform: tenv",
+            intro: format!(
+                "tenv reads the same listing (its html mode, the default for a remote of one's \
+                 own) and each release's index.json; then tenv tf install as usual.{}",
+                with_token(
+                    " With a token: TFENV_REMOTE_USER (any name) and TFENV_REMOTE_PASSWORD (the \
+                     token)."
+                )
+            ),
+            text: format!("export TFENV_REMOTE={remote}\n"),
+        },
+        Snippet {
+            id: "tenv-tofu",
+            title: "tofu: tenv",
+            intro: format!(
+                "tenv's mirror mode reads OpenTofu's list of releases and downloads from this \
+                 mirror's layout. This mirror checks each release's SHA256SUMS against \
+                 OpenTofu's key and serves no cosign files, so tenv checks the SHA-256 only; \
+                 then tenv tofu install as usual.{}",
+                with_token(
+                    " With a token: TOFUENV_REMOTE_USER (any name) and TOFUENV_REMOTE_PASSWORD \
+                     (the token)."
+                )
+            ),
+            text: format!(
+                "export TOFUENV_LIST_MODE=mirror\n\
+                 export TOFUENV_LIST_URL={remote}/tofu/api.json\n\
+                 export TOFUENV_INSTALL_MODE=mirror\n\
+                 export TOFUENV_URL_TEMPLATE='{remote}/tofu/{{{{ .Version }}}}/{{{{ .Artifact }}}}'\n\
+                 export TENV_VALIDATION=sha\n"
+            ),
+        },
+        Snippet {
+            id: "tofuenv",
+            title: "tofu: tofuenv",
+            intro: format!(
+                "tofuenv lists the releases from this mirror (in the shape of GitHub's releases \
+                 API) and downloads the zip, SHA256SUMS and its signature from it; then tofuenv \
+                 install as usual.{}",
+                netrc("TOFUENV_NETRC_PATH")
+            ),
+            text: format!(
+                "export TOFUENV_REMOTE={remote}/tofu\n{}",
+                with_token("export TOFUENV_NETRC_PATH=~/.netrc\n")
+            ),
+        },
+        Snippet {
+            id: "hc-install",
+            title: "terraform: hc-install (Go)",
+            intro: "HashiCorp's Go installer reads each release's index.json from this mirror \
+                    and downloads from it, checking the SHA256SUMS signature itself."
+                .into(),
+            text: format!(
+                "installer := &releases.ExactVersion{{\n\
+                 \tProduct:    product.Terraform,\n\
+                 \tVersion:    version.Must(version.NewVersion(\"{}\")),\n\
+                 \tApiBaseURL: \"{remote}\",\n\
+                 }}\n\
+                 execPath, err := installer.Install(context.Background())\n",
+                version_of(Product::Terraform)
+            ),
+        },
+        Snippet {
+            id: "tofudl",
+            title: "tofu: tofudl (Go)",
+            intro: format!(
+                "OpenTofu's Go downloader reads OpenTofu's list of releases from this mirror and \
+                 downloads the .tar.gz, SHA256SUMS and its signature from it, checking the \
+                 signature itself (the same settings as tofudl's Config.APIURL and \
+                 DownloadMirrorURLTemplate).{}",
+                with_token(
+                    " With a token: TOFUDL_API_AUTHORIZATION and \
+                     TOFUDL_DOWNLOAD_MIRROR_AUTHORIZATION, each \"Bearer <your token>\"."
+                )
+            ),
+            text: format!(
+                "export TOFUDL_API_URL={remote}/tofu/api.json\n\
+                 export TOFUDL_DOWNLOAD_MIRROR_URL_TEMPLATE='{remote}/tofu/{{{{ .Version }}}}/{{{{ .Artifact }}}}'\n"
+            ),
+        },
+        Snippet {
+            id: "mise",
+            title: "terraform: mise",
+            intro: "mise downloads the zip and SHA256SUMS from this mirror and checks the zip. \
+                    Give an exact version: mise resolves others through GitHub's API."
+                .into(),
+            text: format!(
+                "export MISE_URL_REPLACEMENTS='{{\"https://releases.hashicorp.com\":\"{remote}\"}}'\n\
+                 mise install terraform@{}\n",
+                version_of(Product::Terraform)
+            ),
+        },
+    ];
+    for (product, id, title) in [
+        (Product::Terraform, "curl-terraform", "terraform: curl"),
+        (Product::Tofu, "curl-tofu", "tofu: curl"),
+    ] {
+        let Some((version, Some(zip))) = newest(product) else {
+            continue;
+        };
+        let Ok(parsed) = crate::address::Version::parse(&version) else {
+            continue;
+        };
+        let sums = crate::records::releases::sums_filename(product, &parsed);
+        let curl = if auth { "curl --netrc -fO" } else { "curl -fO" };
+        out.push(Snippet {
+            id,
+            title,
+            intro: format!(
+                "The newest cached release's zip and its SHA256SUMS, by hand.{}",
+                with_token(" curl --netrc reads the token from ~/.netrc.")
+            ),
+            text: format!(
+                "{curl} {remote}/{product}/{version}/{zip}\n\
+                 {curl} {remote}/{product}/{version}/{sums}\n\
+                 sha256sum -c --ignore-missing {sums}\n"
             ),
         });
     }

@@ -20,6 +20,7 @@ mod ops;
 mod origin_smoke;
 mod pages;
 mod prune;
+mod release_pages;
 mod releases;
 mod replicas;
 mod resilience;

@@ -24,7 +24,7 @@ use crate::support::{Terraform, https_client, https_client_no_redirects, init_fr
 const PLATFORMS: &[(&str, &str)] = &[("linux", "amd64"), ("darwin", "arm64")];
 
 /// Checks what every page must satisfy, then saves its screenshot.
-async fn check_page(browser: &Browser, mirror: &TestMirror, name: &str) {
+pub(crate) async fn check_page(browser: &Browser, mirror: &TestMirror, name: &str) {
     let origin = mirror.url.origin().ascii_serialization();
     let errors = browser.console("SEVERE").await;
     assert!(errors.is_empty(), "{name}: console errors: {errors:#?}");
@@ -50,7 +50,7 @@ async fn check_page(browser: &Browser, mirror: &TestMirror, name: &str) {
 }
 
 /// A `<pre>`'s exact text.
-async fn snippet(browser: &Browser, id: &str) -> String {
+pub(crate) async fn snippet(browser: &Browser, id: &str) -> String {
     let text = browser
         .run(
             "return document.getElementById(arguments[0]).textContent;",
@@ -61,7 +61,7 @@ async fn snippet(browser: &Browser, id: &str) -> String {
 }
 
 /// Waits for the clipboard to hold `expected` (the copy is asynchronous).
-async fn clipboard_becomes(browser: &Browser, expected: &str) {
+pub(crate) async fn clipboard_becomes(browser: &Browser, expected: &str) {
     let got = poll(Duration::from_secs(5), async || {
         let now = browser.clipboard().await;
         (now == expected).then_some(now)
@@ -75,7 +75,7 @@ async fn clipboard_becomes(browser: &Browser, expected: &str) {
 }
 
 /// The rows of the page's first table body.
-async fn rows(browser: &Browser) -> Vec<String> {
+pub(crate) async fn rows(browser: &Browser) -> Vec<String> {
     let mut out = Vec::new();
     for row in browser.find_all("main tbody tr").await {
         out.push(row.text().await.unwrap());

@@ -94,7 +94,7 @@ fn terraform_release(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
 }
 
 /// A zip holding one file, stored (not deflated), as the release zips hold their binary.
-fn zip_of(name: &str, content: &[u8], executable: bool) -> Vec<u8> {
+pub(crate) fn zip_of(name: &str, content: &[u8], executable: bool) -> Vec<u8> {
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let options = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
@@ -104,14 +104,14 @@ fn zip_of(name: &str, content: &[u8], executable: bool) -> Vec<u8> {
     zip.finish().unwrap().into_inner()
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// Writes one release into `dir` (already the release's directory): its zips, SHA256SUMS listing
 /// `listed` (name, bytes) and its signature under `signature_names`; `served` replaces what a
 /// zip's file holds (a tampered copy). Returns the SHA256SUMS and its signature.
-fn write_release(
+pub(crate) fn write_release(
     dir: &Path,
     sums_name: &str,
     zips: &[(&str, &[u8])],
@@ -133,7 +133,7 @@ fn write_release(
 }
 
 /// The test key in place of both vendors' keys, and both release origins at `origin`.
-fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> String {
+pub(crate) fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> String {
     releases_toml_at(work, &origin.url(), builtin_keys)
 }
 
@@ -156,7 +156,7 @@ fn releases_toml_at(work: &Path, base: &str, builtin_keys: bool) -> String {
     )
 }
 
-async fn mirror(
+pub(crate) async fn mirror(
     ca: &TestCa,
     work: &Path,
     origin: &StaticServer,
