@@ -30,7 +30,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
 use crate::mirror::{ArchiveBody, ArchiveHead, Reach, ReleaseFile, Served};
-use crate::records::releases::Product;
+use crate::records::releases::{Packing, Product};
 
 mod oci;
 
@@ -522,13 +522,20 @@ impl App {
         let version = Version::parse(version).map_err(Error::BadRequest)?;
         match ReleaseFile::parse(product, &version, file).ok_or_else(not_here)? {
             // A HEAD never downloads the zip.
-            ReleaseFile::Build(key) if req.method() == Method::HEAD => {
-                let head = releases.build_head(&key, reach).await?;
-                Ok(archive_head_response(req, &head))
-            }
             ReleaseFile::Build(key) => {
-                let zip = releases.build(&key, reach).await?;
-                Ok(self.archive_response(req, zip))
+                // A HEAD never downloads the build.
+                let mut resp = if req.method() == Method::HEAD {
+                    archive_head_response(req, &releases.build_head(&key, reach).await?)
+                } else {
+                    self.archive_response(req, releases.build(&key, reach).await?)
+                };
+                if key.packing == Packing::TarGz && resp.status() == StatusCode::OK {
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/gzip"),
+                    );
+                }
+                Ok(resp)
             }
             ReleaseFile::Sums => {
                 let sums = releases.checksums(product, &version, false, reach).await?;

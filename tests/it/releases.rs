@@ -1081,6 +1081,7 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     assert!(got_sig.status == 200 && got_sig.body == signature);
     let got = get(&c, &artifact(names[1])).await;
     assert_eq!(got.status, 200);
+    assert_eq!(got.headers["content-type"], "application/gzip");
     assert!(got.body == tarball, "the origin's .tar.gz, whole");
     let line = format!("{}  {}", sha256_hex(&got.body), names[1]);
     assert!(
