@@ -455,6 +455,14 @@ impl std::fmt::Debug for AuthSettings {
     }
 }
 
+/// The credentials of an `Authorization` header `value` in the scheme `scheme` (given in
+/// lower case; matched in any case, as HTTP says), or `None` when it is another scheme.
+pub fn credentials_of<'a>(value: &'a [u8], scheme: &str) -> Option<&'a [u8]> {
+    let (name, rest) = value.split_at_checked(scheme.len())?;
+    let rest = rest.strip_prefix(b" ")?;
+    name.eq_ignore_ascii_case(scheme.as_bytes()).then_some(rest)
+}
+
 /// Why a request is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
@@ -528,10 +536,7 @@ impl AuthSettings {
                 "this mirror requires a bearer token (a credentials block for its host in the CLI configuration)".into(),
             ));
         };
-        let token = value
-            .strip_prefix(b"Bearer ")
-            .or_else(|| value.strip_prefix(b"bearer "))
-            .map(|t| t.trim_ascii());
+        let token = credentials_of(value, "bearer").map(|t| t.trim_ascii());
         let Some(token) = token else {
             return Err(Denied::Unauthorized(
                 "the Authorization header is not a bearer token".into(),
@@ -564,10 +569,7 @@ impl AuthSettings {
     /// bearer token.
     pub fn token_request_secret(authorization: Option<&[u8]>) -> Result<String, Denied> {
         let basic = authorization
-            .and_then(|v| {
-                v.strip_prefix(b"Basic ")
-                    .or_else(|| v.strip_prefix(b"basic "))
-            })
+            .and_then(|v| credentials_of(v, "basic"))
             .map(|b| {
                 base64::engine::general_purpose::STANDARD
                     .decode(b.trim_ascii())
@@ -587,9 +589,7 @@ impl AuthSettings {
                     )
                 })?;
                 String::from_utf8_lossy(
-                    value
-                        .strip_prefix(b"Bearer ")
-                        .or_else(|| value.strip_prefix(b"bearer "))
+                    credentials_of(value, "bearer")
                         .unwrap_or(value)
                         .trim_ascii(),
                 )
@@ -716,6 +716,24 @@ pub fn sums_path(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_read_in_their_scheme_in_any_case() {
+        assert_eq!(credentials_of(b"Bearer t0k", "bearer"), Some(&b"t0k"[..]));
+        assert_eq!(credentials_of(b"BASIC eDp5", "basic"), Some(&b"eDp5"[..]));
+        assert_eq!(credentials_of(b"basic eDp5", "bearer"), None);
+        assert_eq!(credentials_of(b"Bearert0k", "bearer"), None);
+        assert_eq!(credentials_of(b"Bear", "bearer"), None);
+        // Basic credentials in any case give their password.
+        let header = format!(
+            "BASIC {}",
+            base64::engine::general_purpose::STANDARD.encode("ci:the-token")
+        );
+        assert_eq!(
+            AuthSettings::token_request_secret(Some(header.as_bytes())),
+            Ok("the-token".to_string())
+        );
+    }
 
     fn on() -> AuthSettings {
         AuthConfig {

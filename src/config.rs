@@ -76,6 +76,19 @@ pub struct ReleaseSettings {
     pub opentofu_key: Option<String>,
 }
 
+impl ReleaseSettings {
+    /// The verifier of release signatures: the vendors' built-in keys, or those configured in
+    /// their place. The configuration checked that they parse; should one not, this says so.
+    pub fn verifier(&self) -> Result<std::sync::Arc<crate::trust::Verifier>, String> {
+        crate::trust::Verifier::for_releases(
+            self.hashicorp_key.as_deref(),
+            self.opentofu_key.as_deref(),
+        )
+        .map(std::sync::Arc::new)
+        .map_err(|e| format!("a vendor key for releases is unusable: {e}"))
+    }
+}
+
 impl ReleasesConfig {
     /// `[releases]`
     fn validate(&self) -> Result<ReleaseSettings, ConfigError> {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::{API_VERSION, secs};
 use crate::error::Result;
 use crate::mirror::Core;
-use crate::records::releases::{Product, ReleaseList};
+use crate::records::releases::{Packing, Product, ReleaseList};
 
 /// `GET -/api/v1/releases`.
 #[derive(Debug, Clone, Serialize)]
@@ -48,11 +48,13 @@ pub struct CachedRelease {
     pub zips: Vec<CachedZip>,
 }
 
-/// One cached release zip.
+/// One cached release build: a zip, or OpenTofu's `.tar.gz`.
 #[derive(Debug, Clone, Serialize)]
 pub struct CachedZip {
     /// `os_arch`.
     pub platform: String,
+    /// `zip` or `tar.gz`.
+    pub packing: Packing,
     /// The zip's file name, as the vendor names it.
     pub filename: String,
     pub size: u64,
@@ -87,12 +89,20 @@ pub(super) async fn scan(core: &Core) -> Result<Vec<ProductReleases>> {
         return Ok(Vec::new());
     }
     let mut listed = core.releases().list().await?;
+    // By CLI, newest release first, then by platform and packing.
     listed.sort_by(|a, b| {
-        (a.key.product, &b.key.version, &a.key.platform).cmp(&(
-            b.key.product,
-            &a.key.version,
-            &b.key.platform,
-        ))
+        (
+            a.key.product,
+            &b.key.version,
+            &a.key.platform,
+            a.key.packing,
+        )
+            .cmp(&(
+                b.key.product,
+                &a.key.version,
+                &b.key.platform,
+                b.key.packing,
+            ))
     });
     let mut out = Vec::new();
     for product in Product::ALL {
@@ -103,6 +113,7 @@ pub(super) async fn scan(core: &Core) -> Result<Vec<ProductReleases>> {
             };
             let zip = CachedZip {
                 platform: entry.key.platform.to_string(),
+                packing: entry.key.packing,
                 filename: entry.key.filename(),
                 size: entry.size,
                 sha256: record.sha256.to_string(),

@@ -93,8 +93,7 @@ pub fn verify_release_sums(
     Ok(ReleaseRecord {
         product,
         version: version.clone(),
-        zips: builds.zips,
-        tarballs: builds.tarballs,
+        builds,
         signed_by,
         fetched_at: crate::clock::now_secs(),
     })
@@ -123,6 +122,35 @@ pub async fn store_release(
         )
         .await?;
     Ok(())
+}
+
+/// A stored release's record, if the release is stored. A record kept before `.tar.gz` builds
+/// were recorded gets them from the stored SHA256SUMS, which was verified before it was kept.
+pub async fn stored_record(
+    storage: &dyn crate::storage::Storage,
+    product: Product,
+    version: &Version,
+) -> Result<Option<ReleaseRecord>> {
+    let Some(bytes) = storage
+        .read(&ReleaseMirror::record_key(product, version))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let unreadable = |e: &dyn std::fmt::Display| {
+        Error::unexpected(format!("the stored record of {product} {version}: {e}"))
+    };
+    let mut record: ReleaseRecord =
+        crate::records::from_json(&bytes).map_err(|e| unreadable(&e))?;
+    if record.builds.tarballs.is_empty() && product == Product::Tofu {
+        let sums = storage
+            .read(&ReleaseMirror::copy_key(product, version, false))
+            .await?;
+        if let Some(sums) = sums {
+            record.builds = release_builds(product, version, &sums).map_err(|e| unreadable(&e))?;
+        }
+    }
+    Ok(Some(record))
 }
 
 /// A stored release's SHA256SUMS and its signature, as the vendor published them (both, or
@@ -156,11 +184,7 @@ pub struct ReleaseMirror {
 impl ReleaseMirror {
     pub fn new(core: Arc<Core>) -> Arc<ReleaseMirror> {
         let r = &core.settings().releases;
-        // The configuration checked that the keys parse; should one not, releases say so.
-        let verifier =
-            Verifier::for_releases(r.hashicorp_key.as_deref(), r.opentofu_key.as_deref())
-                .map(Arc::new)
-                .map_err(|e| format!("a vendor key for releases is unusable: {e}"));
+        let verifier = r.verifier();
         let storage = core.archives().storage().clone();
         // The same freshness rules as every other list.
         let lists = Listings::new(
@@ -238,10 +262,7 @@ impl ReleaseMirror {
     ) -> Result<Arc<ReleaseRecord>> {
         self.enabled()?;
         let storage = self.core.releases().storage().clone();
-        if let Some(bytes) = storage.read(&Self::record_key(product, version)).await? {
-            let record: ReleaseRecord = crate::records::from_json(&bytes).map_err(|e| {
-                Error::unexpected(format!("the stored record of {product} {version}: {e}"))
-            })?;
+        if let Some(record) = stored_record(storage.as_ref(), product, version).await? {
             return Ok(Arc::new(record));
         }
         reach.check(format!("{product} {version}"))?;
@@ -336,7 +357,7 @@ impl ReleaseMirror {
     /// kept list, so that a mirror cut off from the origin lists it too.
     pub async fn list_release(&self, record: &ReleaseRecord) -> Result<()> {
         let (product, version) = (record.product, &record.version);
-        let mut files: Vec<String> = record.builds().map(|(key, _)| key.filename()).collect();
+        let mut files: Vec<String> = record.all_builds().map(|(key, _)| key.filename()).collect();
         files.push(sums_filename(product, version));
         files.push(signature_filename(product, version));
         self.lists
@@ -439,6 +460,7 @@ impl ReleaseMirror {
                 modified: found.modified,
             });
         }
+        reach.check(format!("release build {key}"))?;
         let (sha256, fetched_at) = self.signed_sha256(key, reach).await?;
         Ok(ArchiveHead {
             sha256,

@@ -335,7 +335,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                 println!("  and {} CLI releases:", releases.len());
                 for r in &releases {
                     let platforms: Vec<String> =
-                        r.zips.iter().map(|(k, _)| k.platform.to_string()).collect();
+                        r.zips.iter().map(|(k, _)| k.build_name()).collect();
                     println!("  {} {}: {}", r.cli, r.version, platforms.join(", "));
                 }
             }

@@ -37,7 +37,7 @@ use crate::address::{Platform, ProviderAddr, Version};
 use crate::cache::{StagedFile, Staging};
 use crate::hash::{H1, HashError, HashLimits, Hashing, Sha256};
 use crate::mirror::admission::{self, AdmitError, Expected, Staged, VerifiedArchive};
-use crate::mirror::{Core, ReleaseMirror, store_release, stored_checksums, verify_release_sums};
+use crate::mirror::{Core, ReleaseMirror, store_release, stored_record, verify_release_sums};
 use crate::records::releases::{ReleaseKey, ReleaseRecord, ReleaseZip, sums_filename};
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, Package, SumsRef, docs,
@@ -207,12 +207,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         trust: settings.trust.clone(),
         trusted_sites: settings.bundles.trusted_site_keys.clone(),
         allow_unverified: args.allow_unverified,
-        releases: Verifier::for_releases(
-            settings.releases.hashicorp_key.as_deref(),
-            settings.releases.opentofu_key.as_deref(),
-        )
-        .map(Arc::new)
-        .map_err(|e| format!("a vendor key for releases is unusable: {e}")),
+        releases: settings.releases.verifier(),
         releases_enabled: settings.releases.enabled,
     };
     let rules_releases_enabled = rules.releases_enabled;
@@ -777,7 +772,8 @@ async fn admit_releases(
         let what = format!("{cli} {version}");
         let storage = mirror.releases().storage().as_ref();
         let admitted = async {
-            if stored_checksums(storage, cli, &version).await?.is_none() {
+            // The record is the commit point: without it, the release is stored again.
+            if stored_record(storage, cli, &version).await?.is_none() {
                 store_release(storage, &r.record, r.sums.into(), r.signature.into()).await?;
             }
             lists.list_release(&r.record).await

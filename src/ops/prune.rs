@@ -289,7 +289,7 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
             pinned.push(Pinned::Release(cli, version));
             continue;
         }
-        zips.sort_by(|a, b| a.key.platform.cmp(&b.key.platform));
+        zips.sort_by(|a, b| a.key.cmp(&b.key));
         plan.push(Removal::Release { cli, version, zips });
     }
 
@@ -470,10 +470,20 @@ async fn remove(
                         }
                     }
                 }
-                // The release's record and SHA256SUMS go only with its last zip.
-                if left == 0 {
+                // The release's record and SHA256SUMS go only with its last build, also one a
+                // server stored since the scan.
+                let what = format!("{cli} {version}");
+                let dir = [cli.as_str(), version.as_str()];
+                let remaining = match mirror.releases().committed_under(&dir).await {
+                    Ok(builds) => builds.len(),
+                    Err(e) => {
+                        failed.push((what.clone(), format!("listing its builds: {e}")));
+                        1
+                    }
+                };
+                if left == 0 && remaining == 0 {
                     if let Err(e) = releases.remove_release(cli, &version, offline).await {
-                        failed.push((format!("{cli} {version}"), e.to_string()));
+                        failed.push((what, e.to_string()));
                     }
                 }
                 if !gone.is_empty() {
@@ -569,7 +579,7 @@ impl Report<'_> {
                     [
                         format!("{cli} (CLI)"),
                         version.to_string(),
-                        z.key.platform.to_string(),
+                        z.key.filename(),
                         human_bytes(z.size),
                         when(z.last_use()),
                         "-".into(),
@@ -695,6 +705,7 @@ impl Report<'_> {
                             "cli": cli.as_str(),
                             "version": version.to_string(),
                             "platform": z.key.platform.to_string(),
+                            "file": z.key.filename(),
                             "size": z.size,
                             "last_used": when(z.last_use()),
                         })

@@ -101,7 +101,7 @@ async fn seed_releases(
                 continue;
             }
         };
-        for (key, _) in record.builds() {
+        for (key, _) in record.all_builds() {
             if !platforms.is_empty() && !platforms.contains(&key.platform) {
                 continue;
             }

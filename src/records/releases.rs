@@ -90,8 +90,9 @@ impl Packing {
     }
 }
 
-/// One platform's build of one release, packed one way (a zip unless said otherwise).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// One platform's build of one release, packed one way (a zip unless said otherwise). Ordered
+/// by product, version, platform, then packing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReleaseKey {
     pub product: Product,
     pub version: Version,
@@ -130,13 +131,19 @@ impl ReleaseKey {
     }
 }
 
+impl ReleaseKey {
+    /// Which build of its release it is, for people: `linux_amd64`, `linux_amd64 (tar.gz)`.
+    pub fn build_name(&self) -> String {
+        match self.packing {
+            Packing::Zip => self.platform.to_string(),
+            Packing::TarGz => format!("{} (tar.gz)", self.platform),
+        }
+    }
+}
+
 impl fmt::Display for ReleaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} {}", self.product, self.version, self.platform)?;
-        match self.packing {
-            Packing::Zip => Ok(()),
-            Packing::TarGz => f.write_str(" (tar.gz)"),
-        }
+        write!(f, "{} {} {}", self.product, self.version, self.build_name())
     }
 }
 
@@ -186,10 +193,30 @@ pub enum ReleaseSumsError {
 
 /// Every platform's build that a release's SHA256SUMS lists (each with its SHA-256): the zips
 /// and, where the vendor publishes them, the `.tar.gz` files.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReleaseBuilds {
+    /// Each platform's zip.
     pub zips: BTreeMap<Platform, Sha256>,
+    /// Each platform's `.tar.gz`, where the vendor publishes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tarballs: BTreeMap<Platform, Sha256>,
+}
+
+impl ReleaseBuilds {
+    /// The builds packed one way.
+    pub fn of(&self, packing: Packing) -> &BTreeMap<Platform, Sha256> {
+        match packing {
+            Packing::Zip => &self.zips,
+            Packing::TarGz => &self.tarballs,
+        }
+    }
+
+    fn of_mut(&mut self, packing: Packing) -> &mut BTreeMap<Platform, Sha256> {
+        match packing {
+            Packing::Zip => &mut self.zips,
+            Packing::TarGz => &mut self.tarballs,
+        }
+    }
 }
 
 /// The SHA-256 of every platform's build that a release's SHA256SUMS lists. Every line must
@@ -233,11 +260,7 @@ pub fn release_builds(
             });
         }
         if let Some(key) = ReleaseKey::from_filename(product, version, file) {
-            let builds = match key.packing {
-                Packing::Zip => &mut builds.zips,
-                Packing::TarGz => &mut builds.tarballs,
-            };
-            builds.insert(key.platform, sha256);
+            builds.of_mut(key.packing).insert(key.platform, sha256);
         }
     }
     if builds.zips.is_empty() {
@@ -256,11 +279,9 @@ pub fn release_builds(
 pub struct ReleaseRecord {
     pub product: Product,
     pub version: Version,
-    /// Each platform's zip and its SHA-256, from the verified SHA256SUMS.
-    pub zips: BTreeMap<Platform, Sha256>,
-    /// Each platform's `.tar.gz` and its SHA-256, where the vendor publishes them.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub tarballs: BTreeMap<Platform, Sha256>,
+    /// Each platform's builds and their SHA-256, from the verified SHA256SUMS.
+    #[serde(flatten)]
+    pub builds: ReleaseBuilds,
     /// The long ID of the vendor key that signed the SHA256SUMS.
     pub signed_by: String,
     /// When it was fetched from the origin (Unix seconds).
@@ -270,29 +291,27 @@ pub struct ReleaseRecord {
 impl ReleaseRecord {
     /// The signed SHA-256 of one of its builds, if the release has it.
     pub fn sha256_of(&self, key: &ReleaseKey) -> Option<&Sha256> {
-        match key.packing {
-            Packing::Zip => self.zips.get(&key.platform),
-            Packing::TarGz => self.tarballs.get(&key.platform),
-        }
+        self.builds.of(key.packing).get(&key.platform)
     }
 
     /// Every build it lists, with its signed SHA-256: zips, then `.tar.gz` files.
-    pub fn builds(&self) -> impl Iterator<Item = (ReleaseKey, &Sha256)> {
-        let zips = self.zips.iter().map(|b| (Packing::Zip, b));
-        let tarballs = self.tarballs.iter().map(|b| (Packing::TarGz, b));
-        zips.chain(tarballs).map(|(packing, (platform, sha256))| {
-            let key = ReleaseKey {
-                product: self.product,
-                version: self.version.clone(),
-                platform: platform.clone(),
-                packing,
-            };
-            (key, sha256)
-        })
+    pub fn all_builds(&self) -> impl Iterator<Item = (ReleaseKey, &Sha256)> {
+        Packing::ALL
+            .into_iter()
+            .flat_map(|packing| self.builds.of(packing).iter().map(move |b| (packing, b)))
+            .map(|(packing, (platform, sha256))| {
+                let key = ReleaseKey {
+                    product: self.product,
+                    version: self.version.clone(),
+                    platform: platform.clone(),
+                    packing,
+                };
+                (key, sha256)
+            })
     }
 }
 
-/// What is recorded of a stored release zip (its commit point).
+/// What is recorded of a stored release build, zip or `.tar.gz` (its commit point).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReleaseZip {
     pub sha256: Sha256,
@@ -442,6 +461,11 @@ pub struct GithubRelease {
 }
 
 impl ReleaseList {
+    /// The release `version`, if the list has it.
+    pub fn release(&self, version: &Version) -> Option<&ListedRelease> {
+        self.releases.iter().find(|r| &r.version == version)
+    }
+
     /// Every release as GitHub's releases API lists OpenTofu's: newest first, named `v<version>`.
     pub fn github_releases(&self) -> Vec<GithubRelease> {
         self.releases

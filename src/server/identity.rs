@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use crate::address::{ModuleAddr, ProviderAddr};
-use crate::auth::Denied;
 use crate::auth::jwt;
 use crate::auth::oidc::Issuers;
 use crate::auth::rules::Rule;
+use crate::auth::{Denied, credentials_of};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::mirror::{Core, Reach};
@@ -91,10 +91,7 @@ impl Identities {
     /// Checks an `Authorization` header: one of the mirror's tokens, else an ID token.
     /// `Basic` credentials count as their password presented as a bearer token.
     pub async fn check(&self, authorization: Option<&[u8]>) -> Result<Principal, Denied> {
-        let basic = authorization.filter(|v| {
-            v.get(..6)
-                .is_some_and(|p| p.eq_ignore_ascii_case(b"basic "))
-        });
+        let basic = authorization.and_then(|v| credentials_of(v, "basic"));
         let from_basic;
         let authorization = match basic {
             Some(_) => {
@@ -111,10 +108,7 @@ impl Identities {
             Err(denied) => denied,
         };
         let token = authorization
-            .and_then(|v| {
-                v.strip_prefix(b"Bearer ")
-                    .or_else(|| v.strip_prefix(b"bearer "))
-            })
+            .and_then(|v| credentials_of(v, "bearer"))
             .and_then(|t| std::str::from_utf8(t.trim_ascii()).ok());
         let Some(token) = token.filter(|t| !self.issuers.is_empty() && jwt::looks_like_jwt(t))
         else {

@@ -421,6 +421,9 @@ impl App {
                 "releases/{path}: expected releases/<terraform|tofu>/[<version>/[<file>]]"
             ))
         };
+        let not_a_release = |product: Product, version: &Version| {
+            Error::NotFound(format!("{product} {version} is not a release"))
+        };
         let releases = &self.mirror.releases;
         let segments: Vec<&str> = path.split('/').collect();
         fn json<T: serde::Serialize>(value: &T) -> Response<Body> {
@@ -468,12 +471,8 @@ impl App {
                 let version = Version::parse(version).map_err(Error::BadRequest)?;
                 let list = releases.list(product, reach).await?;
                 let release = list
-                    .releases
-                    .iter()
-                    .find(|r| r.version == version)
-                    .ok_or_else(|| {
-                        Error::NotFound(format!("{product} {version} is not a release"))
-                    })?;
+                    .release(&version)
+                    .ok_or_else(|| not_a_release(product, &version))?;
                 return listing(ReleaseFilesPage {
                     product: product.as_str(),
                     files: list.served_files(release),
@@ -488,12 +487,8 @@ impl App {
                 let version = Version::parse(version).map_err(Error::BadRequest)?;
                 let list = releases.list(Product::Terraform, reach).await?;
                 let release = list
-                    .releases
-                    .iter()
-                    .find(|r| r.version == version)
-                    .ok_or_else(|| {
-                        Error::NotFound(format!("terraform {version} is not a release"))
-                    })?;
+                    .release(&version)
+                    .ok_or_else(|| not_a_release(Product::Terraform, &version))?;
                 return Ok(json(
                     &list.hashicorp_release(release, &format!("{base}terraform/")),
                 ));
@@ -521,7 +516,6 @@ impl App {
         let product = Product::parse(product).ok_or_else(not_here)?;
         let version = Version::parse(version).map_err(Error::BadRequest)?;
         match ReleaseFile::parse(product, &version, file).ok_or_else(not_here)? {
-            // A HEAD never downloads the zip.
             ReleaseFile::Build(key) => {
                 // A HEAD never downloads the build.
                 let mut resp = if req.method() == Method::HEAD {

@@ -942,18 +942,18 @@ pub fn release_snippets(
 ) -> Vec<Snippet> {
     use crate::records::releases::Product;
     let remote = releases_url(base_url);
-    let auth = settings.auth.enabled();
+    // Whether installers need a token for `releases/`.
+    let auth = settings.auth.enabled() && settings.auth.protect_releases;
     // The newest cached release and one of its zips (this machine's usual platform if it is
     // cached), else the newest the vendor lists.
     let newest = |product: Product| -> Option<(String, Option<String>)> {
         let p = view.product(product)?;
         match p.releases.first() {
             Some(r) => {
-                let zip = r
-                    .zips
-                    .iter()
+                let zips = || r.zips.iter().filter(|z| z.packing.is_zip());
+                let zip = zips()
                     .find(|z| z.platform == "linux_amd64")
-                    .or(r.zips.first())
+                    .or(zips().next())
                     .map(|z| z.filename.clone());
                 Some((r.version.clone(), zip))
             }
