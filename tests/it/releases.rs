@@ -1079,6 +1079,14 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     assert!(got_sums.status == 200 && got_sums.body == sums);
     let got_sig = get(&c, &artifact("tofu_1.8.0_SHA256SUMS.gpgsig")).await;
     assert!(got_sig.status == 200 && got_sig.body == signature);
+    // A record kept before .tar.gz builds were recorded (without `tarballs`) still serves them,
+    // from the stored SHA256SUMS.
+    let record_path = m.cache_dir.join("releases/tofu/1.8.0/release.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert!(record["tarballs"].is_object(), "{record}");
+    record.as_object_mut().unwrap().remove("tarballs");
+    std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
     let got = get(&c, &artifact(names[1])).await;
     assert_eq!(got.status, 200);
     assert_eq!(got.headers["content-type"], "application/gzip");
