@@ -963,9 +963,13 @@ async fn with_authentication_on_installers_use_basic_credentials_or_open_release
     let token = "installer-token-0123456789abcdef";
     let c = https_client(&ca, &[]);
     let path = "releases/terraform/1.11.4/terraform_1.11.4_SHA256SUMS";
+    let reader = "reader-token-0123456789abcdef0";
     for protect in [true, false] {
+        // `reader` may read only what is cached (a rule with `fill = false`).
         let toml = format!(
-            "{}\n[auth]\ntokens = [\"{token}\"]\nprotect_releases = {protect}\n",
+            "{}\n[auth]\ntokens = [\"{token}\"]\nprotect_releases = {protect}\n\n\
+             [[auth.clients]]\nname = \"reader\"\ntoken = \"{reader}\"\n\n\
+             [[auth.rules]]\nname = \"cache-only\"\nclients = \"reader\"\nfill = false\n",
             releases_toml(&work.path().join("keys"), &origin, false)
         );
         let m = TestMirror::start_with(
@@ -998,6 +1002,17 @@ async fn with_authentication_on_installers_use_basic_credentials_or_open_release
             .await
             .unwrap();
         assert_eq!(wrong.status(), if protect { 401 } else { 200 });
+        // A cache-only client learns nothing of a build that is not cached, HEAD or GET.
+        let zip = m.url("releases/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip");
+        for method in [reqwest::Method::HEAD, reqwest::Method::GET] {
+            let refused = c
+                .request(method.clone(), &zip)
+                .bearer_auth(reader)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(refused.status(), 403, "{method}");
+        }
         // Everything else still needs a token.
         let index = c
             .get(m.url(&format!(
