@@ -30,7 +30,7 @@ pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};
 pub use providers::{ArchiveBody, ArchiveHead, ProviderMirror, Served};
 pub use releases::{
-    ReleaseFile, ReleaseMirror, store_release, stored_checksums, stored_record, verify_release_sums,
+    ReleaseMirror, store_release, stored_checksums, stored_record, verify_release_sums,
 };
 
 /// Every front-end, over one core: what the server serves.

@@ -54,8 +54,11 @@ pub trait Kind: Send + Sync + 'static {
 
     /// The store key of an object's bytes.
     fn object_key(key: &Self::Key) -> Key;
-    /// The store key of an object's record.
-    fn record_key(key: &Self::Key) -> Key;
+    /// The store key of an object's record: beside its bytes, with `.json` added, unless a kind
+    /// says otherwise.
+    fn record_key(key: &Self::Key) -> Key {
+        Self::object_key(key).with_suffix(".json")
+    }
     /// Whether a listed store key (under [`Kind::ROOT`]) is the bytes of an object, by its name.
     fn is_object(listed: &Key) -> bool;
     /// The object a listed store key names, if it is a well-formed one.
@@ -85,10 +88,6 @@ impl Kind for ArchiveKind {
             key.version.as_str(),
             &key.filename(),
         ])
-    }
-
-    fn record_key(key: &ArchiveKey) -> Key {
-        Self::object_key(key).with_suffix(".json")
     }
 
     fn is_object(listed: &Key) -> bool {
@@ -136,10 +135,6 @@ impl Kind for ReleaseKind {
             key.version.as_str(),
             &key.filename(),
         ])
-    }
-
-    fn record_key(key: &ReleaseKey) -> Key {
-        Self::object_key(key).with_suffix(".json")
     }
 
     fn is_object(listed: &Key) -> bool {

@@ -28,36 +28,20 @@ use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
 use crate::records::releases::{
     HashicorpIndex, ListedRelease, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip,
-    TofuIndex, release_builds, signature_filename, signature_suffixes, sums_filename,
+    TofuIndex, release_builds, signature_filename, sums_filename,
 };
 use crate::storage::Key;
 use crate::trust::{Owner, SignatureKind, Verifier};
 use crate::upstream::Operation;
 
-/// A file of a release that the mirror serves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReleaseFile {
-    /// `<product>_<version>_SHA256SUMS`
-    Sums,
-    /// Its detached signature, under any of the names installers ask for.
-    Signature,
-    /// One platform's build: its zip, or its `.tar.gz`.
-    Build(ReleaseKey),
-}
-
-impl ReleaseFile {
-    /// The file `name` of `product` `version`, if the mirror serves such a file.
-    pub fn parse(product: Product, version: &Version, name: &str) -> Option<ReleaseFile> {
-        let sums = sums_filename(product, version);
-        if name == sums {
-            return Some(ReleaseFile::Sums);
-        }
-        if let Some(suffix) = name.strip_prefix(&sums) {
-            let signature = signature_suffixes(product).contains(&suffix);
-            return signature.then_some(ReleaseFile::Signature);
-        }
-        ReleaseKey::from_filename(product, version, name).map(ReleaseFile::Build)
-    }
+/// `base` with `segments` added to its path.
+fn joined<'a>(base: &url::Url, segments: impl IntoIterator<Item = &'a str>) -> Result<url::Url> {
+    let mut url = base.clone();
+    url.path_segments_mut()
+        .map_err(|()| Error::unexpected("a release URL cannot be a base"))?
+        .pop_if_empty()
+        .extend(segments);
+    Ok(url)
 }
 
 /// What the vendor key of a product is.
@@ -149,6 +133,16 @@ pub async fn stored_record(
         if let Some(sums) = sums {
             record.builds = release_builds(product, version, &sums).map_err(|e| unreadable(&e))?;
         }
+        if !record.builds.tarballs.is_empty() {
+            // Once: the record is kept with them from now on.
+            let bytes = serde_json::to_vec_pretty(&record).expect("records serialise");
+            storage
+                .write(
+                    &ReleaseMirror::record_key(product, version),
+                    Bytes::from(bytes),
+                )
+                .await?;
+        }
     }
     Ok(Some(record))
 }
@@ -221,13 +215,7 @@ impl ReleaseMirror {
             Product::Terraform => (&r.hashicorp_url, format!("terraform/{version}")),
             Product::Tofu => (&r.opentofu_url, format!("v{version}")),
         };
-        let mut url = base.clone();
-        url.path_segments_mut()
-            .map_err(|()| Error::unexpected("a release URL cannot be a base"))?
-            .pop_if_empty()
-            .extend(dir.split('/'))
-            .push(file);
-        Ok(url)
+        joined(base, dir.split('/').chain([file]))
     }
 
     fn host_of(url: &url::Url) -> Result<Hostname> {
@@ -314,14 +302,7 @@ impl ReleaseMirror {
         }
         let r = &self.core.settings().releases;
         let url = match product {
-            Product::Terraform => {
-                let mut url = r.hashicorp_url.clone();
-                url.path_segments_mut()
-                    .map_err(|()| Error::unexpected("a release URL cannot be a base"))?
-                    .pop_if_empty()
-                    .extend(["terraform", "index.json"]);
-                url
-            }
+            Product::Terraform => joined(&r.hashicorp_url, ["terraform", "index.json"])?,
             Product::Tofu => r.opentofu_index_url.clone(),
         };
         let core = self.core.clone();
@@ -576,17 +557,7 @@ impl ReleaseMirror {
             let core = core.clone();
             async move {
                 let host = Self::host_of(&url)?;
-                let max = core.settings().upstream.max_archive_size;
-                let download = core
-                    .origin(what)?
-                    .download(
-                        &host,
-                        Operation::Archive,
-                        &url,
-                        max,
-                        "upstream.max_archive_size",
-                    )
-                    .await?;
+                let download = core.origin(what)?.archive(&host, url.as_str()).await?;
                 Ok(OriginBody::from(download))
             }
             .boxed()

@@ -171,6 +171,32 @@ pub fn signature_suffixes(product: Product) -> &'static [&'static str] {
     }
 }
 
+/// A file of a release that the mirror serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseFile {
+    /// `<product>_<version>_SHA256SUMS`
+    Sums,
+    /// Its detached signature, under any of the names installers ask for.
+    Signature,
+    /// One platform's build: its zip, or its `.tar.gz`.
+    Build(ReleaseKey),
+}
+
+impl ReleaseFile {
+    /// The file `name` of `product` `version`, if the mirror serves such a file.
+    pub fn parse(product: Product, version: &Version, name: &str) -> Option<ReleaseFile> {
+        let sums = sums_filename(product, version);
+        if name == sums {
+            return Some(ReleaseFile::Sums);
+        }
+        if let Some(suffix) = name.strip_prefix(&sums) {
+            let signature = signature_suffixes(product).contains(&suffix);
+            return signature.then_some(ReleaseFile::Signature);
+        }
+        ReleaseKey::from_filename(product, version, name).map(ReleaseFile::Build)
+    }
+}
+
 /// What is wrong with a release's SHA256SUMS.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReleaseSumsError {
@@ -391,10 +417,11 @@ impl ReleaseList {
     pub fn hashicorp_release(&self, release: &ListedRelease, base: &str) -> HashicorpRelease {
         let (product, version) = (self.product, &release.version);
         let sums = sums_filename(product, version);
+        // The signatures this mirror serves, under the names the vendor lists.
         let signatures: Vec<String> = release
             .files
             .iter()
-            .filter(|f| f.starts_with(&sums) && f.ends_with(".sig"))
+            .filter(|f| ReleaseFile::parse(product, version, f) == Some(ReleaseFile::Signature))
             .cloned()
             .collect();
         HashicorpRelease {
@@ -487,17 +514,10 @@ impl ReleaseList {
     /// sorted by name.
     pub fn served_files(&self, release: &ListedRelease) -> Vec<String> {
         let (product, version) = (self.product, &release.version);
-        let sums = sums_filename(product, version);
-        let signatures = signature_suffixes(product);
         let mut files: Vec<String> = release
             .files
             .iter()
-            .filter(|f| {
-                **f == sums
-                    || f.strip_prefix(&sums)
-                        .is_some_and(|suffix| signatures.contains(&suffix))
-                    || ReleaseKey::from_filename(product, version, f).is_some()
-            })
+            .filter(|f| ReleaseFile::parse(product, version, f).is_some())
             .cloned()
             .collect();
         files.sort();

@@ -29,8 +29,8 @@ use crate::config::Settings;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mirror::Mirror;
-use crate::mirror::{ArchiveBody, ArchiveHead, Reach, ReleaseFile, Served};
-use crate::records::releases::{Packing, Product};
+use crate::mirror::{ArchiveBody, ArchiveHead, Reach, Served};
+use crate::records::releases::{Packing, Product, ReleaseFile};
 
 mod oci;
 

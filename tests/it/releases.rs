@@ -93,6 +93,14 @@ fn terraform_release(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     (zip, sums, signature)
 }
 
+/// [`terraform_release`] under `work/origin`, served by nginx over TLS; and its zip, SHA256SUMS
+/// and signature.
+fn terraform_origin(ca: &TestCa, work: &Path) -> (StaticServer, Vec<u8>, Vec<u8>, Vec<u8>) {
+    let root = work.join("origin");
+    let (zip, sums, signature) = terraform_release(&root);
+    (StaticServer::start(ca, &root), zip, sums, signature)
+}
+
 /// A zip holding one file, stored (not deflated), as the release zips hold their binary.
 pub(crate) fn zip_of(name: &str, content: &[u8], executable: bool) -> Vec<u8> {
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
@@ -162,8 +170,18 @@ pub(crate) async fn mirror(
     origin: &StaticServer,
     builtin_keys: bool,
 ) -> (TestMirror, FakeOrigin) {
+    mirror_at(ca, work, &origin.url(), builtin_keys).await
+}
+
+/// [`mirror`] with the release origins at `base` (`https://host:port/`), e.g. a throttle's.
+async fn mirror_at(
+    ca: &TestCa,
+    work: &Path,
+    base: &str,
+    builtin_keys: bool,
+) -> (TestMirror, FakeOrigin) {
     let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], vec![]).await;
-    let toml = releases_toml(work, origin, builtin_keys);
+    let toml = releases_toml_at(work, base, builtin_keys);
     let m = TestMirror::start_with(
         ca,
         &registry,
@@ -203,10 +221,8 @@ fn release_files(cache: &Path) -> Vec<PathBuf> {
 async fn terraform_comes_through_the_mirror_verified_and_runs() {
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
     let binary = std::fs::read(TERRAFORM).expect("the terraform binary");
-    let (zip, sums, signature) = terraform_release(&root);
-    let origin = StaticServer::start(&ca, &root);
+    let (origin, zip, sums, signature) = terraform_origin(&ca, work.path());
     let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
     let c = https_client(&ca, &[]);
     let base = "releases/terraform/1.11.4";
@@ -448,42 +464,71 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     assert!(release_files(&builtin.cache_dir).is_empty());
 }
 
-/// A zip whose last bytes differ from what the signed SHA256SUMS lists: clients over `http`
-/// (one that starts the download, reqwest, and one that joins it, curl) never get it complete.
-async fn tampered_zip_reaches_no_client(http: HttpVersion) {
+/// A build (`tofu_1.8.0_linux_amd64<suffix>`) whose last bytes differ from what the signed
+/// SHA256SUMS lists: clients over `http` (one that starts the download, reqwest, and one that
+/// joins it, curl) never get the altered byte, and nothing is cached. The origin is slowed down
+/// so that the second client really joins the first one's download.
+async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("origin");
-    let size = 3 << 20;
-    let content: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+    // Incompressible (xorshift), so that the .tar.gz is as large as the zip.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let content: Vec<u8> = (0..3 << 20)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    // Every release has zips; OpenTofu's also have `.tar.gz` files.
     let zip = zip_of("tofu", &content, true);
+    let tarball = tar_gz_of("tofu", &content);
+    let name = format!("tofu_1.8.0_linux_amd64{suffix}");
+    let build = if suffix == ".zip" { &zip } else { &tarball };
     let dir = root.join("opentofu/v1.8.0");
     write_release(
         &dir,
         "tofu_1.8.0_SHA256SUMS",
-        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
+        &[
+            ("tofu_1.8.0_linux_amd64.zip", &zip),
+            ("tofu_1.8.0_linux_amd64.tar.gz", &tarball),
+        ],
         &["tofu_1.8.0_SHA256SUMS.gpgsig"],
         false,
     );
-    let mut tampered = zip.clone();
-    let last = tampered.len() - 5;
-    tampered[last] ^= 0xff;
-    std::fs::write(dir.join("tofu_1.8.0_linux_amd64.zip"), &tampered).unwrap();
+    let mut tampered = build.clone();
+    let altered = tampered.len() - 5;
+    tampered[altered] ^= 0xff;
+    std::fs::write(dir.join(&name), &tampered).unwrap();
     let origin = StaticServer::start(&ca, &root);
-    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
-    let url = m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip");
-    // The release's record first, so that both clients meet at the zip's download.
-    let sums = get(
-        &https_client(&ca, &[]),
-        &m.url("releases/tofu/1.8.0/tofu_1.8.0_SHA256SUMS"),
-    )
-    .await;
+    let port = url::Url::parse(&origin.url()).unwrap().port().unwrap();
+    let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
+    let base = format!("https://localhost:{}/", throttle.addr().port());
+    let (m, _registry) = mirror_at(&ca, work.path(), &base, false).await;
+    let url = m.url(&format!("releases/tofu/1.8.0/{name}"));
+    let c = https_client(&ca, &[]);
+    // The release's record first, so that both clients meet at the build's download.
+    let sums = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_SHA256SUMS")).await;
     assert_eq!(sums.status, 200);
+    let lookups = async |result: &str| {
+        sample(
+            &m.metrics(&c).await,
+            &format!("provender_cache_lookups_total{{kind=\"release_zip\",result=\"{result}\"}}"),
+        )
+    };
 
+    throttle.set_rate(1 << 20);
     let leader = {
         let (c, url) = (client(&ca, http), url.clone());
         tokio::spawn(async move { download(&c, &url, http).await })
     };
+    crate::support::poll(std::time::Duration::from_secs(10), async || {
+        (lookups("miss").await == 1).then_some(())
+    })
+    .await
+    .expect("the leader's download started");
     let ca_file = ca.write_ca(work.path());
     let joiner = {
         let url = url.clone();
@@ -491,8 +536,8 @@ async fn tampered_zip_reaches_no_client(http: HttpVersion) {
     };
     let seen = within("the leader", leader).await.unwrap();
     assert!(
-        !seen.clean_end && seen.received < zip.len(),
-        "the leader over {http:?} got no complete zip: {seen:?}"
+        !seen.clean_end && seen.received <= altered,
+        "the leader over {http:?} never got the altered byte: {seen:?}"
     );
     let (code, written) = within("the joiner", joiner).await.unwrap();
     assert_ne!(
@@ -501,25 +546,59 @@ async fn tampered_zip_reaches_no_client(http: HttpVersion) {
         "curl over {http:?} reports a failed transfer"
     );
     assert!(
-        written < zip.len(),
-        "curl wrote {written} of {} bytes",
-        zip.len()
+        written <= altered,
+        "curl wrote {written} bytes, the altered byte is at {altered}"
     );
-    let zips: Vec<_> = release_files(&m.cache_dir)
+    assert_eq!(
+        lookups("joined").await,
+        1,
+        "the second client joined the download"
+    );
+    let metrics = m.metrics(&c).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_upstream_requests_total{host=\"localhost\",operation=\"archive\",outcome=\"ok\"}"
+        ),
+        1,
+        "one origin download"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_verification_failures_total{reason=\"archive_checksum\"}"
+        ),
+        1
+    );
+    // The download is over and refused; nothing of it was kept.
+    let kept: Vec<_> = release_files(&m.cache_dir)
         .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
         .collect();
-    assert!(zips.is_empty(), "the tampered zip is not cached: {zips:?}");
+    assert!(
+        kept.is_empty(),
+        "the tampered build is not cached: {kept:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_release_zip_reaches_no_client_over_http1() {
-    tampered_zip_reaches_no_client(HttpVersion::HTTP_11).await;
+    tampered_build_reaches_no_client(HttpVersion::HTTP_11, ".zip").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tampered_release_zip_reaches_no_client_over_http2() {
-    tampered_zip_reaches_no_client(HttpVersion::HTTP_2).await;
+    tampered_build_reaches_no_client(HttpVersion::HTTP_2, ".zip").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_release_tar_gz_reaches_no_client_over_http1() {
+    tampered_build_reaches_no_client(HttpVersion::HTTP_11, ".tar.gz").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tampered_release_tar_gz_reaches_no_client_over_http2() {
+    tampered_build_reaches_no_client(HttpVersion::HTTP_2, ".tar.gz").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -527,9 +606,7 @@ async fn mise_installs_terraform_through_the_mirror() {
     let mise = mise();
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
-    terraform_release(&root);
-    let origin = StaticServer::start(&ca, &root);
+    let (origin, _, _, _) = terraform_origin(&ca, work.path());
     let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
     let ca_file = ca.write_ca(work.path());
     let home = work.path().join("mise");
@@ -592,9 +669,7 @@ async fn mise_installs_terraform_through_the_mirror() {
 async fn seed_fetches_the_newest_matching_release_for_every_platform() {
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
-    let (zip, _, _) = terraform_release(&root);
-    let origin = StaticServer::start(&ca, &root);
+    let (origin, zip, _, _) = terraform_origin(&ca, work.path());
     let dir = work.path().join("seed");
     let (config, _registry) = seed_config(&ca, &dir, &origin).await;
     let config = crate::support::cli::path_str(&config);
@@ -722,9 +797,7 @@ async fn a_release_travels_in_a_bundle_checked_by_the_vendors_signature_and_is_p
     use crate::support::cli::{config_file, import, import_unverified, path_str, provender};
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
-    let (zip, sums, _) = terraform_release(&root);
-    let origin = StaticServer::start(&ca, &root);
+    let (origin, zip, sums, _) = terraform_origin(&ca, work.path());
     let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
     // Two sites sharing a site key, as two that exchanged public keys: A online, B offline.
     let sites = work.path().join("sites");
@@ -956,9 +1029,7 @@ async fn replicas_on_a_shared_directory_store_fetch_a_release_zip_once() {
 async fn with_authentication_on_installers_use_basic_credentials_or_open_releases() {
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
-    let (_, sums, _) = terraform_release(&root);
-    let origin = StaticServer::start(&ca, &root);
+    let (origin, _, sums, _) = terraform_origin(&ca, work.path());
     let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
     let token = "installer-token-0123456789abcdef";
     let c = https_client(&ca, &[]);
@@ -1110,6 +1181,12 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     assert!(
         String::from_utf8_lossy(&got_sums.body).contains(&line),
         "its SHA-256 is the signed list's"
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert!(
+        record["tarballs"].is_object(),
+        "the record is kept with its .tar.gz builds again: {record}"
     );
     let got = get(&c, &artifact(names[0])).await;
     assert!(got.status == 200 && got.body == zip);
