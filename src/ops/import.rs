@@ -208,9 +208,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         trusted_sites: settings.bundles.trusted_site_keys.clone(),
         allow_unverified: args.allow_unverified,
         releases: settings.releases.verifier(),
-        releases_enabled: settings.releases.enabled,
     };
-    let rules_releases_enabled = rules.releases_enabled;
     let (mirror, staging) = super::open_core(settings)?;
     let source = args.source.clone();
     let total = if meta.is_dir() {
@@ -268,7 +266,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         return Ok(Outcome::Failed);
     }
     let mut warnings = unserved(mirror.settings(), &imports);
-    if !releases.is_empty() && !rules_releases_enabled {
+    if !releases.is_empty() && !mirror.settings().releases.enabled {
         warnings.push(
             "releases.enabled is off: the imported CLI releases are in the cache but will not \
              be served until it is on"
@@ -491,8 +489,6 @@ struct Rules {
     allow_unverified: bool,
     /// The vendors' keys that CLI releases are checked with, as when the mirror fetches them.
     releases: Result<Arc<Verifier>, String>,
-    /// Whether this server mirrors releases (else imported ones wait until it does).
-    releases_enabled: bool,
 }
 
 impl Rules {

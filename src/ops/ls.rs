@@ -84,20 +84,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         .list()
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the release store: {e}")))?;
-    releases.sort_by(|a, b| {
-        (
-            a.key.product,
-            &a.key.version,
-            &a.key.platform,
-            a.key.packing,
-        )
-            .cmp(&(
-                b.key.product,
-                &b.key.version,
-                &b.key.platform,
-                b.key.packing,
-            ))
-    });
+    releases.sort_by(|a, b| a.key.cmp(&b.key));
     if args.json {
         let release_objects = releases.iter().map(|r| {
             serde_json::json!({

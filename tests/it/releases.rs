@@ -872,7 +872,15 @@ async fn a_release_travels_in_a_bundle_checked_by_the_vendors_signature_and_is_p
         "{}",
         imported.out()
     );
-    import(b, &bundle).await.ok();
+    let again = import(b, &bundle).await;
+    again.ok();
+    assert!(
+        again
+            .out()
+            .contains("CLI release zips: 0 added, 2 already present"),
+        "importing again changes nothing: {}",
+        again.out()
+    );
     let toml = releases.clone();
     let mut served = TestMirror::start_with(
         &ca,
@@ -1015,7 +1023,13 @@ async fn replicas_on_a_shared_directory_store_fetch_a_release_zip_once() {
             &format!("provender_fleet_fills_total{{role=\"{role}\"}}"),
         )
     };
-    assert_eq!(role(&a, "leader").await + role(&b, "leader").await, 1);
+    let leaders = role(&a, "leader").await + role(&b, "leader").await;
+    let followers = role(&a, "follower").await + role(&b, "follower").await;
+    assert_eq!(
+        (leaders, followers),
+        (1, 1),
+        "one replica led, the other followed"
+    );
     assert_eq!(role(&a, "alone").await + role(&b, "alone").await, 0);
     assert!(
         files_under(&shared.join("mirror/releases"))
