@@ -13,9 +13,8 @@
 //! 3. the archive is a readable zip whose `h1:` hash can be computed.
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -69,8 +68,8 @@ mod fill;
 mod hash_job;
 mod reach;
 
-pub(in crate::mirror) use fill::Turn;
 pub use fill::{Fill, OriginBody, Ready};
+pub(in crate::mirror) use fill::{FillTable, Turn};
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.
@@ -90,7 +89,9 @@ pub struct Core {
     pub(super) archives: Arc<Archives>,
     pub(super) modules: Modules,
     pub(super) staging: Staging,
-    pub(self) fills: Mutex<HashMap<ArchiveKey, Arc<Fill>>>,
+    pub(self) fills: FillTable<ArchiveKey>,
+    /// CLI release builds being downloaded (used by `mirror::releases`).
+    pub(super) release_fills: FillTable<crate::records::releases::ReleaseKey>,
     /// The LRU accounting behind `cache.max_size`; `None` for an unbounded cache.
     pub(super) budget: Option<Arc<Budget>>,
     /// The local disk tier in front of an object store, if configured.
@@ -169,6 +170,7 @@ impl Core {
             clock,
             metrics.clone(),
         );
+        let in_flight = metrics.fills_in_flight.clone();
         Ok(Arc::new(Core {
             settings,
             upstream,
@@ -179,7 +181,8 @@ impl Core {
             archives: Arc::new(archives),
             modules,
             staging,
-            fills: Mutex::new(HashMap::new()),
+            fills: FillTable::new(in_flight.clone()),
+            release_fills: FillTable::new(in_flight),
             budget,
             tier,
             releases,

@@ -13,8 +13,7 @@
 //! many clients (and, on a store that enforces conditional creates, replicas) wait, and
 //! committed with its record (`cache::ReleaseKind`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -172,7 +171,6 @@ pub struct ReleaseMirror {
     verifier: std::result::Result<Arc<Verifier>, String>,
     records: Flights<(Product, Version), Arc<ReleaseRecord>, Error>,
     lists: Listings<Product, ReleaseList, Error>,
-    fills: Mutex<HashMap<ReleaseKey, Arc<Fill<ReleaseKey>>>>,
 }
 
 impl ReleaseMirror {
@@ -193,7 +191,6 @@ impl ReleaseMirror {
             lists,
             verifier,
             records: Flights::default(),
-            fills: Mutex::new(HashMap::new()),
             core,
         })
     }
@@ -421,13 +418,7 @@ impl ReleaseMirror {
     /// progress, the stored file, or what its signed SHA256SUMS says (size unknown).
     pub async fn build_head(&self, key: &ReleaseKey, reach: &Reach) -> Result<ArchiveHead> {
         self.enabled()?;
-        let fill = self
-            .fills
-            .lock()
-            .expect("release fill table lock")
-            .get(key)
-            .cloned();
-        if let Some(fill) = fill {
+        if let Some(fill) = self.core.release_fills.get(key) {
             return Ok(ArchiveHead {
                 sha256: fill.sha256.clone(),
                 size: fill.announced_size(),
@@ -512,33 +503,25 @@ impl ReleaseMirror {
         key: &ReleaseKey,
         sha256: &Sha256,
     ) -> Result<(Arc<Fill<ReleaseKey>>, bool)> {
-        let mut fills = self.fills.lock().expect("release fill table lock");
-        if let Some(fill) = fills.get(key) {
-            return Ok((fill.clone(), false));
-        }
         let url = self.origin_url(key.product, &key.version, &key.filename())?;
-        let fill = Arc::new(Fill::new(
-            key.clone(),
-            sha256.clone(),
-            SignatureKind::Official,
-            true,
-            None,
-        ));
-        fills.insert(key.clone(), fill.clone());
-        let this = self.clone();
-        let task_fill = fill.clone();
-        tokio::spawn(async move {
-            let result = this.fill_zip(&task_fill, url).await;
-            if let Err(e) = &result {
-                tracing::warn!(release = %task_fill.key, "release zip not cached: {e}");
-            }
-            this.fills
-                .lock()
-                .expect("release fill table lock")
-                .remove(&task_fill.key);
-            task_fill.finish(result);
-        });
-        Ok((fill, true))
+        Ok(self.core.release_fills.join_or_start(key, || {
+            let fill = Arc::new(Fill::new(
+                key.clone(),
+                sha256.clone(),
+                SignatureKind::Official,
+                true,
+                None,
+            ));
+            let (this, task_fill) = (self.clone(), fill.clone());
+            tokio::spawn(async move {
+                let result = this.fill_zip(&task_fill, url).await;
+                if let Err(e) = &result {
+                    tracing::warn!(release = %task_fill.key, "release build not cached: {e}");
+                }
+                this.core.release_fills.finish(&task_fill, result);
+            });
+            fill
+        }))
     }
 
     async fn fill_zip(&self, fill: &Fill<ReleaseKey>, url: url::Url) -> Result<()> {

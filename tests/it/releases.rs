@@ -529,6 +529,11 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
     })
     .await
     .expect("the leader's download started");
+    assert_eq!(
+        sample(&m.metrics(&c).await, "provender_fills_in_flight"),
+        1,
+        "the download is in the core's table of fills (which shutdown waits for)"
+    );
     let ca_file = ca.write_ca(work.path());
     let joiner = {
         let url = url.clone();

@@ -1,4 +1,5 @@
-//! Archive fills: one download per archive, streamed to every client while it runs.
+//! Archive fills: one download per archive (or CLI release build), streamed to every client
+//! while it runs; a [`FillTable`] per kind holds those in progress.
 //!
 //! The first request for a missing archive starts a [`Fill`]: a task, detached from every
 //! client, that downloads the archive into a staging file while hashing it. Every request for the
@@ -86,6 +87,86 @@ pub(in crate::mirror) enum Turn {
     Fetch(Option<LeaseGuard>),
     /// Another replica committed it to the shared store.
     Stored,
+}
+
+/// The fills in progress of one kind of object, by key: at most one per object, each counted
+/// in `provender_fills_in_flight` while it is in the table. The core holds one for provider
+/// archives and one for CLI release builds, and waits for both at shutdown.
+pub(in crate::mirror) struct FillTable<K> {
+    fills: Mutex<std::collections::HashMap<K, Arc<Fill<K>>>>,
+    in_flight: prometheus::IntGauge,
+}
+
+impl<K: Clone + Eq + std::hash::Hash + Send + Sync + 'static> FillTable<K> {
+    pub(in crate::mirror) fn new(in_flight: prometheus::IntGauge) -> FillTable<K> {
+        FillTable {
+            fills: Mutex::new(std::collections::HashMap::new()),
+            in_flight,
+        }
+    }
+
+    /// The fill in progress for `key`; or, when there is none, the one `start` makes, put in
+    /// the table (then `true`). `start` runs under the table's lock, so it must only make the
+    /// fill and spawn its task.
+    pub(in crate::mirror) fn join_or_start(
+        &self,
+        key: &K,
+        start: impl FnOnce() -> Arc<Fill<K>>,
+    ) -> (Arc<Fill<K>>, bool) {
+        let mut fills = self.fills.lock().expect("fill table lock");
+        if let Some(fill) = fills.get(key) {
+            return (fill.clone(), false);
+        }
+        let fill = start();
+        fills.insert(key.clone(), fill.clone());
+        self.in_flight.inc();
+        (fill, true)
+    }
+
+    /// The fill in progress for `key`, if any.
+    pub(in crate::mirror) fn get(&self, key: &K) -> Option<Arc<Fill<K>>> {
+        self.fills
+            .lock()
+            .expect("fill table lock")
+            .get(key)
+            .cloned()
+    }
+
+    /// Ends `fill`: it leaves the table (its object is in the store, or not, by now), then its
+    /// readers learn `result`. A client that saw a failure and asks again starts a fresh
+    /// download instead of joining the failed one.
+    pub(in crate::mirror) fn finish(&self, fill: &Fill<K>, result: Result<()>) {
+        if self
+            .fills
+            .lock()
+            .expect("fill table lock")
+            .remove(&fill.key)
+            .is_some()
+        {
+            self.in_flight.dec();
+        }
+        fill.finish(result);
+    }
+
+    /// Waits until no fill of the table is in progress.
+    async fn drain(&self) {
+        loop {
+            let fills: Vec<Arc<Fill<K>>> = self
+                .fills
+                .lock()
+                .expect("fill table lock")
+                .values()
+                .cloned()
+                .collect();
+            if fills.is_empty() {
+                return;
+            }
+            tracing::info!("waiting for {} download(s) in progress", fills.len());
+            for fill in fills {
+                let _ = fill.finished().await;
+            }
+        }
+    }
 }
 
 /// How a response to a fill's readers starts (see [`Fill::ready`]).
@@ -385,24 +466,21 @@ impl Core {
         limit: Option<Arc<Bandwidth>>,
         origin: impl FnOnce() -> Origin,
     ) -> (Arc<Fill>, bool) {
-        let mut fills = self.fills.lock().expect("fill table lock");
-        if let Some(fill) = fills.get(key) {
-            if client {
-                fill.wanted.store(true, Ordering::Relaxed);
-            }
-            return (fill.clone(), false);
+        let (fill, started) = self.fills.join_or_start(key, || {
+            let fill = Arc::new(Fill::new(
+                key.clone(),
+                pkg.shasum.clone(),
+                trust,
+                client,
+                limit,
+            ));
+            tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone(), origin()));
+            fill
+        });
+        if client && !started {
+            fill.wanted.store(true, Ordering::Relaxed);
         }
-        let fill = Arc::new(Fill::new(
-            key.clone(),
-            pkg.shasum.clone(),
-            trust,
-            client,
-            limit,
-        ));
-        fills.insert(key.clone(), fill.clone());
-        self.metrics.fills_in_flight.inc();
-        tokio::spawn(self.clone().run_fill(fill.clone(), pkg.clone(), origin()));
-        (fill, true)
+        (fill, started)
     }
 
     /// The archive's download from its origin, started when the fill first polls it.
@@ -423,24 +501,11 @@ impl Core {
         .boxed()
     }
 
-    /// Waits until no archive download is in progress (for a clean shutdown).
+    /// Waits until no download is in progress, of archives or of CLI release builds (for a
+    /// clean shutdown).
     pub async fn drain(&self) {
-        loop {
-            let fills: Vec<Arc<Fill>> = self
-                .fills
-                .lock()
-                .expect("fill table lock")
-                .values()
-                .cloned()
-                .collect();
-            if fills.is_empty() {
-                return;
-            }
-            tracing::info!("waiting for {} download(s) in progress", fills.len());
-            for fill in fills {
-                let _ = fill.finished().await;
-            }
-        }
+        self.fills.drain().await;
+        self.release_fills.drain().await;
     }
 
     /// The fill in progress for `key`, joined by a client: from now on it downloads at full
@@ -453,11 +518,7 @@ impl Core {
 
     /// The fill in progress for `key`, if any.
     pub(in crate::mirror) fn fill_in_progress(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
-        self.fills
-            .lock()
-            .expect("fill table lock")
-            .get(key)
-            .cloned()
+        self.fills.get(key)
     }
 
     async fn run_fill(self: Arc<Self>, fill: Arc<Fill>, pkg: Package, origin: Origin) {
@@ -466,15 +527,8 @@ impl Core {
             tracing::warn!(archive = %fill.key, "archive not cached: {e}");
         }
         // The archive is in the store (or not) before the fill leaves the table, so a request
-        // that finds no fill finds the archive. A failure is told to readers only after that:
-        // a client that saw it and asks again starts a fresh download instead of joining the
-        // failed one.
-        self.fills
-            .lock()
-            .expect("fill table lock")
-            .remove(&fill.key);
-        self.metrics.fills_in_flight.dec();
-        fill.finish(result);
+        // that finds no fill finds the archive.
+        self.fills.finish(&fill, result);
     }
 
     /// The one way a fill takes bytes in: downloads `origin` into a staging file while the
