@@ -126,6 +126,13 @@ impl Constraints {
         }
     }
 
+    /// Whether a filter of these constraints keeps `version`: [`Constraints::allows`], except
+    /// that no constraint at all keeps every version, prereleases too (a command-line filter
+    /// given as a bare name).
+    pub fn selects(&self, version: &Version) -> bool {
+        self.is_empty() || self.allows(version)
+    }
+
     /// Whether `version` meets every term (prereleases only when named exactly).
     pub fn allows(&self, version: &Version) -> bool {
         if version.prerelease().is_some()

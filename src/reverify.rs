@@ -30,7 +30,6 @@ use crate::hash::{HashError, Sha256};
 use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError};
-use crate::records::releases::{ReleaseKey, ReleaseZip};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
 
@@ -80,14 +79,16 @@ pub trait Recheck: Kind + Sized {
     fn store(mirror: &Core) -> &Objects<Self>;
 
     /// Further checks of `copy`, a local copy of the object whose size and SHA-256 (`sha256`)
-    /// match `record`.
+    /// match `record`; none unless a kind has some.
     fn further(
-        mirror: &Core,
-        key: &Self::Key,
-        record: &Self::Record,
-        sha256: &Sha256,
-        copy: &Path,
-    ) -> impl Future<Output = Result<(), Problem>> + Send;
+        _mirror: &Core,
+        _key: &Self::Key,
+        _record: &Self::Record,
+        _sha256: &Sha256,
+        _copy: &Path,
+    ) -> impl Future<Output = Result<(), Problem>> + Send {
+        async { Ok(()) }
+    }
 
     /// The mirror's bookkeeping once an object left the store.
     fn left_store(_mirror: &Core, _entry: &Listed<Self>) {}
@@ -159,17 +160,6 @@ impl Recheck for ReleaseKind {
 
     fn store(mirror: &Core) -> &Objects<Self> {
         mirror.releases()
-    }
-
-    /// Nothing more: its record holds the SHA-256 the vendor's signed SHA256SUMS lists.
-    async fn further(
-        _mirror: &Core,
-        _key: &ReleaseKey,
-        _record: &ReleaseZip,
-        _sha256: &Sha256,
-        _copy: &Path,
-    ) -> Result<(), Problem> {
-        Ok(())
     }
 }
 

@@ -63,16 +63,12 @@ pub struct CachedZip {
 }
 
 impl ReleaseCatalogue {
-    /// The view of `products`, as scanned (see [`scan`]).
+    /// The view of `products`, as scanned (see [`scan`]: nothing when `[releases]` is off).
     pub(super) fn of(enabled: bool, products: &[ProductReleases]) -> ReleaseCatalogue {
         ReleaseCatalogue {
             api_version: API_VERSION,
             enabled,
-            products: if enabled {
-                products.to_vec()
-            } else {
-                Vec::new()
-            },
+            products: products.to_vec(),
         }
     }
 

@@ -176,7 +176,12 @@ pub struct ReleaseMirror {
 impl ReleaseMirror {
     pub fn new(core: Arc<Core>) -> Arc<ReleaseMirror> {
         let r = &core.settings().releases;
-        let verifier = r.verifier();
+        // Built only where releases are served.
+        let verifier = if r.enabled {
+            r.verifier()
+        } else {
+            Err("releases.enabled is off".into())
+        };
         let storage = core.archives().storage().clone();
         // The same freshness rules as every other list.
         let lists = Listings::new(

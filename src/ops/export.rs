@@ -132,7 +132,7 @@ async fn select(
         if !filters.is_empty()
             && !filters
                 .iter()
-                .any(|(a, c)| a == &key.addr && (c.is_empty() || c.allows(&key.version)))
+                .any(|(a, c)| a == &key.addr && c.selects(&key.version))
         {
             continue;
         }
@@ -172,7 +172,7 @@ async fn select_modules(
         let wanted = filters.is_empty()
             || filters
                 .iter()
-                .any(|(a, c)| a == &m.key.addr && (c.is_empty() || c.allows(&m.key.version)));
+                .any(|(a, c)| a == &m.key.addr && c.selects(&m.key.version));
         if !wanted {
             continue;
         }
@@ -214,7 +214,7 @@ async fn select_releases(
         let wanted = clis.is_empty()
             || clis
                 .iter()
-                .any(|(p, c)| *p == key.product && (c.is_empty() || c.allows(&key.version)));
+                .any(|(p, c)| *p == key.product && c.selects(&key.version));
         if !wanted || (!platforms.is_empty() && !platforms.contains(&key.platform)) {
             continue;
         }

@@ -116,7 +116,7 @@ impl Pins {
     fn keeps_release(&self, cli: Product, version: &Version) -> bool {
         self.clis
             .iter()
-            .any(|(p, c)| *p == cli && (c.is_empty() || c.allows(version)))
+            .any(|(p, c)| *p == cli && c.selects(version))
     }
 
     fn keeps_module(&self, addr: &ModuleAddr, version: &Version) -> bool {

@@ -79,24 +79,17 @@ pub(super) fn error_response(e: &Error) -> Response<Body> {
 
 /// 301 to `location` (a path of this server's own).
 pub(super) fn moved_permanently(location: &str) -> Response<Body> {
-    let mut resp = response(
-        StatusCode::MOVED_PERMANENTLY,
-        "text/plain; charset=utf-8",
-        Bytes::new(),
-    );
-    if let Ok(value) = HeaderValue::from_str(location) {
-        resp.headers_mut().insert(header::LOCATION, value);
-    }
-    resp
+    redirect_to(StatusCode::MOVED_PERMANENTLY, location)
 }
 
 /// 303 to `location` (after a form, or to the sign-in page).
 pub(super) fn see_other(location: &str) -> Response<Body> {
-    let mut resp = response(
-        StatusCode::SEE_OTHER,
-        "text/plain; charset=utf-8",
-        Bytes::new(),
-    );
+    redirect_to(StatusCode::SEE_OTHER, location)
+}
+
+/// An empty answer with `status` sending the client to `location`.
+fn redirect_to(status: StatusCode, location: &str) -> Response<Body> {
+    let mut resp = response(status, "text/plain; charset=utf-8", Bytes::new());
     if let Ok(value) = HeaderValue::from_str(location) {
         resp.headers_mut().insert(header::LOCATION, value);
     }
