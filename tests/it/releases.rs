@@ -405,6 +405,26 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
         release_files(&m.cache_dir).is_empty(),
         "nothing of it is kept"
     );
+    // `seed` refuses it through the same check, and keeps nothing either.
+    let dir = work.path().join("seed");
+    let (config, _seed_registry) = seed_config(&ca, &dir, &origin).await;
+    let config = crate::support::cli::path_str(&config);
+    let seeded =
+        crate::support::cli::provender(&["seed", "--config", config, "--cli", "tofu@1.8.0"]).await;
+    seeded.fails(1);
+    assert!(
+        seeded.out().contains("OpenTofu's pinned key"),
+        "{}",
+        seeded.out()
+    );
+    let kept: Vec<_> = release_files(&dir.join("cache"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("1.8.0"))
+        .collect();
+    assert!(
+        kept.is_empty(),
+        "seed kept nothing of it (only the list of releases): {kept:?}"
+    );
     let served = get(&c, &m.url("releases/tofu/1.8.1/tofu_1.8.1_linux_amd64.zip")).await;
     assert!(served.status == 200 && served.body == zip);
     // OpenTofu's list of releases, newest first as OpenTofu lists it.
@@ -1248,4 +1268,33 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     }
     let stored = dir.join("cache/releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.tar.gz");
     assert!(std::fs::read(stored).unwrap() == tarball);
+
+    // Both builds travel in a bundle and are checked again on import.
+    let bundle = work.path().join("tofu.tar");
+    crate::support::cli::provender(&[
+        "export",
+        "--config",
+        config,
+        "--bundle",
+        crate::support::cli::path_str(&bundle),
+    ])
+    .await
+    .ok();
+    let other = work.path().join("other");
+    let (other_config, _other_registry) = seed_config(&ca, &other, &origin).await;
+    let imported = crate::support::cli::import_unverified(
+        crate::support::cli::path_str(&other_config),
+        &bundle,
+    )
+    .await;
+    imported.ok();
+    assert!(
+        imported
+            .out()
+            .contains("CLI release zips: 2 added, 0 already present"),
+        "{}",
+        imported.out()
+    );
+    let imported = other.join("cache/releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.tar.gz");
+    assert!(std::fs::read(imported).unwrap() == tarball);
 }
