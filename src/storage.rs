@@ -82,54 +82,84 @@ pub enum OpenError {
 }
 
 /// A path in the store, e.g. `archives/registry.terraform.io/hashicorp/aws/5.0.0/x.zip`.
+///
+/// Built only by [`Key::new`], [`Key::parse`] and [`Key::with_suffix`], which check every
+/// segment: none empty, `.` or `..`, none holding `/`, `\` or NUL. Building a key never fails, so
+/// the many places that name objects stay simple; a key that failed the check is carried as
+/// such and every store refuses it ([`StorageError::UnsafeKey`]) before any I/O.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(String);
+pub struct Key {
+    path: String,
+    safe: bool,
+}
+
+/// Whether `s` may be one segment of a key.
+fn safe_segment(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0'])
+}
 
 impl Key {
-    /// Joins segments with `/`. Every segment must come from a validated type: no empty
-    /// segment, no `.` or `..`, no `/` or `\` inside one.
+    /// Joins segments with `/`. Every segment should come from a validated type; one that is
+    /// empty, `.` or `..`, or holds `/`, `\` or NUL makes the key one no store accepts.
     pub fn new<S: AsRef<str>>(segments: impl IntoIterator<Item = S>) -> Key {
-        let mut out = String::new();
+        let mut path = String::new();
+        let mut safe = true;
         for s in segments {
             let s = s.as_ref();
-            debug_assert!(
-                !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0']),
-                "unsafe key segment {s:?}"
-            );
-            if !out.is_empty() {
-                out.push('/');
+            safe &= safe_segment(s);
+            if !path.is_empty() {
+                path.push('/');
             }
-            out.push_str(s);
+            path.push_str(s);
         }
-        Key(out)
+        Key {
+            safe: safe && !path.is_empty(),
+            path,
+        }
     }
 
     /// A key from its `/`-joined form, as a listing returns it; `None` if any segment is unsafe.
     pub fn parse(path: &str) -> Option<Key> {
-        let safe = path
-            .split('/')
-            .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains(['\\', '\0']));
-        safe.then(|| Key(path.to_string()))
+        path.split('/').all(safe_segment).then(|| Key {
+            path: path.to_string(),
+            safe: true,
+        })
     }
 
     /// This key with `suffix` appended to its last segment (`x.zip` -> `x.zip.json`).
     pub fn with_suffix(&self, suffix: &str) -> Key {
-        Key(format!("{}{suffix}", self.0))
+        let path = format!("{}{suffix}", self.path);
+        let last = path.rsplit('/').next().unwrap_or_default();
+        Key {
+            safe: self.safe && !suffix.contains(['/', '\\', '\0']) && safe_segment(last),
+            path,
+        }
+    }
+
+    /// The key's path, or [`StorageError::UnsafeKey`] if a segment failed the check: what a
+    /// store calls before it touches anything.
+    pub fn checked(&self) -> Result<&str> {
+        match self.safe {
+            true => Ok(&self.path),
+            false => Err(StorageError::UnsafeKey {
+                key: self.path.escape_debug().to_string(),
+            }),
+        }
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.path
     }
 
     /// Its segments.
     pub fn segments(&self) -> impl Iterator<Item = &str> {
-        self.0.split('/')
+        self.path.split('/')
     }
 }
 
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.path)
     }
 }
 
@@ -202,6 +232,10 @@ impl Object {
 /// A storage operation that failed. It names the store and the key; no credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
+    /// A key with a segment that could escape its place (see [`Key`]): refused before any I/O.
+    /// Keys are built from validated values only, so this is a defect, never a client's doing.
+    #[error("refused to use the unsafe store key {key:?}")]
+    UnsafeKey { key: String },
     /// The store could not be reached or refused the operation for now (a network error, a
     /// timeout, a throttling answer): retrying later may help.
     #[error("{store}: {key}: {message}")]
@@ -224,7 +258,9 @@ impl StorageError {
     pub fn status(&self) -> http::StatusCode {
         match self {
             StorageError::Unavailable { .. } => http::StatusCode::SERVICE_UNAVAILABLE,
-            StorageError::Failed { .. } => http::StatusCode::INTERNAL_SERVER_ERROR,
+            StorageError::Failed { .. } | StorageError::UnsafeKey { .. } => {
+                http::StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 

@@ -98,8 +98,8 @@ impl LocalTier {
                 if cause == RemovalCause::Size {
                     listener_metrics.evictions.inc();
                 }
-                if let Some(key) = Key::parse(&key) {
-                    let _ = std::fs::remove_file(listener_disk.path_of(&key));
+                if let Some(path) = Key::parse(&key).and_then(|k| listener_disk.path_of(&k).ok()) {
+                    let _ = std::fs::remove_file(path);
                 }
             })
             .build();
@@ -148,7 +148,7 @@ impl LocalTier {
     /// Indexes the copy of `key`; `sha256` when its file was just verified against it.
     fn note(&self, key: &Key, size: u64, sha256: Option<&Sha256>) {
         let kib = u32::try_from(size.div_ceil(UNIT)).unwrap_or(u32::MAX);
-        let verified = sha256.and_then(|_| stamp_of(&self.disk.path_of(key)));
+        let verified = sha256.and_then(|_| stamp_of(&self.disk.path_of(key).ok()?));
         let entry = Entry {
             kib,
             sha256: Mutex::new(sha256.cloned()),
@@ -166,7 +166,7 @@ impl LocalTier {
             self.metrics.requests.with_label_values(&["miss"]).inc();
             return None;
         };
-        let stamp = stamp_of(&self.disk.path_of(key));
+        let stamp = self.disk.path_of(key).ok().and_then(|p| stamp_of(&p));
         let object = match self.disk.open(key).await {
             Ok(Some(o)) if o.meta.size == size => o,
             _ => {
@@ -208,7 +208,9 @@ impl LocalTier {
             let Some(key) = Key::parse(&key) else {
                 continue;
             };
-            let path = self.disk.path_of(&key);
+            let Ok(path) = self.disk.path_of(&key) else {
+                continue;
+            };
             let got = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
                 let mut file = std::fs::File::open(path)?;
                 let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
@@ -252,19 +254,25 @@ impl LocalTier {
     pub fn forget(&self, key: &Key) {
         self.index.invalidate(key.as_str());
         self.index.run_pending_tasks();
-        let _ = std::fs::remove_file(self.disk.path_of(key));
+        if let Ok(path) = self.disk.path_of(key) {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// Takes in a verified file of `size` bytes as the copy of `key` (a hard link: the caller
     /// keeps its file).
     pub fn link(&self, key: &Key, file: &std::path::Path, size: u64, sha256: &Sha256) {
-        let to = self.disk.path_of(key);
-        let linked = to
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| {
-                let _ = std::fs::remove_file(&to);
-                std::fs::hard_link(file, &to)
+        let linked = self
+            .disk
+            .path_of(key)
+            .map_err(std::io::Error::other)
+            .and_then(|to| {
+                to.parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| {
+                        let _ = std::fs::remove_file(&to);
+                        std::fs::hard_link(file, &to)
+                    })
             });
         match linked {
             Ok(()) => self.note(key, size, Some(sha256)),
@@ -512,7 +520,7 @@ mod tests {
                 .is_none()
         );
         assert!(
-            !tier.disk.path_of(&second).exists(),
+            !tier.disk.path_of(&second).unwrap().exists(),
             "an evicted copy is deleted"
         );
         assert!(
@@ -523,7 +531,7 @@ mod tests {
         assert_eq!(tier.metrics.evictions.get(), 1);
         // Corruption that leaves the file's metadata alone is found by the periodic re-check.
         let third = Key::new(["archives", "a2.zip"]);
-        let path = tier.disk.path_of(&third);
+        let path = tier.disk.path_of(&third).unwrap();
         let times = std::fs::metadata(&path).unwrap().modified().unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[0] ^= 1;
@@ -538,7 +546,7 @@ mod tests {
                 .is_none()
         );
         // A copy changed on disk is hashed as it is served: refused, and dropped.
-        std::fs::write(tier.disk.path_of(&first), mib(7)).unwrap();
+        std::fs::write(tier.disk.path_of(&first).unwrap(), mib(7)).unwrap();
         let object = tier
             .get(&first, 1 << 20, &Sha256::of(&mib(0)))
             .await

@@ -33,9 +33,10 @@ impl DiskStorage {
         Ok(DiskStorage { root })
     }
 
-    /// The file of `key`.
-    pub fn path_of(&self, key: &Key) -> PathBuf {
-        key.segments().fold(self.root.clone(), |p, s| p.join(s))
+    /// The file of `key`; refused if the key is unsafe ([`Key::checked`]).
+    pub fn path_of(&self, key: &Key) -> Result<PathBuf> {
+        let path = key.checked()?;
+        Ok(path.split('/').fold(self.root.clone(), |p, s| p.join(s)))
     }
 
     fn err(&self, key: impl std::fmt::Display, e: &io::Error) -> StorageError {
@@ -120,7 +121,7 @@ impl Storage for DiskStorage {
     }
 
     async fn read(&self, key: &Key) -> Result<Option<Bytes>> {
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         let read = async {
             let mut file = open_unused(&path).await?;
             let mut bytes = Vec::new();
@@ -133,7 +134,7 @@ impl Storage for DiskStorage {
     }
 
     async fn open(&self, key: &Key) -> Result<Option<Object>> {
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         let file = absent(open_unused(&path).await).map_err(|e| self.err(key, &e))?;
         let Some(file) = file else {
             return Ok(None);
@@ -149,7 +150,7 @@ impl Storage for DiskStorage {
     }
 
     async fn head(&self, key: &Key) -> Result<Option<ObjectMeta>> {
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         let meta = absent(tokio::fs::metadata(&path).await).map_err(|e| self.err(key, &e))?;
         Ok(meta
             .filter(|m| m.is_file())
@@ -157,32 +158,32 @@ impl Storage for DiskStorage {
     }
 
     async fn write(&self, key: &Key, bytes: Bytes) -> Result<()> {
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         self.blocking(key, move || crate::fsio::write_atomic(&path, &bytes))
             .await
     }
 
     async fn create(&self, key: &Key, bytes: Bytes) -> Result<bool> {
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         self.blocking(key, move || crate::fsio::create_new_atomic(&path, &bytes))
             .await
     }
 
     async fn put_file(&self, key: &Key, file: &Path) -> Result<()> {
-        let (from, to) = (file.to_path_buf(), self.path_of(key));
+        let (from, to) = (file.to_path_buf(), self.path_of(key)?);
         self.blocking(key, move || move_into_place(&from, &to))
             .await
     }
 
     async fn delete(&self, key: &Key) -> Result<bool> {
-        let path = self.path_of(key);
+        let path = self.path_of(key)?;
         absent(tokio::fs::remove_file(&path).await)
             .map(|r| r.is_some())
             .map_err(|e| self.err(key, &e))
     }
 
     async fn rename(&self, from: &Key, to: &Key) -> Result<bool> {
-        let (src, dst) = (self.path_of(from), self.path_of(to));
+        let (src, dst) = (self.path_of(from)?, self.path_of(to)?);
         self.blocking(from, move || {
             if !src.is_file() {
                 return Ok(false);
@@ -193,7 +194,7 @@ impl Storage for DiskStorage {
     }
 
     async fn list(&self, prefix: &Key) -> Result<Vec<ObjectMeta>> {
-        let start = self.path_of(prefix);
+        let start = self.path_of(prefix)?;
         let root = self.root.clone();
         self.blocking(prefix, move || {
             let mut out = Vec::new();
@@ -232,7 +233,7 @@ impl Storage for DiskStorage {
 
     async fn probe(&self) -> Result<()> {
         let key = Key::new([format!(".probe-{}", std::process::id())]);
-        let path = self.path_of(&key);
+        let path = self.path_of(&key)?;
         self.blocking(&key, move || {
             std::fs::write(&path, b"probe")?;
             let back = std::fs::read(&path);
@@ -243,7 +244,7 @@ impl Storage for DiskStorage {
     }
 
     async fn touch(&self, key: &Key) {
-        let path = self.path_of(key);
+        let Ok(path) = self.path_of(key) else { return };
         // Setting a time needs the file's owner, not write access: a read-only file works too.
         let set = tokio::task::spawn_blocking(move || {
             std::fs::File::open(&path)?

@@ -225,12 +225,14 @@ impl ObjectStorage {
         })
     }
 
-    fn path(&self, key: &Key) -> StorePath {
-        if self.prefix.is_empty() {
-            StorePath::from(key.as_str())
+    /// The object of `key`; refused if the key is unsafe ([`Key::checked`]).
+    fn path(&self, key: &Key) -> Result<StorePath> {
+        let key = key.checked()?;
+        Ok(if self.prefix.is_empty() {
+            StorePath::from(key)
         } else {
             StorePath::from(format!("{}/{key}", self.prefix))
-        }
+        })
     }
 
     fn key_of(&self, path: &StorePath) -> Option<Key> {
@@ -263,7 +265,7 @@ impl ObjectStorage {
     }
 
     /// The marker of `key`'s last use.
-    fn marker(&self, key: &Key) -> StorePath {
+    fn marker(&self, key: &Key) -> Result<StorePath> {
         self.path(&key.with_suffix(USE_MARKER))
     }
 
@@ -271,7 +273,9 @@ impl ObjectStorage {
     /// never listed).
     async fn forget_use(&self, key: &Key) {
         self.touched.invalidate(key);
-        let _ = self.store.delete(&self.marker(key)).await;
+        if let Ok(marker) = self.marker(key) {
+            let _ = self.store.delete(&marker).await;
+        }
     }
 
     fn meta_of(&self, key: Key, meta: &object_store::ObjectMeta) -> ObjectMeta {
@@ -284,7 +288,7 @@ impl ObjectStorage {
     }
 
     async fn upload(&self, key: &Key, mut file: tokio::fs::File) -> Result<()> {
-        let path = self.path(key);
+        let path = self.path(key)?;
         let io_err = |e: io::Error| StorageError::io(&self.name, key, &e);
         let size = file.metadata().await.map_err(io_err)?.len();
         if size <= PART_SIZE as u64 {
@@ -361,7 +365,7 @@ impl Storage for ObjectStorage {
     }
 
     async fn read(&self, key: &Key) -> Result<Option<Bytes>> {
-        match self.store.get(&self.path(key)).await {
+        match self.store.get(&self.path(key)?).await {
             Ok(got) => got.bytes().await.map(Some).map_err(|e| self.err(key, &e)),
             Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(self.err(key, &e)),
@@ -369,7 +373,7 @@ impl Storage for ObjectStorage {
     }
 
     async fn open(&self, key: &Key) -> Result<Option<Object>> {
-        let got = match self.store.get(&self.path(key)).await {
+        let got = match self.store.get(&self.path(key)?).await {
             Ok(got) => got,
             Err(e) if not_found(&e) => return Ok(None),
             Err(e) => return Err(self.err(key, &e)),
@@ -380,7 +384,7 @@ impl Storage for ObjectStorage {
     }
 
     async fn head(&self, key: &Key) -> Result<Option<ObjectMeta>> {
-        match self.store.head(&self.path(key)).await {
+        match self.store.head(&self.path(key)?).await {
             Ok(meta) => Ok(Some(self.meta_of(key.clone(), &meta))),
             Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(self.err(key, &e)),
@@ -389,7 +393,7 @@ impl Storage for ObjectStorage {
 
     async fn write(&self, key: &Key, bytes: Bytes) -> Result<()> {
         self.store
-            .put(&self.path(key), PutPayload::from(bytes))
+            .put(&self.path(key)?, PutPayload::from(bytes))
             .await
             .map(|_| ())
             .map_err(|e| self.err(key, &e))
@@ -399,7 +403,7 @@ impl Storage for ObjectStorage {
         let mode = object_store::PutMode::Create;
         match self
             .store
-            .put_opts(&self.path(key), PutPayload::from(bytes), mode.into())
+            .put_opts(&self.path(key)?, PutPayload::from(bytes), mode.into())
             .await
         {
             Ok(_) => Ok(true),
@@ -423,7 +427,7 @@ impl Storage for ObjectStorage {
         if self.head(key).await?.is_none() {
             return Ok(false);
         }
-        let deleted = match self.store.delete(&self.path(key)).await {
+        let deleted = match self.store.delete(&self.path(key)?).await {
             Ok(()) => Ok(true),
             Err(e) if not_found(&e) => Ok(false),
             Err(e) => Err(self.err(key, &e)),
@@ -435,7 +439,7 @@ impl Storage for ObjectStorage {
     }
 
     async fn rename(&self, from: &Key, to: &Key) -> Result<bool> {
-        match self.store.rename(&self.path(from), &self.path(to)).await {
+        match self.store.rename(&self.path(from)?, &self.path(to)?).await {
             Ok(()) => {
                 self.forget_use(from).await;
                 Ok(true)
@@ -446,7 +450,7 @@ impl Storage for ObjectStorage {
     }
 
     async fn list(&self, prefix: &Key) -> Result<Vec<ObjectMeta>> {
-        let path = self.path(prefix);
+        let path = self.path(prefix)?;
         let listed: Vec<object_store::ObjectMeta> = self
             .store
             .list(Some(&path))
@@ -470,7 +474,7 @@ impl Storage for ObjectStorage {
         ]);
         self.write(&key, Bytes::from_static(b"probe")).await?;
         let back = self.read(&key).await;
-        let _ = self.store.delete(&self.path(&key)).await;
+        let _ = self.store.delete(&self.path(&key)?).await;
         match back? {
             Some(b) if &b[..] == b"probe" => Ok(()),
             _ => Err(StorageError::Failed {
@@ -489,12 +493,15 @@ impl Storage for ObjectStorage {
         // No marker for an object that is gone (removed while it was being served): it would
         // be left behind, unlisted, for good.
         let written = match self.head(key).await {
-            Ok(Some(_)) => self
-                .store
-                .put(&self.marker(key), PutPayload::new())
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
+            Ok(Some(_)) => match self.marker(key) {
+                Ok(marker) => self
+                    .store
+                    .put(&marker, PutPayload::new())
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
             Ok(None) => Err("the object is gone".to_string()),
             Err(e) => Err(e.to_string()),
         };
@@ -509,7 +516,7 @@ impl Storage for ObjectStorage {
             return Ok(None);
         };
         signer
-            .signed_url(http::Method::GET, &self.path(key), ttl)
+            .signed_url(http::Method::GET, &self.path(key)?, ttl)
             .await
             .map(Some)
             .map_err(|e| self.err(key, &e))

@@ -189,6 +189,77 @@ async fn complies(storage: Arc<dyn Storage>) {
             .unwrap(),
         "same record"
     );
+
+    refuses_unsafe_keys(storage.as_ref(), scratch.path()).await;
+}
+
+/// A key built from a segment that could escape its place is refused by every operation,
+/// before anything is read or written, and never reaches the store.
+async fn refuses_unsafe_keys(storage: &dyn Storage, scratch: &std::path::Path) {
+    let safe = key("metadata/safe.json");
+    storage
+        .write(&safe, Bytes::from_static(b"{}"))
+        .await
+        .unwrap();
+    let file = staged(scratch, "unsafe-upload", b"bytes");
+    for segments in [
+        vec!["metadata", "..", "escaped.json"],
+        vec!["metadata", "a/b.json"],
+        vec!["metadata", "a\\b.json"],
+        vec!["metadata", ""],
+        vec!["metadata", "nul\0.json"],
+        vec!["."],
+    ] {
+        let bad = Key::new(&segments);
+        let refused = |what: &str, e: provender::storage::StorageError| {
+            assert!(
+                matches!(e, provender::storage::StorageError::UnsafeKey { .. }),
+                "{what} of {segments:?}: {e}"
+            );
+            assert_eq!(e.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        };
+        refused(
+            "write",
+            storage
+                .write(&bad, Bytes::from_static(b"x"))
+                .await
+                .unwrap_err(),
+        );
+        refused(
+            "create",
+            storage
+                .create(&bad, Bytes::from_static(b"x"))
+                .await
+                .unwrap_err(),
+        );
+        refused("put_file", storage.put_file(&bad, &file).await.unwrap_err());
+        refused("read", storage.read(&bad).await.unwrap_err());
+        refused("open", storage.open(&bad).await.err().unwrap());
+        refused("head", storage.head(&bad).await.unwrap_err());
+        refused("delete", storage.delete(&bad).await.unwrap_err());
+        refused("list", storage.list(&bad).await.unwrap_err());
+        refused(
+            "rename from",
+            storage.rename(&bad, &key("metadata/x")).await.unwrap_err(),
+        );
+        refused("rename to", storage.rename(&safe, &bad).await.unwrap_err());
+        storage.touch(&bad).await;
+        // A suffix cannot smuggle a separator in either.
+        refused(
+            "write with a suffix",
+            storage
+                .write(&safe.with_suffix("/../../x"), Bytes::from_static(b"x"))
+                .await
+                .unwrap_err(),
+        );
+    }
+    assert!(
+        storage.read(&safe).await.unwrap().is_some(),
+        "the renamed-to refusal kept it"
+    );
+    assert!(storage.read(&key("escaped.json")).await.unwrap().is_none());
+    assert!(storage.read(&key("x")).await.unwrap().is_none());
+    storage.delete(&safe).await.unwrap();
 }
 
 /// The keys of a listing under `prefix`.
@@ -288,7 +359,7 @@ async fn disk_reads_are_not_uses(dir: &std::path::Path) {
         .await
         .unwrap();
     let long_ago = SystemTime::now() - Duration::from_secs(100 * 86_400);
-    std::fs::File::open(storage.path_of(&k))
+    std::fs::File::open(storage.path_of(&k).unwrap())
         .unwrap()
         .set_times(
             std::fs::FileTimes::new()
