@@ -310,7 +310,51 @@ impl Package {
     }
 }
 
+/// A package that is not named for what it is recorded as: the one rule every registry puts on
+/// publishers, `terraform-provider-<type>_<version>_<os>_<arch>.zip`. A signed SHA256SUMS line
+/// for another name vouches for another file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the package for {platform} is named {found}, not {expected}: signed files of another \
+     version or platform are not admitted under its name"
+)]
+pub struct Misnamed {
+    pub platform: Platform,
+    pub expected: String,
+    pub found: String,
+}
+
+impl Package {
+    /// Whether this package is named for `platform` of `version` of `addr`: the check
+    /// `TrustPolicy::verify_sums` makes before admitting it and every reader of a stored
+    /// version record makes again.
+    pub fn check_name(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+    ) -> Result<(), Misnamed> {
+        let expected = addr.archive_filename(version, platform);
+        match self.filename == expected {
+            true => Ok(()),
+            false => Err(Misnamed {
+                platform: platform.clone(),
+                expected,
+                found: self.filename.clone(),
+            }),
+        }
+    }
+}
+
 impl VersionRecord {
+    /// Every package named for its platform of `version` of `addr` ([`Package::check_name`]),
+    /// else the first one that is not.
+    pub fn check_names(&self, addr: &ProviderAddr, version: &Version) -> Result<(), Misnamed> {
+        self.packages
+            .iter()
+            .try_for_each(|(platform, pkg)| pkg.check_name(addr, version, platform))
+    }
+
     /// The position of `url` in [`VersionRecord::sums`].
     pub fn sums_index(&self, url: &str) -> Option<usize> {
         self.sums.iter().position(|s| s.url == url)

@@ -26,11 +26,12 @@ use crate::cache::{
 };
 use futures_util::StreamExt;
 
+use crate::address::{ProviderAddr, Version};
 use crate::hash::{HashError, Sha256};
 use crate::metrics::{Metrics, VerificationReason};
 use crate::mirror::Core;
 use crate::mirror::admission::{self, AdmitError};
-use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
+use crate::records::{ArchiveInfo, ArchiveKey, Misnamed, ModuleKey, ModuleRecord};
 use crate::storage::StorageError;
 
 /// What one pass found.
@@ -57,6 +58,10 @@ pub enum Problem {
     },
     #[error("unusable zip: {0}")]
     UnusableZip(#[from] HashError),
+    /// Its version record names another file for its platform: the signed line it was
+    /// checked against vouches for that file, not for this archive.
+    #[error("its version record is unusable: {0}")]
+    Misnamed(#[from] Misnamed),
     /// Its SHA-256 is not the `shasum` its origin published (as the version record has it).
     #[error("SHA-256 is {sha256}, the origin published {published}")]
     Origin { sha256: String, published: String },
@@ -119,15 +124,20 @@ impl Recheck for ArchiveKind {
                 recorded: record.h1.to_string(),
             });
         }
-        let Some(rec) = mirror.meta().read_version(&key.addr, &key.version).await else {
+        let meta = mirror.meta();
+        let Some(rec) = meta.read_version_as_stored(&key.addr, &key.version).await else {
             return Ok(());
         };
-        match rec.packages.get(&key.platform) {
-            Some(pkg) if pkg.shasum != *sha256 => Err(Problem::Origin {
+        let Some(pkg) = rec.packages.get(&key.platform) else {
+            return Ok(());
+        };
+        pkg.check_name(&key.addr, &key.version, &key.platform)?;
+        match pkg.shasum != *sha256 {
+            true => Err(Problem::Origin {
                 sha256: sha256.to_string(),
                 published: pkg.shasum.to_string(),
             }),
-            _ => Ok(()),
+            false => Ok(()),
         }
     }
 
@@ -198,6 +208,28 @@ pub async fn recheck<K: Recheck>(mirror: &Core, entry: &Listed<K>) -> Result<(),
         });
     }
     K::further(mirror, &entry.key, record, &sha256, copy.path()).await
+}
+
+/// Every stored version record that names a package for another version or platform than its
+/// own ([`VersionRecord::check_names`](crate::records::VersionRecord::check_names)): records
+/// kept before that rule was enforced. Readers already ignore them; `provender verify` reports
+/// and removes them.
+pub async fn misnamed_versions(
+    mirror: &Core,
+) -> Result<Vec<(ProviderAddr, Version, Misnamed)>, StorageError> {
+    let meta = mirror.meta();
+    let mut out = Vec::new();
+    let mut stored: Vec<_> = meta.version_stamps().await?.into_keys().collect();
+    stored.sort();
+    for (addr, version) in stored {
+        let Some(rec) = meta.read_version_as_stored(&addr, &version).await else {
+            continue;
+        };
+        if let Err(misnamed) = rec.check_names(&addr, &version) {
+            out.push((addr, version, misnamed));
+        }
+    }
+    Ok(out)
 }
 
 /// Copies an opened object into a staging file through the admission path (some checks need a

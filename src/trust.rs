@@ -538,13 +538,11 @@ impl TrustPolicy {
         packages: impl IntoIterator<Item = (&'a Platform, &'a Package)> + Clone,
     ) -> Result<Trust, Refusal> {
         for (platform, pkg) in packages.clone() {
-            let expected = addr.archive_filename(version, platform);
-            if pkg.filename != expected {
-                return Err(Refusal::WrongFilename {
-                    expected,
-                    found: pkg.filename.clone(),
-                });
-            }
+            pkg.check_name(addr, version, platform)
+                .map_err(|m| Refusal::WrongFilename {
+                    expected: m.expected,
+                    found: m.found,
+                })?;
         }
         let mut keys: Vec<SigningKey> = Vec::new();
         for (_, pkg) in packages.clone() {

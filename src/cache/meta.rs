@@ -141,7 +141,28 @@ impl MetaStore {
             .await
     }
 
+    /// The stored record of `version`, if there is one and every package in it is named for
+    /// it ([`VersionRecord::check_names`]). A record kept before that rule was enforced, naming
+    /// another file, is ignored (and logged): the version is fetched and verified again, and
+    /// `provender verify` removes the record.
     pub async fn read_version(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Option<VersionRecord> {
+        let rec = self.read_version_as_stored(addr, version).await?;
+        match rec.check_names(addr, version) {
+            Ok(()) => Some(rec),
+            Err(misnamed) => {
+                tracing::warn!(provider = %addr, %version, "ignoring a kept version record: {misnamed}");
+                None
+            }
+        }
+    }
+
+    /// The stored record of `version` as it is, whatever it names: for the checks that judge
+    /// it (re-verification, `provender verify`).
+    pub async fn read_version_as_stored(
         &self,
         addr: &ProviderAddr,
         version: &Version,
@@ -245,19 +266,24 @@ impl MetaStore {
     }
 
     /// Records what a committed archive showed, its `h1:` hash and its size, in its version
-    /// record (memory and store).
+    /// record (memory and store), if the record's package for `platform` is that archive: its
+    /// `shasum` is the archive's `sha256`. Returns whether it is (an archive stored under the
+    /// package's name with other bytes is not the package, and vouches for nothing in it).
     pub async fn set_archive_facts(
         &self,
         addr: &ProviderAddr,
         version: &Version,
         platform: &Platform,
+        sha256: &crate::hash::Sha256,
         h1: &crate::hash::H1,
         size: u64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        let mut is_package = false;
         self.update_packages(addr, version, |packages| {
-            let Some(pkg) = packages.get_mut(platform) else {
+            let Some(pkg) = packages.get_mut(platform).filter(|p| p.shasum == *sha256) else {
                 return false;
             };
+            is_package = true;
             if pkg.h1.as_ref() == Some(h1) && pkg.size == Some(size) {
                 return false;
             }
@@ -265,7 +291,8 @@ impl MetaStore {
             pkg.size = Some(size);
             true
         })
-        .await
+        .await?;
+        Ok(is_package)
     }
 
     /// Records archive sizes the origin stated, for packages whose size is not known yet.
@@ -412,7 +439,7 @@ mod tests {
         let linux = Platform::parse("linux_amd64").unwrap();
         let pkg = Package {
             protocols: vec!["5.0".into()],
-            filename: "f.zip".into(),
+            filename: addr.archive_filename(&v, &linux),
             download_url: Some("https://x/f.zip".into()),
             shasum: crate::hash::Sha256::of(b"f"),
             shasums_url: Some("https://x/S".into()),
@@ -432,12 +459,29 @@ mod tests {
         };
         store.write_version(&addr, &v, &rec).await.unwrap();
         assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);
-        store
-            .set_archive_facts(&addr, &v, &linux, &crate::hash::test_h1(1), 7)
-            .await
-            .unwrap();
+        // An archive with other bytes than the package's vouches for nothing in its record.
+        let other = crate::hash::Sha256::of(b"other");
+        let (h1, other_h1) = (crate::hash::test_h1(1), crate::hash::test_h1(2));
+        let set = store.set_archive_facts(&addr, &v, &linux, &other, &other_h1, 9);
+        assert!(!set.await.unwrap());
+        assert_eq!(store.read_version(&addr, &v).await.unwrap(), rec);
+        let sha256 = crate::hash::Sha256::of(b"f");
+        let set = store.set_archive_facts(&addr, &v, &linux, &sha256, &h1, 7);
+        assert!(set.await.unwrap());
         let back = store.read_version(&addr, &v).await.unwrap();
         assert_eq!(back.packages[&linux].h1, Some(crate::hash::test_h1(1)));
         assert!(back.covers(|_| true));
+
+        // A record whose package is named for another platform is read as absent, except by
+        // the checks that judge it.
+        let mut misnamed = back.clone();
+        let pkg = misnamed.packages.get_mut(&linux).unwrap();
+        pkg.filename = addr.archive_filename(&v, &Platform::parse("darwin_arm64").unwrap());
+        store.write_version(&addr, &v, &misnamed).await.unwrap();
+        assert_eq!(store.read_version(&addr, &v).await, None);
+        assert_eq!(
+            store.read_version_as_stored(&addr, &v).await,
+            Some(misnamed)
+        );
     }
 }

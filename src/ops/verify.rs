@@ -6,7 +6,9 @@
 //! from its record, or when its SHA-256 differs from the origin's `shasum` in the version
 //! record; a module package when it has no readable record or its size or SHA-256 differ from
 //! its record. Failures are moved to `quarantine/` (kept for inspection, never served; the
-//! next request fetches a fresh copy), unless `--no-quarantine` is given. What is left here is
+//! next request fetches a fresh copy), unless `--no-quarantine` is given. Version records that
+//! name a package for another version or platform (kept before that rule was enforced) are
+//! reported and removed, and the archive of such a platform fails its check. What is left here is
 //! the command's output and exit code.
 
 use std::sync::Arc;
@@ -105,6 +107,37 @@ async fn check_all<K: Recheck>(
     })
 }
 
+/// Finds version records that name a package for another version or platform than their own
+/// (kept before that rule was enforced) and removes them, unless `no_quarantine`; the next
+/// request fetches and verifies the version again. Their archives of the misnamed platform are
+/// caught by the archive check.
+async fn check_version_records(
+    mirror: &Arc<Core>,
+    no_quarantine: bool,
+) -> Result<Vec<(String, String)>, OpsError> {
+    let misnamed = reverify::misnamed_versions(mirror).await.map_err(|e| {
+        OpsError::Failed(anyhow::anyhow!(
+            "listing the version records in the store: {e}"
+        ))
+    })?;
+    let mut failed = Vec::new();
+    for (addr, version, why) in misnamed {
+        let outcome = if no_quarantine {
+            "left in place (--no-quarantine)".to_string()
+        } else {
+            match mirror.meta().remove_version(&addr, &version).await {
+                Ok(_) => "removed; the next request fetches it again".to_string(),
+                Err(e) => format!("could not remove it: {e}"),
+            }
+        };
+        failed.push((
+            format!("version record {addr} {version}"),
+            format!("{why}; {outcome}"),
+        ));
+    }
+    Ok(failed)
+}
+
 /// Runs `provender verify`.
 pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
@@ -126,9 +159,11 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
     modules.report("module packages");
     let releases = check_all::<ReleaseKind>(&mirror, concurrency, args.no_quarantine).await?;
     releases.report("release zips");
+    let records = check_version_records(&mirror, args.no_quarantine).await?;
     let mut failed = archives.failed;
     failed.extend(modules.failed);
     failed.extend(releases.failed);
+    failed.extend(records);
     super::print_failures(&failed);
     Ok(Outcome::from_failures(failed.len()))
 }

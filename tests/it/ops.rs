@@ -23,7 +23,7 @@ use crate::support::cli::{
     config_file, export_bundle, import, import_unverified, path_str, provender, sealed_config,
     seed, snapshot, tamper, zips,
 };
-use crate::support::origin::{FakeOrigin, ProviderSpec, RequestKind};
+use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
 use crate::support::static_server::StaticServer;
@@ -889,4 +889,132 @@ async fn seed_and_lock_read_opentofu_configurations_as_opentofu_does() {
             && lock.contains("version     = \"2.0.0\""),
         "{lock}"
     );
+}
+
+/// A package named for another platform of its version (the origin's genuinely signed line for
+/// that other file, relabelled): `seed` and `lock` refuse it, naming both files, and keep
+/// nothing. A version record kept before that rule was enforced (a relabelled package already
+/// in the cache, the other platform's archive stored under its name): `provender verify`
+/// reports it and the archive, the server ignores it and fetches the version again (the
+/// complete-hashes job then hashes the platform's own archive, not the relabelled one), and
+/// the next `verify` quarantines the relabelled archive.
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_lock_verify_and_the_hash_job_hold_packages_to_their_names() {
+    let Connected {
+        ca,
+        origin,
+        work,
+        cache,
+        cfg,
+    } = connected().await;
+    let cfg = path_str(&cfg);
+    let own = origin.filename("acme", "bar", "2.3.0", "darwin", "arm64");
+    let other = origin.filename("acme", "bar", "2.3.0", "linux", "amd64");
+    let version_record = cache
+        .join("metadata")
+        .join(REGISTRY)
+        .join("acme/bar/2.3.0.json");
+
+    // Every platform's download metadata describes linux_amd64's file.
+    origin.set_fault(Fault::DescribeAs {
+        version: None,
+        platform: Some(("linux", "amd64")),
+    });
+    let seeded = seed(cfg, &["darwin_arm64"], &["acme/bar@2.3.0"]).await;
+    seeded.fails(1);
+    let out = seeded.out();
+    assert!(out.contains(&own) && out.contains(&other), "{out}");
+    let locked_dir = work.path().join("locked");
+    std::fs::create_dir(&locked_dir).unwrap();
+    let lockfile = locked_dir.join(".terraform.lock.hcl");
+    let locked = provender(&[
+        "lock",
+        "--config",
+        cfg,
+        "--platform",
+        "darwin_arm64",
+        "--provider",
+        "acme/bar@2.3.0",
+        "--output",
+        path_str(&lockfile),
+    ])
+    .await;
+    locked.fails(1);
+    let out = locked.out();
+    assert!(out.contains(&own) && out.contains(&other), "{out}");
+    assert!(!lockfile.exists(), "no lock file from a refused package");
+    assert!(!version_record.exists());
+    assert!(zips(&cache).is_empty());
+    assert_eq!(origin.count(RequestKind::Archive), 0);
+
+    // A cache relabelled before the rule: darwin_arm64 named, summed and stored as linux_amd64.
+    origin.clear_faults();
+    seed(cfg, &["linux_amd64", "darwin_arm64"], &["acme/bar@2.3.0"])
+        .await
+        .ok();
+    let archives = cache.join("archives").join(REGISTRY).join("acme/bar/2.3.0");
+    std::fs::copy(archives.join(&other), archives.join(&own)).unwrap();
+    std::fs::copy(
+        archives.join(format!("{other}.json")),
+        archives.join(format!("{own}.json")),
+    )
+    .unwrap();
+    let mut rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&version_record).unwrap()).unwrap();
+    rec["packages"]["darwin_arm64"] = rec["packages"]["linux_amd64"].clone();
+    std::fs::write(&version_record, serde_json::to_vec(&rec).unwrap()).unwrap();
+
+    let found = provender(&["verify", "--config", cfg, "--no-quarantine"]).await;
+    found.fails(1);
+    let out = found.stdout.clone();
+    assert!(
+        out.contains(&format!("version record {REGISTRY}/acme/bar 2.3.0"))
+            && out.contains(&format!("named {other}, not {own}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("darwin_arm64: its version record is unusable"),
+        "{out}"
+    );
+
+    // The server fetches the version again instead of serving the relabelled record; the job
+    // hashes darwin_arm64's own archive.
+    let mut mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&cache),
+            hash_job: Some(""),
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = crate::support::https_client(&ca, &[]);
+    let url = mirror.url(&format!("{REGISTRY}/acme/bar/2.3.0.json"));
+    let own_zh = format!(
+        "zh:{}",
+        origin.sha256_hex("acme", "bar", "2.3.0", "darwin", "arm64")
+    );
+    let own_h1 = origin.h1_zip("acme", "bar", "2.3.0", "darwin", "arm64");
+    let doc = crate::support::poll(std::time::Duration::from_secs(20), async || {
+        let got = crate::support::http::get(&client, &url).await;
+        assert_eq!(got.status, 200, "{url}");
+        let doc = got.json();
+        let hashes = doc["archives"]["darwin_arm64"]["hashes"].clone();
+        assert!(
+            hashes.as_array().unwrap().contains(&own_zh.clone().into()),
+            "{hashes}"
+        );
+        crate::support::h1_of(&doc, "darwin_arm64").map(|h1| (h1, doc))
+    })
+    .await
+    .expect("darwin_arm64 hashed");
+    assert_eq!(doc.0, own_h1, "{}", doc.1);
+    mirror.stop().await;
+
+    // The relabelled archive fails against the record fetched again, and leaves the store.
+    let again = provender(&["verify", "--config", cfg]).await;
+    again.fails(1);
+    assert!(again.stdout.contains("quarantined to"), "{}", again.stdout);
+    provender(&["verify", "--config", cfg]).await.ok();
 }

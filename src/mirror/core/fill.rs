@@ -717,7 +717,14 @@ impl Core {
         }
         if let Err(e) = self
             .meta
-            .set_archive_facts(&key.addr, &key.version, &key.platform, h1, size)
+            .set_archive_facts(
+                &key.addr,
+                &key.version,
+                &key.platform,
+                &pkg.shasum,
+                h1,
+                size,
+            )
             .await
         {
             tracing::warn!(archive = %key, "cannot record h1 in version metadata: {e}");

@@ -189,11 +189,16 @@ impl Core {
         limit: Option<Arc<Bandwidth>>,
     ) -> crate::error::Result<bool> {
         if let Some(info) = self.archive_info(key).await? {
-            // Stored by another replica, or before its record learnt the h1.
-            self.meta
-                .set_archive_facts(&key.addr, &key.version, &key.platform, &info.h1, info.size)
-                .await?;
-            return Ok(false);
+            // Stored by another replica, or before its record learnt the h1. One with other
+            // bytes than the record's package is not that package: fetched again below.
+            let (sha256, h1) = (&info.sha256, &info.h1);
+            let (addr, version, platform) = (&key.addr, &key.version, &key.platform);
+            let facts = self
+                .meta
+                .set_archive_facts(addr, version, platform, sha256, h1, info.size);
+            if facts.await? {
+                return Ok(false);
+            }
         }
         let (pkg, trust) = self.package_to_fetch(key).await?;
         self.admit(key, trust)?;
