@@ -102,9 +102,263 @@ struct Link {
     target: PathBuf,
 }
 
-/// Unpacking state: the scratch tree and the running totals.
-struct Unpacker<'a> {
-    root: &'a Path,
+/// Where a package is unpacked before it is repacked: a scratch directory ([`repack`], what
+/// serving and `import` use) or memory ([`repack_in_memory`], so that fuzzing runs millions of
+/// inputs). The [`Unpacker`] holds every rule and hands a tree only relative paths it checked
+/// (normal components, nothing else), so both kinds behave alike.
+trait Tree {
+    /// Creates the directory `rel` and its parents.
+    fn make_dir(&mut self, rel: &Path) -> io::Result<()>;
+    fn is_dir(&self, rel: &Path) -> bool;
+    fn is_file(&self, rel: &Path) -> bool;
+    /// Creates (or replaces) the file `rel`, and its parents, from at most `limit` bytes of
+    /// `body`; returns how many it copied.
+    fn write_file(
+        &mut self,
+        rel: &Path,
+        body: &mut dyn Read,
+        limit: u64,
+        executable: bool,
+    ) -> io::Result<u64>;
+    fn file_len(&self, rel: &Path) -> io::Result<u64>;
+    /// Copies the file `from` to `to` (creating `to`'s parents).
+    fn copy_file(&mut self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Every file (`false`) and directory (`true`) under `dir`, as paths relative to `dir`,
+    /// sorted by path (directories before what they hold).
+    fn walk(&self, dir: &Path) -> io::Result<Vec<(PathBuf, bool)>>;
+    /// What `dir` holds directly: each entry and whether it is a directory.
+    fn children(&self, dir: &Path) -> io::Result<Vec<(PathBuf, bool)>>;
+    fn is_executable(&self, rel: &Path) -> io::Result<bool>;
+    fn open(&self, rel: &Path) -> io::Result<Box<dyn Read + '_>>;
+}
+
+/// A tree in a scratch directory.
+struct DiskTree<'a>(&'a Path);
+
+impl Tree for DiskTree<'_> {
+    fn make_dir(&mut self, rel: &Path) -> io::Result<()> {
+        fs::create_dir_all(self.0.join(rel))
+    }
+
+    fn is_dir(&self, rel: &Path) -> bool {
+        self.0.join(rel).is_dir()
+    }
+
+    fn is_file(&self, rel: &Path) -> bool {
+        self.0.join(rel).is_file()
+    }
+
+    fn write_file(
+        &mut self,
+        rel: &Path,
+        body: &mut dyn Read,
+        limit: u64,
+        executable: bool,
+    ) -> io::Result<u64> {
+        let path = self.0.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let mut out = fs::File::create(&path)?;
+        let copied = io::copy(&mut body.take(limit), &mut out)?;
+        #[cfg(unix)]
+        if executable {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
+        }
+        #[cfg(not(unix))]
+        let _ = executable;
+        Ok(copied)
+    }
+
+    fn file_len(&self, rel: &Path) -> io::Result<u64> {
+        Ok(fs::metadata(self.0.join(rel))?.len())
+    }
+
+    fn copy_file(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        let dest = self.0.join(to);
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::copy(self.0.join(from), dest).map(|_| ())
+    }
+
+    fn walk(&self, dir: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
+        let root = self.0.join(dir);
+        let mut out = Vec::new();
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            for entry in fs::read_dir(root.join(&rel))? {
+                let entry = entry?;
+                let path = rel.join(entry.file_name());
+                let kind = entry.file_type()?;
+                if kind.is_dir() {
+                    stack.push(path.clone());
+                    out.push((path, true));
+                } else if kind.is_file() {
+                    out.push((path, false));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+        Ok(out)
+    }
+
+    fn children(&self, dir: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
+        fs::read_dir(self.0.join(dir))?
+            .map(|e| {
+                let e = e?;
+                Ok((dir.join(e.file_name()), e.file_type()?.is_dir()))
+            })
+            .collect()
+    }
+
+    fn is_executable(&self, rel: &Path) -> io::Result<bool> {
+        let meta = fs::metadata(self.0.join(rel))?;
+        #[cfg(unix)]
+        return Ok(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0);
+        #[cfg(not(unix))]
+        return Ok(false);
+    }
+
+    fn open(&self, rel: &Path) -> io::Result<Box<dyn Read + '_>> {
+        Ok(Box::new(fs::File::open(self.0.join(rel))?))
+    }
+}
+
+/// A node of a [`MemTree`].
+enum Node {
+    Dir,
+    File { bytes: Vec<u8>, executable: bool },
+}
+
+/// A tree in memory. It is the oracle of the fuzz targets as much as a store: a path that is
+/// not made of normal components alone (the [`Unpacker`] lets none through) panics.
+#[derive(Default)]
+struct MemTree(BTreeMap<PathBuf, Node>);
+
+impl MemTree {
+    fn checked(rel: &Path) -> &Path {
+        assert!(
+            rel.components().all(|c| matches!(c, Component::Normal(_))),
+            "an unchecked path reached the tree: {rel:?}"
+        );
+        rel
+    }
+
+    fn not_a_dir(rel: &Path) -> io::Error {
+        io::Error::other(format!("{}: not a directory", rel.display()))
+    }
+}
+
+impl Tree for MemTree {
+    fn make_dir(&mut self, rel: &Path) -> io::Result<()> {
+        let mut at = PathBuf::new();
+        for part in Self::checked(rel).components() {
+            at.push(part);
+            match self.0.get(&at) {
+                Some(Node::Dir) => {}
+                Some(Node::File { .. }) => return Err(Self::not_a_dir(&at)),
+                None => {
+                    self.0.insert(at.clone(), Node::Dir);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_dir(&self, rel: &Path) -> bool {
+        rel.as_os_str().is_empty() || matches!(self.0.get(rel), Some(Node::Dir))
+    }
+
+    fn is_file(&self, rel: &Path) -> bool {
+        matches!(self.0.get(rel), Some(Node::File { .. }))
+    }
+
+    fn write_file(
+        &mut self,
+        rel: &Path,
+        body: &mut dyn Read,
+        limit: u64,
+        executable: bool,
+    ) -> io::Result<u64> {
+        if let Some(parent) = Self::checked(rel).parent() {
+            self.make_dir(parent)?;
+        }
+        if self.is_dir(rel) {
+            return Err(io::Error::other(format!(
+                "{}: is a directory",
+                rel.display()
+            )));
+        }
+        let mut bytes = Vec::new();
+        body.take(limit).read_to_end(&mut bytes)?;
+        let copied = bytes.len() as u64;
+        self.0
+            .insert(rel.to_path_buf(), Node::File { bytes, executable });
+        Ok(copied)
+    }
+
+    fn file_len(&self, rel: &Path) -> io::Result<u64> {
+        match self.0.get(rel) {
+            Some(Node::File { bytes, .. }) => Ok(bytes.len() as u64),
+            _ => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+
+    fn copy_file(&mut self, from: &Path, to: &Path) -> io::Result<()> {
+        let (bytes, executable) = match self.0.get(from) {
+            Some(Node::File { bytes, executable }) => (bytes.clone(), *executable),
+            _ => return Err(io::ErrorKind::NotFound.into()),
+        };
+        self.write_file(to, &mut bytes.as_slice(), u64::MAX, executable)
+            .map(|_| ())
+    }
+
+    fn walk(&self, dir: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
+        let mut out: Vec<(PathBuf, bool)> = self
+            .0
+            .iter()
+            .filter_map(|(path, node)| {
+                let rel = path.strip_prefix(dir).ok()?;
+                (!rel.as_os_str().is_empty())
+                    .then(|| (rel.to_path_buf(), matches!(node, Node::Dir)))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+        Ok(out)
+    }
+
+    fn children(&self, dir: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
+        Ok(self
+            .0
+            .iter()
+            .filter(|(path, _)| path.parent() == Some(dir))
+            .map(|(path, node)| (path.clone(), matches!(node, Node::Dir)))
+            .collect())
+    }
+
+    fn is_executable(&self, rel: &Path) -> io::Result<bool> {
+        Ok(matches!(
+            self.0.get(rel),
+            Some(Node::File {
+                executable: true,
+                ..
+            })
+        ))
+    }
+
+    fn open(&self, rel: &Path) -> io::Result<Box<dyn Read + '_>> {
+        match self.0.get(rel) {
+            Some(Node::File { bytes, .. }) => Ok(Box::new(bytes.as_slice())),
+            _ => Err(io::ErrorKind::NotFound.into()),
+        }
+    }
+}
+
+/// Unpacking state: the tree and the running totals.
+struct Unpacker<T> {
+    tree: T,
     limits: PackLimits,
     entries: usize,
     bytes: u64,
@@ -138,7 +392,17 @@ fn safe_path(name: &str) -> Result<Option<PathBuf>, PackError> {
     Ok((!out.as_os_str().is_empty()).then_some(out))
 }
 
-impl Unpacker<'_> {
+impl<T: Tree> Unpacker<T> {
+    fn new(tree: T, limits: PackLimits) -> Self {
+        Unpacker {
+            tree,
+            limits,
+            entries: 0,
+            bytes: 0,
+            links: Vec::new(),
+        }
+    }
+
     fn count(&mut self) -> Result<(), PackError> {
         self.entries += 1;
         if self.entries > self.limits.max_entries {
@@ -149,36 +413,24 @@ impl Unpacker<'_> {
 
     fn dir(&mut self, rel: &Path) -> Result<(), PackError> {
         self.count()?;
-        fs::create_dir_all(self.root.join(rel))?;
+        self.tree.make_dir(rel)?;
         Ok(())
     }
 
     fn file(&mut self, rel: &Path, body: &mut dyn Read, executable: bool) -> Result<(), PackError> {
         self.count()?;
-        let path = self.root.join(rel);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        if path.is_dir() {
+        if self.tree.is_dir(rel) {
             return Err(PackError::Unsafe {
                 name: rel.display().to_string(),
                 why: "is both a directory and a file",
             });
         }
-        let mut out = fs::File::create(&path)?;
         let left = self.limits.max_unpacked - self.bytes;
-        let copied = io::copy(&mut body.take(left + 1), &mut out)?;
+        let copied = self.tree.write_file(rel, body, left + 1, executable)?;
         if copied > left {
             return Err(PackError::TooLarge(self.limits.max_unpacked));
         }
         self.bytes += copied;
-        #[cfg(unix)]
-        if executable {
-            use std::os::unix::fs::PermissionsExt;
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o755))?;
-        }
-        #[cfg(not(unix))]
-        let _ = executable;
         Ok(())
     }
 
@@ -235,103 +487,138 @@ impl Unpacker<'_> {
                     None => break,
                 }
             }
-            let source = self.root.join(&target);
             let name = link.at.display().to_string();
-            if source.is_dir() {
+            if self.tree.is_dir(&target) {
                 return Err(PackError::Unsafe {
                     name,
                     why: "is a link to a directory",
                 });
             }
-            if !source.is_file() {
+            if !self.tree.is_file(&target) {
                 return Err(PackError::Unsafe {
                     name,
                     why: "is a link to nothing in the tree",
                 });
             }
-            let size = fs::metadata(&source)?.len();
+            let size = self.tree.file_len(&target)?;
             if self.bytes + size > self.limits.max_unpacked {
                 return Err(PackError::TooLarge(self.limits.max_unpacked));
             }
             self.bytes += size;
-            let dest = self.root.join(&link.at);
-            if let Some(parent) = dest.parent() {
-                fs::create_dir_all(parent)?;
-            }
-            fs::copy(&source, &dest)?;
+            self.tree.copy_file(&target, &link.at)?;
         }
         Ok(())
     }
-}
 
-fn unpack_tar(input: impl Read, u: &mut Unpacker) -> Result<(), PackError> {
-    let mut archive = tar::Archive::new(input);
-    for member in crate::tarball::members(&mut archive)? {
-        let mut member = member?;
-        let name = member.name();
-        let Some(rel) = safe_path(&name)? else {
-            continue;
-        };
-        match member.kind() {
-            tar::EntryType::Directory => u.dir(&rel)?,
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let executable = member.body.header().mode().is_ok_and(|m| m & 0o111 != 0);
-                u.file(&rel, &mut member.body, executable)?;
-            }
-            kind @ (tar::EntryType::Symlink | tar::EntryType::Link) => {
-                let target = String::from_utf8_lossy(member.link.as_deref().unwrap_or_default());
-                u.link(&rel, Path::new(&*target), kind == tar::EntryType::Link)?;
-            }
-            tar::EntryType::GNUSparse => {
-                return Err(PackError::Unsafe {
-                    name,
-                    why: "is a GNU sparse file, which is not supported",
-                });
-            }
-            _ => {
-                return Err(PackError::Unsafe {
-                    name,
-                    why: "is neither a file, a directory nor a link",
-                });
+    fn unpack_tar(&mut self, input: impl Read) -> Result<(), PackError> {
+        let mut archive = tar::Archive::new(input);
+        for member in crate::tarball::members(&mut archive)? {
+            let mut member = member?;
+            let name = member.name();
+            let Some(rel) = safe_path(&name)? else {
+                continue;
+            };
+            match member.kind() {
+                tar::EntryType::Directory => self.dir(&rel)?,
+                tar::EntryType::Regular | tar::EntryType::Continuous => {
+                    let executable = member.body.header().mode().is_ok_and(|m| m & 0o111 != 0);
+                    self.file(&rel, &mut member.body, executable)?;
+                }
+                kind @ (tar::EntryType::Symlink | tar::EntryType::Link) => {
+                    let target =
+                        String::from_utf8_lossy(member.link.as_deref().unwrap_or_default());
+                    self.link(&rel, Path::new(&*target), kind == tar::EntryType::Link)?;
+                }
+                tar::EntryType::GNUSparse => {
+                    return Err(PackError::Unsafe {
+                        name,
+                        why: "is a GNU sparse file, which is not supported",
+                    });
+                }
+                _ => {
+                    return Err(PackError::Unsafe {
+                        name,
+                        why: "is neither a file, a directory nor a link",
+                    });
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
-}
 
-fn unpack_zip(input: &Path, u: &mut Unpacker) -> Result<(), PackError> {
-    let malformed = |e: zip::result::ZipError| PackError::Malformed {
-        format: "zip archive",
-        message: e.to_string(),
-    };
-    let mut zip = zip::ZipArchive::new(fs::File::open(input)?).map_err(malformed)?;
-    if zip.len() > u.limits.max_entries {
-        return Err(PackError::TooManyEntries(u.limits.max_entries));
-    }
-    for i in 0..zip.len() {
-        let mut entry = zip.by_index(i).map_err(malformed)?;
-        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
-        let Some(rel) = safe_path(&name)? else {
-            continue;
+    fn unpack_zip(&mut self, input: impl Read + io::Seek) -> Result<(), PackError> {
+        let malformed = |e: zip::result::ZipError| PackError::Malformed {
+            format: "zip archive",
+            message: e.to_string(),
         };
-        let mode = entry.unix_mode().unwrap_or(0o644);
-        if entry.is_dir() {
-            u.dir(&rel)?;
-        } else if mode & 0o170000 == 0o120000 {
-            let mut target = String::new();
-            (&mut entry)
-                .take(4096)
-                .read_to_string(&mut target)
-                .map_err(|e| PackError::Malformed {
-                    format: "zip archive",
-                    message: format!("link {name:?}: {e}"),
-                })?;
-            u.link(&rel, Path::new(&target), false)?;
-        } else {
-            u.file(&rel, &mut entry, mode & 0o111 != 0)?;
+        let mut zip = zip::ZipArchive::new(input).map_err(malformed)?;
+        if zip.len() > self.limits.max_entries {
+            return Err(PackError::TooManyEntries(self.limits.max_entries));
         }
+        for i in 0..zip.len() {
+            let mut entry = zip.by_index(i).map_err(malformed)?;
+            let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+            let Some(rel) = safe_path(&name)? else {
+                continue;
+            };
+            let mode = entry.unix_mode().unwrap_or(0o644);
+            if entry.is_dir() {
+                self.dir(&rel)?;
+            } else if mode & 0o170000 == 0o120000 {
+                let mut target = String::new();
+                (&mut entry)
+                    .take(4096)
+                    .read_to_string(&mut target)
+                    .map_err(|e| PackError::Malformed {
+                        format: "zip archive",
+                        message: format!("link {name:?}: {e}"),
+                    })?;
+                self.link(&rel, Path::new(&target), false)?;
+            } else {
+                self.file(&rel, &mut entry, mode & 0o111 != 0)?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Unpacks `input` (in `format`), checks the tree and writes the package to `out`.
+    fn repack(
+        mut self,
+        input: impl Read + io::Seek,
+        format: Format,
+        strip_top: bool,
+        subdir: Option<&str>,
+        out: impl Write,
+    ) -> Result<Packed, PackError> {
+        match format {
+            Format::TarGz => {
+                self.unpack_tar(flate2::read::MultiGzDecoder::new(io::BufReader::new(input)))?
+            }
+            Format::Tar => self.unpack_tar(io::BufReader::new(input))?,
+            Format::Zip => self.unpack_zip(input)?,
+        }
+        self.resolve_links()?;
+        let mut root = PathBuf::new();
+        if strip_top {
+            if let [(only, true)] = self.tree.children(&root)?.as_slice() {
+                root = only.clone();
+            }
+        }
+        if let Some(sub) = subdir {
+            let dir = safe_path(sub)?.map(|rel| root.join(rel));
+            if !dir.is_some_and(|d| self.tree.is_dir(&d)) {
+                return Err(PackError::NoSubdir(sub.to_string()));
+            }
+        }
+        let files = write_tar_gz(&self.tree, &root, out)?;
+        if files == 0 {
+            return Err(PackError::Empty);
+        }
+        Ok(Packed {
+            files,
+            unpacked_bytes: self.bytes,
+        })
+    }
 }
 
 /// Unpacks `input` (a file in `format`) into `scratch` (an empty directory), checks it, and
@@ -347,77 +634,44 @@ pub fn repack(
     limits: PackLimits,
     out: impl Write,
 ) -> Result<Packed, PackError> {
-    let mut u = Unpacker {
-        root: scratch,
-        limits,
-        entries: 0,
-        bytes: 0,
-        links: Vec::new(),
-    };
-    match format {
-        Format::TarGz => unpack_tar(
-            flate2::read::MultiGzDecoder::new(io::BufReader::new(fs::File::open(input)?)),
-            &mut u,
-        )?,
-        Format::Tar => unpack_tar(io::BufReader::new(fs::File::open(input)?), &mut u)?,
-        Format::Zip => unpack_zip(input, &mut u)?,
-    }
-    u.resolve_links()?;
-    let mut root = scratch.to_path_buf();
-    if strip_top {
-        let entries: Vec<_> = fs::read_dir(&root)?.collect::<Result<_, _>>()?;
-        if let [only] = entries.as_slice() {
-            if only.file_type()?.is_dir() {
-                root = only.path();
-            }
-        }
-    }
-    if let Some(sub) = subdir {
-        let dir = safe_path(sub)?.map(|rel| root.join(rel));
-        if !dir.is_some_and(|d| d.is_dir()) {
-            return Err(PackError::NoSubdir(sub.to_string()));
-        }
-    }
-    let files = write_tar_gz(&root, out)?;
-    if files == 0 {
-        return Err(PackError::Empty);
-    }
-    Ok(Packed {
-        files,
-        unpacked_bytes: u.bytes,
-    })
+    Unpacker::new(DiskTree(scratch), limits).repack(
+        fs::File::open(input)?,
+        format,
+        strip_top,
+        subdir,
+        out,
+    )
 }
 
-/// Every file and directory under `root`, sorted by path (directories before what they hold).
-fn tree(root: &Path) -> io::Result<Vec<(PathBuf, bool)>> {
-    let mut out = Vec::new();
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        for entry in fs::read_dir(root.join(&rel))? {
-            let entry = entry?;
-            let path = rel.join(entry.file_name());
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                stack.push(path.clone());
-                out.push((path, true));
-            } else if kind.is_file() {
-                out.push((path, false));
-            }
-        }
-    }
-    out.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
-    Ok(out)
+/// [`repack`] with the package unpacked in memory instead of a scratch directory: the same
+/// rules and the same bytes out, for inputs small enough to hold (the fuzz targets, tests).
+pub fn repack_in_memory(
+    input: &[u8],
+    format: Format,
+    strip_top: bool,
+    subdir: Option<&str>,
+    limits: PackLimits,
+    out: impl Write,
+) -> Result<Packed, PackError> {
+    Unpacker::new(MemTree::default(), limits).repack(
+        io::Cursor::new(input),
+        format,
+        strip_top,
+        subdir,
+        out,
+    )
 }
 
-/// Writes the deterministic `.tar.gz` of the tree at `root`; returns how many files it holds.
-fn write_tar_gz(root: &Path, out: impl Write) -> Result<usize, PackError> {
+/// Writes the deterministic `.tar.gz` of the tree under `root`; returns how many files it
+/// holds.
+fn write_tar_gz(tree: &impl Tree, root: &Path, out: impl Write) -> Result<usize, PackError> {
     let gz = flate2::GzBuilder::new()
         .mtime(0)
         .write(out, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     tar.mode(tar::HeaderMode::Deterministic);
     let mut files = 0;
-    for (rel, is_dir) in tree(root)? {
+    for (rel, is_dir) in tree.walk(root)? {
         let mut header = tar::Header::new_ustar();
         header.set_mtime(0);
         header.set_uid(0);
@@ -430,16 +684,11 @@ fn write_tar_gz(root: &Path, out: impl Write) -> Result<usize, PackError> {
             tar.append_data(&mut header, format!("{name}/"), io::empty())?;
         } else {
             let path = root.join(&rel);
-            let meta = fs::metadata(&path)?;
-            #[cfg(unix)]
-            let executable =
-                std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
-            #[cfg(not(unix))]
-            let executable = false;
+            let executable = tree.is_executable(&path)?;
             header.set_entry_type(tar::EntryType::Regular);
             header.set_mode(if executable { 0o755 } else { 0o644 });
-            header.set_size(meta.len());
-            tar.append_data(&mut header, &name, fs::File::open(&path)?)?;
+            header.set_size(tree.file_len(&path)?);
+            tar.append_data(&mut header, &name, tree.open(&path)?)?;
             files += 1;
         }
     }
@@ -503,8 +752,16 @@ mod tests {
             None,
             LIMITS,
             &mut out,
-        )?;
-        Ok((out, packed))
+        );
+        // Unpacked in memory, the same input gives the same package or the same refusal.
+        let mut in_memory = Vec::new();
+        let again = repack_in_memory(bytes, Format::TarGz, strip, None, LIMITS, &mut in_memory);
+        match (&packed, &again) {
+            (Ok(a), Ok(b)) => assert!(a == b && out == in_memory, "{a:?} vs {b:?}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("on disk {a:?}, in memory {b:?}"),
+        }
+        Ok((out, packed?))
     }
 
     fn names(tar_gz: &[u8]) -> Vec<String> {
