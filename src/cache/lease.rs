@@ -94,6 +94,18 @@ impl Drop for LeaseGuard {
     }
 }
 
+impl LeaseGuard {
+    /// Whether a follower with a waiting client has asked for the object (its `.wanted` marker
+    /// is there), looked at now rather than at the next renewal: a leader that would otherwise
+    /// keep nothing asks this last.
+    pub async fn asked(&self) -> bool {
+        match &self.release {
+            Some((store, key, _)) => matches!(store.head(&want_key(key)).await, Ok(Some(_))),
+            None => false,
+        }
+    }
+}
+
 /// The marker a follower with a waiting client leaves beside a lease.
 fn want_key(lease: &Key) -> Key {
     lease.with_suffix(".wanted")
