@@ -909,6 +909,16 @@ mod tests {
         pkg: &Package,
         size: usize,
     ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
+        start_for(s, pkg, size, true)
+    }
+
+    /// [`start`], for a client (`client`) or, like the complete-hashes job, for nobody yet.
+    fn start_for(
+        s: &Setup,
+        pkg: &Package,
+        size: usize,
+        client: bool,
+    ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
         let body = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|b| (Ok(b), rx))
@@ -922,7 +932,7 @@ mod tests {
             &s.key,
             pkg,
             SignatureKind::Community,
-            true,
+            client,
             None,
             move || async move { Ok(origin) }.boxed(),
         );
@@ -1073,6 +1083,52 @@ mod tests {
         assert!(got.is_empty(), "no byte before the verdict");
         assert!(err.is_some());
         assert!(fill.finished().await.is_err());
+        nothing_committed(&s).await;
+    }
+
+    /// Sends `archive` through a fill only the complete-hashes job asked for, and waits until
+    /// it is hashed and held.
+    async fn held(s: &Setup, archive: &[u8]) -> Arc<Fill> {
+        let pkg = package(&s.key, Sha256::of(archive));
+        let (tx, fill) = start_for(s, &pkg, archive.len(), false);
+        tx.send(Bytes::copy_from_slice(archive)).await.unwrap();
+        drop(tx);
+        fill.settled().await.unwrap();
+        assert!(fill.progress.borrow().held, "held for a client");
+        fill
+    }
+
+    #[tokio::test]
+    async fn a_client_asking_while_the_jobs_download_is_held_gets_it_and_it_is_kept() {
+        let s = setup();
+        let archive = zip_of(&noise(100 * 1024));
+        let fill = held(&s, &archive).await;
+        assert!(s.mirror.archives().record(&s.key).await.unwrap().is_none());
+        let joined = s
+            .mirror
+            .join_fill(&s.key)
+            .expect("the held fill is in the table");
+        assert!(Arc::ptr_eq(&joined, &fill));
+        let (got, err) = read(&joined).done.await.unwrap();
+        assert!(
+            err.is_none() && got == archive,
+            "every byte, from the staging file"
+        );
+        fill.finished().await.unwrap();
+        let info = s.mirror.archives().record(&s.key).await.unwrap();
+        assert_eq!(info.map(|i| i.size), Some(archive.len() as u64), "kept");
+        assert!(s.mirror.fill_in_progress(&s.key).is_none());
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_a_hold_and_nothing_is_kept() {
+        let s = setup();
+        let fill = held(&s, &zip_of(b"only the job asked")).await;
+        // The hold (10 s by default) ends at once when the server drains.
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.mirror.drain())
+            .await
+            .expect("draining does not wait for holds");
+        fill.finished().await.unwrap();
         nothing_committed(&s).await;
     }
 }
