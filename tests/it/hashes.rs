@@ -31,7 +31,7 @@ use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 use crate::support::tf_config::{
     self, FOO, local_platform, local_platform_and, platform_names, root_module,
 };
-use crate::support::{Terraform, h1_of, https_client, poll, sample, within};
+use crate::support::{Terraform, eventually, h1_of, https_client, poll, sample, within};
 
 /// The local platform plus three others.
 fn platforms() -> Vec<(&'static str, &'static str)> {
@@ -538,11 +538,11 @@ async fn clients_arriving_together_while_the_origin_holds_the_jobs_download_shar
     let mut mirror = mirror_with_job(&ca, &origin, "concurrency = 4").await;
     let client = https_client(&ca, &[]);
     version_document(&client, &mirror).await;
-    within("the job's requests reach the origin", async {
-        while origin.archives_held() < p.len() {
-            tokio::task::yield_now().await;
-        }
-    })
+    eventually(
+        "the job's requests reach the origin",
+        Duration::from_secs(10),
+        || origin.archives_held() == p.len(),
+    )
     .await;
 
     let (os, arch) = local_platform();
