@@ -214,8 +214,8 @@ struct Progress {
     streamed: Option<Result<()>>,
     /// Set when the fill is over: `Ok` means the archive is in the store.
     finished: Option<Result<()>>,
-    /// Set while a fill only the complete-hashes job asked for waits for a client: its bytes
-    /// matched and its `h1:` is recorded.
+    /// Set when a fill only the complete-hashes job asked for starts waiting for a client: its
+    /// bytes matched and its `h1:` is recorded.
     held: bool,
 }
 
