@@ -160,6 +160,10 @@ pub struct CompleteHashesConfig {
     pub queue: usize,
     /// Keep the archives the job fetches (else it learns their `h1:` and drops them).
     pub keep_archives: bool,
+    /// How long an archive the job fetched (and is not keeping) waits in the staging area for a
+    /// client to ask for it before it is dropped ("0s": dropped at once).
+    #[serde(with = "humantime_serde")]
+    pub hold: Duration,
 }
 
 impl Default for CompleteHashesConfig {
@@ -170,6 +174,7 @@ impl Default for CompleteHashesConfig {
             max_bandwidth: bytesize::ByteSize::mib(20),
             queue: 1000,
             keep_archives: false,
+            hold: Duration::from_secs(10),
         }
     }
 }
@@ -184,6 +189,9 @@ pub struct CompleteHashesSettings {
     pub queue: usize,
     /// Keep the archives only the job asked for.
     pub keep_archives: bool,
+    /// How long an archive only the job asked for waits for a client (`Duration::ZERO`: not
+    /// at all).
+    pub hold: Duration,
 }
 
 impl CompleteHashesConfig {
@@ -214,15 +222,29 @@ impl CompleteHashesConfig {
             Ok(b) => std::num::NonZeroU32::new(b),
             Err(_) => None,
         };
+        if self.hold > MAX_HOLD {
+            return Err(invalid(
+                "complete_hashes.hold",
+                format!(
+                    "{} is longer than {}: an archive no client asked for would sit in the staging area that long",
+                    humantime::format_duration(self.hold),
+                    humantime::format_duration(MAX_HOLD)
+                ),
+            ));
+        }
         Ok(CompleteHashesSettings {
             enabled: self.enabled,
             concurrency: self.concurrency,
             max_bandwidth,
             queue: self.queue,
             keep_archives: self.keep_archives,
+            hold: self.hold,
         })
     }
 }
+
+/// The longest `complete_hashes.hold`: clients ask for an archive seconds after its version.
+const MAX_HOLD: Duration = Duration::from_secs(3600);
 
 /// `[modules]`: the module registry facade.
 #[derive(Debug, Clone, Deserialize)]
@@ -1585,6 +1607,8 @@ mod tests {
             err("[server]\ntls_reload_interval = '10ms'").contains("server.tls_reload_interval")
         );
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
+        assert!(err("[complete_hashes]\nhold = '2h'").contains("complete_hashes.hold"));
+        assert!(err("[complete_hashes]\nhold = 'soon'").contains("hold"));
     }
 
     #[test]

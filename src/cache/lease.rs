@@ -94,6 +94,18 @@ impl Drop for LeaseGuard {
     }
 }
 
+impl LeaseGuard {
+    /// Whether a follower with a waiting client has asked for the object (its `.wanted` marker
+    /// is there), looked at now rather than at the next renewal: a leader that would otherwise
+    /// keep nothing asks this last.
+    pub async fn asked(&self) -> bool {
+        match &self.release {
+            Some((store, key, _)) => matches!(store.head(&want_key(key)).await, Ok(Some(_))),
+            None => false,
+        }
+    }
+}
+
 /// The marker a follower with a waiting client leaves beside a lease.
 fn want_key(lease: &Key) -> Key {
     lease.with_suffix(".wanted")
@@ -397,5 +409,35 @@ mod tests {
         let followed = b.follow(&object, || async { false }, &wanted).await;
         assert!(matches!(followed, Followed::TookOver(_)));
         assert!(started.elapsed() < STALE, "no wait for an abandoned lease");
+    }
+
+    #[tokio::test]
+    async fn a_leader_reads_a_followers_ask_when_it_wants_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            Leases::new(store(dir.path())),
+            Leases::new(store(dir.path())),
+        );
+        let object = Key::new(["archives", "w.zip"]);
+        let quiet = Arc::new(AtomicBool::new(false));
+        let Claim::Leader(guard) = a.claim(&object, &quiet).await else {
+            panic!("the first claim leads");
+        };
+        assert!(!guard.asked().await, "no follower yet");
+        let waiting = Arc::new(AtomicBool::new(true));
+        let follower = tokio::spawn(async move {
+            b.follow(&object, || async { false }, &waiting).await;
+        });
+        let asked = tokio::time::timeout(Duration::from_secs(5), async {
+            while !guard.asked().await {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(
+            asked.is_ok(),
+            "the follower's client is seen without a renewal"
+        );
+        follower.abort();
     }
 }

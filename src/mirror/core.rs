@@ -103,6 +103,8 @@ pub struct Core {
     pub(super) version_flights: Flights<(ProviderAddr, Version), Arc<VersionRecord>, Error>,
     /// The complete-hashes job's queue, once the server started it.
     pub(self) hash_queue: std::sync::OnceLock<hash_job::HashQueue>,
+    /// Set when the server shuts down: held fills are let go.
+    pub(self) draining: tokio::sync::watch::Sender<bool>,
 }
 
 impl Core {
@@ -189,6 +191,7 @@ impl Core {
             leases,
             version_flights: Flights::default(),
             hash_queue: std::sync::OnceLock::new(),
+            draining: tokio::sync::watch::Sender::new(false),
         }))
     }
 

@@ -11,7 +11,13 @@
 //! - an `h1:` the origin's `packages` extension states wrongly is counted as a verification
 //!   failure and never served: the computed one is; a right one is listed only once computed,
 //!   and counts nothing;
-//! - with `upstream.offline` the job does not run.
+//! - with `upstream.offline` the job does not run;
+//! - the client's own platform costs the origin one download whether the client asks before,
+//!   while or just after the job fetched it (`complete_hashes.hold`): `terraform init` of two
+//!   providers through fresh mirrors, twenty times over; clients asking together just after the
+//!   job hashed the archive, or while the origin holds the job's download; through the registry
+//!   facade; and on a replica that shares the store with the one whose job fetched it. What no
+//!   client asked for is still hashed, and dropped when its hold is over or at shutdown.
 
 use std::time::{Duration, Instant};
 
@@ -22,8 +28,10 @@ use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
-use crate::support::tf_config::{self, FOO, local_platform_and, platform_names, root_module};
-use crate::support::{Terraform, h1_of, https_client, poll, sample};
+use crate::support::tf_config::{
+    self, FOO, local_platform, local_platform_and, platform_names, root_module,
+};
+use crate::support::{Terraform, eventually, h1_of, https_client, poll, sample, within};
 
 /// The local platform plus three others.
 fn platforms() -> Vec<(&'static str, &'static str)> {
@@ -35,14 +43,26 @@ fn platforms() -> Vec<(&'static str, &'static str)> {
 }
 
 /// Requests `acme/foo`'s `<version>.json` until it lists an `h1:` for every platform (within
-/// `limit`); returns it and when that was first seen.
+/// `limit`); returns it.
 async fn complete_document(
     client: &reqwest::Client,
     mirror: &TestMirror,
     version: &str,
     limit: Duration,
 ) -> Value {
-    let url = mirror.url(&format!("{REGISTRY}/acme/foo/{version}.json"));
+    complete_version(client, mirror, "foo", version, limit).await
+}
+
+/// Requests `acme/<ty>`'s `<version>.json` until it lists an `h1:` for every platform (within
+/// `limit`); returns it.
+async fn complete_version(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    ty: &str,
+    version: &str,
+    limit: Duration,
+) -> Value {
+    let url = mirror.url(&format!("{REGISTRY}/acme/{ty}/{version}.json"));
     poll(limit, async || {
         let got = get(client, &url).await;
         assert_eq!(got.status, 200, "{url}");
@@ -93,7 +113,7 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
     let ca = TestCa::new();
     let p = platforms();
     let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
-    let mirror = mirror_with_job(&ca, &origin, "").await;
+    let mirror = mirror_with_job(&ca, &origin, "hold = \"1s\"").await;
     let client = https_client(&ca, &[]);
 
     // One request for the version document, no archive: the job does the rest.
@@ -135,7 +155,13 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
         );
     }
 
-    let metrics = mirror.metrics(&client).await;
+    // Once their hold is over (no client asked), the job's downloads are dropped.
+    let metrics = poll(Duration::from_secs(20), async || {
+        let metrics = mirror.metrics(&client).await;
+        (sample(&metrics, "provender_fills_in_flight") == 0).then_some(metrics)
+    })
+    .await
+    .expect("the holds end");
     assert_eq!(
         sample(
             &metrics,
@@ -152,6 +178,7 @@ async fn every_platform_is_hashed_after_one_request_as_terraform_hashes_it() {
         "{:?}",
         stored_zips(&mirror)
     );
+    assert_eq!(mirror.staging_files(), Vec::<std::path::PathBuf>::new());
 
     // A client's download afterwards is a miss like any, listed with the same h1:.
     origin.reset_counts();
@@ -387,4 +414,263 @@ async fn offline_the_job_does_not_run() {
         assert_eq!(sample(&metrics, &series), 0, "{series}");
     }
     offline.stop().await;
+}
+
+/// The file names of the archives in the mirror's cache directory, sorted.
+fn stored_names(mirror: &TestMirror) -> Vec<String> {
+    let mut names: Vec<String> = stored_zips(mirror)
+        .iter()
+        .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A root module requiring `acme/foo` and `acme/bar`, any version.
+const FOO_AND_BAR: &str = "terraform {\n  required_providers {\n    foo = { source = \"acme/foo\" }\n    bar = { source = \"acme/bar\" }\n  }\n}\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terraform_init_through_a_fresh_mirror_downloads_each_archive_once() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let providers = [("foo", "1.1.0"), ("bar", "2.3.0")];
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        providers
+            .iter()
+            .map(|(ty, version)| ProviderSpec::new("acme", ty, &[version], &p))
+            .collect(),
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let (os, arch) = local_platform();
+    let mut wanted: Vec<String> = providers
+        .iter()
+        .map(|(ty, version)| origin.filename("acme", ty, version, os, arch))
+        .collect();
+    wanted.sort();
+    // Whether the job's download of the client's platform ends before, while or after the
+    // client asks for it is up to timing: many runs meet every case.
+    for run in 1..=20 {
+        origin.reset_counts();
+        let mut mirror = mirror_with_job(&ca, &origin, "").await;
+        let work = root_module(FOO_AND_BAR);
+        Terraform::new(&ca, &tf_config::network_mirror(mirror.url.as_str()))
+            .init(work.path())
+            .await
+            .assert_success();
+        for (ty, version) in providers {
+            assert_eq!(
+                origin.downloads_of("acme", ty, version, os, arch),
+                1,
+                "run {run}: acme/{ty} {version} {os}_{arch} downloaded more than once: {:?}",
+                origin.requests()
+            );
+            // The job hashes every other platform all the same.
+            complete_version(&client, &mirror, ty, version, Duration::from_secs(20)).await;
+        }
+        // Shutting down ends the holds: only what the client asked for is kept.
+        mirror.stop().await;
+        assert_eq!(
+            origin.count(RequestKind::Archive),
+            providers.len() * p.len(),
+            "run {run}: one download per archive: {:?}",
+            origin.requests()
+        );
+        assert_eq!(stored_names(&mirror), wanted, "run {run}");
+        assert!(mirror.staging_files().is_empty(), "run {run}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_asking_just_after_the_job_hashed_their_archive_get_its_download() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    // A hold longer than this test needs, however busy the machine.
+    let mut mirror = mirror_with_job(&ca, &origin, "hold = \"2m\"").await;
+    let client = https_client(&ca, &[]);
+    version_document(&client, &mirror).await;
+    // Every platform's h1 is listed: the job's downloads are all checked and hashed, and none
+    // is in the store.
+    complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
+    assert_eq!(origin.count(RequestKind::Archive), p.len());
+    assert!(stored_zips(&mirror).is_empty());
+
+    // Now two clients ask for their platform's archive together.
+    let (os, arch) = local_platform();
+    let expected = origin.archive("acme", "foo", "1.1.0", os, arch);
+    let url = archive_url(&mirror, &origin, (os, arch));
+    let (first, second) = tokio::join!(get(&client, &url), get(&client, &url));
+    for got in [first, second] {
+        assert_eq!(got.status, 200);
+        assert!(got.body == expected, "the origin's archive");
+    }
+    assert_eq!(
+        origin.downloads_of("acme", "foo", "1.1.0", os, arch),
+        1,
+        "the clients got the job's download: {:?}",
+        origin.requests()
+    );
+    let name = origin.filename("acme", "foo", "1.1.0", os, arch);
+    poll(Duration::from_secs(10), async || {
+        (stored_names(&mirror) == [name.clone()]).then_some(())
+    })
+    .await
+    .expect("the job's download is cached once a client asked for it");
+    let again = get(&client, &url).await;
+    assert!(again.status == 200 && again.body == expected);
+
+    // The other platforms were hashed and are not kept: their holds end at shutdown.
+    mirror.stop().await;
+    assert_eq!(origin.count(RequestKind::Archive), p.len());
+    assert_eq!(stored_names(&mirror), [name]);
+    assert!(mirror.staging_files().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_arriving_together_while_the_origin_holds_the_jobs_download_share_it() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    origin.hold_archives();
+    let mut mirror = mirror_with_job(&ca, &origin, "concurrency = 4").await;
+    let client = https_client(&ca, &[]);
+    version_document(&client, &mirror).await;
+    eventually(
+        "the job's requests reach the origin",
+        Duration::from_secs(10),
+        || origin.archives_held() == p.len(),
+    )
+    .await;
+
+    let (os, arch) = local_platform();
+    let url = archive_url(&mirror, &origin, (os, arch));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move { get(&client, &url).await })
+        })
+        .collect();
+    let joined = "provender_cache_lookups_total{kind=\"archive\",result=\"joined\"}";
+    poll(Duration::from_secs(10), async || {
+        (sample(&mirror.metrics(&client).await, joined) == 2).then_some(())
+    })
+    .await
+    .expect("both clients joined the job's download");
+    origin.release_archives();
+
+    let expected = origin.archive("acme", "foo", "1.1.0", os, arch);
+    for c in clients {
+        let got = within("a client's download", c).await.unwrap();
+        assert_eq!(got.status, 200);
+        assert!(got.body == expected, "the origin's archive");
+    }
+    assert_eq!(origin.downloads_of("acme", "foo", "1.1.0", os, arch), 1);
+    assert_eq!(origin.count(RequestKind::Archive), p.len());
+    mirror.stop().await;
+    assert_eq!(
+        stored_names(&mirror),
+        [origin.filename("acme", "foo", "1.1.0", os, arch)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn through_the_registry_facade_a_client_after_the_job_gets_its_download() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mut mirror = mirror_with_job(&ca, &origin, "hold = \"2m\"").await;
+    let client = https_client(&ca, &[]);
+    let (os, arch) = local_platform();
+
+    // The registry protocol's download answer is what sets the job going here.
+    let answer = get(
+        &client,
+        &mirror.url(&format!(
+            "v1/providers/{REGISTRY}/acme/foo/1.1.0/download/{os}/{arch}"
+        )),
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let download = answer.json()["download_url"]
+        .as_str()
+        .expect("a download_url")
+        .to_string();
+    poll(Duration::from_secs(20), async || {
+        (origin.count(RequestKind::Archive) == p.len()).then_some(())
+    })
+    .await
+    .expect("the job fetches every platform");
+    complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
+
+    let zip = get(&client, mirror.url.join(&download).unwrap().as_str()).await;
+    assert_eq!(zip.status, 200);
+    assert!(zip.body == origin.archive("acme", "foo", "1.1.0", os, arch));
+    assert_eq!(
+        origin.downloads_of("acme", "foo", "1.1.0", os, arch),
+        1,
+        "{:?}",
+        origin.requests()
+    );
+    mirror.stop().await;
+    assert_eq!(
+        stored_names(&mirror),
+        [origin.filename("acme", "foo", "1.1.0", os, arch)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_gets_the_download_another_replicas_job_holds() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    // Two replicas on a shared directory, which enforces conditional creates (fleet leases).
+    let shared = tempfile::tempdir().unwrap();
+    let store = format!(
+        "[cache.object_store]\nbucket = \"{}\"\nprefix = \"mirror\"\n",
+        shared.path().display()
+    );
+    let replica = async |job| {
+        let opts = MirrorOptions {
+            extra_cache: "backend = \"directory\"",
+            extra_toml: &store,
+            hash_job: job,
+            ..Default::default()
+        };
+        TestMirror::start_with(&ca, &origin, opts).await
+    };
+    let mut a = replica(Some("hold = \"2m\"")).await;
+    let mut b = replica(None).await;
+    let client = https_client(&ca, &[]);
+
+    // A's job fetches and hashes every platform; each waits for a client, leased on A.
+    version_document(&client, &a).await;
+    complete_document(&client, &a, "1.1.0", Duration::from_secs(20)).await;
+    assert_eq!(origin.count(RequestKind::Archive), p.len());
+
+    // A client of B asks for its platform's archive: B follows A's lease and asks A for it.
+    let (os, arch) = local_platform();
+    let zip = within(
+        "B's download",
+        get(&client, &archive_url(&b, &origin, (os, arch))),
+    )
+    .await;
+    assert_eq!(zip.status, 200);
+    assert!(zip.body == origin.archive("acme", "foo", "1.1.0", os, arch));
+    assert_eq!(
+        origin.downloads_of("acme", "foo", "1.1.0", os, arch),
+        1,
+        "one download for the fleet: {:?}",
+        origin.requests()
+    );
+    let metrics = b.metrics(&client).await;
+    assert_eq!(
+        sample(&metrics, "provender_fleet_fills_total{role=\"follower\"}"),
+        1
+    );
+    b.stop().await;
+    a.stop().await;
+    assert_eq!(origin.count(RequestKind::Archive), p.len());
 }

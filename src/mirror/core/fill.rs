@@ -18,7 +18,17 @@
 //! On a match the fill goes on to fsync, compute `h1:` and commit the archive to the store.
 //!
 //! A fill the background job starts ([`super::hash_job`]) downloads within the job's bandwidth
-//! until a client asks for the same archive; from then on it runs at full speed.
+//! until a client asks for the same archive; from then on it runs at full speed. When no client
+//! has asked by the time it is verified and hashed (and `complete_hashes.keep_archives` is off),
+//! the fill records the `h1:`, then **holds** the checked staging file, still in the table, for
+//! `complete_hashes.hold`: a client asking meanwhile (on this replica, or on another one through
+//! the fleet lease's `.wanted` marker) joins it as any fill, gets its bytes from the staging file
+//! and makes it commit, so the job's download is the only one. Unasked, it is dropped when the
+//! hold is over or at shutdown. The job goes on meanwhile, so what is held at once is at most
+//! what the job downloads in `hold` (with `complete_hashes.max_bandwidth`, that times `hold`).
+//! Clients ask for the archive of their own platform right after its `<version>.json`, which is
+//! what sets the job going, so a short hold settles the race between the two without guessing
+//! a client's platform.
 //!
 //! If writing the staging file fails (a full disk), the fill keeps going with the rest of the
 //! bytes held in memory, so clients are still served; the archive is then not cached. At most
@@ -28,7 +38,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
@@ -57,6 +67,9 @@ const HEAD_START: u64 = WRITE_CHUNK as u64;
 /// How far readers trail the download until its SHA-256 is known to match: the end of a bad
 /// archive never leaves the mirror.
 const TAIL: u64 = WRITE_CHUNK as u64;
+/// How often a held fill looks whether a follower on another replica asked for it (the lease
+/// notes that at its renewals).
+const HOLD_POLL: Duration = Duration::from_millis(250);
 
 /// An archive's bytes as its origin sends them: all a fill takes from the network.
 pub struct OriginBody {
@@ -201,6 +214,9 @@ struct Progress {
     streamed: Option<Result<()>>,
     /// Set when the fill is over: `Ok` means the archive is in the store.
     finished: Option<Result<()>>,
+    /// Set when a fill only the complete-hashes job asked for starts waiting for a client: its
+    /// bytes matched and its `h1:` is recorded.
+    held: bool,
 }
 
 /// One download in progress: of a provider archive (`K` = [`ArchiveKey`]), or of any other
@@ -218,8 +234,10 @@ pub struct Fill<K = ArchiveKey> {
     /// For a background fill: the bandwidth it shares, until a client wants the archive.
     limit: Option<Arc<Bandwidth>>,
     /// Set when a client reads this fill (or, on a shared store, waits for it on another
-    /// replica): it then runs at full speed.
+    /// replica): it then runs at full speed, and is kept.
     wanted: Arc<AtomicBool>,
+    /// Wakes a held fill when a client asks for it.
+    wake: tokio::sync::Notify,
 }
 
 impl<K: Send + Sync + 'static> Fill<K> {
@@ -239,7 +257,15 @@ impl<K: Send + Sync + 'static> Fill<K> {
             memory: Mutex::new(Vec::new()),
             wanted: Arc::new(AtomicBool::new(wanted)),
             limit,
+            wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// A client asks for this fill: it runs at full speed from now on and is kept, and a held
+    /// fill commits.
+    fn want(&self) {
+        self.wanted.store(true, Ordering::Relaxed);
+        self.wake.notify_waiters();
     }
 
     /// Waits until `bytes` more may be downloaded: at once for a fill a client reads, else
@@ -281,21 +307,33 @@ impl<K: Send + Sync + 'static> Fill<K> {
         self.progress.borrow().started.as_ref().and_then(|s| s.size)
     }
 
-    /// Waits until the fill is over: `Ok` when the archive is in the store.
     /// The bytes received from the origin so far.
     pub fn received(&self) -> u64 {
         let p = self.progress.borrow();
         p.on_disk + p.in_memory
     }
 
+    /// Waits until the fill is over: `Ok` when the archive is in the store (or, for one only
+    /// the complete-hashes job asked for, hashed and dropped).
     pub async fn finished(&self) -> Result<()> {
+        self.wait_until(|p| p.finished.is_some()).await
+    }
+
+    /// Waits until the fill is over or, for one only the complete-hashes job asked for, held
+    /// for a client (its `h1:` is recorded by then): `Ok` when its bytes matched.
+    pub async fn settled(&self) -> Result<()> {
+        self.wait_until(|p| p.finished.is_some() || p.held).await
+    }
+
+    async fn wait_until(&self, done: impl Fn(&Progress) -> bool) -> Result<()> {
         let mut rx = self.progress.subscribe();
-        let progress = rx.wait_for(|p| p.finished.is_some()).await;
+        let progress = rx.wait_for(done).await;
         let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
-        progress
-            .finished
-            .clone()
-            .unwrap_or_else(|| Err(Error::unexpected("archive download ended oddly")))
+        match &progress.finished {
+            Some(result) => result.clone(),
+            None if progress.held => Ok(()),
+            None => Err(Error::unexpected("archive download ended oddly")),
+        }
     }
 
     /// The archive's bytes, as they arrive. Ends with an error if the download fails or the
@@ -478,7 +516,7 @@ impl Core {
             fill
         });
         if client && !started {
-            fill.wanted.store(true, Ordering::Relaxed);
+            fill.want();
         }
         (fill, started)
     }
@@ -504,6 +542,8 @@ impl Core {
     /// Waits until no download is in progress, of archives or of CLI release builds (for a
     /// clean shutdown).
     pub async fn drain(&self) {
+        // Held archives no client asked for are let go rather than waited for.
+        self.draining.send_replace(true);
         self.fills.drain().await;
         self.release_fills.drain().await;
     }
@@ -512,7 +552,7 @@ impl Core {
     /// speed even if the complete-hashes job started it.
     pub(in crate::mirror) fn join_fill(&self, key: &ArchiveKey) -> Option<Arc<Fill>> {
         let fill = self.fill_in_progress(key)?;
-        fill.wanted.store(true, Ordering::Relaxed);
+        fill.want();
         Some(fill)
     }
 
@@ -640,7 +680,7 @@ impl Core {
 
     async fn fill_archive(&self, fill: &Fill, pkg: &Package, origin: Origin) -> Result<()> {
         let key = &fill.key;
-        let _lease = match self.fleet_turn(fill, self.archives.as_ref()).await {
+        let lease = match self.fleet_turn(fill, self.archives.as_ref()).await {
             Turn::Fetch(lease) => lease,
             Turn::Stored => {
                 tracing::info!(archive = %key, "another replica stored the archive; serving it from the store");
@@ -675,13 +715,19 @@ impl Core {
         })?;
 
         let size = digest.size;
+        let mut recorded = false;
         if !fill.wanted.load(Ordering::Relaxed) && !self.settings.complete_hashes.keep_archives {
-            // Only the complete-hashes job wanted it: its `h1:` and size are what it is for.
-            // The staged file goes; a client that asks later fetches it like any miss.
-            drop(staged);
+            // Only the complete-hashes job asked for it so far: its `h1:` and size are what it
+            // is for. The checked file then waits a while for a client; if none asks, it goes,
+            // and a client that asks later fetches it like any miss.
             self.record_facts(key, pkg, &h1, size).await;
-            tracing::info!(archive = %key, size, %h1, "hashed an archive no client asked for, without keeping it");
-            return Ok(());
+            recorded = true;
+            if !self.hold_for_client(fill, lease.as_ref()).await {
+                drop(staged);
+                tracing::info!(archive = %key, size, %h1, "hashed an archive no client asked for, without keeping it");
+                return Ok(());
+            }
+            tracing::info!(archive = %key, "a client asked for an archive the complete-hashes job fetched; keeping it");
         }
         let verified = VerifiedArchive {
             file: staged,
@@ -701,9 +747,60 @@ impl Core {
                 Error::from(e)
             })?;
         self.archive_committed(key, size).await;
-        self.record_facts(key, pkg, &h1, size).await;
+        if !recorded {
+            self.record_facts(key, pkg, &h1, size).await;
+        }
         tracing::info!(archive = %key, size, %h1, "cached archive");
         Ok(())
+    }
+
+    /// Holds a checked fill only the complete-hashes job asked for, still in the fill table,
+    /// until a client asks for it (then `true`) or for at most `complete_hashes.hold`; shutdown
+    /// ends every hold. With `lease`, a client of another replica asks through the lease's
+    /// `.wanted` marker.
+    async fn hold_for_client(&self, fill: &Fill, lease: Option<&LeaseGuard>) -> bool {
+        let hold = self.settings.complete_hashes.hold;
+        let mut draining = self.draining.subscribe();
+        if !hold.is_zero() {
+            let until = tokio::time::Instant::now() + hold;
+            fill.update(|p| p.held = true);
+            loop {
+                let woken = fill.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                if fill.wanted.load(Ordering::Relaxed) || *draining.borrow_and_update() {
+                    break;
+                }
+                // The lease sets `wanted` at its renewals, without waking anyone.
+                let follower = async {
+                    match lease {
+                        Some(_) => tokio::time::sleep(HOLD_POLL).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = &mut woken => {}
+                    () = follower => {}
+                    () = tokio::time::sleep_until(until) => break,
+                    changed = draining.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if fill.wanted.load(Ordering::Relaxed) {
+            return true;
+        }
+        // A follower may have asked since the lease's last renewal.
+        match lease {
+            Some(lease) if lease.asked().await => {
+                fill.wanted.store(true, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Puts a verified archive's `h1:` and size into its version record, and counts an origin
@@ -819,6 +916,16 @@ mod tests {
         pkg: &Package,
         size: usize,
     ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
+        start_for(s, pkg, size, true)
+    }
+
+    /// [`start`], for a client (`client`) or, like the complete-hashes job, for nobody yet.
+    fn start_for(
+        s: &Setup,
+        pkg: &Package,
+        size: usize,
+        client: bool,
+    ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
         let body = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|b| (Ok(b), rx))
@@ -832,7 +939,7 @@ mod tests {
             &s.key,
             pkg,
             SignatureKind::Community,
-            true,
+            client,
             None,
             move || async move { Ok(origin) }.boxed(),
         );
@@ -983,6 +1090,52 @@ mod tests {
         assert!(got.is_empty(), "no byte before the verdict");
         assert!(err.is_some());
         assert!(fill.finished().await.is_err());
+        nothing_committed(&s).await;
+    }
+
+    /// Sends `archive` through a fill only the complete-hashes job asked for, and waits until
+    /// it is hashed and held.
+    async fn held(s: &Setup, archive: &[u8]) -> Arc<Fill> {
+        let pkg = package(&s.key, Sha256::of(archive));
+        let (tx, fill) = start_for(s, &pkg, archive.len(), false);
+        tx.send(Bytes::copy_from_slice(archive)).await.unwrap();
+        drop(tx);
+        fill.settled().await.unwrap();
+        assert!(fill.progress.borrow().held, "held for a client");
+        fill
+    }
+
+    #[tokio::test]
+    async fn a_client_asking_while_the_jobs_download_is_held_gets_it_and_it_is_kept() {
+        let s = setup();
+        let archive = zip_of(&noise(100 * 1024));
+        let fill = held(&s, &archive).await;
+        assert!(s.mirror.archives().record(&s.key).await.unwrap().is_none());
+        let joined = s
+            .mirror
+            .join_fill(&s.key)
+            .expect("the held fill is in the table");
+        assert!(Arc::ptr_eq(&joined, &fill));
+        let (got, err) = read(&joined).done.await.unwrap();
+        assert!(
+            err.is_none() && got == archive,
+            "every byte, from the staging file"
+        );
+        fill.finished().await.unwrap();
+        let info = s.mirror.archives().record(&s.key).await.unwrap();
+        assert_eq!(info.map(|i| i.size), Some(archive.len() as u64), "kept");
+        assert!(s.mirror.fill_in_progress(&s.key).is_none());
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_a_hold_and_nothing_is_kept() {
+        let s = setup();
+        let fill = held(&s, &zip_of(b"only the job asked")).await;
+        // The hold (10 s by default) ends at once when the server drains.
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.mirror.drain())
+            .await
+            .expect("draining does not wait for holds");
+        fill.finished().await.unwrap();
         nothing_committed(&s).await;
     }
 }

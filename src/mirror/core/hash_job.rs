@@ -7,14 +7,20 @@
 //! background task fetches the archives of the other platforms the mirror serves through the
 //! same fill as a client download (verified against the signed SHA256SUMS, hashed), which puts
 //! their `h1:` into the version record. The archives themselves are dropped unless
-//! `complete_hashes.keep_archives` is on or a client joined the download: a version's other
-//! platforms cost one download each and no disk. An `h1:` the origin registry states in its
-//! `packages` extension is never listed on its word: it is compared with the one computed here.
+//! `complete_hashes.keep_archives` is on or a client asked for them: a version's other
+//! platforms cost one download each and no space in the store. The client's own platform is
+//! among those the job fetches (nothing says which one it is), and the client asks for it right
+//! after the `<version>.json` that queued the version: so a checked archive no client asked for
+//! yet is held for `complete_hashes.hold` before it goes (see [`super::fill`]), and a client
+//! asking meanwhile takes the job's download instead of starting a second one. An `h1:` the
+//! origin registry states in its `packages` extension is never listed on its word: it is
+//! compared with the one computed here.
 //!
 //! Bounds (`[complete_hashes]`): a queue of versions (more are dropped and counted), a number
-//! of archives at once, and a bandwidth shared by all of the job's downloads. A client asking
-//! for an archive the job is fetching joins that download and lifts its limit. The job never
-//! runs with `upstream.offline`, nor in the operator commands.
+//! of archives at once, and a bandwidth shared by all of the job's downloads (which also bounds
+//! what is held at once: at most what passes in `hold`). A client asking for an archive the job
+//! is fetching joins that download and lifts its limit. The job never runs with
+//! `upstream.offline`, nor in the operator commands.
 
 use std::collections::HashSet;
 use std::num::NonZeroU32;
@@ -181,7 +187,8 @@ impl Core {
             .await;
     }
 
-    /// Makes sure one archive is hashed (and stored, if `keep_archives` or a client joined).
+    /// Makes sure one archive is hashed (and stored, if `keep_archives` or a client asked for it
+    /// while it was fetched or held).
     /// `Ok(true)`: this job downloaded it.
     async fn hash_archive(
         self: &Arc<Self>,
@@ -203,7 +210,8 @@ impl Core {
         let (pkg, trust) = self.package_to_fetch(key).await?;
         self.admit(key, trust)?;
         let (fill, started) = self.background_fill(key, &pkg, trust, limit);
-        fill.finished().await?;
+        // A fill held for a client needs the job no more: its h1 is recorded.
+        fill.settled().await?;
         if started {
             self.metrics.hash_job_bytes.inc_by(fill.received());
         }

@@ -429,6 +429,8 @@ impl FakeOrigin {
             counts: Default::default(),
             archives_in_flight: Default::default(),
             archives_peak: Default::default(),
+            archive_gate: tokio::sync::watch::Sender::new(true),
+            archives_at_gate: Default::default(),
             total: AtomicUsize::new(0),
             faults: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
@@ -476,6 +478,32 @@ impl FakeOrigin {
     /// [`Fault::Delay`] keeps each one open for its duration).
     pub fn archives_peak(&self) -> usize {
         self.shared.archives_peak.load(Ordering::SeqCst)
+    }
+
+    /// How many requests for this one archive arrived since the start or the last reset.
+    pub fn downloads_of(&self, ns: &str, ty: &str, version: &str, os: &str, arch: &str) -> usize {
+        let file = format!("/{}", self.filename(ns, ty, version, os, arch));
+        lock(&self.shared.log)
+            .iter()
+            .filter(|r| r.kind == Some(RequestKind::Archive) && r.path.ends_with(&file))
+            .count()
+    }
+
+    /// From now on, archive requests are counted and then wait, unanswered, until
+    /// [`release_archives`](Self::release_archives): a test decides when a download starts.
+    pub fn hold_archives(&self) {
+        self.shared.archive_gate.send_replace(false);
+    }
+
+    /// Answers the archive requests held by [`hold_archives`](Self::hold_archives), and the
+    /// later ones at once.
+    pub fn release_archives(&self) {
+        self.shared.archive_gate.send_replace(true);
+    }
+
+    /// How many archive requests are waiting for [`release_archives`](Self::release_archives).
+    pub fn archives_held(&self) -> usize {
+        self.shared.archives_at_gate.load(Ordering::SeqCst)
     }
 
     /// How many requests of any kind (unknown paths included) arrived.
@@ -761,6 +789,10 @@ struct Shared {
     /// Archive requests being answered now, and the most there ever were at once.
     archives_in_flight: AtomicUsize,
     archives_peak: AtomicUsize,
+    /// Open (`true`) unless [`FakeOrigin::hold_archives`] holds archive requests.
+    archive_gate: tokio::sync::watch::Sender<bool>,
+    /// Archive requests waiting at the closed gate.
+    archives_at_gate: AtomicUsize,
     faults: Mutex<Vec<Fault>>,
     log: Mutex<Vec<RecordedRequest>>,
 }
@@ -820,6 +852,17 @@ impl Shared {
 
     fn faults(&self) -> Vec<Fault> {
         lock(&self.faults).clone()
+    }
+
+    /// Waits while [`FakeOrigin::hold_archives`] holds archive requests.
+    async fn pass_archive_gate(&self) {
+        let mut gate = self.archive_gate.subscribe();
+        if *gate.borrow_and_update() {
+            return;
+        }
+        self.archives_at_gate.fetch_add(1, Ordering::SeqCst);
+        let _ = gate.wait_for(|open| *open).await;
+        self.archives_at_gate.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Whether an [`Fault::EndlessBody`] applies to this request.
@@ -1205,6 +1248,9 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<OriginBody>
     let kind = route.kind();
     shared.record(kind, &req);
     let _in_flight = (kind == Some(RequestKind::Archive)).then(|| ArchiveInFlight::enter(shared));
+    if kind == Some(RequestKind::Archive) {
+        shared.pass_archive_gate().await;
+    }
 
     let faults = shared.faults();
     if let Some(kind) = kind
