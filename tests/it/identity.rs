@@ -234,16 +234,10 @@ async fn hostile_tokens_rotation_and_outages() {
     let before = issuer.jwks_requests();
     let mut unknown = Vec::new();
     for i in 0..20 {
-        let token = issuer.token(&github("acme"));
-        let (header, rest) = token.split_once('.').unwrap();
-        let mut h: Value = serde_json::from_slice(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(header)
-                .unwrap(),
-        )
-        .unwrap();
-        h["kid"] = json!(format!("nope-{i}"));
-        unknown.push(format!("{}.{rest}", b64(&h)));
+        unknown.push(naming_key(
+            &issuer.token(&github("acme")),
+            &format!("nope-{i}"),
+        ));
     }
     for token in unknown {
         assert_eq!(status(token).await, 401);
@@ -288,6 +282,64 @@ async fn hostile_tokens_rotation_and_outages() {
         );
         assert_eq!(issuer.jwks_requests(), before, "{jwks_uri}");
     }
+}
+
+/// `token` with its header naming the key `kid` instead (its signature no longer verifies,
+/// which matters only once a key by that ID is found).
+fn naming_key(token: &str, kid: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (header, rest) = token.split_once('.').unwrap();
+    let mut h: Value = serde_json::from_slice(&b64.decode(header).unwrap()).unwrap();
+    h["kid"] = json!(kid);
+    format!("{}.{rest}", b64.encode(h.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_issuer_holds_up_only_the_tokens_that_need_its_new_keys() {
+    let (ca, _origin, issuer, mirror) = setup().await;
+    let client = https_client(&ca, &[]);
+    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
+    let status = |token: String| {
+        let client = client.clone();
+        let index = index.clone();
+        async move {
+            send("index", client.get(&index).bearer_auth(token))
+                .await
+                .status
+        }
+    };
+    assert_eq!(status(issuer.token(&github("acme"))).await, 200);
+    assert_eq!(issuer.jwks_requests(), 1);
+
+    // Past the refetch interval, a token naming a made-up key makes the mirror ask the issuer
+    // again, and the issuer takes its time.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    issuer.hold_key_set();
+    let stuck = tokio::spawn(status(naming_key(
+        &issuer.token(&github("acme")),
+        "made-up",
+    )));
+    crate::support::eventually("the key set is asked for", Duration::from_secs(10), || {
+        issuer.key_set_requests_held() == 1
+    })
+    .await;
+
+    // Tokens whose key the mirror holds are answered meanwhile.
+    for _ in 0..3 {
+        let answered = tokio::time::timeout(
+            Duration::from_secs(5),
+            status(issuer.token(&github("acme"))),
+        )
+        .await
+        .expect("a token whose key is held waits for no fetch");
+        assert_eq!(answered, 200);
+    }
+    assert!(!stuck.is_finished(), "the made-up key's token waits");
+    assert_eq!(issuer.key_set_requests_held(), 1);
+
+    issuer.release_key_set();
+    assert_eq!(stuck.await.unwrap(), 401);
+    assert_eq!(issuer.jwks_requests(), 2);
 }
 
 /// A GitLab CI job's ID token claims (its real claim set), valid for five minutes.
