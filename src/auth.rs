@@ -189,6 +189,16 @@ fn invalid(key: &str, message: impl Into<String>) -> AuthConfigError {
 
 const MIN_KEY_LEN: usize = 32;
 
+/// The first parts of client names the mirror gives itself (`token:<fingerprint>` for an
+/// unnamed token, in logs, rules and session subjects), which no issuer or single sign-on may
+/// be named: `token:<sub>` would be taken for one of the mirror's tokens.
+pub const RESERVED_PREFIXES: &[&str] = &["token"];
+
+/// The client names the mirror gives itself, which no `[[auth.clients]]` entry may take:
+/// `anonymous` (anyone, when authentication is off or a route is open) and `-` (no valid
+/// credentials, in the access log).
+pub const RESERVED_CLIENTS: &[&str] = &["anonymous", "-"];
+
 impl AuthConfig {
     /// The hosts (`host` or `host:port`) of the configured issuers' URLs (single sign-on's
     /// too).
@@ -239,6 +249,15 @@ impl AuthConfig {
                 return Err(invalid(
                     &key("name"),
                     "must be 1 to 64 letters, digits, -, _, . or @",
+                ));
+            }
+            if RESERVED_CLIENTS.contains(&client.name.as_str()) {
+                return Err(invalid(
+                    &key("name"),
+                    format!(
+                        "{:?} is reserved: the mirror names its own clients so",
+                        client.name
+                    ),
                 ));
             }
             if names.iter().flatten().any(|n| n == &client.name) {
@@ -309,12 +328,34 @@ impl AuthConfig {
             .enumerate()
             .map(|(i, issuer)| issuer.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
+        for (i, issuer) in issuers.iter().enumerate() {
+            if let Some(j) = issuers[..i].iter().position(|o| o.name == issuer.name) {
+                return Err(invalid(
+                    &format!("auth.issuers[{i}].name"),
+                    format!(
+                        "{} is the name of auth.issuers[{j}] too: their identities would be one",
+                        issuer.name
+                    ),
+                ));
+            }
+        }
         let rules = rules::Rules::new(&self.rules)?;
         let sso = self
             .single_sign_on
             .as_ref()
             .map(sso::SsoConfig::validate)
             .transpose()?;
+        if let Some(sso) = &sso {
+            if let Some(j) = issuers.iter().position(|o| o.name == sso.rules.name) {
+                return Err(invalid(
+                    "auth.single_sign_on.name",
+                    format!(
+                        "{} is the name of auth.issuers[{j}] too: people and workloads would share names",
+                        sso.rules.name
+                    ),
+                ));
+            }
+        }
         let clients_known = !digests.is_empty() || !issuers.is_empty();
         let enabled = clients_known || sso.is_some();
         if !clients_known && !rules.is_empty() {
@@ -857,6 +898,79 @@ mod tests {
         .validate()
         .unwrap();
         assert!(other_key.verify_signed(path, Some(&q), now).is_err());
+    }
+
+    #[test]
+    fn issuers_and_sign_on_have_names_of_their_own_and_claim_rules() {
+        let err = |text: &str| {
+            toml::from_str::<AuthConfig>(text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        let issuer = |name: &str, claims: &str| {
+            format!(
+                "[[issuers]]\nname = \"{name}\"\nissuer = \"https://{name}.example\"\n\
+                 audiences = [\"m\"]\n{claims}\n"
+            )
+        };
+        let owner = "claims = { repository_owner = \"acme\" }";
+        let sso = |name: &str, claims: &str| {
+            format!(
+                "[single_sign_on]\nname = \"{name}\"\nissuer = \"https://login.example\"\n\
+                 client_id = \"p\"\n{claims}\n"
+            )
+        };
+        let email = "claims = { email = \"*@acme.example\" }";
+        // No claim rule: anyone the issuer vouches for would get in.
+        let open = err(&issuer("github", ""));
+        assert!(
+            open.starts_with("config key auth.issuers[0].claims:")
+                && open.contains("auth.issuers[0].allow_any_subject = true"),
+            "{open}"
+        );
+        let open = err(&sso("sso", ""));
+        assert!(
+            open.starts_with("config key auth.single_sign_on.claims:"),
+            "{open}"
+        );
+        // Unless the operator says so; and not both.
+        let any = "allow_any_subject = true";
+        for text in [issuer("github", any), sso("sso", any)] {
+            toml::from_str::<AuthConfig>(&text)
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
+        assert!(
+            err(&issuer("github", &format!("{owner}\n{any}")))
+                .contains("auth.issuers[0].allow_any_subject")
+        );
+        // `token:<sub>` would be the name of one of the mirror's tokens.
+        assert!(err(&issuer("token", owner)).starts_with("config key auth.issuers[0].name:"),);
+        assert!(err(&sso("token", email)).starts_with("config key auth.single_sign_on.name:"));
+        // Two issuers, or an issuer and single sign-on, may not share a name.
+        let twice = err(&format!("{}{}", issuer("ci", owner), issuer("ci", owner)));
+        assert!(
+            twice.starts_with("config key auth.issuers[1].name:") && twice.contains("issuers[0]"),
+            "{twice}"
+        );
+        let shared = err(&format!("{}{}", issuer("sso", owner), sso("sso", email)));
+        assert!(
+            shared.starts_with("config key auth.single_sign_on.name:"),
+            "{shared}"
+        );
+        // Named clients may not take the names the mirror gives itself.
+        for name in ["anonymous", "-"] {
+            let taken = err(&format!(
+                "[[clients]]\nname = \"{name}\"\ntoken = \"platform-token-0123456789\"\n"
+            ));
+            assert!(
+                taken.starts_with("config key auth.clients[0].name:"),
+                "{taken}"
+            );
+        }
     }
 
     #[test]

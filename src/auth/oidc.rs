@@ -48,6 +48,10 @@ pub struct IssuerConfig {
     /// pattern, or list of patterns, its value must match.
     #[serde(default)]
     pub claims: BTreeMap<String, Patterns>,
+    /// Accept every subject the issuer vouches for, without claim rules: an explicit choice,
+    /// since anyone who can have the issuer mint a token for the audience gets in.
+    #[serde(default)]
+    pub allow_any_subject: bool,
     /// The claim that names the identity.
     #[serde(default = "default_name_claim")]
     pub name_claim: String,
@@ -86,6 +90,15 @@ impl IssuerConfig {
         {
             return Err(invalid("name", "must be letters, digits, - and _".into()));
         }
+        if super::RESERVED_PREFIXES.contains(&self.name.as_str()) {
+            return Err(invalid(
+                "name",
+                format!(
+                    "{:?} is reserved: the mirror names its own clients {}:...",
+                    self.name, self.name
+                ),
+            ));
+        }
         let issuer = url::Url::parse(&self.issuer)
             .ok()
             .filter(|u| u.scheme() == "https" && u.host_str().is_some())
@@ -109,6 +122,27 @@ impl IssuerConfig {
                 ClaimRule::new(claim, &patterns)
                     .map_err(|e| invalid(&format!("claims.{claim}"), e))?,
             );
+        }
+        match (claims.is_empty(), self.allow_any_subject) {
+            (true, false) => {
+                return Err(invalid(
+                    "claims",
+                    format!(
+                        "no claim rule restricts who is accepted, so anyone the issuer vouches \
+                         for would get in (for GitHub Actions, any repository; for a public \
+                         identity provider, anyone with an account); add claims, or set {} = \
+                         true to accept every subject",
+                        key("allow_any_subject")
+                    ),
+                ));
+            }
+            (false, true) => {
+                return Err(invalid(
+                    "allow_any_subject",
+                    format!("contradicts {}: set one or the other", key("claims")),
+                ));
+            }
+            _ => {}
         }
         if self.refetch_interval < Duration::from_secs(1) {
             return Err(invalid("refetch_interval", "must be at least 1s".into()));
