@@ -169,9 +169,7 @@ impl SsoSettings {
 
     /// Whether a session subject is a person signed in this way.
     pub fn owns(&self, subject: &str) -> bool {
-        subject
-            .strip_prefix(&self.rules.name)
-            .is_some_and(|rest| rest.starts_with(':') && rest.len() > 1)
+        super::is_identity_of(&self.rules.name, subject)
     }
 
     /// Where to send the browser to sign in.
