@@ -121,7 +121,7 @@ impl Site {
         let sessions = settings
             .auth
             .pages_need_sign_in()
-            .then(|| Sessions::new(&settings.auth));
+            .then(|| Sessions::new(&settings.auth, base_url.as_str()));
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Site {
             settings,
