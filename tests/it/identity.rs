@@ -5,8 +5,10 @@
 //! that fails a claim rule; GitLab CI's and Kubernetes' tokens pass by their own claims; hostile
 //! tokens are refused; the issuer's keys are fetched once, again on rotation (never once per
 //! request), never from a loopback address (named or redirected to), and an issuer outage locks
-//! out nobody whose key is cached. Every door that takes a token takes an ID token, the OCI
-//! registry's token endpoint included.
+//! out nobody whose key is cached, and a slow answer from the issuer holds up only the tokens
+//! that need its new keys. Every door that takes a token takes an ID token, the OCI registry's
+//! token endpoint included. A sign-in session is accepted only by the server it was issued
+//! for, not by another deployment sharing the key.
 
 use std::time::Duration;
 
@@ -501,4 +503,44 @@ claims = {{ "/kubernetes.io/namespace" = "ci" }}
             "{name}: {metrics}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_is_accepted_only_by_the_server_it_was_issued_for() {
+    const TOKEN: &str = "shared-token-0123456789";
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(&ca, &[REGISTRY], vec![]).await;
+    // Two deployments with the same key and token (a copied configuration).
+    let toml = format!(
+        "[auth]\ntokens = [\"{TOKEN}\"]\nurl_signing_key = \"{}\"\n",
+        "k".repeat(40)
+    );
+    let here = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let elsewhere = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let client = https_client_no_redirects(&ca);
+    let sign_in = client
+        .post(here.url("-/sign-in"))
+        .header("origin", here.url.origin().ascii_serialization())
+        .header("sec-fetch-site", "same-origin")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"));
+    let signed_in = send("sign-in", sign_in).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.text());
+    let cookie = signed_in
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.split(';').next()?.strip_prefix("provender_session="))
+        .expect("a session cookie")
+        .to_string();
+    let status = async |mirror: &TestMirror| {
+        let url = mirror.url("-/api/v1/status");
+        let req = client
+            .get(&url)
+            .header("cookie", format!("provender_session={cookie}"));
+        send(&url, req).await.status
+    };
+    assert_eq!(status(&here).await, 200);
+    assert_eq!(status(&elsewhere).await, 401, "another server's session");
 }
