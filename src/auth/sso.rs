@@ -53,7 +53,7 @@ pub struct SsoConfig {
     /// Claim rules, as for `[[auth.issuers]]`: who may sign in.
     #[serde(default)]
     pub claims: BTreeMap<String, Patterns>,
-    /// Let everyone the provider signs in in, without claim rules (as for `[[auth.issuers]]`).
+    /// Accept everyone the provider signs in, without claim rules (as for `[[auth.issuers]]`).
     #[serde(default)]
     pub allow_any_subject: bool,
     /// The claim that names a person.
