@@ -5,10 +5,11 @@
 //!   (the CLI sends the token of a `credentials "mirror.example.com"` block or a `TF_TOKEN_...`
 //!   variable). Tokens are compared by their SHA-256 digests in constant time; a missing or wrong
 //!   token gets 401 with `WWW-Authenticate: Bearer`;
-//! - archive downloads may instead carry a signed, expiring query (`?exp=..&sig=..`), because the
-//!   CLI sends no credentials when it downloads a package. `<version>.json` hands out such URLs:
-//!   the signature is an HMAC-SHA256 over the archive's canonical path and the expiry time, with
-//!   `auth.url_signing_key`. A tampered or expired URL gets 403;
+//! - archive downloads may instead carry a signed, expiring query (`?exp=..&c=..&sig=..`),
+//!   because the CLI sends no credentials when it downloads a package. `<version>.json` hands out
+//!   such URLs: the signature is an HMAC-SHA256 over the archive's canonical path, the expiry
+//!   time and the client the URL was handed to, with `auth.url_signing_key`. A tampered or
+//!   expired URL gets 403, and so does one naming no client or a client no longer configured;
 //! - `Authorization: Basic` with a token as its password (any user name) counts as that bearer
 //!   token, for clients that read credentials from a `.netrc` (the release installers);
 //! - `/healthz`, `/readyz`, `/metrics` and the CLIs' releases are open or protected as
@@ -189,6 +190,16 @@ fn invalid(key: &str, message: impl Into<String>) -> AuthConfigError {
 
 const MIN_KEY_LEN: usize = 32;
 
+/// The first parts of client names the mirror gives itself (`token:<fingerprint>` for an
+/// unnamed token, in logs, rules and session subjects), which no issuer or single sign-on may
+/// be named: `token:<sub>` would be taken for one of the mirror's tokens.
+pub const RESERVED_PREFIXES: &[&str] = &["token"];
+
+/// The client names the mirror gives itself, which no `[[auth.clients]]` entry may take:
+/// `anonymous` (anyone, when authentication is off or a route is open) and `-` (no valid
+/// credentials, in the access log).
+pub const RESERVED_CLIENTS: &[&str] = &["anonymous", "-"];
+
 impl AuthConfig {
     /// The hosts (`host` or `host:port`) of the configured issuers' URLs (single sign-on's
     /// too).
@@ -239,6 +250,15 @@ impl AuthConfig {
                 return Err(invalid(
                     &key("name"),
                     "must be 1 to 64 letters, digits, -, _, . or @",
+                ));
+            }
+            if RESERVED_CLIENTS.contains(&client.name.as_str()) {
+                return Err(invalid(
+                    &key("name"),
+                    format!(
+                        "{:?} is reserved: the mirror names its own clients so",
+                        client.name
+                    ),
                 ));
             }
             if names.iter().flatten().any(|n| n == &client.name) {
@@ -309,12 +329,34 @@ impl AuthConfig {
             .enumerate()
             .map(|(i, issuer)| issuer.validate(i))
             .collect::<Result<Vec<_>, _>>()?;
+        for (i, issuer) in issuers.iter().enumerate() {
+            if let Some(j) = issuers[..i].iter().position(|o| o.name == issuer.name) {
+                return Err(invalid(
+                    &format!("auth.issuers[{i}].name"),
+                    format!(
+                        "{} is the name of auth.issuers[{j}] too: their identities would be one",
+                        issuer.name
+                    ),
+                ));
+            }
+        }
         let rules = rules::Rules::new(&self.rules)?;
         let sso = self
             .single_sign_on
             .as_ref()
             .map(sso::SsoConfig::validate)
             .transpose()?;
+        if let Some(sso) = &sso {
+            if let Some(j) = issuers.iter().position(|o| o.name == sso.rules.name) {
+                return Err(invalid(
+                    "auth.single_sign_on.name",
+                    format!(
+                        "{} is the name of auth.issuers[{j}] too: people and workloads would share names",
+                        sso.rules.name
+                    ),
+                ));
+            }
+        }
         let clients_known = !digests.is_empty() || !issuers.is_empty();
         let enabled = clients_known || sso.is_some();
         if !clients_known && !rules.is_empty() {
@@ -607,7 +649,7 @@ impl AuthSettings {
         let encoded: String = url::form_urlencoded::byte_serialize(client.as_bytes()).collect();
         format!(
             "exp={expires}&c={encoded}&sig={}",
-            self.mac(path, expires, Some(client))
+            self.mac(path, expires, client)
         )
     }
 
@@ -622,8 +664,9 @@ impl AuthSettings {
     }
 
     /// Checks a signed archive URL's query against its canonical `path`, and returns the
-    /// client it was handed to (`signed-url` for a URL signed before URLs named their client).
-    /// `Ok(None)`: the query carries no signature at all.
+    /// client it was handed to, which must still be one this mirror accepts (a URL outlives
+    /// neither its client's token nor its issuer). `Ok(None)`: the query carries no signature
+    /// at all.
     pub fn verify_signed(
         &self,
         path: &str,
@@ -652,24 +695,45 @@ impl AuthSettings {
         let (Some(exp), Some(sig)) = (exp, sig) else {
             return Err(forbidden("is incompletely signed"));
         };
+        let Some(client) = client else {
+            return Err(forbidden(
+                "names no client (URLs that name none are no longer accepted)",
+            ));
+        };
         let expires: u64 = exp
             .parse()
             .map_err(|_| forbidden("has a malformed expiry"))?;
-        let expected = self.mac(path, expires, client.as_deref());
+        let expected = self.mac(path, expires, &client);
         if !ct_eq(&digest(expected.as_bytes()), &digest(sig.as_bytes())) {
             return Err(forbidden("has an invalid signature"));
         }
         if crate::clock::unix_secs(now) >= expires {
             return Err(forbidden("has expired"));
         }
-        Ok(Some(client.unwrap_or_else(|| "signed-url".into())))
+        if !self.knows_client(&client) {
+            return Err(forbidden(&format!(
+                "was handed to {client}, whom this mirror no longer accepts"
+            )));
+        }
+        Ok(Some(client))
     }
 
-    fn mac(&self, path: &str, expires: u64, client: Option<&str>) -> String {
-        match client {
-            Some(client) => self.mac_of("archive", &format!("{path}\n{expires}\n{client}")),
-            None => self.mac_of("archive", &format!("{path}\n{expires}")),
-        }
+    fn mac(&self, path: &str, expires: u64, client: &str) -> String {
+        self.mac_of("archive", &format!("{path}\n{expires}\n{client}"))
+    }
+
+    /// Whether `client` names a client this mirror accepts as configured now: a named token's
+    /// client, an unnamed token's `token:<fingerprint>`, or an identity of a configured issuer.
+    fn knows_client(&self, client: &str) -> bool {
+        let token = self
+            .tokens
+            .iter()
+            .zip(&self.names)
+            .any(|(t, name)| match name {
+                Some(name) => name == client,
+                None => fingerprint(t) == client,
+            });
+        token || self.issuers.iter().any(|i| is_identity_of(&i.name, client))
     }
 
     /// HMAC-SHA256 of `message` with the signing key, in the domain `purpose` (`archive`,
@@ -694,6 +758,14 @@ impl AuthSettings {
         self.tokens.iter().any(|t| fingerprint(t) == subject)
             || self.sso.as_ref().is_some_and(|s| s.owns(subject))
     }
+}
+
+/// Whether `name` is `<prefix>:<something>`, an identity an issuer or single sign-on named
+/// `prefix` vouches for.
+fn is_identity_of(prefix: &str, name: &str) -> bool {
+    name.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .is_some_and(|rest| !rest.is_empty())
 }
 
 /// `token:` and the first 8 bytes of a token's SHA-256 in hex: names a token without giving it
@@ -812,7 +884,15 @@ mod tests {
 
     #[test]
     fn signed_urls() {
-        let a = on();
+        // URLs handed to a job with an ID token of this issuer.
+        let a: AuthConfig = toml::from_str(&format!(
+            "url_signing_key = \"{}\"\n[[issuers]]\nname = \"github\"\n\
+             issuer = \"https://token.example\"\naudiences = [\"m\"]\n\
+             claims = {{ repository_owner = \"acme\" }}\n",
+            "k".repeat(40)
+        ))
+        .unwrap();
+        let a = a.validate().unwrap();
         let path = "registry.terraform.io/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip";
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let client = "github:repo:acme/app:ref:refs/heads/main";
@@ -857,6 +937,142 @@ mod tests {
         .validate()
         .unwrap();
         assert!(other_key.verify_signed(path, Some(&q), now).is_err());
+    }
+
+    #[test]
+    fn a_signed_url_is_refused_once_its_client_is_gone_or_when_it_names_none() {
+        let config = |clients: &str, issuers: &str| {
+            toml::from_str::<AuthConfig>(&format!(
+                "url_signing_key = \"{}\"\ntokens = [\"unnamed-token-0123456789\"]\n{clients}{issuers}",
+                "k".repeat(40)
+            ))
+            .unwrap()
+            .validate()
+            .unwrap()
+        };
+        let ci = "[[clients]]\nname = \"ci\"\ntoken = \"ci-token-0123456789\"\n";
+        let github = "[[issuers]]\nname = \"github\"\nissuer = \"https://token.example\"\n\
+                      audiences = [\"m\"]\nclaims = { repository_owner = \"acme\" }\n";
+        let before = config(ci, github);
+        let path = "registry.terraform.io/acme/foo/terraform-provider-foo_1.0.0_linux_amd64.zip";
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let unnamed = before
+            .bearer_client(Some(b"Bearer unnamed-token-0123456789"))
+            .unwrap();
+        let job = "github:repo:acme/app:ref:refs/heads/main";
+        for client in ["ci", unnamed.as_str(), job] {
+            let q = before.sign(path, client, now);
+            assert_eq!(
+                before.verify_signed(path, Some(&q), now),
+                Ok(Some(client.to_string()))
+            );
+        }
+        // The client `ci` is removed, and so is the issuer: their URLs die with them.
+        let after = config("", "");
+        for client in ["ci", job] {
+            let q = before.sign(path, client, now);
+            let refused = after.verify_signed(path, Some(&q), now).unwrap_err();
+            assert_eq!(refused.status(), 403);
+            assert!(
+                refused.to_json().contains("no longer accepts"),
+                "{refused:?}"
+            );
+        }
+        let q = before.sign(path, &unnamed, now);
+        assert!(
+            after.verify_signed(path, Some(&q), now).is_ok(),
+            "still configured"
+        );
+        // A name that merely starts like a client's, or an issuer's name alone, is no client.
+        for client in ["cix", "github", "github:", "token:00"] {
+            let q = before.sign(path, client, now);
+            assert!(
+                before.verify_signed(path, Some(&q), now).is_err(),
+                "{client}"
+            );
+        }
+        // A URL signed as URLs were before they named their client.
+        let expires = 1_700_000_000 + 600;
+        let old = format!(
+            "exp={expires}&sig={}",
+            before.mac_of("archive", &format!("{path}\n{expires}"))
+        );
+        let refused = before.verify_signed(path, Some(&old), now).unwrap_err();
+        assert_eq!(refused.status(), 403);
+        assert!(refused.to_json().contains("names no client"), "{refused:?}");
+    }
+
+    #[test]
+    fn issuers_and_sign_on_have_names_of_their_own_and_claim_rules() {
+        let err = |text: &str| {
+            toml::from_str::<AuthConfig>(text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        let issuer = |name: &str, claims: &str| {
+            format!(
+                "[[issuers]]\nname = \"{name}\"\nissuer = \"https://{name}.example\"\n\
+                 audiences = [\"m\"]\n{claims}\n"
+            )
+        };
+        let owner = "claims = { repository_owner = \"acme\" }";
+        let sso = |name: &str, claims: &str| {
+            format!(
+                "[single_sign_on]\nname = \"{name}\"\nissuer = \"https://login.example\"\n\
+                 client_id = \"p\"\n{claims}\n"
+            )
+        };
+        let email = "claims = { email = \"*@acme.example\" }";
+        // No claim rule: anyone the issuer vouches for would get in.
+        let open = err(&issuer("github", ""));
+        assert!(
+            open.starts_with("config key auth.issuers[0].claims:")
+                && open.contains("auth.issuers[0].allow_any_subject = true"),
+            "{open}"
+        );
+        let open = err(&sso("sso", ""));
+        assert!(
+            open.starts_with("config key auth.single_sign_on.claims:"),
+            "{open}"
+        );
+        // Unless the operator says so; and not both.
+        let any = "allow_any_subject = true";
+        for text in [issuer("github", any), sso("sso", any)] {
+            toml::from_str::<AuthConfig>(&text)
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
+        assert!(
+            err(&issuer("github", &format!("{owner}\n{any}")))
+                .contains("auth.issuers[0].allow_any_subject")
+        );
+        // `token:<sub>` would be the name of one of the mirror's tokens.
+        assert!(err(&issuer("token", owner)).starts_with("config key auth.issuers[0].name:"),);
+        assert!(err(&sso("token", email)).starts_with("config key auth.single_sign_on.name:"));
+        // Two issuers, or an issuer and single sign-on, may not share a name.
+        let twice = err(&format!("{}{}", issuer("ci", owner), issuer("ci", owner)));
+        assert!(
+            twice.starts_with("config key auth.issuers[1].name:") && twice.contains("issuers[0]"),
+            "{twice}"
+        );
+        let shared = err(&format!("{}{}", issuer("sso", owner), sso("sso", email)));
+        assert!(
+            shared.starts_with("config key auth.single_sign_on.name:"),
+            "{shared}"
+        );
+        // Named clients may not take the names the mirror gives itself.
+        for name in ["anonymous", "-"] {
+            let taken = err(&format!(
+                "[[clients]]\nname = \"{name}\"\ntoken = \"platform-token-0123456789\"\n"
+            ));
+            assert!(
+                taken.starts_with("config key auth.clients[0].name:"),
+                "{taken}"
+            );
+        }
     }
 
     #[test]

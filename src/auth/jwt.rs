@@ -380,7 +380,7 @@ fn shorten(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use jsonwebtoken::{EncodingKey, Header};
     use ring::signature::KeyPair as _;
@@ -390,7 +390,7 @@ mod tests {
     const NOW: u64 = 1_800_000_000;
 
     /// A fresh P-256 key: its encoding key and its JWK (with `kid`).
-    fn ec_key(kid: &str) -> (EncodingKey, Value) {
+    pub(in crate::auth) fn ec_key(kid: &str) -> (EncodingKey, Value) {
         let rng = ring::rand::SystemRandom::new();
         let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
         let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
@@ -443,7 +443,7 @@ mod tests {
         }
     }
 
-    fn sign(key: &EncodingKey, kid: Option<&str>, claims: &Value) -> String {
+    pub(in crate::auth) fn sign(key: &EncodingKey, kid: Option<&str>, claims: &Value) -> String {
         let mut header = Header::new(Algorithm::ES256);
         header.kid = kid.map(str::to_string);
         jsonwebtoken::encode(&header, claims, key).unwrap()

@@ -2,8 +2,10 @@
 //! cookie stands for the token until it expires or they sign out.
 //!
 //! The cookie is stateless, so every replica that shares `auth.url_signing_key` accepts it:
-//! `<claims>.<mac>`, the claims base64url JSON (session ID, subject, expiry) and the MAC an
-//! HMAC-SHA256 over them with the URL signing key, domain-separated from archive URLs. The
+//! `<claims>.<mac>`, the claims base64url JSON (session ID, subject, expiry, audience) and the
+//! MAC an HMAC-SHA256 over them with the URL signing key, domain-separated from archive URLs.
+//! The audience is the server's public base URL: a cookie issued by another deployment that
+//! happens to share the key (a staging server, say) is refused, as is one without it. The
 //! subject says who signed in and how: `token:<fingerprint>` names the token by the first
 //! bytes of its SHA-256, so a session ends when its token is removed from the configuration;
 //! `<name>:<name claim>` is a person signed in with single sign-on (see [`super::sso`]), whose
@@ -36,22 +38,28 @@ pub struct Session {
     pub subject: String,
     /// Unix seconds after which the session is over.
     pub expires: u64,
+    /// The server it was issued by and for: its public base URL.
+    #[serde(rename = "aud")]
+    pub audience: String,
 }
 
 /// Issues and checks sessions.
 pub struct Sessions {
     auth: AuthSettings,
     ttl: Duration,
+    audience: String,
     ended: moka::sync::Cache<String, ()>,
 }
 
 impl Sessions {
-    /// Sessions over `auth`'s tokens and key, each lasting `auth.session_ttl`.
-    pub fn new(auth: &AuthSettings) -> Sessions {
+    /// Sessions over `auth`'s tokens and key, each lasting `auth.session_ttl`, for the server
+    /// whose public base URL is `audience`.
+    pub fn new(auth: &AuthSettings, audience: &str) -> Sessions {
         let ttl = auth.session_ttl;
         Sessions {
             auth: auth.clone(),
             ttl,
+            audience: audience.to_string(),
             ended: moka::sync::Cache::builder()
                 .max_capacity(MAX_ENDED)
                 .time_to_live(ttl)
@@ -80,6 +88,7 @@ impl Sessions {
             id: base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id),
             subject,
             expires: crate::clock::unix_secs(now).saturating_add(self.ttl.as_secs()),
+            audience: self.audience.clone(),
         };
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(serde_json::to_vec(&session).expect("sessions serialise"));
@@ -87,8 +96,8 @@ impl Sessions {
         Some((session, cookie))
     }
 
-    /// The session a cookie value carries, if it is genuine, unexpired, not signed out, and its
-    /// subject may still sign in.
+    /// The session a cookie value carries, if it is genuine, for this server, unexpired, not
+    /// signed out, and its subject may still sign in.
     pub fn check(&self, cookie: &str, now: SystemTime) -> Option<Session> {
         if cookie.len() > MAX_COOKIE_LEN {
             return None;
@@ -102,7 +111,8 @@ impl Sessions {
             .decode(claims)
             .ok()?;
         let session: Session = serde_json::from_slice(&json).ok()?;
-        let live = crate::clock::unix_secs(now) < session.expires
+        let live = session.audience == self.audience
+            && crate::clock::unix_secs(now) < session.expires
             && !self.ended.contains_key(&session.id)
             && self.auth.knows_subject(&session.subject);
         live.then_some(session)
@@ -133,6 +143,8 @@ mod tests {
     use super::*;
     use crate::auth::AuthConfig;
 
+    const HERE: &str = "https://mirror.example.com/";
+
     fn auth(tokens: &[&str]) -> AuthSettings {
         AuthConfig {
             tokens: tokens.iter().map(|t| t.to_string()).collect(),
@@ -146,7 +158,7 @@ mod tests {
 
     #[test]
     fn a_session_lasts_until_it_expires_or_is_signed_out() {
-        let sessions = Sessions::new(&auth(&["first-token-0123456789"]));
+        let sessions = Sessions::new(&auth(&["first-token-0123456789"]), HERE);
         let now = SystemTime::now();
         assert!(sessions.sign_in("wrong-token-0123456789", now).is_none());
         let (session, cookie) = sessions.sign_in("first-token-0123456789", now).unwrap();
@@ -177,15 +189,46 @@ mod tests {
     #[test]
     fn removing_a_token_ends_its_sessions_and_other_replicas_accept_them() {
         let now = SystemTime::now();
-        let before = Sessions::new(&auth(&["first-token-0123456789", "other-token-0123456789"]));
+        let before = Sessions::new(
+            &auth(&["first-token-0123456789", "other-token-0123456789"]),
+            HERE,
+        );
         let (_, cookie) = before.sign_in("first-token-0123456789", now).unwrap();
-        let replica = Sessions::new(&auth(&["first-token-0123456789", "other-token-0123456789"]));
+        let replica = Sessions::new(
+            &auth(&["first-token-0123456789", "other-token-0123456789"]),
+            HERE,
+        );
         assert!(
             replica.check(&cookie, now).is_some(),
             "same key, same tokens"
         );
-        let after = Sessions::new(&auth(&["other-token-0123456789"]));
+        let after = Sessions::new(&auth(&["other-token-0123456789"]), HERE);
         assert_eq!(after.check(&cookie, now), None, "its token was removed");
+    }
+
+    #[test]
+    fn another_deployment_sharing_the_key_does_not_accept_the_session() {
+        let now = SystemTime::now();
+        let auth = auth(&["first-token-0123456789"]);
+        let here = Sessions::new(&auth, HERE);
+        let (_, cookie) = here.sign_in("first-token-0123456789", now).unwrap();
+        let staging = Sessions::new(&auth, "https://staging.example.com/");
+        assert_eq!(staging.check(&cookie, now), None, "another audience");
+        let (_, theirs) = staging.sign_in("first-token-0123456789", now).unwrap();
+        assert_eq!(here.check(&theirs, now), None);
+        // A cookie without an audience (as they were before) is refused too.
+        let (claims, _) = cookie.split_once('.').unwrap();
+        let mut session: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(claims)
+                .unwrap(),
+        )
+        .unwrap();
+        session.as_object_mut().unwrap().remove("aud");
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&session).unwrap());
+        let unbound = format!("{claims}.{}", auth.mac_of("session", &claims));
+        assert_eq!(here.check(&unbound, now), None, "no audience");
     }
 
     #[test]

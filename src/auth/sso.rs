@@ -53,6 +53,9 @@ pub struct SsoConfig {
     /// Claim rules, as for `[[auth.issuers]]`: who may sign in.
     #[serde(default)]
     pub claims: BTreeMap<String, Patterns>,
+    /// Accept everyone the provider signs in, without claim rules (as for `[[auth.issuers]]`).
+    #[serde(default)]
+    pub allow_any_subject: bool,
     /// The claim that names a person.
     #[serde(default = "default_name_claim")]
     pub name_claim: String,
@@ -109,9 +112,6 @@ impl SsoConfig {
             key: format!("{AT}.{field}"),
             message: message.into(),
         };
-        if self.name == "token" {
-            return Err(invalid("name", "\"token\" names the mirror's tokens"));
-        }
         if self.client_id.is_empty() {
             return Err(invalid("client_id", "must not be empty"));
         }
@@ -146,6 +146,7 @@ impl SsoConfig {
             issuer: self.issuer.clone(),
             audiences: vec![self.client_id.clone()],
             claims: self.claims.clone(),
+            allow_any_subject: self.allow_any_subject,
             name_claim: self.name_claim.clone(),
             refetch_interval: MIN_REFETCH,
         }
@@ -168,9 +169,7 @@ impl SsoSettings {
 
     /// Whether a session subject is a person signed in this way.
     pub fn owns(&self, subject: &str) -> bool {
-        subject
-            .strip_prefix(&self.rules.name)
-            .is_some_and(|rest| rest.starts_with(':') && rest.len() > 1)
+        super::is_identity_of(&self.rules.name, subject)
     }
 
     /// Where to send the browser to sign in.

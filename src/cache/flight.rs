@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 
-type Flight<T, E> = Shared<BoxFuture<'static, Result<T, E>>>;
+/// One piece of work in progress: awaiting it (any number of times, by any number of callers)
+/// gives its result.
+pub type Flight<T, E> = Shared<BoxFuture<'static, Result<T, E>>>;
 
 /// A flight's task ended without a result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,38 +79,55 @@ where
     where
         F: Future<Output = Result<T, E>> + Send + 'static,
     {
-        let (flight, leader) = {
-            let mut table = self.inner.lock().expect("flight table lock");
-            if let Some((_, flight)) = table.flights.get(&key) {
-                (flight.clone(), false)
-            } else {
-                let id = table.next_id;
-                table.next_id += 1;
-                let task = tokio::spawn(work());
-                let inner = self.inner.clone();
-                let done_key = key.clone();
-                let flight: Flight<T, E> = async move {
-                    let result = task.await.unwrap_or_else(|e| Err(Aborted::of(e).into()));
-                    // The table lock is held while this flight is inserted, so it is there now.
-                    let mut table = inner.lock().expect("flight table lock");
-                    if table
-                        .flights
-                        .get(&done_key)
-                        .is_some_and(|(fid, _)| *fid == id)
-                    {
-                        table.flights.remove(&done_key);
-                    }
-                    result
-                }
-                .boxed()
-                .shared();
-                table.flights.insert(key, (id, flight.clone()));
-                // Drive the flight even if every caller goes away.
-                tokio::spawn(flight.clone());
-                (flight, true)
-            }
-        };
+        let (flight, leader) = self.begin(key, work);
         (flight.await, leader)
+    }
+
+    /// The flight for `key`, joined if one is in progress, else started with `work` at once
+    /// (before this returns, so a caller can decide under a lock of its own whether to start
+    /// one); whether this call started it. The work runs whether or not the flight is awaited.
+    pub fn begin<F>(&self, key: K, work: impl FnOnce() -> F) -> (Flight<T, E>, bool)
+    where
+        F: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let mut table = self.inner.lock().expect("flight table lock");
+        if let Some((_, flight)) = table.flights.get(&key) {
+            return (flight.clone(), false);
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        let task = tokio::spawn(work());
+        let inner = self.inner.clone();
+        let done_key = key.clone();
+        let flight: Flight<T, E> = async move {
+            let result = task.await.unwrap_or_else(|e| Err(Aborted::of(e).into()));
+            // The table lock is held while this flight is inserted, so it is there now.
+            let mut table = inner.lock().expect("flight table lock");
+            if table
+                .flights
+                .get(&done_key)
+                .is_some_and(|(fid, _)| *fid == id)
+            {
+                table.flights.remove(&done_key);
+            }
+            result
+        }
+        .boxed()
+        .shared();
+        table.flights.insert(key, (id, flight.clone()));
+        // Drive the flight even if every caller goes away.
+        tokio::spawn(flight.clone());
+        (flight, true)
+    }
+
+    /// The flight for `key` in progress, to await without ever starting one.
+    pub fn join(&self, key: &K) -> Option<Flight<T, E>> {
+        self.inner
+            .lock()
+            .expect("flight table lock")
+            .flights
+            .get(key)
+            .map(|(_, flight)| flight.clone())
     }
 
     /// Whether a flight for `key` is in progress.

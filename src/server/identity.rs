@@ -114,8 +114,9 @@ impl Identities {
         else {
             return Err(denied);
         };
-        let client = self.core.identity_client();
-        let fetch = |issuer: url::Url| async move {
+        let core = self.core.clone();
+        let fetch = move |issuer: url::Url| async move {
+            let client = core.identity_client();
             client.issuer_keys(&issuer).await.map_err(|e| e.to_string())
         };
         match self

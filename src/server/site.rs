@@ -121,7 +121,7 @@ impl Site {
         let sessions = settings
             .auth
             .pages_need_sign_in()
-            .then(|| Sessions::new(&settings.auth));
+            .then(|| Sessions::new(&settings.auth, base_url.as_str()));
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Site {
             settings,
@@ -588,7 +588,9 @@ impl Site {
         let Some(id_token) = answer["id_token"].as_str() else {
             return failed(next, "The identity provider sent no ID token.".into());
         };
-        let fetch = |issuer: url::Url| async move {
+        let core = self.core.clone();
+        let fetch = move |issuer: url::Url| async move {
+            let client = core.identity_client();
             client.issuer_keys(&issuer).await.map_err(|e| e.to_string())
         };
         let identity = match self.sso_keys.verify(id_token, now, fetch).await {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::support::http::send;
 use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec};
 use crate::support::pki::TestCa;
-use crate::support::provender::{REGISTRY, TestMirror};
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 use crate::support::tf_config::{self, local_platform};
 use crate::support::{Terraform, https_client, sample};
 
@@ -37,7 +37,18 @@ async fn setup() -> (TestCa, FakeOrigin, TestMirror) {
         vec![ModuleSpec::new("acme", "net", "test", &["1.0.0", "1.1.0"])],
     )
     .await;
-    let toml = format!(
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &auth_toml(true)).await;
+    (ca, origin, mirror)
+}
+
+/// The `[auth]` section: the platform team's client, the `ci` client (`with_ci`), their rules.
+fn auth_toml(with_ci: bool) -> String {
+    let ci = if with_ci {
+        format!("[[auth.clients]]\nname = \"ci\"\ntoken = \"{CI_TOKEN}\"\n")
+    } else {
+        String::new()
+    };
+    format!(
         r#"[auth]
 url_signing_key = "{key}"
 
@@ -45,10 +56,7 @@ url_signing_key = "{key}"
 name = "platform"
 token = "{PLATFORM_TOKEN}"
 
-[[auth.clients]]
-name = "ci"
-token = "{CI_TOKEN}"
-
+{ci}
 [[auth.rules]]
 name = "platform-team"
 clients = "platform"
@@ -61,9 +69,7 @@ providers = ["{REGISTRY}/acme/foo"]
 modules = ["{REGISTRY}/acme/*"]
 "#,
         key = "k".repeat(40),
-    );
-    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
-    (ca, origin, mirror)
+    )
 }
 
 /// The CLI configuration: the mirror, with `token` as its credentials.
@@ -90,7 +96,7 @@ async fn readers_get_what_the_platform_team_let_into_the_cache_and_nothing_else(
 
     // Nothing is cached: a reader may not cause the first fetch.
     let refused = get(format!("{foo}/index.json"), CI_TOKEN).await;
-    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text());
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
     assert_eq!(refused.code(), "forbidden");
     assert!(
         refused.message().contains("rule readers")
@@ -284,4 +290,54 @@ async fn readers_get_only_cached_module_versions() {
         "{}",
         outside.message()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signed_url_is_refused_once_its_client_is_removed() {
+    let (ca, origin, mut mirror) = setup().await;
+    let client = https_client(&ca, &[]);
+    let foo = format!("{REGISTRY}/acme/foo");
+    let (os, arch) = local_platform();
+    // The archive URL of `<version>.json` as handed to the holder of `token`, below `foo/`.
+    let archive_url = async |mirror: &TestMirror, token: &str| {
+        let url = format!("{}{foo}/1.0.0.json", mirror.url);
+        let doc = send(&url, client.get(&url).bearer_auth(token)).await;
+        assert_eq!(doc.status, StatusCode::OK, "{}", doc.text());
+        doc.json()["archives"][format!("{os}_{arch}")]["url"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let download = async |mirror: &TestMirror, relative: &str| {
+        let url = format!("{}{foo}/{relative}", mirror.url);
+        send(&url, client.get(&url)).await
+    };
+    let platform = archive_url(&mirror, PLATFORM_TOKEN).await;
+    assert_eq!(download(&mirror, &platform).await.status, StatusCode::OK);
+    let ci = archive_url(&mirror, CI_TOKEN).await;
+    assert_eq!(download(&mirror, &ci).await.status, StatusCode::OK);
+
+    // The same cache and key, without the client ci: its URL, unexpired, no longer works.
+    mirror.stop().await;
+    let toml = auth_toml(false);
+    let after = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&mirror.cache_dir),
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let refused = download(&after, &ci).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(refused.code(), "forbidden");
+    assert!(
+        refused.message().contains("was handed to ci")
+            && refused.message().contains("no longer accepts"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(download(&after, &platform).await.status, StatusCode::OK);
 }

@@ -5,8 +5,10 @@
 //! that fails a claim rule; GitLab CI's and Kubernetes' tokens pass by their own claims; hostile
 //! tokens are refused; the issuer's keys are fetched once, again on rotation (never once per
 //! request), never from a loopback address (named or redirected to), and an issuer outage locks
-//! out nobody whose key is cached. Every door that takes a token takes an ID token, the OCI
-//! registry's token endpoint included.
+//! out nobody whose key is cached, and a slow answer from the issuer holds up only the tokens
+//! that need its new keys. Every door that takes a token takes an ID token, the OCI registry's
+//! token endpoint included. A sign-in session is accepted only by the server it was issued
+//! for, not by another deployment sharing the key.
 
 use std::time::Duration;
 
@@ -234,16 +236,10 @@ async fn hostile_tokens_rotation_and_outages() {
     let before = issuer.jwks_requests();
     let mut unknown = Vec::new();
     for i in 0..20 {
-        let token = issuer.token(&github("acme"));
-        let (header, rest) = token.split_once('.').unwrap();
-        let mut h: Value = serde_json::from_slice(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(header)
-                .unwrap(),
-        )
-        .unwrap();
-        h["kid"] = json!(format!("nope-{i}"));
-        unknown.push(format!("{}.{rest}", b64(&h)));
+        unknown.push(naming_key(
+            &issuer.token(&github("acme")),
+            &format!("nope-{i}"),
+        ));
     }
     for token in unknown {
         assert_eq!(status(token).await, 401);
@@ -288,6 +284,64 @@ async fn hostile_tokens_rotation_and_outages() {
         );
         assert_eq!(issuer.jwks_requests(), before, "{jwks_uri}");
     }
+}
+
+/// `token` with its header naming the key `kid` instead (its signature no longer verifies,
+/// which matters only once a key by that ID is found).
+fn naming_key(token: &str, kid: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (header, rest) = token.split_once('.').unwrap();
+    let mut h: Value = serde_json::from_slice(&b64.decode(header).unwrap()).unwrap();
+    h["kid"] = json!(kid);
+    format!("{}.{rest}", b64.encode(h.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_issuer_holds_up_only_the_tokens_that_need_its_new_keys() {
+    let (ca, _origin, issuer, mirror) = setup().await;
+    let client = https_client(&ca, &[]);
+    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
+    let status = |token: String| {
+        let client = client.clone();
+        let index = index.clone();
+        async move {
+            send("index", client.get(&index).bearer_auth(token))
+                .await
+                .status
+        }
+    };
+    assert_eq!(status(issuer.token(&github("acme"))).await, 200);
+    assert_eq!(issuer.jwks_requests(), 1);
+
+    // Past the refetch interval, a token naming a made-up key makes the mirror ask the issuer
+    // again, and the issuer takes its time.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    issuer.hold_key_set();
+    let stuck = tokio::spawn(status(naming_key(
+        &issuer.token(&github("acme")),
+        "made-up",
+    )));
+    crate::support::eventually("the key set is asked for", Duration::from_secs(10), || {
+        issuer.key_set_requests_held() == 1
+    })
+    .await;
+
+    // Tokens whose key the mirror holds are answered meanwhile.
+    for _ in 0..3 {
+        let answered = tokio::time::timeout(
+            Duration::from_secs(5),
+            status(issuer.token(&github("acme"))),
+        )
+        .await
+        .expect("a token whose key is held waits for no fetch");
+        assert_eq!(answered, 200);
+    }
+    assert!(!stuck.is_finished(), "the made-up key's token waits");
+    assert_eq!(issuer.key_set_requests_held(), 1);
+
+    issuer.release_key_set();
+    assert_eq!(stuck.await.unwrap(), 401);
+    assert_eq!(issuer.jwks_requests(), 2);
 }
 
 /// A GitLab CI job's ID token claims (its real claim set), valid for five minutes.
@@ -449,4 +503,44 @@ claims = {{ "/kubernetes.io/namespace" = "ci" }}
             "{name}: {metrics}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_is_accepted_only_by_the_server_it_was_issued_for() {
+    const TOKEN: &str = "shared-token-0123456789";
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start(&ca, &[REGISTRY], vec![]).await;
+    // Two deployments with the same key and token (a copied configuration).
+    let toml = format!(
+        "[auth]\ntokens = [\"{TOKEN}\"]\nurl_signing_key = \"{}\"\n",
+        "k".repeat(40)
+    );
+    let here = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let elsewhere = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let client = https_client_no_redirects(&ca);
+    let sign_in = client
+        .post(here.url("-/sign-in"))
+        .header("origin", here.url.origin().ascii_serialization())
+        .header("sec-fetch-site", "same-origin")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"));
+    let signed_in = send("sign-in", sign_in).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.text());
+    let cookie = signed_in
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.split(';').next()?.strip_prefix("provender_session="))
+        .expect("a session cookie")
+        .to_string();
+    let status = async |mirror: &TestMirror| {
+        let url = mirror.url("-/api/v1/status");
+        let req = client
+            .get(&url)
+            .header("cookie", format!("provender_session={cookie}"));
+        send(&url, req).await.status
+    };
+    assert_eq!(status(&here).await, 200);
+    assert_eq!(status(&elsewhere).await, 401, "another server's session");
 }

@@ -22,7 +22,9 @@ const LAYERS: &[&[&str]] = &[
     // Policy over records, persistence, observation.
     &["trust", "storage", "metrics"],
     // What is kept, and the clients of the outside world.
-    &["cache", "auth", "upstream", "usage"],
+    &["cache", "upstream", "usage"],
+    // Who may use the mirror (issuers' key sets are fetched in one flight, as the cache's).
+    &["auth"],
     // The settings of every part, validated.
     &["config"],
     // What a client is answered.

@@ -1,6 +1,7 @@
 //! A fake OpenID Connect issuer over TLS on loopback, standing in for GitHub Actions', GitLab's
 //! or a Kubernetes cluster's token issuer: its discovery document and key set (JWKS), with key
-//! rotation, a count of key-set requests, and an outage switch. Tokens are signed here with
+//! rotation, a count of key-set requests, an outage switch, and a hold on key-set answers (a
+//! slow issuer whose pace the test sets). Tokens are signed here with
 //! its current P-256 key (ES256), carrying whatever claims a test gives.
 //!
 //! It is also an identity provider for people: an authorization endpoint (a sign-in form that
@@ -54,6 +55,10 @@ struct Shared {
     codes: Mutex<HashMap<String, Grant>>,
     /// Codes traded for ID tokens.
     exchanges: AtomicUsize,
+    /// While true, key-set requests wait (see [`FakeIssuer::hold_key_set`]).
+    key_set_hold: tokio::sync::watch::Sender<bool>,
+    /// Key-set requests waiting for the hold to end.
+    key_set_held: AtomicUsize,
 }
 
 /// What a code was issued for.
@@ -93,6 +98,8 @@ impl FakeIssuer {
             client: Mutex::new(None),
             codes: Mutex::new(HashMap::new()),
             exchanges: AtomicUsize::new(0),
+            key_set_hold: tokio::sync::watch::Sender::new(false),
+            key_set_held: AtomicUsize::new(0),
         });
         let serving = shared.clone();
         let server = super::serve_connections(listener, move |tcp| {
@@ -106,6 +113,9 @@ impl FakeIssuer {
                     let shared = shared.clone();
                     async move {
                         let (head, body) = req.into_parts();
+                        if head.uri.path() == "/.well-known/jwks" {
+                            while_key_set_held(&shared).await;
+                        }
                         let body = http_body_util::BodyExt::collect(body)
                             .await
                             .map(|b| b.to_bytes())
@@ -204,6 +214,21 @@ impl FakeIssuer {
         self.shared.exchanges.load(Ordering::SeqCst)
     }
 
+    /// Holds every key-set request from now on until [`Self::release_key_set`].
+    pub fn hold_key_set(&self) {
+        self.shared.key_set_hold.send_replace(true);
+    }
+
+    /// Answers the held key-set requests, and those that come later at once.
+    pub fn release_key_set(&self) {
+        self.shared.key_set_hold.send_replace(false);
+    }
+
+    /// How many key-set requests are being held.
+    pub fn key_set_requests_held(&self) -> usize {
+        self.shared.key_set_held.load(Ordering::SeqCst)
+    }
+
     /// While down, every request answers 503.
     pub fn set_down(&self, down: bool) {
         self.shared.down.store(down, Ordering::SeqCst);
@@ -213,6 +238,16 @@ impl FakeIssuer {
 impl Drop for FakeIssuer {
     fn drop(&mut self) {
         self.server.abort();
+    }
+}
+
+/// Waits while key-set answers are held.
+async fn while_key_set_held(shared: &Shared) {
+    let mut hold = shared.key_set_hold.subscribe();
+    if *hold.borrow_and_update() {
+        shared.key_set_held.fetch_add(1, Ordering::SeqCst);
+        let _ = hold.wait_for(|held| !held).await;
+        shared.key_set_held.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
