@@ -10,9 +10,13 @@
 //! in use: an issuer outage does not lock out clients whose keys are cached. Fetching is the
 //! caller's (see [`Issuers::verify`]): the server fetches through the origins' client, with its
 //! address policy and proxy.
+//!
+//! [`Kept`] is that way of holding what an issuer publishes, for whatever it is: the key sets
+//! here, and single sign-on's provider endpoints (its discovery document) in the server.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -26,6 +30,84 @@ pub const KEYS_TTL: Duration = Duration::from_secs(3600);
 /// The least time between two fetches of one issuer's keys, unless `refetch_interval` says
 /// otherwise.
 pub const MIN_REFETCH: Duration = Duration::from_secs(30);
+
+/// Something an issuer publishes, held in memory: fetched on first use, again once the caller
+/// finds it stale, never more often than once per interval however many callers ask, and kept
+/// through failed fetches (an outage). Callers wait for one fetch at a time.
+pub struct Kept<T, E> {
+    state: tokio::sync::Mutex<KeptState<T, E>>,
+}
+
+struct KeptState<T, E> {
+    held: Option<Held<T, E>>,
+    last_attempt: Option<Instant>,
+}
+
+/// What the last fetch left.
+enum Held<T, E> {
+    /// A value and when it was fetched.
+    Value(Arc<T>, Instant),
+    /// No value was ever fetched; why the last attempt failed.
+    Failed(E),
+}
+
+impl<T, E: Clone> Held<T, E> {
+    fn answer(&self) -> Result<Arc<T>, E> {
+        match self {
+            Held::Value(value, _) => Ok(value.clone()),
+            Held::Failed(e) => Err(e.clone()),
+        }
+    }
+}
+
+impl<T, E> Default for Kept<T, E> {
+    fn default() -> Self {
+        Kept {
+            state: tokio::sync::Mutex::new(KeptState {
+                held: None,
+                last_attempt: None,
+            }),
+        }
+    }
+}
+
+impl<T, E: Clone> Kept<T, E> {
+    /// The value held, fetched with `fetch` first when none is held, or when `stale` (given the
+    /// value and its age) says so and the last attempt is at least `interval` old. A failed
+    /// fetch keeps the value held; with none, its error is the answer until the next attempt.
+    pub async fn get<F, Fut>(
+        &self,
+        interval: Duration,
+        stale: impl FnOnce(&T, Duration) -> bool,
+        fetch: F,
+    ) -> Result<Arc<T>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut state = self.state.lock().await;
+        let may_fetch = state.last_attempt.is_none_or(|at| at.elapsed() >= interval);
+        let due = match &state.held {
+            None => true,
+            Some(Held::Value(value, at)) => may_fetch && stale(value, at.elapsed()),
+            Some(Held::Failed(_)) => may_fetch,
+        };
+        if !due {
+            if let Some(held) = &state.held {
+                return held.answer();
+            }
+        }
+        state.last_attempt = Some(Instant::now());
+        let held = match (fetch().await, state.held.take()) {
+            (Ok(value), _) => Held::Value(Arc::new(value), Instant::now()),
+            (Err(_), Some(Held::Value(value, at))) => Held::Value(value, at),
+            (Err(e), _) => Held::Failed(e),
+        };
+        let answer = held.answer();
+        state.held = Some(held);
+        answer
+    }
+}
 
 /// One `[[auth.issuers]]` entry as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -130,20 +212,13 @@ pub enum TokenRefused {
 
 /// The configured issuers and their keys.
 pub struct Issuers {
-    issuers: Vec<Held>,
+    issuers: Vec<Issuer>,
 }
 
-struct Held {
+struct Issuer {
     rules: IssuerRules,
     url: url::Url,
-    keys: tokio::sync::Mutex<Keys>,
-}
-
-#[derive(Default)]
-struct Keys {
-    set: Option<(KeySet, Instant)>,
-    last_attempt: Option<Instant>,
-    last_error: Option<String>,
+    keys: Kept<KeySet, String>,
 }
 
 impl Issuers {
@@ -152,7 +227,7 @@ impl Issuers {
             issuers: rules
                 .iter()
                 .filter_map(|r| {
-                    Some(Held {
+                    Some(Issuer {
                         url: url::Url::parse(&r.issuer).ok()?,
                         rules: r.clone(),
                         keys: Default::default(),
@@ -179,46 +254,38 @@ impl Issuers {
         Fut: Future<Output = Result<bytes::Bytes, String>>,
     {
         let claimed = jwt::peek(token)?;
-        let held = self
+        let known = self
             .issuers
             .iter()
             .find(|h| h.rules.issuer == claimed.issuer.trim_end_matches('/'))
             .ok_or(TokenRefused::UnknownIssuer)?;
-        let mut keys = held.keys.lock().await;
-        let stale = match &keys.set {
-            None => true,
-            Some((set, fetched)) => {
-                fetched.elapsed() > KEYS_TTL
-                    || claimed.kid.as_deref().is_some_and(|kid| !set.has(kid))
-            }
-        };
-        let may_fetch = keys
-            .last_attempt
-            .is_none_or(|at| at.elapsed() >= held.rules.refetch_interval);
-        if stale && may_fetch {
-            keys.last_attempt = Some(Instant::now());
-            let fetched = fetch(held.url.clone())
-                .await
-                .and_then(|body| KeySet::from_jwks(&body));
-            match fetched {
-                Ok(set) if !set.is_empty() => {
-                    keys.set = Some((set, Instant::now()));
-                    keys.last_error = None;
-                }
-                Ok(_) => keys.last_error = Some("its key set has no usable key".into()),
-                Err(e) => {
-                    tracing::warn!(issuer = %held.url, "cannot fetch the issuer's keys: {e}");
-                    keys.last_error = Some(e);
-                }
-            }
-        }
-        let Some((set, _)) = &keys.set else {
-            return Err(TokenRefused::NoKeys {
-                issuer: held.rules.issuer.clone(),
-                error: keys.last_error.clone().unwrap_or_default(),
-            });
-        };
-        Ok(jwt::verify(token, &held.rules, set, now)?)
+        let set = known
+            .keys
+            .get(
+                known.rules.refetch_interval,
+                |set, age| {
+                    age > KEYS_TTL || claimed.kid.as_deref().is_some_and(|kid| !set.has(kid))
+                },
+                || async {
+                    let set = fetch(known.url.clone())
+                        .await
+                        .and_then(|body| KeySet::from_jwks(&body))
+                        .and_then(|set| match set.is_empty() {
+                            true => Err("its key set has no usable key".to_string()),
+                            false => Ok(set),
+                        });
+                    if let Err(e) = &set {
+                        tracing::warn!(issuer = %known.url, "cannot fetch the issuer's keys: {e}");
+                    }
+                    set
+                },
+            )
+            .await
+            .map_err(|error| TokenRefused::NoKeys {
+                issuer: known.rules.issuer.clone(),
+                error,
+            })?;
+        Ok(jwt::verify(token, &known.rules, &set, now)?)
     }
 }
 
@@ -288,5 +355,54 @@ mod tests {
             );
         }
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn what_is_kept_is_fetched_once_for_many_callers_and_kept_through_an_outage() {
+        let kept: Kept<&str, String> = Kept::default();
+        let fetches = AtomicUsize::new(0);
+        let interval = Duration::from_millis(50);
+        let ok = || async {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, String>("endpoints")
+        };
+        let failing = || async {
+            fetches.fetch_add(1, Ordering::SeqCst);
+            Err::<&str, _>("down".to_string())
+        };
+        let fresh = |_: &&str, _| false;
+        let answers =
+            futures_util::future::join_all((0..50).map(|_| kept.get(interval, fresh, ok))).await;
+        assert!(answers.iter().all(|a| a.as_deref() == Ok(&"endpoints")));
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            1,
+            "one fetch for 50 callers"
+        );
+        // Stale, the source down: the value held is kept, and asked for again only after the
+        // interval.
+        tokio::time::sleep(interval).await;
+        let stale = |_: &&str, _| true;
+        for _ in 0..5 {
+            assert_eq!(
+                kept.get(interval, stale, failing).await.as_deref(),
+                Ok(&"endpoints")
+            );
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        // Nothing held: the failure is the answer, and is not retried before the interval.
+        let empty: Kept<&str, String> = Kept::default();
+        for _ in 0..5 {
+            assert_eq!(
+                empty.get(interval, stale, failing).await,
+                Err("down".to_string())
+            );
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 3);
+        tokio::time::sleep(interval).await;
+        assert_eq!(
+            empty.get(interval, stale, ok).await.as_deref(),
+            Ok(&"endpoints")
+        );
     }
 }
