@@ -11,11 +11,14 @@
 //! needs a bearer token or a session cookie (see [`crate::auth::session`]): a page without one
 //! redirects to sign-in, an API request gets 401. Sign-in and sign-out are the only `POST`s;
 //! browsers' `Sec-Fetch-Site` must say they come from this site, and the cookie is
-//! `SameSite=Strict`, so other sites cannot make a browser use them.
+//! `SameSite=Strict`, so other sites cannot make a browser use them. Single sign-on's starts
+//! and callbacks are rate-limited per client address and for everyone (see
+//! [`crate::auth::sso::SignIns`]).
 //!
 //! Pages and API documents are rendered by at most half the cores at a time, so that clients
 //! asking for them as fast as they can leave the protocol the rest.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -31,16 +34,19 @@ use super::pages::{
     Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, ReleasesPage, SignInPage,
     SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
-use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
+use super::respond::{
+    Body, error_headers, error_response, json_response, response, see_other, unauthorized,
+};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::auth::Denied;
-use crate::auth::oidc::Issuers;
+use crate::auth::oidc::{Issuers, Kept};
 use crate::auth::session::{self, Session, Sessions};
-use crate::auth::sso::{self, Pending};
+use crate::auth::sso::{self, Pending, SignIns};
 use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, ReleaseCatalogue, UsageQuery};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::mirror::Core;
+use crate::upstream::{IssuerEndpoints, UpstreamError};
 
 /// Providers listed per page.
 pub const PAGE_SIZE: usize = 100;
@@ -75,6 +81,10 @@ pub struct Site {
     sessions: Option<Sessions>,
     /// The identity provider's keys, for single sign-on's ID tokens.
     sso_keys: Issuers,
+    /// The identity provider's endpoints, from its discovery document.
+    sso_endpoints: Kept<IssuerEndpoints, UpstreamError>,
+    /// Single sign-on's rate bounds and the sign-ins that came back.
+    sign_ins: SignIns,
     /// The origins' client reaches the identity provider.
     core: Arc<Core>,
     base_url: url::Url,
@@ -128,6 +138,8 @@ impl Site {
             catalogue,
             sessions,
             sso_keys,
+            sso_endpoints: Kept::default(),
+            sign_ins: SignIns::default(),
             core,
             base_url,
             ca_pem,
@@ -139,20 +151,21 @@ impl Site {
         &self.settings.server.base_path
     }
 
-    /// Answers `<base>` (`rest` empty) or `<base>-/<rest>`.
+    /// Answers `<base>` (`rest` empty) or `<base>-/<rest>` to a client at `peer`.
     pub async fn handle(
         &self,
         req: &Request<()>,
         body: Incoming,
         rest: &str,
         who: &Result<Principal, Denied>,
+        peer: IpAddr,
     ) -> Response<Body> {
         let kind = if rest.starts_with("api/") {
             Kind::Api
         } else {
             Kind::Page
         };
-        let result = self.answer(req, body, rest, kind, who).await;
+        let result = self.answer(req, body, rest, kind, who, peer).await;
         let mut resp = result.unwrap_or_else(|e| match kind {
             Kind::Api => error_response(&e),
             Kind::Page => self.error_page(&e, self.session(req).is_some()),
@@ -187,6 +200,7 @@ impl Site {
         rest: &str,
         kind: Kind,
         who: &Result<Principal, Denied>,
+        peer: IpAddr,
     ) -> Result<Response<Body>, Error> {
         if let Some(name) = rest.strip_prefix("static/") {
             only_get(req)?;
@@ -194,11 +208,11 @@ impl Site {
         }
         if rest == "sign-in/sso" {
             only_get(req)?;
-            return self.sso_start(req).await;
+            return self.sso_start(req, peer).await;
         }
         if rest == "sign-in/callback" {
             only_get(req)?;
-            return self.sso_callback(req).await;
+            return self.sso_callback(req, peer).await;
         }
         if rest == "sign-in" {
             return match *req.method() {
@@ -498,14 +512,11 @@ impl Site {
     }
 
     /// `-/sign-in/sso`: sends the browser to the identity provider (see `auth::sso`).
-    async fn sso_start(&self, req: &Request<()>) -> Result<Response<Body>, Error> {
+    async fn sso_start(&self, req: &Request<()>, peer: IpAddr) -> Result<Response<Body>, Error> {
         let sso = self.sso()?;
+        self.sign_ins.admit(peer)?;
         let next = next_of(req.uri().query(), self.base());
-        let endpoints = self
-            .core
-            .identity_client()
-            .issuer_endpoints(&sso.issuer())
-            .await?;
+        let endpoints = self.sso_endpoints(sso).await?;
         let pending = Pending::new(next, crate::clock::now_secs())
             .ok_or_else(|| Error::unexpected("the system random source failed"))?;
         let target =
@@ -525,11 +536,12 @@ impl Site {
     }
 
     /// `-/sign-in/callback`: the identity provider's answer. The state must be the one this
-    /// browser was sent with; the code is traded for an ID token, which is checked like any
-    /// (with this mirror's client ID as its audience, and the nonce it was sent with). A person
-    /// who passes gets a session.
-    async fn sso_callback(&self, req: &Request<()>) -> Result<Response<Body>, Error> {
+    /// browser was sent with, in a sign-in that has not come back before; only then is the
+    /// code traded for an ID token, which is checked like any (with this mirror's client ID as
+    /// its audience, and the nonce it was sent with). A person who passes gets a session.
+    async fn sso_callback(&self, req: &Request<()>, peer: IpAddr) -> Result<Response<Body>, Error> {
         let sso = self.sso()?;
+        self.sign_ins.admit(peer)?;
         let Some(sessions) = &self.sessions else {
             return Err(Error::NotFound("sign-in is off".into()));
         };
@@ -574,9 +586,15 @@ impl Site {
                 "This sign-in's state does not match; please start again.".into(),
             );
         }
+        if !self.sign_ins.first_return(&pending) {
+            return failed(
+                next,
+                "This sign-in has already come back once; please start again.".into(),
+            );
+        }
         let client = self.core.identity_client();
         let issuer = sso.issuer();
-        let endpoints = client.issuer_endpoints(&issuer).await?;
+        let endpoints = self.sso_endpoints(sso).await?;
         let callback = self.callback_url();
         let answer = client
             .token_exchange(
@@ -619,6 +637,28 @@ impl Site {
             ),
         )?;
         Ok(resp)
+    }
+
+    /// The identity provider's endpoints: fetched on first use, again after
+    /// [`sso::ENDPOINTS_TTL`], at most once per `refetch_interval` however many sign-ins start,
+    /// and kept through an outage.
+    async fn sso_endpoints(&self, sso: &sso::SsoSettings) -> Result<Arc<IssuerEndpoints>, Error> {
+        let fetch = || async {
+            let fetched = self
+                .core
+                .identity_client()
+                .issuer_endpoints(&sso.issuer())
+                .await;
+            if let Err(e) = &fetched {
+                tracing::warn!("cannot fetch the identity provider's endpoints: {e}");
+            }
+            fetched
+        };
+        let stale = |_: &IssuerEndpoints, age| age > sso::ENDPOINTS_TTL;
+        Ok(self
+            .sso_endpoints
+            .get(sso.rules.refetch_interval, stale, fetch)
+            .await?)
     }
 
     /// Single sign-on's settings, or 404 when it is not configured.
@@ -688,10 +728,7 @@ impl Site {
         match page.render() {
             Ok(text) => {
                 let mut resp = response(status, "text/html; charset=utf-8", Bytes::from(text));
-                if matches!(e, Error::MethodNotAllowed) {
-                    resp.headers_mut()
-                        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-                }
+                error_headers(e, &mut resp);
                 resp
             }
             Err(_) => error_response(e),
