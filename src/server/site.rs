@@ -10,7 +10,8 @@
 //! With client authentication on, everything here but the sign-in page and the static files
 //! needs a bearer token or a session cookie (see [`crate::auth::session`]): a page without one
 //! redirects to sign-in, an API request gets 401. Sign-in and sign-out are the only `POST`s;
-//! browsers' `Sec-Fetch-Site` must say they come from this site, and the cookie is
+//! browsers' `Sec-Fetch-Site` must say they come from this site (or, from browsers too old to
+//! send it, `Origin` must be this server's; a form with neither is refused), and the cookie is
 //! `SameSite=Strict`, so other sites cannot make a browser use them. Single sign-on's starts
 //! and callbacks are rate-limited per client address and for everyone (see
 //! [`crate::auth::sso::SignIns`]).
@@ -468,7 +469,7 @@ impl Site {
     }
 
     async fn sign_in(&self, req: &Request<()>, body: Incoming) -> Result<Response<Body>, Error> {
-        same_site(req)?;
+        same_site(req, &self.base_url)?;
         let Some(sessions) = &self.sessions else {
             return Ok(see_other(self.base()));
         };
@@ -696,7 +697,7 @@ impl Site {
     }
 
     fn sign_out(&self, req: &Request<()>, caller: Caller) -> Result<Response<Body>, Error> {
-        same_site(req)?;
+        same_site(req, &self.base_url)?;
         if let (Some(sessions), Caller::Session(session)) = (&self.sessions, &caller) {
             sessions.sign_out(session);
             tracing::info!(subject = %session.subject, "signed out of the pages");
@@ -758,17 +759,28 @@ fn only_get(req: &Request<()>) -> Result<(), Error> {
     }
 }
 
-/// Refuses a form a browser says another site sent.
-fn same_site(req: &Request<()>) -> Result<(), Error> {
-    let site = req
-        .headers()
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok());
-    match site {
-        None | Some("same-origin" | "none") => Ok(()),
-        Some(other) => Err(Error::Forbidden(format!(
-            "a form from another site ({other}) cannot sign in or out here"
-        ))),
+/// Refuses a form that another site may have sent. Browsers say where a form comes from in
+/// `Sec-Fetch-Site`; those too old to send it say so in `Origin`, which must then be this
+/// server's own (`base_url`'s). A form with neither is refused: only browsers post these
+/// forms, and every browser sends one of the two with a form.
+fn same_site(req: &Request<()>, base_url: &url::Url) -> Result<(), Error> {
+    let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap_or("?"));
+    let refused = |from: &str| {
+        let from: String = from.chars().take(100).collect();
+        Err(Error::Forbidden(format!(
+            "a form from another site ({from}) cannot sign in or out here"
+        )))
+    };
+    match (header("sec-fetch-site"), header("origin")) {
+        (Some("same-origin" | "none"), _) => Ok(()),
+        (Some(other), _) => refused(other),
+        (None, Some(origin)) if origin == base_url.origin().ascii_serialization() => Ok(()),
+        (None, Some(origin)) => refused(origin),
+        (None, None) => Err(Error::Forbidden(
+            "a form without Sec-Fetch-Site or Origin cannot sign in or out here: only a \
+             browser's form on this mirror's own pages can"
+                .into(),
+        )),
     }
 }
 
