@@ -40,6 +40,9 @@ pub enum Error {
     /// A request body is larger than the endpoint takes.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// Too many sign-ins: the client may try again after `Retry-After`.
+    #[error("{0}")]
+    TooManySignIns(#[from] crate::auth::sso::TooManySignIns),
     /// The origin registry failed, did not answer in time, or answered with something
     /// unusable.
     #[error("{0}")]
@@ -271,6 +274,7 @@ impl Error {
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::TooManySignIns(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::Upstream(e) => e.status(),
             Error::Verification(_) => StatusCode::BAD_GATEWAY,
             Error::Policy(_) => StatusCode::FORBIDDEN,
@@ -288,6 +292,7 @@ impl Error {
             Error::MethodNotAllowed => "method_not_allowed",
             Error::Forbidden(_) => "forbidden",
             Error::PayloadTooLarge(_) => "payload_too_large",
+            Error::TooManySignIns(_) => "too_many_requests",
             Error::Upstream(crate::upstream::UpstreamError::Timeout(_)) => "upstream_timeout",
             Error::Upstream(crate::upstream::UpstreamError::NotARegistry(_)) => "not_found",
             Error::Upstream(_) => "upstream_error",
@@ -369,6 +374,14 @@ impl Error {
         Subject::Module {
             addr: addr.clone(),
             version: version.cloned(),
+        }
+    }
+
+    /// How long the client should wait before asking again (`Retry-After`), when it says.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::TooManySignIns(e) => Some(e.retry_after),
+            _ => None,
         }
     }
 

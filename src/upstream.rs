@@ -34,6 +34,7 @@ pub use documents::{
 };
 pub use git::{GitFetch, GitLimits, MIN_GIT, TAR_OVERHEAD_PER_ENTRY};
 pub use modules::Location;
+pub use oidc::IssuerEndpoints;
 pub use providers::ArchiveDownload;
 pub use settings::{HostSettings, ProxyUrl, UpstreamSettings};
 
@@ -522,14 +523,29 @@ impl Upstream {
     /// retries: connection errors, timeouts, 429 and 5xx (except 501) are
     /// retried up to `upstream.retries` times with exponential backoff and full jitter (or the
     /// origin's `Retry-After`), all within `timeout`. Each host has a circuit breaker; while it
-    /// is open, calls fail at once. Failed attempts are counted here; the caller counts the
-    /// outcome of the response it gets.
+    /// is open, calls fail at once. Only failures count towards opening it (no answer, or a
+    /// 5xx): a 429 is the host answering and asking for patience, which `Retry-After` gives
+    /// it, so a rate limit on one of its endpoints (an identity provider's token endpoint)
+    /// never stops every other call to the host (its key set). Failed attempts are counted
+    /// here; the caller counts the outcome of the response it gets.
     async fn send(
         &self,
         host: &Hostname,
         op: Operation,
         url: &Url,
         timeout: Duration,
+    ) -> Result<reqwest::Response> {
+        self.send_as(host, op, url, timeout, Ask::Get).await
+    }
+
+    /// [`send`](Self::send), for a GET or a form sent once.
+    async fn send_as(
+        &self,
+        host: &Hostname,
+        op: Operation,
+        url: &Url,
+        timeout: Duration,
+        ask: Ask<'_>,
     ) -> Result<reqwest::Response> {
         let deadline = Instant::now() + timeout;
         let mut attempt: u32 = 0;
@@ -552,21 +568,19 @@ impl Upstream {
                     op.as_str()
                 )));
             }
-            let result = self.send_once(host, op, url, remaining).await;
+            let result = self.send_once(host, op, url, remaining, ask).await;
             if let Err(e @ UpstreamError::Refused(_)) = &result {
                 // Refused by the address or redirect policy: final, and not the origin's health.
                 return Err(e.clone());
             }
-            let (healthy, hint) = match &result {
-                Ok(resp) if retryable_status(resp.status()) => (
-                    resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS,
-                    Some(retry_after(resp)),
-                ),
-                Ok(_) => (true, None),
-                Err(_) => (false, Some(None)),
+            let hint = match &result {
+                Ok(resp) if retryable_status(resp.status()) => Some(retry_after(resp)),
+                Ok(_) => None,
+                Err(_) => Some(None),
             };
-            let is_failure =
-                !healthy || result.as_ref().is_ok_and(|r| r.status().is_server_error());
+            let is_failure = result
+                .as_ref()
+                .map_or(true, |r| r.status().is_server_error());
             if is_failure {
                 if self.breaker.failure(host.as_str()) {
                     tracing::warn!(%host, "origin keeps failing; circuit opened for {:?}", self.settings.breaker_cooldown);
@@ -583,7 +597,7 @@ impl Upstream {
                     .set(0);
             }
             let Some(hint) = hint else { return result };
-            if attempt >= self.settings.retries {
+            if matches!(ask, Ask::FormOnce(_)) || attempt >= self.settings.retries {
                 return result;
             }
             let backoff = hint.unwrap_or_else(|| {
@@ -608,14 +622,30 @@ impl Upstream {
         }
     }
 
-    /// One GET, adding the registry's token only where it belongs.
+    /// One GET, adding the registry's token only where it belongs, or one form POST.
     async fn send_once(
         &self,
         host: &Hostname,
         op: Operation,
         url: &Url,
         timeout: Duration,
+        ask: Ask<'_>,
     ) -> Result<reqwest::Response> {
+        if let Ask::FormOnce(form) = ask {
+            return self
+                .http
+                .post(url.clone())
+                .timeout(timeout)
+                .header(reqwest::header::ACCEPT, "application/json")
+                .header(
+                    reqwest::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .body(form.to_string())
+                .send()
+                .await
+                .map_err(|e| UpstreamError::from_send(op, url, &e));
+        }
         let method = match op {
             Operation::ArchiveSize => reqwest::Method::HEAD,
             _ => reqwest::Method::GET,
@@ -667,6 +697,16 @@ impl Upstream {
             .with_label_values(&[host.as_str(), op.as_str()])
             .observe(started.elapsed().as_secs_f64());
     }
+}
+
+/// What [`Upstream::send_as`] sends.
+#[derive(Debug, Clone, Copy)]
+enum Ask<'a> {
+    /// The operation's GET (a HEAD for [`Operation::ArchiveSize`]), retried.
+    Get,
+    /// A form POST (`application/x-www-form-urlencoded`), sent once: never retried, as what it
+    /// carries may work only once (an authorization code).
+    FormOnce(&'a str),
 }
 
 /// Tokens from `[upstream.hosts]` (which win) and `TF_TOKEN_*` environment variables, encoded as

@@ -11,6 +11,9 @@
 //! - `iss` is the issuer's URL exactly; `aud` (a string or a list) holds one of its audiences;
 //! - `exp` is present and not passed, `nbf` and `iat` are not in the future, each within
 //!   [`LEEWAY`] of this server's clock;
+//! - when a claim rule or the name claim is `email`, `email_verified` is `true` (a JSON
+//!   boolean; absent counts as not verified), so an address the issuer never checked names
+//!   nobody;
 //! - every claim rule holds (see [`ClaimRule`]).
 //!
 //! Only then does the token name an [`Identity`]: the issuer's name and the value of its name
@@ -69,6 +72,11 @@ pub enum JwtError {
     MissingClaim(String),
     #[error("claim {claim}: {value} is not allowed")]
     Rule { claim: String, value: String },
+    #[error(
+        "the token's email is not verified by the issuer (email_verified must be true; absent \
+         counts as not verified)"
+    )]
+    EmailNotVerified,
 }
 
 /// Where a claim is: a top-level claim's name (`repository_owner`), or a JSON pointer into
@@ -79,6 +87,11 @@ pub struct ClaimPath(String);
 impl ClaimPath {
     pub fn new(path: &str) -> ClaimPath {
         ClaimPath(path.to_string())
+    }
+
+    /// Whether this is the `email` claim, by name or by pointer.
+    fn is_email(&self) -> bool {
+        self.0 == "email" || self.0 == "/email"
     }
 
     fn find<'a>(&self, claims: &'a Value) -> Option<&'a Value> {
@@ -346,6 +359,11 @@ pub fn verify(
         if not_before > now.saturating_add(LEEWAY) {
             return Err(JwtError::NotYetValid);
         }
+    }
+    let uses_email =
+        rules.name_claim.is_email() || rules.claims.iter().any(|rule| rule.claim.is_email());
+    if uses_email && claims["email_verified"] != Value::Bool(true) {
+        return Err(JwtError::EmailNotVerified);
     }
     for rule in &rules.claims {
         rule.check(&claims)?;
@@ -630,5 +648,48 @@ pub(super) mod tests {
             verify("a.b.c", &rules, &keys, NOW),
             Err(JwtError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn an_email_names_nobody_unless_the_issuer_verified_it() {
+        let (key, jwk) = ec_key("k1");
+        let keys = keys(&[&jwk]);
+        let person = |verified: Option<Value>| {
+            let mut claims = github_claims();
+            claims["email"] = json!("alice@acme.example");
+            if let Some(v) = verified {
+                claims["email_verified"] = v;
+            }
+            sign(&key, Some("k1"), &claims)
+        };
+        let by_rule = rules(&[("email", &["*@acme.example"])]);
+        let by_pointer = rules(&[("/email", &["*@acme.example"])]);
+        let mut by_name = rules(&[]);
+        by_name.name_claim = ClaimPath::new("email");
+        for rules in [&by_rule, &by_pointer, &by_name] {
+            assert!(verify(&person(Some(json!(true))), rules, &keys, NOW).is_ok());
+            for unverified in [
+                None,
+                Some(json!(false)),
+                Some(json!("true")),
+                Some(json!(1)),
+            ] {
+                assert_eq!(
+                    verify(&person(unverified.clone()), rules, &keys, NOW),
+                    Err(JwtError::EmailNotVerified),
+                    "{unverified:?}"
+                );
+            }
+        }
+        assert_eq!(
+            verify(&person(Some(json!(true))), &by_name, &keys, NOW)
+                .unwrap()
+                .name,
+            "github:alice@acme.example"
+        );
+        // Rules that do not use the address do not ask for its verification.
+        assert!(verify(&person(None), &rules(&[]), &keys, NOW).is_ok());
+        let message = JwtError::EmailNotVerified.to_string();
+        assert!(message.contains("email_verified") && message.contains("absent"));
     }
 }

@@ -5,20 +5,21 @@
 //! An issuer's keys are fetched on the first token it issued, then again when a token names a
 //! key ID the set lacks (a key rotation), and when they are older than [`KEYS_TTL`]; never more
 //! often than once per `refetch_interval` ([`MIN_REFETCH`] unless configured) per issuer,
-//! however many tokens arrive, so unknown key
-//! IDs cannot make the mirror hammer an issuer. When a fetch fails, the keys already held stay
-//! in use: an issuer outage does not lock out clients whose keys are cached.
+//! however many tokens arrive, so unknown key IDs cannot make the mirror hammer an issuer. When
+//! a fetch fails, the keys already held stay in use: an issuer outage does not lock out clients
+//! whose keys are cached. Fetching is the caller's (see [`Issuers::verify`]): the server fetches
+//! through the origins' client, with its address policy and proxy.
 //!
-//! A fetch holds no lock: it is one flight per issuer (`cache::Flights`), which every token
-//! that needs new keys joins, while tokens whose key is held are verified at once with the keys
-//! held. So a token with a made-up key ID during a slow answer from the issuer delays only
-//! itself and others that need the new keys. Fetching is the caller's (see
-//! [`Issuers::verify`]): the server fetches through the origins' client, with its address policy
-//! and proxy.
+//! [`Kept`] is that way of holding what an issuer publishes, for whatever it is: the key sets
+//! here, and single sign-on's provider endpoints (its discovery document) in the server. A
+//! fetch holds no lock: it is one flight (`cache::Flights`), joined only by callers that cannot
+//! do with what is held, while the others are answered at once. So a token with a made-up key ID
+//! during a slow answer from the issuer delays only itself and the tokens that need the new
+//! keys.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -33,6 +34,134 @@ pub const KEYS_TTL: Duration = Duration::from_secs(3600);
 /// The least time between two fetches of one issuer's keys, unless `refetch_interval` says
 /// otherwise.
 pub const MIN_REFETCH: Duration = Duration::from_secs(30);
+
+/// How a caller judges the value a [`Kept`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    /// It will do.
+    Fresh,
+    /// It will do, but it is due for a fetch: one starts in the background (if the interval
+    /// allows), and the caller is answered with the value held.
+    Old,
+    /// It will not do for this caller (a token naming a key the set lacks): the caller waits
+    /// for a fetch (if the interval allows, or one is under way), then gets what is held.
+    Unusable,
+}
+
+/// Something an issuer publishes, held in memory: fetched on first use, again when a caller
+/// judges it [`Judged::Old`] or [`Judged::Unusable`], never more often than once per interval
+/// however many callers ask, and kept through failed fetches (an outage). The state is locked
+/// only to read or record it, never across a fetch; a fetch is one flight, which only callers
+/// that cannot do with what is held wait for.
+pub struct Kept<T, E> {
+    state: Arc<std::sync::Mutex<KeptState<T, E>>>,
+    fetch: Flights<(), (), Aborted>,
+}
+
+struct KeptState<T, E> {
+    held: Option<Held<T, E>>,
+    last_attempt: Option<Instant>,
+}
+
+/// What the last fetch left.
+enum Held<T, E> {
+    /// A value and when it was fetched.
+    Value(Arc<T>, Instant),
+    /// No value was ever fetched; why the last attempt failed.
+    Failed(E),
+}
+
+impl<T, E: Clone> Held<T, E> {
+    fn answer(&self) -> Result<Arc<T>, E> {
+        match self {
+            Held::Value(value, _) => Ok(value.clone()),
+            Held::Failed(e) => Err(e.clone()),
+        }
+    }
+}
+
+impl<T, E> Default for Kept<T, E> {
+    fn default() -> Self {
+        Kept {
+            state: Arc::new(std::sync::Mutex::new(KeptState {
+                held: None,
+                last_attempt: None,
+            })),
+            fetch: Flights::default(),
+        }
+    }
+}
+
+impl<T, E> Kept<T, E>
+where
+    T: Send + Sync + 'static,
+    E: From<Aborted> + Clone + Send + Sync + 'static,
+{
+    /// The value held, after the fetch `judge` (given the value and its age) calls for: none
+    /// for [`Judged::Fresh`], one in the background for [`Judged::Old`], one waited for when
+    /// nothing is held or for [`Judged::Unusable`]; a fetch starts only if the last attempt is
+    /// at least `interval` old, else one under way is joined or the value held is the answer.
+    /// A failed fetch keeps the value held; with none, its error is the answer until the next
+    /// attempt.
+    pub async fn get<Fut>(
+        &self,
+        interval: Duration,
+        judge: impl FnOnce(&T, Duration) -> Judged,
+        fetch: impl FnOnce() -> Fut,
+    ) -> Result<Arc<T>, E>
+    where
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let waited = {
+            let mut state = self.state.lock().expect("kept state lock");
+            let judged = match &state.held {
+                Some(Held::Value(value, at)) => judge(value, at.elapsed()),
+                Some(Held::Failed(_)) | None => Judged::Unusable,
+            };
+            let may_fetch = state.last_attempt.is_none_or(|at| at.elapsed() >= interval);
+            let flight = match self.fetch.join(&()) {
+                Some(flight) => Some(flight),
+                None if judged != Judged::Fresh && may_fetch => {
+                    state.last_attempt = Some(Instant::now());
+                    let work = Self::record(self.state.clone(), fetch());
+                    Some(self.fetch.begin((), || work).0)
+                }
+                None => None,
+            };
+            flight.filter(|_| judged == Judged::Unusable || state.held.is_none())
+        };
+        let died = match waited {
+            // Whatever the fetch came to is held now, unless its task died.
+            Some(flight) => flight.await.err(),
+            None => None,
+        };
+        let state = self.state.lock().expect("kept state lock");
+        match (&state.held, died) {
+            (Some(held), _) => held.answer(),
+            // Nothing was ever held and the fetch died, or ended as this caller arrived.
+            (None, died) => Err(E::from(died.unwrap_or(Aborted::Cancelled))),
+        }
+    }
+
+    /// One fetch: awaits `fetched` and holds its value, or keeps the value held (else the
+    /// error) when it failed.
+    fn record(
+        state: Arc<std::sync::Mutex<KeptState<T, E>>>,
+        fetched: impl Future<Output = Result<T, E>> + Send + 'static,
+    ) -> impl Future<Output = Result<(), Aborted>> + Send + 'static {
+        async move {
+            let fetched = fetched.await;
+            let mut state = state.lock().expect("kept state lock");
+            let held = match (fetched, state.held.take()) {
+                (Ok(value), _) => Held::Value(Arc::new(value), Instant::now()),
+                (Err(_), Some(Held::Value(value, at))) => Held::Value(value, at),
+                (Err(e), _) => Held::Failed(e),
+            };
+            state.held = Some(held);
+            Ok(())
+        }
+    }
+}
 
 /// One `[[auth.issuers]]` entry as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -158,6 +287,17 @@ impl IssuerConfig {
     }
 }
 
+/// Why an issuer's key set could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct KeysUnavailable(String);
+
+impl From<Aborted> for KeysUnavailable {
+    fn from(aborted: Aborted) -> Self {
+        KeysUnavailable(aborted.to_string())
+    }
+}
+
 /// Why an ID token was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenRefused {
@@ -171,24 +311,13 @@ pub enum TokenRefused {
 
 /// The configured issuers and their keys.
 pub struct Issuers {
-    issuers: Vec<Held>,
-    /// Key-set fetches in progress, by the issuer's index: one at a time per issuer, shared by
-    /// every token that waits for it.
-    fetches: Flights<usize, (), Aborted>,
+    issuers: Vec<Issuer>,
 }
 
-struct Held {
+struct Issuer {
     rules: IssuerRules,
     url: url::Url,
-    /// Locked only to read or record, never across a fetch.
-    keys: Arc<Mutex<Keys>>,
-}
-
-#[derive(Default)]
-struct Keys {
-    set: Option<(Arc<KeySet>, Instant)>,
-    last_attempt: Option<Instant>,
-    last_error: Option<String>,
+    keys: Kept<KeySet, KeysUnavailable>,
 }
 
 impl Issuers {
@@ -197,14 +326,13 @@ impl Issuers {
             issuers: rules
                 .iter()
                 .filter_map(|r| {
-                    Some(Held {
+                    Some(Issuer {
                         url: url::Url::parse(&r.issuer).ok()?,
                         rules: r.clone(),
                         keys: Default::default(),
                     })
                 })
                 .collect(),
-            fetches: Flights::default(),
         }
     }
 
@@ -230,83 +358,42 @@ impl Issuers {
         Fut: Future<Output = Result<bytes::Bytes, String>> + Send + 'static,
     {
         let claimed = jwt::peek(token)?;
-        let (index, held) = self
+        let known = self
             .issuers
             .iter()
-            .enumerate()
-            .find(|(_, h)| h.rules.issuer == claimed.issuer.trim_end_matches('/'))
+            .find(|h| h.rules.issuer == claimed.issuer.trim_end_matches('/'))
             .ok_or(TokenRefused::UnknownIssuer)?;
-        let pending = {
-            let mut keys = held.keys.lock().expect("key set lock");
-            let known = keys
-                .set
-                .as_ref()
-                .is_some_and(|(set, _)| claimed.kid.as_deref().is_none_or(|kid| set.has(kid)));
-            let old = keys
-                .set
-                .as_ref()
-                .is_some_and(|(_, fetched)| fetched.elapsed() > KEYS_TTL);
-            let may_fetch = keys
-                .last_attempt
-                .is_none_or(|at| at.elapsed() >= held.rules.refetch_interval);
-            let flight = match self.fetches.join(&index) {
-                Some(flight) => Some(flight),
-                None if (!known || old) && may_fetch => {
-                    keys.last_attempt = Some(Instant::now());
-                    let work = Self::fetch_into(held, fetch(held.url.clone()));
-                    Some(self.fetches.begin(index, || work).0)
-                }
-                None => None,
-            };
-            // Only a token that the keys held cannot verify waits.
-            flight.filter(|_| !known)
+        let judge = |set: &KeySet, age| match claimed.kid.as_deref() {
+            Some(kid) if !set.has(kid) => Judged::Unusable,
+            _ if age > KEYS_TTL => Judged::Old,
+            _ => Judged::Fresh,
         };
-        if let Some(flight) = pending {
-            // Whatever the fetch came to is in `keys` now (a task that died changed nothing).
-            let _ = flight.await;
-        }
-        let set = {
-            let keys = held.keys.lock().expect("key set lock");
-            match &keys.set {
-                Some((set, _)) => set.clone(),
-                None => {
-                    return Err(TokenRefused::NoKeys {
-                        issuer: held.rules.issuer.clone(),
-                        error: keys.last_error.clone().unwrap_or_default(),
+        let url = known.url.clone();
+        let fetch = || {
+            let fetched = fetch(url.clone());
+            async move {
+                let set = fetched
+                    .await
+                    .and_then(|body| KeySet::from_jwks(&body))
+                    .and_then(|set| match set.is_empty() {
+                        true => Err("its key set has no usable key".to_string()),
+                        false => Ok(set),
                     });
+                if let Err(e) = &set {
+                    tracing::warn!(issuer = %url, "cannot fetch the issuer's keys: {e}");
                 }
+                set.map_err(KeysUnavailable)
             }
         };
-        Ok(jwt::verify(token, &held.rules, &set, now)?)
-    }
-
-    /// The work of one fetch of `held`'s key set: awaits `fetched` and records the set, or
-    /// the error (keeping the keys already held).
-    fn fetch_into<Fut>(
-        held: &Held,
-        fetched: Fut,
-    ) -> impl Future<Output = Result<(), Aborted>> + Send + 'static
-    where
-        Fut: Future<Output = Result<bytes::Bytes, String>> + Send + 'static,
-    {
-        let keys = held.keys.clone();
-        let url = held.url.clone();
-        async move {
-            let fetched = fetched.await.and_then(|body| KeySet::from_jwks(&body));
-            let mut keys = keys.lock().expect("key set lock");
-            match fetched {
-                Ok(set) if !set.is_empty() => {
-                    keys.set = Some((Arc::new(set), Instant::now()));
-                    keys.last_error = None;
-                }
-                Ok(_) => keys.last_error = Some("its key set has no usable key".into()),
-                Err(e) => {
-                    tracing::warn!(issuer = %url, "cannot fetch the issuer's keys: {e}");
-                    keys.last_error = Some(e);
-                }
-            }
-            Ok(())
-        }
+        let set = known
+            .keys
+            .get(known.rules.refetch_interval, judge, fetch)
+            .await
+            .map_err(|KeysUnavailable(error)| TokenRefused::NoKeys {
+                issuer: known.rules.issuer.clone(),
+                error,
+            })?;
+        Ok(jwt::verify(token, &known.rules, &set, now)?)
     }
 }
 
@@ -379,76 +466,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_slow_fetch_for_new_keys_delays_no_token_whose_key_is_held_and_is_shared() {
-        use crate::auth::jwt::tests::{ec_key, sign};
-        use std::sync::Arc;
-        let (key1, jwk1) = ec_key("k1");
-        let (key2, jwk2) = ec_key("k2");
-        let config: IssuerConfig = toml::from_str(&format!(
-            "name = \"gitlab\"\nissuer = \"{ISSUER}\"\naudiences = [\"mirror\"]\n\
-             claims = {{ namespace_path = \"acme/*\" }}\n"
-        ))
-        .unwrap();
-        // Any token may cause a fetch at once (no refetch interval), so only the flight limits
-        // them.
-        let mut rules = config.validate(0).unwrap();
-        rules.refetch_interval = Duration::ZERO;
-        let issuers = Arc::new(Issuers::new(&[rules]));
-        let claims = serde_json::json!({
-            "iss": ISSUER, "aud": "mirror", "sub": "job", "namespace_path": "acme/app",
-            "exp": 2_000_000_000u64,
-        });
-        let old = sign(&key1, Some("k1"), &claims);
-        let new = sign(&key2, Some("k2"), &claims);
-        let jwks = |keys: &[&serde_json::Value]| {
-            bytes::Bytes::from(serde_json::json!({ "keys": keys }).to_string())
-        };
+    async fn what_is_kept_is_fetched_once_for_many_callers_and_kept_through_an_outage() {
+        let kept: Kept<&str, KeysUnavailable> = Kept::default();
         let fetches = Arc::new(AtomicUsize::new(0));
-        let counting = |body: bytes::Bytes, gate: Option<Arc<tokio::sync::Notify>>| {
+        let interval = Duration::from_millis(50);
+        let answer = |result: Result<&'static str, &'static str>| {
             let fetches = fetches.clone();
-            move |_url: url::Url| {
+            move || async move {
                 fetches.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    if let Some(gate) = gate {
-                        gate.notified().await;
-                    }
-                    Ok::<_, String>(body)
-                }
+                result.map_err(|e| KeysUnavailable(e.into()))
             }
         };
-        let now = 1_900_000_000;
-        let first = issuers.verify(&old, now, counting(jwks(&[&jwk1]), None));
-        assert_eq!(first.await.unwrap().name, "gitlab:job");
-
-        // A token naming a key the set lacks: the issuer is slow to answer.
-        let gate = Arc::new(tokio::sync::Notify::new());
-        let rotated = jwks(&[&jwk1, &jwk2]);
-        let waiting = {
-            let (issuers, new) = (issuers.clone(), new.clone());
-            let fetch = counting(rotated.clone(), Some(gate.clone()));
-            tokio::spawn(async move { issuers.verify(&new, now, fetch).await })
-        };
-        while fetches.load(Ordering::SeqCst) < 2 {
-            tokio::task::yield_now().await;
-        }
-        // Meanwhile a token whose key is held is answered at once, without a fetch.
-        let held = issuers.verify(&old, now, counting(jwks(&[]), None));
-        let held = tokio::time::timeout(Duration::from_secs(5), held).await;
-        assert_eq!(
-            held.expect("not held up by the fetch").unwrap().name,
-            "gitlab:job"
-        );
-        // Another token that needs the new keys joins the fetch under way.
-        let mut joined = Box::pin(issuers.verify(&new, now, counting(rotated, None)));
-        let pending = std::future::poll_fn(|cx| {
-            std::task::Poll::Ready(joined.as_mut().poll(cx).is_pending())
-        })
+        let (ok, failing) = (Ok("endpoints"), Err("down"));
+        let judged = |j: Judged| move |_: &&str, _| j;
+        let answers = futures_util::future::join_all(
+            (0..50).map(|_| kept.get(interval, judged(Judged::Fresh), answer(ok))),
+        )
         .await;
-        assert!(pending, "it waits for the fetch under way");
-        assert_eq!(fetches.load(Ordering::SeqCst), 2, "one fetch for both");
-        gate.notify_one();
-        assert_eq!(joined.await.unwrap().name, "gitlab:job");
-        assert_eq!(waiting.await.unwrap().unwrap().name, "gitlab:job");
+        assert!(answers.iter().all(|a| a.as_deref() == Ok(&"endpoints")));
+        assert_eq!(
+            fetches.load(Ordering::SeqCst),
+            1,
+            "one fetch for 50 callers"
+        );
+        // Unusable, the source down: the value held is kept, and asked for again only after
+        // the interval.
+        tokio::time::sleep(interval).await;
+        for _ in 0..5 {
+            let got = kept.get(interval, judged(Judged::Unusable), answer(failing));
+            assert_eq!(got.await.as_deref(), Ok(&"endpoints"));
+        }
         assert_eq!(fetches.load(Ordering::SeqCst), 2);
+        // Nothing held: the failure is the answer, and is not retried before the interval.
+        let empty: Kept<&str, KeysUnavailable> = Kept::default();
+        for _ in 0..5 {
+            let got = empty.get(interval, judged(Judged::Unusable), answer(failing));
+            assert_eq!(got.await, Err(KeysUnavailable("down".into())));
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 3);
+        tokio::time::sleep(interval).await;
+        let got = empty.get(interval, judged(Judged::Fresh), answer(ok));
+        assert_eq!(got.await.as_deref(), Ok(&"endpoints"));
+        assert_eq!(fetches.load(Ordering::SeqCst), 4);
+
+        // Old: answered at once with the value held while a slow fetch runs in the
+        // background, which an unusable caller waits for.
+        tokio::time::sleep(interval).await;
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let slow = {
+            let (gate, fetches) = (gate.clone(), fetches.clone());
+            move || async move {
+                fetches.fetch_add(1, Ordering::SeqCst);
+                gate.notified().await;
+                Ok::<_, KeysUnavailable>("rotated")
+            }
+        };
+        let got = empty.get(interval, judged(Judged::Old), slow);
+        assert_eq!(got.await.as_deref(), Ok(&"endpoints"));
+        let waiting = empty.get(interval, judged(Judged::Unusable), answer(ok));
+        tokio::pin!(waiting);
+        assert!(futures_util::poll!(waiting.as_mut()).is_pending());
+        let fresh = empty.get(interval, judged(Judged::Fresh), answer(ok));
+        assert_eq!(fresh.await.as_deref(), Ok(&"endpoints"), "not held up");
+        gate.notify_one();
+        assert_eq!(waiting.await.as_deref(), Ok(&"rotated"));
+        assert_eq!(fetches.load(Ordering::SeqCst), 5, "one fetch, joined");
     }
 }

@@ -11,9 +11,18 @@
 //! 3. The ID token is checked as any ID token (`auth::jwt`: signature by the provider's keys,
 //!    issuer, audience = the client ID, times, the claim rules) and its `nonce` must be the
 //!    cookie's. The person then gets a session (`auth::session`) whose subject is
-//!    `<name>:<name claim>`, e.g. `sso:alice@example.com`.
+//!    `<name>:<name claim>`, e.g. `sso:alice@example.com`. Where the claim rules or the name
+//!    claim use `email`, the token's `email_verified` must be `true`.
+//!
+//! Anyone may start a sign-in, so [`SignIns`] keeps anonymous visitors from making this server
+//! hammer the provider: starts and callbacks are rate-limited (for everyone together and per
+//! client address), and a pending sign-in comes back once: its callback reaches the token
+//! endpoint only the first time, so a replayed cookie and state trade nothing. The provider's
+//! endpoints are fetched once and kept (see `auth::oidc::Kept`), not once per start.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,6 +39,10 @@ pub const COOKIE: &str = "provender_sso";
 
 /// How long a person has to finish signing in at the provider.
 pub const PENDING_TTL: Duration = Duration::from_secs(600);
+
+/// How long the provider's endpoints (its discovery document) are used before they are fetched
+/// again; a failed fetch keeps them.
+pub const ENDPOINTS_TTL: Duration = Duration::from_secs(3600);
 
 /// `[auth.single_sign_on]` as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -261,6 +274,103 @@ impl Pending {
     }
 }
 
+/// Sign-in steps (starts and callbacks together) every client address may take at once, and
+/// how often it gets one more. A person's sign-in takes two.
+pub const PER_ADDRESS_BURST: u32 = 20;
+pub const PER_ADDRESS_EVERY: Duration = Duration::from_secs(3);
+
+/// Sign-in steps all clients together may take at once, and how many more each second.
+pub const EVERYONE_BURST: u32 = 100;
+pub const EVERYONE_PER_SECOND: u32 = 10;
+
+/// Client addresses remembered before the ones back at a full allowance are forgotten.
+const ADDRESSES_KEPT: usize = 10_000;
+
+/// The most returned sign-ins remembered (each for [`PENDING_TTL`], longer than it can live).
+const MAX_RETURNED: u64 = 100_000;
+
+/// A sign-in step refused for its rate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("too many sign-ins {from}; try again in {}s", retry_after.as_secs().max(1))]
+pub struct TooManySignIns {
+    /// `from this address` or `at once`.
+    pub from: &'static str,
+    /// When one more step is allowed.
+    pub retry_after: Duration,
+}
+
+/// Sign-ins as this server sees them: how fast they may start and come back (for everyone, and
+/// per client address: an IPv4 address, or an IPv6 address's /64, which one subscriber holds
+/// whole), and which have come back already.
+pub struct SignIns {
+    everyone: governor::DefaultDirectRateLimiter,
+    per_address: governor::DefaultKeyedRateLimiter<IpAddr>,
+    /// Digests of the states of sign-ins that came back, until they could have expired.
+    returned: moka::sync::Cache<[u8; 32], ()>,
+}
+
+impl Default for SignIns {
+    fn default() -> Self {
+        let per_address = governor::Quota::with_period(PER_ADDRESS_EVERY)
+            .expect("a period above zero")
+            .allow_burst(NonZeroU32::new(PER_ADDRESS_BURST).expect("above zero"));
+        let everyone =
+            governor::Quota::per_second(NonZeroU32::new(EVERYONE_PER_SECOND).expect("above zero"))
+                .allow_burst(NonZeroU32::new(EVERYONE_BURST).expect("above zero"));
+        SignIns {
+            everyone: governor::RateLimiter::direct(everyone),
+            per_address: governor::RateLimiter::keyed(per_address),
+            returned: moka::sync::Cache::builder()
+                .max_capacity(MAX_RETURNED)
+                .time_to_live(PENDING_TTL)
+                .build(),
+        }
+    }
+}
+
+impl SignIns {
+    /// Takes a turn for one sign-in step (a start or a callback) from `peer`: its address's
+    /// allowance first, so one busy address cannot use up everyone's, then everyone's.
+    pub fn admit(&self, peer: IpAddr) -> Result<(), TooManySignIns> {
+        use governor::clock::Clock as _;
+        if self.per_address.len() > ADDRESSES_KEPT {
+            self.per_address.retain_recent();
+            self.per_address.shrink_to_fit();
+        }
+        self.per_address
+            .check_key(&address_of(peer))
+            .map_err(|not_until| TooManySignIns {
+                from: "from this address",
+                retry_after: not_until.wait_time_from(self.per_address.clock().now()),
+            })?;
+        self.everyone.check().map_err(|not_until| TooManySignIns {
+            from: "at once",
+            retry_after: not_until.wait_time_from(self.everyone.clock().now()),
+        })
+    }
+
+    /// Whether `pending` comes back for the first time; every later return is refused, so a
+    /// sign-in's code is traded once whatever is replayed.
+    pub fn first_return(&self, pending: &Pending) -> bool {
+        self.returned
+            .entry(digest(pending.state.as_bytes()))
+            .or_insert(())
+            .is_fresh()
+    }
+}
+
+/// The address a client's allowance belongs to: an IPv4 address (also when mapped into IPv6),
+/// or the /64 of an IPv6 one.
+fn address_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !(u128::from(u64::MAX))).into()),
+        },
+        v4 => v4,
+    }
+}
+
 impl AuthSettings {
     /// The cookie value carrying `pending`: its JSON, base64url, and a MAC with the URL
     /// signing key.
@@ -352,6 +462,53 @@ mod tests {
             .encode(serde_json::to_vec(&forged).unwrap());
         assert_eq!(auth.unseal(&format!("{forged_claims}.{mac}"), 1_001), None);
         assert_eq!(auth.unseal(&format!("{claims}.x{mac}"), 1_001), None);
+    }
+
+    #[test]
+    fn sign_ins_are_bounded_per_address_and_come_back_once() {
+        let sign_ins = SignIns::default();
+        let one: IpAddr = "192.0.2.7".parse().unwrap();
+        for _ in 0..PER_ADDRESS_BURST {
+            sign_ins.admit(one).unwrap();
+        }
+        let refused = sign_ins.admit(one).unwrap_err();
+        assert_eq!(refused.from, "from this address");
+        assert!(
+            refused.retry_after > Duration::ZERO && refused.retry_after <= PER_ADDRESS_EVERY,
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .starts_with("too many sign-ins from this address")
+        );
+        assert!(sign_ins.admit("192.0.2.8".parse().unwrap()).is_ok());
+        // The same address mapped into IPv6 is the same client; so is one IPv6 /64.
+        assert!(sign_ins.admit("::ffff:192.0.2.7".parse().unwrap()).is_err());
+        for _ in 0..PER_ADDRESS_BURST {
+            sign_ins.admit("2001:db8:1:2::1".parse().unwrap()).unwrap();
+        }
+        assert!(
+            sign_ins
+                .admit("2001:db8:1:2:ffff::9".parse().unwrap())
+                .is_err()
+        );
+        assert!(sign_ins.admit("2001:db8:1:3::1".parse().unwrap()).is_ok());
+        // Everyone together: many addresses use up the shared allowance.
+        let everyone = SignIns::default();
+        let refused = (0..=EVERYONE_BURST)
+            .map(|i| everyone.admit(IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8])))
+            .find_map(Result::err)
+            .expect("the shared allowance runs out");
+        assert_eq!(refused.from, "at once");
+
+        let pending = Pending::new("/".into(), 1_000).unwrap();
+        assert!(sign_ins.first_return(&pending));
+        assert!(
+            !sign_ins.first_return(&pending),
+            "a sign-in comes back once"
+        );
+        assert!(sign_ins.first_return(&Pending::new("/".into(), 1_000).unwrap()));
     }
 
     #[test]

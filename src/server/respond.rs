@@ -70,11 +70,22 @@ pub(super) fn denied_response(denied: &Denied) -> Response<Body> {
 
 pub(super) fn error_response(e: &Error) -> Response<Body> {
     let mut resp = json_response(e.status(), e.to_json().into_bytes());
+    error_headers(e, &mut resp);
+    resp
+}
+
+/// The headers an error's answer carries, whatever its body: `Allow` for a wrong method,
+/// `Retry-After` (whole seconds, at least one) when the error says when to come back.
+pub(super) fn error_headers(e: &Error, resp: &mut Response<Body>) {
     if matches!(e, Error::MethodNotAllowed) {
         resp.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
-    resp
+    if let Some(wait) = e.retry_after() {
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    }
 }
 
 /// 301 to `location` (a path of this server's own).

@@ -213,7 +213,7 @@ impl App {
                     .map(HeaderValue::as_bytes),
             )
             .await;
-        let (route, result) = self.route(&req, body, &who).await;
+        let (route, result) = self.route(&req, body, &who, peer).await;
         let mut resp = result.unwrap_or_else(|e| {
             if e.status().is_server_error() {
                 tracing::warn!(path = %req.uri().path(), status = e.status().as_u16(), "{e}");
@@ -251,6 +251,7 @@ impl App {
         req: &Request<()>,
         body: Incoming,
         who: &Result<Principal, Denied>,
+        peer: SocketAddr,
     ) -> (Route, Result<Response<Body>, Error>) {
         let path = req.uri().path();
         let route = match path {
@@ -274,7 +275,8 @@ impl App {
         // The pages and the API check methods and credentials their own way (sign-in).
         let base = self.settings.server.base_path.as_str();
         if path == base || path == base.trim_end_matches('/') {
-            return (Route::Page, Ok(self.site.handle(req, body, "", who).await));
+            let answer = self.site.handle(req, body, "", who, peer.ip()).await;
+            return (Route::Page, Ok(answer));
         }
         if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("-/")) {
             let route = if rest.starts_with("api/") {
@@ -282,7 +284,10 @@ impl App {
             } else {
                 Route::Page
             };
-            return (route, Ok(self.site.handle(req, body, rest, who).await));
+            return (
+                route,
+                Ok(self.site.handle(req, body, rest, who, peer.ip()).await),
+            );
         }
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));

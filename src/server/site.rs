@@ -10,12 +10,16 @@
 //! With client authentication on, everything here but the sign-in page and the static files
 //! needs a bearer token or a session cookie (see [`crate::auth::session`]): a page without one
 //! redirects to sign-in, an API request gets 401. Sign-in and sign-out are the only `POST`s;
-//! browsers' `Sec-Fetch-Site` must say they come from this site, and the cookie is
-//! `SameSite=Strict`, so other sites cannot make a browser use them.
+//! browsers' `Sec-Fetch-Site` must say they come from this site (or, from browsers too old to
+//! send it, `Origin` must be this server's; a form with neither is refused), and the cookie is
+//! `SameSite=Strict`, so other sites cannot make a browser use them. Single sign-on's starts
+//! and callbacks are rate-limited per client address and for everyone (see
+//! [`crate::auth::sso::SignIns`]).
 //!
 //! Pages and API documents are rendered by at most half the cores at a time, so that clients
 //! asking for them as fast as they can leave the protocol the rest.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -31,16 +35,19 @@ use super::pages::{
     Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, ReleasesPage, SignInPage,
     SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
-use super::respond::{Body, error_response, json_response, response, see_other, unauthorized};
+use super::respond::{
+    Body, error_headers, error_response, json_response, response, see_other, unauthorized,
+};
 use crate::address::{Platform, ProviderAddr, Version};
 use crate::auth::Denied;
-use crate::auth::oidc::Issuers;
+use crate::auth::oidc::{Issuers, Judged, Kept};
 use crate::auth::session::{self, Session, Sessions};
-use crate::auth::sso::{self, Pending};
+use crate::auth::sso::{self, Pending, SignIns};
 use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, ReleaseCatalogue, UsageQuery};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::mirror::Core;
+use crate::upstream::IssuerEndpoints;
 
 /// Providers listed per page.
 pub const PAGE_SIZE: usize = 100;
@@ -75,6 +82,10 @@ pub struct Site {
     sessions: Option<Sessions>,
     /// The identity provider's keys, for single sign-on's ID tokens.
     sso_keys: Issuers,
+    /// The identity provider's endpoints, from its discovery document.
+    sso_endpoints: Kept<IssuerEndpoints, Error>,
+    /// Single sign-on's rate bounds and the sign-ins that came back.
+    sign_ins: SignIns,
     /// The origins' client reaches the identity provider.
     core: Arc<Core>,
     base_url: url::Url,
@@ -128,6 +139,8 @@ impl Site {
             catalogue,
             sessions,
             sso_keys,
+            sso_endpoints: Kept::default(),
+            sign_ins: SignIns::default(),
             core,
             base_url,
             ca_pem,
@@ -139,20 +152,21 @@ impl Site {
         &self.settings.server.base_path
     }
 
-    /// Answers `<base>` (`rest` empty) or `<base>-/<rest>`.
+    /// Answers `<base>` (`rest` empty) or `<base>-/<rest>` to a client at `peer`.
     pub async fn handle(
         &self,
         req: &Request<()>,
         body: Incoming,
         rest: &str,
         who: &Result<Principal, Denied>,
+        peer: IpAddr,
     ) -> Response<Body> {
         let kind = if rest.starts_with("api/") {
             Kind::Api
         } else {
             Kind::Page
         };
-        let result = self.answer(req, body, rest, kind, who).await;
+        let result = self.answer(req, body, rest, kind, who, peer).await;
         let mut resp = result.unwrap_or_else(|e| match kind {
             Kind::Api => error_response(&e),
             Kind::Page => self.error_page(&e, self.session(req).is_some()),
@@ -187,6 +201,7 @@ impl Site {
         rest: &str,
         kind: Kind,
         who: &Result<Principal, Denied>,
+        peer: IpAddr,
     ) -> Result<Response<Body>, Error> {
         if let Some(name) = rest.strip_prefix("static/") {
             only_get(req)?;
@@ -194,11 +209,11 @@ impl Site {
         }
         if rest == "sign-in/sso" {
             only_get(req)?;
-            return self.sso_start(req).await;
+            return self.sso_start(req, peer).await;
         }
         if rest == "sign-in/callback" {
             only_get(req)?;
-            return self.sso_callback(req).await;
+            return self.sso_callback(req, peer).await;
         }
         if rest == "sign-in" {
             return match *req.method() {
@@ -454,7 +469,7 @@ impl Site {
     }
 
     async fn sign_in(&self, req: &Request<()>, body: Incoming) -> Result<Response<Body>, Error> {
-        same_site(req)?;
+        same_site(req, &self.base_url)?;
         let Some(sessions) = &self.sessions else {
             return Ok(see_other(self.base()));
         };
@@ -498,14 +513,11 @@ impl Site {
     }
 
     /// `-/sign-in/sso`: sends the browser to the identity provider (see `auth::sso`).
-    async fn sso_start(&self, req: &Request<()>) -> Result<Response<Body>, Error> {
+    async fn sso_start(&self, req: &Request<()>, peer: IpAddr) -> Result<Response<Body>, Error> {
         let sso = self.sso()?;
+        self.sign_ins.admit(peer)?;
         let next = next_of(req.uri().query(), self.base());
-        let endpoints = self
-            .core
-            .identity_client()
-            .issuer_endpoints(&sso.issuer())
-            .await?;
+        let endpoints = self.sso_endpoints(sso).await?;
         let pending = Pending::new(next, crate::clock::now_secs())
             .ok_or_else(|| Error::unexpected("the system random source failed"))?;
         let target =
@@ -525,11 +537,12 @@ impl Site {
     }
 
     /// `-/sign-in/callback`: the identity provider's answer. The state must be the one this
-    /// browser was sent with; the code is traded for an ID token, which is checked like any
-    /// (with this mirror's client ID as its audience, and the nonce it was sent with). A person
-    /// who passes gets a session.
-    async fn sso_callback(&self, req: &Request<()>) -> Result<Response<Body>, Error> {
+    /// browser was sent with, in a sign-in that has not come back before; only then is the
+    /// code traded for an ID token, which is checked like any (with this mirror's client ID as
+    /// its audience, and the nonce it was sent with). A person who passes gets a session.
+    async fn sso_callback(&self, req: &Request<()>, peer: IpAddr) -> Result<Response<Body>, Error> {
         let sso = self.sso()?;
+        self.sign_ins.admit(peer)?;
         let Some(sessions) = &self.sessions else {
             return Err(Error::NotFound("sign-in is off".into()));
         };
@@ -574,9 +587,15 @@ impl Site {
                 "This sign-in's state does not match; please start again.".into(),
             );
         }
+        if !self.sign_ins.first_return(&pending) {
+            return failed(
+                next,
+                "This sign-in has already come back once; please start again.".into(),
+            );
+        }
         let client = self.core.identity_client();
         let issuer = sso.issuer();
-        let endpoints = client.issuer_endpoints(&issuer).await?;
+        let endpoints = self.sso_endpoints(sso).await?;
         let callback = self.callback_url();
         let answer = client
             .token_exchange(
@@ -623,6 +642,27 @@ impl Site {
         Ok(resp)
     }
 
+    /// The identity provider's endpoints: fetched on first use, again after
+    /// [`sso::ENDPOINTS_TTL`], at most once per `refetch_interval` however many sign-ins start,
+    /// and kept through an outage.
+    async fn sso_endpoints(&self, sso: &sso::SsoSettings) -> Result<Arc<IssuerEndpoints>, Error> {
+        let (core, issuer) = (self.core.clone(), sso.issuer());
+        let fetch = || async move {
+            let fetched = core.identity_client().issuer_endpoints(&issuer).await;
+            if let Err(e) = &fetched {
+                tracing::warn!("cannot fetch the identity provider's endpoints: {e}");
+            }
+            fetched.map_err(Error::from)
+        };
+        let judge = |_: &IssuerEndpoints, age| match age > sso::ENDPOINTS_TTL {
+            true => Judged::Old,
+            false => Judged::Fresh,
+        };
+        self.sso_endpoints
+            .get(sso.rules.refetch_interval, judge, fetch)
+            .await
+    }
+
     /// Single sign-on's settings, or 404 when it is not configured.
     fn sso(&self) -> Result<&sso::SsoSettings, Error> {
         self.settings
@@ -658,7 +698,7 @@ impl Site {
     }
 
     fn sign_out(&self, req: &Request<()>, caller: Caller) -> Result<Response<Body>, Error> {
-        same_site(req)?;
+        same_site(req, &self.base_url)?;
         if let (Some(sessions), Caller::Session(session)) = (&self.sessions, &caller) {
             sessions.sign_out(session);
             tracing::info!(subject = %session.subject, "signed out of the pages");
@@ -690,10 +730,7 @@ impl Site {
         match page.render() {
             Ok(text) => {
                 let mut resp = response(status, "text/html; charset=utf-8", Bytes::from(text));
-                if matches!(e, Error::MethodNotAllowed) {
-                    resp.headers_mut()
-                        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-                }
+                error_headers(e, &mut resp);
                 resp
             }
             Err(_) => error_response(e),
@@ -723,17 +760,28 @@ fn only_get(req: &Request<()>) -> Result<(), Error> {
     }
 }
 
-/// Refuses a form a browser says another site sent.
-fn same_site(req: &Request<()>) -> Result<(), Error> {
-    let site = req
-        .headers()
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok());
-    match site {
-        None | Some("same-origin" | "none") => Ok(()),
-        Some(other) => Err(Error::Forbidden(format!(
-            "a form from another site ({other}) cannot sign in or out here"
-        ))),
+/// Refuses a form that another site may have sent. Browsers say where a form comes from in
+/// `Sec-Fetch-Site`; those too old to send it say so in `Origin`, which must then be this
+/// server's own (`base_url`'s). A form with neither is refused: only browsers post these
+/// forms, and every browser sends one of the two with a form.
+fn same_site(req: &Request<()>, base_url: &url::Url) -> Result<(), Error> {
+    let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap_or("?"));
+    let refused = |from: &str| {
+        let from: String = from.chars().take(100).collect();
+        Err(Error::Forbidden(format!(
+            "a form from another site ({from}) cannot sign in or out here"
+        )))
+    };
+    match (header("sec-fetch-site"), header("origin")) {
+        (Some("same-origin" | "none"), _) => Ok(()),
+        (Some(other), _) => refused(other),
+        (None, Some(origin)) if origin == base_url.origin().ascii_serialization() => Ok(()),
+        (None, Some(origin)) => refused(origin),
+        (None, None) => Err(Error::Forbidden(
+            "a form without Sec-Fetch-Site or Origin cannot sign in or out here: only a \
+             browser's form on this mirror's own pages can"
+                .into(),
+        )),
     }
 }
 

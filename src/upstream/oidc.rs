@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use url::Url;
 
-use super::{Operation, Result, Upstream, UpstreamError};
+use super::{Ask, Operation, Result, Upstream, UpstreamError};
 use crate::address::Hostname;
 
 /// The largest discovery document or key set read.
@@ -57,7 +57,8 @@ impl Upstream {
     }
 
     /// Trades an authorization code for tokens: a form POST to the issuer's token endpoint,
-    /// sent once (a code works once), answered with JSON.
+    /// sent once (a code works once), answered with JSON. It passes the host's circuit breaker
+    /// like every call to an issuer.
     pub async fn token_exchange(
         &self,
         issuer: &Url,
@@ -72,18 +73,14 @@ impl Upstream {
         let started = std::time::Instant::now();
         let result = async {
             let resp = self
-                .http
-                .post(endpoint.clone())
-                .timeout(self.settings.request_timeout)
-                .header(reqwest::header::ACCEPT, "application/json")
-                .header(
-                    reqwest::header::CONTENT_TYPE,
-                    "application/x-www-form-urlencoded",
+                .send_as(
+                    &host,
+                    Operation::Oidc,
+                    endpoint,
+                    self.settings.request_timeout,
+                    Ask::FormOnce(&body),
                 )
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| UpstreamError::from_send(Operation::Oidc, endpoint, &e))?;
+                .await?;
             let status = resp.status();
             let body = super::read_capped(Operation::Oidc, resp, MAX_DOCUMENT).await?;
             if !status.is_success() {

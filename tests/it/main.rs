@@ -25,5 +25,6 @@ mod releases;
 mod replicas;
 mod resilience;
 mod security;
+mod sign_on;
 mod storage;
 mod terraform;

@@ -73,6 +73,7 @@ impl OciError {
             Error::MethodNotAllowed | Error::PayloadTooLarge(_) => "UNSUPPORTED",
             Error::Forbidden(_) => "DENIED",
             Error::Policy(_) => "DENIED",
+            Error::TooManySignIns(_) => "TOOMANYREQUESTS",
             Error::Upstream(_) | Error::Storage(_) => "UNAVAILABLE",
             Error::Verification(_) | Error::InsufficientStorage(_) | Error::Internal(_) => {
                 "UNKNOWN"

@@ -8,6 +8,9 @@
 //! takes any login, reached by browsers at `https://localhost:<port>/authorize`) and a token
 //! endpoint that trades a code for an ID token only with the PKCE verifier whose S256
 //! challenge the code was issued for, the redirect URI and the client's ID and secret.
+//!
+//! For the sign-in paths' hostile cases ([`SignOn`]) it counts every request by path, can
+//! answer its token endpoint with 429, and can issue ID tokens whose e-mail is not verified.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -59,6 +62,7 @@ struct Shared {
     key_set_hold: tokio::sync::watch::Sender<bool>,
     /// Key-set requests waiting for the hold to end.
     key_set_held: AtomicUsize,
+    sign_on: SignOn,
 }
 
 /// What a code was issued for.
@@ -100,6 +104,7 @@ impl FakeIssuer {
             exchanges: AtomicUsize::new(0),
             key_set_hold: tokio::sync::watch::Sender::new(false),
             key_set_held: AtomicUsize::new(0),
+            sign_on: SignOn::default(),
         });
         let serving = shared.clone();
         let server = super::serve_connections(listener, move |tcp| {
@@ -276,6 +281,7 @@ fn answer(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
             .body(Full::new(Bytes::from(body.to_string())))
             .unwrap()
     };
+    shared.sign_on.count(req.uri().path());
     if shared.down.load(Ordering::SeqCst) {
         return json_answer(503, json!({ "error": "down" }));
     }
@@ -303,7 +309,10 @@ fn answer(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
             .unwrap(),
         "/authorize" => authorize_form(shared, req),
         "/authorize/approve" => approve(shared, req),
-        "/token" => exchange(shared, req),
+        "/token" => shared
+            .sign_on
+            .throttled()
+            .unwrap_or_else(|| exchange(shared, req)),
         "/.well-known/jwks" => {
             shared.jwks_requests.fetch_add(1, Ordering::SeqCst);
             let keys: Vec<Value> = shared
@@ -479,7 +488,7 @@ fn exchange(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let claims = json!({
+    let mut claims = json!({
         "iss": format!("https://{}", shared.host),
         "sub": format!("user-{}", grant.login.len()),
         "aud": client_id,
@@ -489,6 +498,7 @@ fn exchange(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         "iat": now,
         "exp": now + 300,
     });
+    shared.sign_on.mark_email(&mut claims);
     let keys = shared.keys.lock().unwrap();
     let key = keys.last().unwrap();
     let mut header = Header::new(Algorithm::ES256);
@@ -500,4 +510,80 @@ fn exchange(shared: &Shared, req: &Request<Bytes>) -> Response<Full<Bytes>> {
         json!({ "access_token": "opaque", "token_type": "Bearer", "expires_in": 300, "id_token": id_token })
             .to_string(),
     )
+}
+
+/// The sign-in paths' hostile cases: requests counted by path, a throttled token endpoint,
+/// unverified e-mail addresses.
+#[derive(Default)]
+struct SignOn {
+    /// Requests received, by path.
+    requests: Mutex<HashMap<String, usize>>,
+    /// How many more token requests answer 429.
+    throttled: AtomicUsize,
+    /// The `email_verified` claim of the ID tokens it issues: `true` when `None`, left out when
+    /// `Some(Value::Null)`.
+    email_verified: Mutex<Option<Value>>,
+}
+
+impl SignOn {
+    fn count(&self, path: &str) {
+        *self
+            .requests
+            .lock()
+            .unwrap()
+            .entry(path.to_string())
+            .or_default() += 1;
+    }
+
+    /// A 429 with `Retry-After`, while any are left to give.
+    fn throttled(&self) -> Option<Response<Full<Bytes>>> {
+        self.throttled
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()?;
+        Some(
+            Response::builder()
+                .status(429)
+                .header("content-type", "application/json")
+                .header("retry-after", "1")
+                .body(Full::new(Bytes::from(
+                    json!({ "error": "slow_down" }).to_string(),
+                )))
+                .unwrap(),
+        )
+    }
+
+    fn mark_email(&self, claims: &mut Value) {
+        match self.email_verified.lock().unwrap().clone() {
+            None => {}
+            Some(Value::Null) => {
+                claims.as_object_mut().unwrap().remove("email_verified");
+            }
+            Some(verified) => claims["email_verified"] = verified,
+        }
+    }
+}
+
+impl FakeIssuer {
+    /// How many requests reached `path` (`/token`, `/.well-known/openid-configuration`, ...).
+    pub fn requests(&self, path: &str) -> usize {
+        self.shared
+            .sign_on
+            .requests
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The next `n` token requests answer 429 (with `Retry-After: 1`).
+    pub fn throttle_token_endpoint(&self, n: usize) {
+        self.shared.sign_on.throttled.store(n, Ordering::SeqCst);
+    }
+
+    /// The `email_verified` claim of the ID tokens it issues from now on (`None`: left out).
+    pub fn set_email_verified(&self, verified: Option<bool>) {
+        *self.shared.sign_on.email_verified.lock().unwrap() =
+            Some(verified.map_or(Value::Null, Value::Bool));
+    }
 }
