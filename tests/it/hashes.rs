@@ -21,7 +21,8 @@
 //! - the registry facade's `packages` extension (OpenTofu 1.12) lists only verified hashes,
 //!   checked against the origin's zips: none before the requested platform is hashed, then
 //!   every platform's `zh:` and the `h1:` and size of those hashed here; `terraform providers
-//!   mirror` accepts the answers.
+//!   mirror` accepts the answers; an archive the record learns of only from the store (after a
+//!   crash) gives its size along with its `h1:`.
 
 use std::time::{Duration, Instant};
 
@@ -801,4 +802,48 @@ async fn after_the_job_the_facade_lists_every_platforms_hashes_and_terraform_acc
             "{name}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_archive_picked_up_from_the_store_gives_its_size_with_its_h1() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let local = local_platform();
+    let download = facade_answer(&client, &mirror, local).await["download_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let zip = get(&client, mirror.url.join(&download).unwrap().as_str()).await;
+    assert_eq!(zip.status, 200);
+    poll(Duration::from_secs(10), async || {
+        let answer = facade_answer(&client, &mirror, local).await;
+        answer.get("packages").is_some().then_some(())
+    })
+    .await
+    .expect("packages once the archive is hashed");
+    mirror.stop().await;
+
+    // As after a crash between the archive's commit and its record's update: the version
+    // record knows neither its h1: nor its size.
+    let record = crate::support::provender::files_under(&mirror.cache_dir.join("metadata"))
+        .into_iter()
+        .find(|f| f.ends_with("acme/foo/1.1.0.json"))
+        .expect("the version record");
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let pkg = rec["packages"][format!("{}_{}", local.0, local.1)]
+        .as_object_mut()
+        .unwrap();
+    pkg.remove("h1");
+    pkg.remove("size");
+    std::fs::write(&record, serde_json::to_vec(&rec).unwrap()).unwrap();
+
+    let again = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
+    check_packages(
+        &facade_answer(&client, &again, local).await,
+        &origin,
+        &[local],
+    );
 }
