@@ -625,6 +625,36 @@ pub mod docs {
         pub shasums_signature_url: String,
         pub shasum: String,
         pub signing_keys: RegistrySigningKeys,
+        /// OpenTofu's extension (1.12, RFC `20251027-provider-registry-hashes`): every
+        /// platform's hashes and archive size, keyed `<os>_<arch>`. Absent unless the
+        /// requested platform's own entry can be complete (OpenTofu then requires its
+        /// `package_size` and `zh:`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub packages: Option<BTreeMap<String, RegistryPackageHashes>>,
+    }
+
+    /// One platform in [`RegistryDownload`]'s `packages`: only hashes provender verified (the
+    /// `zh:` of the signed SHA256SUMS, the `h1:` once computed here) and the size of the
+    /// archive it stored.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct RegistryPackageHashes {
+        pub hashes: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub package_size: Option<u64>,
+    }
+
+    impl RegistryPackageHashes {
+        /// What provender has verified about `pkg`: its `zh:` always (the signed `shasum`),
+        /// its `h1:` and size once its archive was hashed here (the size an origin merely
+        /// stated is not given).
+        pub fn of(pkg: &super::Package) -> Self {
+            let mut hashes = vec![crate::hash::zh(&pkg.shasum)];
+            hashes.extend(pkg.h1.iter().map(|h| h.to_string()));
+            RegistryPackageHashes {
+                hashes,
+                package_size: pkg.h1.as_ref().and(pkg.size),
+            }
+        }
     }
 
     /// `signing_keys` of [`RegistryDownload`].

@@ -402,6 +402,7 @@ impl MetaStore {
                 Some(have) => {
                     if have.h1.is_none() {
                         have.h1 = pkg.h1;
+                        have.size = pkg.size;
                     }
                 }
                 None => {

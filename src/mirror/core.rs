@@ -738,6 +738,7 @@ impl Core {
             if let Ok(Some(info)) = self.archives.record(&key).await {
                 if info.sha256 == pkg.shasum {
                     pkg.h1 = Some(info.h1);
+                    pkg.size = Some(info.size);
                 }
             }
         }

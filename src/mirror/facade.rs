@@ -8,6 +8,8 @@
 //! names provender's own archive URL. Because the client then verifies the origin's signature
 //! itself, lock files written this way carry the signed `zh:` hashes of every platform.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 
 use crate::address::{Platform, ProviderAddr, Version};
@@ -18,11 +20,15 @@ use super::ProviderMirror;
 use super::core::Reach;
 use crate::records::Package;
 
-/// What a registry download answer is made of: the platform's verified package and the number
-/// of the SHA256SUMS it is listed in (the server renders the URLs).
+/// What a registry download answer is made of: the platform's verified package, the number
+/// of the SHA256SUMS it is listed in (the server renders the URLs), and OpenTofu's `packages`
+/// extension: what provender verified of every served platform, present only once the
+/// requested platform's archive was hashed here (OpenTofu checks that entry's `package_size`
+/// against the download, so it must not be missing or merely stated by the origin).
 pub struct RegistryPackage {
     pub package: Package,
     pub sums: usize,
+    pub packages: Option<BTreeMap<String, docs::RegistryPackageHashes>>,
 }
 
 impl ProviderMirror {
@@ -72,7 +78,20 @@ impl ProviderMirror {
         let sums = sums.ok_or_else(|| {
             Error::unexpected(format!("{addr} {version}: SHA256SUMS not recorded"))
         })?;
-        Ok(RegistryPackage { package, sums })
+        let settings = self.core.settings();
+        let packages = (package.h1.is_some() && package.size.is_some()).then(|| {
+            record
+                .packages
+                .iter()
+                .filter(|(p, _)| settings.upstream.platform_allowed(p))
+                .map(|(p, pkg)| (p.to_string(), docs::RegistryPackageHashes::of(pkg)))
+                .collect()
+        });
+        Ok(RegistryPackage {
+            package,
+            sums,
+            packages,
+        })
     }
 
     /// `v1/providers/:hostname/:namespace/:type/:version/SHA256SUMS/:n[.sig]`: the origin's bytes.

@@ -102,6 +102,7 @@ impl<'a> Links<'a> {
             signing_keys: docs::RegistrySigningKeys {
                 gpg_public_keys: pkg.signing_keys.clone(),
             },
+            packages: answer.packages.clone(),
         })
     }
 

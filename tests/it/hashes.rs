@@ -17,11 +17,17 @@
 //!   providers through fresh mirrors, twenty times over; clients asking together just after the
 //!   job hashed the archive, or while the origin holds the job's download; through the registry
 //!   facade; and on a replica that shares the store with the one whose job fetched it. What no
-//!   client asked for is still hashed, and dropped when its hold is over or at shutdown.
+//!   client asked for is still hashed, and dropped when its hold is over or at shutdown;
+//! - the registry facade's `packages` extension (OpenTofu 1.12) lists only verified hashes,
+//!   checked against the origin's zips: none before the requested platform is hashed, then
+//!   every platform's `zh:` and the `h1:` and size of those hashed here; `terraform providers
+//!   mirror` accepts the answers; an archive the record learns of only from the store (after a
+//!   crash) gives its size along with its `h1:`.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use sha2::Digest;
 
 use crate::support::http::Got;
 use crate::support::http::get;
@@ -673,4 +679,171 @@ async fn a_replica_gets_the_download_another_replicas_job_holds() {
     b.stop().await;
     a.stop().await;
     assert_eq!(origin.count(RequestKind::Archive), p.len());
+}
+
+/// `acme/foo` 1.1.0's registry download answer for `os_arch`, through the facade.
+async fn facade_answer(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    (os, arch): (&str, &str),
+) -> Value {
+    let got = get(
+        client,
+        &mirror.url(&format!(
+            "v1/providers/{REGISTRY}/acme/foo/1.1.0/download/{os}/{arch}"
+        )),
+    )
+    .await;
+    assert_eq!(got.status, 200, "{os}_{arch}");
+    got.json()
+}
+
+/// Checks a download answer's `packages` against the origin's bytes: every platform listed,
+/// its `zh:` the SHA-256 of the origin's zip; `h1:` (what the origin computes) and
+/// `package_size` (the zip's size) exactly for the platforms in `hashed`, only the `zh:` for
+/// the others.
+fn check_packages(answer: &Value, origin: &FakeOrigin, hashed: &[(&str, &str)]) {
+    let packages = answer["packages"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no packages in {answer}"));
+    assert_eq!(packages.len(), platforms().len(), "{answer}");
+    for (os, arch) in platforms() {
+        let entry = &packages[&format!("{os}_{arch}")];
+        let zip = origin.archive("acme", "foo", "1.1.0", os, arch);
+        let zh = format!("zh:{}", hex::encode(sha2::Sha256::digest(&zip)));
+        let hashes: Vec<&str> = entry["hashes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{os}_{arch}: no hashes in {entry}"))
+            .iter()
+            .map(|h| h.as_str().unwrap())
+            .collect();
+        if hashed.contains(&(os, arch)) {
+            let h1 = origin.h1_zip("acme", "foo", "1.1.0", os, arch);
+            assert_eq!(hashes, [zh.as_str(), h1.as_str()], "{os}_{arch}");
+            assert_eq!(entry["package_size"], zip.len(), "{os}_{arch}");
+        } else {
+            assert_eq!(hashes, [zh.as_str()], "{os}_{arch}: not hashed yet");
+            assert_eq!(
+                entry.get("package_size"),
+                None,
+                "{os}_{arch}: not hashed yet"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_facades_download_answer_lists_only_verified_hashes_in_packages() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let local = local_platform();
+    let other = *p.iter().find(|p| **p != local).unwrap();
+
+    // Nothing hashed here yet: no `packages`, which OpenTofu would require to state the
+    // requested platform's size.
+    let first = facade_answer(&client, &mirror, local).await;
+    assert_eq!(first.get("packages"), None, "{first}");
+
+    let download = first["download_url"].as_str().unwrap();
+    let zip = get(&client, mirror.url.join(download).unwrap().as_str()).await;
+    assert_eq!(zip.status, 200);
+
+    // Once the local archive is hashed (its record updated after the download ends), its
+    // entry is complete and the others have their signed `zh:`.
+    let after = poll(Duration::from_secs(10), async || {
+        let answer = facade_answer(&client, &mirror, local).await;
+        answer.get("packages").is_some().then_some(answer)
+    })
+    .await
+    .expect("packages once the archive is hashed");
+    check_packages(&after, &origin, &[local]);
+    // Asked for a platform not hashed here, the answer has no `packages` again.
+    let unhashed = facade_answer(&client, &mirror, other).await;
+    assert_eq!(unhashed.get("packages"), None, "{unhashed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_the_job_the_facade_lists_every_platforms_hashes_and_terraform_accepts_them() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mirror = mirror_with_job(&ca, &origin, "hold = \"1s\"\nkeep_archives = true").await;
+    let client = https_client(&ca, &[]);
+    version_document(&client, &mirror).await;
+    complete_document(&client, &mirror, "1.1.0", Duration::from_secs(20)).await;
+    for platform in &p {
+        check_packages(
+            &facade_answer(&client, &mirror, *platform).await,
+            &origin,
+            &p,
+        );
+    }
+
+    // Terraform reads the same answers (and ignores `packages`) in `providers mirror`.
+    let out = tempfile::tempdir().unwrap();
+    let work = root_module(FOO);
+    let facade = tf_config::registry_host(&format!("{}v1/providers/{REGISTRY}/", mirror.url));
+    let mut args: Vec<String> = vec!["providers".into(), "mirror".into(), "-no-color".into()];
+    args.extend(p.iter().map(|(o, a)| format!("-platform={o}_{a}")));
+    args.push(out.path().to_str().unwrap().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Terraform::new(&ca, &facade)
+        .run(work.path(), &args)
+        .await
+        .assert_success();
+    for (os, arch) in &p {
+        let name = origin.filename("acme", "foo", "1.1.0", os, arch);
+        let got = std::fs::read(out.path().join(REGISTRY).join("acme/foo").join(&name)).unwrap();
+        assert!(
+            got == origin.archive("acme", "foo", "1.1.0", os, arch),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_archive_picked_up_from_the_store_gives_its_size_with_its_h1() {
+    let ca = TestCa::new();
+    let p = platforms();
+    let origin = origin(&ca, ProviderSpec::new("acme", "foo", &["1.1.0"], &p)).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let local = local_platform();
+    let download = facade_answer(&client, &mirror, local).await["download_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let zip = get(&client, mirror.url.join(&download).unwrap().as_str()).await;
+    assert_eq!(zip.status, 200);
+    poll(Duration::from_secs(10), async || {
+        let answer = facade_answer(&client, &mirror, local).await;
+        answer.get("packages").is_some().then_some(())
+    })
+    .await
+    .expect("packages once the archive is hashed");
+    mirror.stop().await;
+
+    // As after a crash between the archive's commit and its record's update: the version
+    // record knows neither its h1: nor its size.
+    let record = crate::support::provender::files_under(&mirror.cache_dir.join("metadata"))
+        .into_iter()
+        .find(|f| f.ends_with("acme/foo/1.1.0.json"))
+        .expect("the version record");
+    let mut rec: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    let pkg = rec["packages"][format!("{}_{}", local.0, local.1)]
+        .as_object_mut()
+        .unwrap();
+    pkg.remove("h1");
+    pkg.remove("size");
+    std::fs::write(&record, serde_json::to_vec(&rec).unwrap()).unwrap();
+
+    let again = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
+    check_packages(
+        &facade_answer(&client, &again, local).await,
+        &origin,
+        &[local],
+    );
 }
