@@ -557,16 +557,17 @@ impl Upstream {
                 // Refused by the address or redirect policy: final, and not the origin's health.
                 return Err(e.clone());
             }
-            let (healthy, hint) = match &result {
-                Ok(resp) if retryable_status(resp.status()) => (
-                    resp.status() != reqwest::StatusCode::TOO_MANY_REQUESTS,
-                    Some(retry_after(resp)),
-                ),
-                Ok(_) => (true, None),
-                Err(_) => (false, Some(None)),
+            // A 429 is an answer: the host is up and asks this client to slow down (waited
+            // out through `Retry-After`). Counted as a failure, a vendor's rate limit on one
+            // file would open the circuit for everything else the host serves.
+            let hint = match &result {
+                Ok(resp) if retryable_status(resp.status()) => Some(retry_after(resp)),
+                Ok(_) => None,
+                Err(_) => Some(None),
             };
-            let is_failure =
-                !healthy || result.as_ref().is_ok_and(|r| r.status().is_server_error());
+            let is_failure = result
+                .as_ref()
+                .map_or(true, |r| r.status().is_server_error());
             if is_failure {
                 if self.breaker.failure(host.as_str()) {
                     tracing::warn!(%host, "origin keeps failing; circuit opened for {:?}", self.settings.breaker_cooldown);

@@ -1,9 +1,10 @@
 //! A circuit breaker per origin host.
 //!
-//! After `threshold` consecutive failures (transport errors or 5xx) a host's circuit opens: calls
-//! fail at once, without touching the network, for `cooldown`. Then one probe is let through
-//! (half-open); its success closes the circuit, its failure opens it again. While a circuit is
-//! open, the mirror keeps serving what it has (stale version lists, cached documents, archives).
+//! After `threshold` consecutive failures (transport errors or 5xx; not a 429, which is a host
+//! that answers and asks for patience) a host's circuit opens: calls fail at once, without
+//! touching the network, for `cooldown`. Then one probe is let through (half-open); its success
+//! closes the circuit, its failure opens it again. While a circuit is open, the mirror keeps
+//! serving what it has (stale version lists, cached documents, archives).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

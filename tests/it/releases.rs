@@ -13,6 +13,7 @@
 //!   `provender verify` finds and quarantines a damaged cached zip;
 //! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
 //!   the client that started the download and one that joined it, and is not cached;
+//! - a vendor's 429 for one release leaves the host's circuit closed for the others;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
 //!   installs is the origin's, and runs;
 //! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips, and
@@ -1297,4 +1298,84 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     );
     let imported = other.join("cache/releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.tar.gz");
     assert!(std::fs::read(imported).unwrap() == tarball);
+}
+
+/// Writes the vendor's list of releases naming `versions` (without files), as every vendor
+/// publishes one: OpenTofu's `api.json` under `root/opentofu`, HashiCorp's `index.json` under
+/// `root/hashicorp/terraform`.
+fn list_releases(root: &Path, product: &str, versions: &[&str]) {
+    let (path, list) = if product == "tofu" {
+        let listed: Vec<_> = versions
+            .iter()
+            .map(|v| serde_json::json!({"id": v, "files": []}))
+            .collect();
+        ("opentofu/api.json", serde_json::json!({"versions": listed}))
+    } else {
+        let listed: serde_json::Map<String, serde_json::Value> = versions
+            .iter()
+            .map(|v| {
+                let release = serde_json::json!({"name": "terraform", "version": v,
+                    "shasums": format!("terraform_{v}_SHA256SUMS"), "builds": []});
+                (v.to_string(), release)
+            })
+            .collect();
+        (
+            "hashicorp/terraform/index.json",
+            serde_json::json!({"name": "terraform", "versions": listed}),
+        )
+    };
+    std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+    std::fs::write(root.join(path), serde_json::to_vec(&list).unwrap()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vendors_429_for_one_release_does_not_stop_the_others() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
+    for v in ["1.8.0", "1.9.0"] {
+        write_release(
+            &root.join(format!("opentofu/v{v}")),
+            &format!("tofu_{v}_SHA256SUMS"),
+            &[(&format!("tofu_{v}_linux_amd64.zip"), &zip)],
+            &[&format!("tofu_{v}_SHA256SUMS.gpgsig")],
+            false,
+        );
+    }
+    list_releases(&root, "tofu", &["1.9.0", "1.8.0"]);
+    // The vendor rate-limits everything of 1.9.0.
+    let origin = StaticServer::start_with(
+        &ca,
+        &root,
+        "location /opentofu/v1.9.0/ { add_header Retry-After 0 always; return 429; }",
+    );
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+    for _ in 0..4 {
+        let got = get(&c, &m.url("releases/tofu/1.9.0/tofu_1.9.0_linux_amd64.zip")).await;
+        assert_eq!(got.status, 502, "{}", got.message());
+        assert!(got.message().contains("429"), "{}", got.message());
+    }
+    let limited = origin
+        .access_log()
+        .lines()
+        .filter(|l| l.contains("/opentofu/v1.9.0/") && l.contains("\" 429 "))
+        .count();
+    assert!(
+        limited > 5,
+        "more 429s ({limited}) than upstream.breaker_failures (5), each retried"
+    );
+    let metrics = m.metrics(&c).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_upstream_circuit_open{host=\"localhost\"}"
+        ),
+        0,
+        "a 429 does not open the host's circuit"
+    );
+    let got = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip")).await;
+    assert_eq!(got.status, 200, "{}", got.message());
+    assert!(got.body == zip);
 }
