@@ -69,7 +69,7 @@ mod hash_job;
 mod reach;
 
 pub use fill::{Fill, OriginBody, Ready};
-pub(in crate::mirror) use fill::{FillTable, Turn};
+pub(in crate::mirror) use fill::{FillTable, HoldBack, Turn};
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.

@@ -8,17 +8,19 @@
 //! (`releases/<product>/<v>/release.json`, the commit point) go to the store, once per release
 //! (single flight); `verify_release_sums` and `store_release` are that step, shared with
 //! `import`. A build (a zip, or OpenTofu's `.tar.gz`) is then served from the store, or through
-//! a fill: the same streaming path as provider archives (`Core::stream_checked`), every reader
-//! trailing the download until its SHA-256 matches the signed list, one origin download however
-//! many clients (and, on a store that enforces conditional creates, replicas) wait, and
-//! committed with its record (`cache::ReleaseKind`).
+//! a fill: the same streaming path as provider archives (`Core::stream_checked`), held back
+//! whole (`HoldBack::Whole`, at most `releases.max_build_size`) until its SHA-256 matches the
+//! signed list, since a client can unpack the members of a tar stream, or the entries of a zip
+//! read by its local headers, long before the end; one origin download however many clients
+//! (and, on a store that enforces conditional creates, replicas) wait, committed with its record
+//! (`cache::ReleaseKind`).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
 
-use super::core::{Core, Fill, OriginBody, Reach, Ready, Turn};
+use super::core::{Core, Fill, HoldBack, OriginBody, Reach, Ready, Turn};
 use super::providers::{ArchiveBody, ArchiveHead};
 use crate::address::{Hostname, Version};
 use crate::cache::{Flights, Listings, release_list_key};
@@ -509,14 +511,22 @@ impl ReleaseMirror {
         sha256: &Sha256,
     ) -> Result<(Arc<Fill<ReleaseKey>>, bool)> {
         let url = self.origin_url(key.product, &key.version, &key.filename())?;
+        // Held back whole: see the module's header.
+        let hold_back = HoldBack::Whole {
+            max: self.core.settings().releases.max_build_size,
+            key: "releases.max_build_size",
+        };
         Ok(self.core.release_fills.join_or_start(key, || {
-            let fill = Arc::new(Fill::new(
-                key.clone(),
-                sha256.clone(),
-                SignatureKind::Official,
-                true,
-                None,
-            ));
+            let fill = Arc::new(
+                Fill::new(
+                    key.clone(),
+                    sha256.clone(),
+                    SignatureKind::Official,
+                    true,
+                    None,
+                )
+                .holding_back(hold_back),
+            );
             let (this, task_fill) = (self.clone(), fill.clone());
             tokio::spawn(async move {
                 let result = this.fill_zip(&task_fill, url).await;

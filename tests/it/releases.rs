@@ -11,8 +11,11 @@
 //! - a release signed by any other key is refused (502, naming the pinned key) and nothing of it
 //!   is kept; with the built-in keys, a release signed by the test key is refused likewise;
 //!   `provender verify` finds and quarantines a damaged cached zip;
-//! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
-//!   the client that started the download and one that joined it, and is not cached;
+//! - a forged build (zip or `.tar.gz`) whose first member is a script: clients that unpack
+//!   as they read (`curl | tar xzf -`, `curl | jar x`), the one that started the download and
+//!   one that joined it, over HTTP/1.1 and HTTP/2, unpack nothing of it, since a build is held
+//!   back whole until its SHA-256 matched; it is not cached, and the signed build then streams
+//!   and unpacks;
 //! - a vendor's 429 for one release leaves the host's circuit closed for the others;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
 //!   installs is the origin's, and runs;
@@ -25,7 +28,6 @@ use std::path::{Path, PathBuf};
 use http::Version as HttpVersion;
 use sha2::Digest;
 
-use crate::integrity::{client, curl, download};
 use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, sign_detached, signing_key_armor};
 use crate::support::pki::TestCa;
@@ -485,44 +487,106 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     assert!(release_files(&builtin.cache_dir).is_empty());
 }
 
-/// A build (`tofu_1.8.0_linux_amd64<suffix>`) whose last bytes differ from what the signed
-/// SHA256SUMS lists: clients over `http` (one that starts the download, reqwest, and one that
-/// joins it, curl) never get the altered byte, and nothing is cached. The origin is slowed down
-/// so that the second client really joins the first one's download.
-async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
-    let ca = TestCa::new();
-    let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
-    // Incompressible (xorshift), so that the .tar.gz is as large as the zip.
+/// `len` incompressible bytes (xorshift), so that a build is as large packed as unpacked.
+fn noise(len: usize) -> Vec<u8> {
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    let content: Vec<u8> = (0..3 << 20)
+    (0..len)
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state as u8
         })
-        .collect();
+        .collect()
+}
+
+/// A build holding `members` in this order, each executable: a zip (`.zip`) or a `.tar.gz`.
+fn pack(suffix: &str, members: &[(&str, &[u8])]) -> Vec<u8> {
+    if suffix == ".zip" {
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .unix_permissions(0o755);
+        for (name, content) in members {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(content).unwrap();
+        }
+        return zip.finish().unwrap().into_inner();
+    }
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::default(),
+    ));
+    for (name, content) in members {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        builder.append_data(&mut header, name, *content).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+/// What people do with a build: `curl URL | tar xzf -` (for a zip, `curl URL | jar x`, which
+/// also unpacks each entry as it arrives, from its local header), into `into`, over HTTP/2 or
+/// HTTP/1.1. What it unpacked is what is left in `into`.
+async fn unpack_as_it_arrives(ca_file: &Path, url: &str, http2: bool, suffix: &str, into: &Path) {
+    std::fs::create_dir_all(into).unwrap();
+    let unpack = if suffix == ".zip" {
+        "(cd \"$4\" && jar x)"
+    } else {
+        "tar xzf - -C \"$4\""
+    };
+    within(
+        "curl | unpack",
+        tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "curl -sS --max-time 60 \"$1\" --cacert \"$2\" \"$3\" | {unpack}"
+            ))
+            .arg("sh")
+            .arg(if http2 { "--http2" } else { "--http1.1" })
+            .arg(ca_file)
+            .arg(url)
+            .arg(into)
+            .output(),
+    )
+    .await
+    .expect("run curl, tar and jar (CI installs them)");
+}
+
+/// A build (`tofu_1.8.0_linux_amd64<suffix>`) whose first member is a script and whose bytes
+/// are not those the signed SHA256SUMS lists (another script): two clients over `http` that
+/// unpack as they read, the one that starts the download and one that joins it, unpack
+/// nothing of it, since no byte of a build leaves before its SHA-256 matched; nothing is
+/// cached. The origin is slowed down so that the second client really joins the first one's
+/// download. The build as signed then streams and unpacks.
+async fn tampered_build_unpacks_nothing(http: HttpVersion, suffix: &str) {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let payload = noise(3 << 20);
+    let script: &[u8] = b"#!/bin/sh\necho OpenTofu v1.8.0\n";
+    let genuine = |suffix: &str| pack(suffix, &[("tofu", script), ("payload", &payload)]);
+    let forged = pack(
+        suffix,
+        &[("tofu", b"#!/bin/sh\necho forged\n"), ("payload", &payload)],
+    );
     // Every release has zips; OpenTofu's also have `.tar.gz` files.
-    let zip = zip_of("tofu", &content, true);
-    let tarball = tar_gz_of("tofu", &content);
     let name = format!("tofu_1.8.0_linux_amd64{suffix}");
-    let build = if suffix == ".zip" { &zip } else { &tarball };
     let dir = root.join("opentofu/v1.8.0");
     write_release(
         &dir,
         "tofu_1.8.0_SHA256SUMS",
         &[
-            ("tofu_1.8.0_linux_amd64.zip", &zip),
-            ("tofu_1.8.0_linux_amd64.tar.gz", &tarball),
+            ("tofu_1.8.0_linux_amd64.zip", &genuine(".zip")),
+            ("tofu_1.8.0_linux_amd64.tar.gz", &genuine(".tar.gz")),
         ],
         &["tofu_1.8.0_SHA256SUMS.gpgsig"],
         false,
     );
-    let mut tampered = build.clone();
-    let altered = tampered.len() - 5;
-    tampered[altered] ^= 0xff;
-    std::fs::write(dir.join(&name), &tampered).unwrap();
+    list_releases(&root, "tofu", &["1.8.0"]);
+    std::fs::write(dir.join(&name), &forged).unwrap();
     let origin = StaticServer::start(&ca, &root);
     let port = url::Url::parse(&origin.url()).unwrap().port().unwrap();
     let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
@@ -539,11 +603,21 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
             &format!("provender_cache_lookups_total{{kind=\"release_zip\",result=\"{result}\"}}"),
         )
     };
+    let ca_file = ca.write_ca(work.path());
+    let http2 = http == HttpVersion::HTTP_2;
+    let (first, second) = (work.path().join("first"), work.path().join("second"));
 
     throttle.set_rate(1 << 20);
     let leader = {
-        let (c, url) = (client(&ca, http), url.clone());
-        tokio::spawn(async move { download(&c, &url, http).await })
+        let (ca_file, url, into, suffix) = (
+            ca_file.clone(),
+            url.clone(),
+            first.clone(),
+            suffix.to_owned(),
+        );
+        tokio::spawn(
+            async move { unpack_as_it_arrives(&ca_file, &url, http2, &suffix, &into).await },
+        )
     };
     crate::support::poll(std::time::Duration::from_secs(10), async || {
         (lookups("miss").await == 1).then_some(())
@@ -555,31 +629,31 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
         1,
         "the download is in the core's table of fills (which shutdown waits for)"
     );
-    let ca_file = ca.write_ca(work.path());
     let joiner = {
-        let url = url.clone();
-        tokio::spawn(async move { curl(&ca_file, &url, http == HttpVersion::HTTP_2).await })
+        let (ca_file, url, into, suffix) = (
+            ca_file.clone(),
+            url.clone(),
+            second.clone(),
+            suffix.to_owned(),
+        );
+        tokio::spawn(
+            async move { unpack_as_it_arrives(&ca_file, &url, http2, &suffix, &into).await },
+        )
     };
-    let seen = within("the leader", leader).await.unwrap();
-    assert!(
-        !seen.clean_end && seen.received <= altered,
-        "the leader over {http:?} never got the altered byte: {seen:?}"
-    );
-    let (code, written) = within("the joiner", joiner).await.unwrap();
-    assert_ne!(
-        code,
-        Some(0),
-        "curl over {http:?} reports a failed transfer"
-    );
-    assert!(
-        written <= altered,
-        "curl wrote {written} bytes, the altered byte is at {altered}"
-    );
+    within("the leader", leader).await.unwrap();
+    within("the joiner", joiner).await.unwrap();
     assert_eq!(
         lookups("joined").await,
         1,
         "the second client joined the download"
     );
+    for (who, into) in [("the leader", &first), ("the joiner", &second)] {
+        assert_eq!(
+            files_under(into),
+            Vec::<PathBuf>::new(),
+            "{who} over {http:?} unpacked nothing of the forged build"
+        );
+    }
     let metrics = m.metrics(&c).await;
     assert_eq!(
         sample(
@@ -596,7 +670,6 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
         ),
         1
     );
-    // The download is over and refused; nothing of it was kept.
     let kept: Vec<_> = release_files(&m.cache_dir)
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(suffix))
@@ -605,26 +678,34 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
         kept.is_empty(),
         "the tampered build is not cached: {kept:?}"
     );
+
+    // The build as signed streams, and unpacks as it arrives.
+    std::fs::write(dir.join(&name), genuine(suffix)).unwrap();
+    throttle.set_rate(0);
+    let third = work.path().join("third");
+    unpack_as_it_arrives(&ca_file, &url, http2, suffix, &third).await;
+    assert_eq!(std::fs::read(third.join("tofu")).unwrap(), script);
+    assert!(std::fs::read(third.join("payload")).unwrap() == payload);
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_zip_reaches_no_client_over_http1() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_11, ".zip").await;
+async fn a_tampered_release_zip_unpacks_nothing_over_http1() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_11, ".zip").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_zip_reaches_no_client_over_http2() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_2, ".zip").await;
+async fn a_tampered_release_zip_unpacks_nothing_over_http2() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_2, ".zip").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_tar_gz_reaches_no_client_over_http1() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_11, ".tar.gz").await;
+async fn a_tampered_release_tar_gz_unpacks_nothing_over_http1() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_11, ".tar.gz").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_tar_gz_reaches_no_client_over_http2() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_2, ".tar.gz").await;
+async fn a_tampered_release_tar_gz_unpacks_nothing_over_http2() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_2, ".tar.gz").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1137,20 +1218,6 @@ async fn with_authentication_on_installers_use_basic_credentials_or_open_release
     }
 }
 
-/// A `.tar.gz` holding one executable file, as OpenTofu packs its `.tar.gz` builds.
-fn tar_gz_of(name: &str, content: &[u8]) -> Vec<u8> {
-    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
-        Vec::new(),
-        flate2::Compression::default(),
-    ));
-    let mut header = tar::Header::new_gnu();
-    header.set_size(content.len() as u64);
-    header.set_mode(0o755);
-    header.set_cksum();
-    builder.append_data(&mut header, name, content).unwrap();
-    builder.into_inner().unwrap().finish().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     let ca = TestCa::new();
@@ -1158,7 +1225,7 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     let root = work.path().join("origin");
     let binary = b"#!/bin/sh\necho OpenTofu v1.8.0\n";
     let zip = zip_of("tofu", binary, true);
-    let tarball = tar_gz_of("tofu", binary);
+    let tarball = pack(".tar.gz", &[("tofu", binary)]);
     let names = [
         "tofu_1.8.0_linux_amd64.zip",
         "tofu_1.8.0_linux_amd64.tar.gz",
