@@ -16,7 +16,9 @@
 //!   one that joined it, over HTTP/1.1 and HTTP/2, unpack nothing of it, since a build is held
 //!   back whole until its SHA-256 matched; it is not cached, and the signed build then streams
 //!   and unpacks;
-//! - a vendor's 429 for one release leaves the host's circuit closed for the others;
+//! - versions the vendor's list does not have cost the release host one list fetch in all, a
+//!   listed release the host does not have one request; a vendor's 429 for one release leaves
+//!   the host's circuit closed for the others;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
 //!   installs is the origin's, and runs;
 //! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips, and
@@ -404,9 +406,10 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     );
     let sums = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_SHA256SUMS")).await;
     assert_eq!(sums.status, 502);
-    assert!(
-        release_files(&m.cache_dir).is_empty(),
-        "nothing of it is kept"
+    assert_eq!(
+        release_files(&m.cache_dir),
+        [m.cache_dir.join("releases/tofu/index.json")],
+        "nothing of it is kept (only the list of releases)"
     );
     // `seed` refuses it through the same check, and keeps nothing either.
     let dir = work.path().join("seed");
@@ -484,7 +487,10 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     )
     .await;
     assert_eq!(refused.status, 502);
-    assert!(release_files(&builtin.cache_dir).is_empty());
+    assert_eq!(
+        release_files(&builtin.cache_dir),
+        [builtin.cache_dir.join("releases/tofu/index.json")]
+    );
 }
 
 /// `len` incompressible bytes (xorshift), so that a build is as large packed as unpacked.
@@ -553,6 +559,34 @@ async fn unpack_as_it_arrives(ca_file: &Path, url: &str, http2: bool, suffix: &s
     )
     .await
     .expect("run curl, tar and jar (CI installs them)");
+}
+
+/// Writes the vendor's list of releases naming `versions` (without files), as every vendor
+/// publishes one: OpenTofu's `api.json` under `root/opentofu`, HashiCorp's `index.json` under
+/// `root/hashicorp/terraform`.
+fn list_releases(root: &Path, product: &str, versions: &[&str]) {
+    let (path, list) = if product == "tofu" {
+        let listed: Vec<_> = versions
+            .iter()
+            .map(|v| serde_json::json!({"id": v, "files": []}))
+            .collect();
+        ("opentofu/api.json", serde_json::json!({"versions": listed}))
+    } else {
+        let listed: serde_json::Map<String, serde_json::Value> = versions
+            .iter()
+            .map(|v| {
+                let release = serde_json::json!({"name": "terraform", "version": v,
+                    "shasums": format!("terraform_{v}_SHA256SUMS"), "builds": []});
+                (v.to_string(), release)
+            })
+            .collect();
+        (
+            "hashicorp/terraform/index.json",
+            serde_json::json!({"name": "terraform", "versions": listed}),
+        )
+    };
+    std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+    std::fs::write(root.join(path), serde_json::to_vec(&list).unwrap()).unwrap();
 }
 
 /// A build (`tofu_1.8.0_linux_amd64<suffix>`) whose first member is a script and whose bytes
@@ -1077,6 +1111,7 @@ async fn replicas_on_a_shared_directory_store_fetch_a_release_zip_once() {
         &["terraform_1.9.0_SHA256SUMS.sig"],
         false,
     );
+    list_releases(&root, "terraform", &["1.9.0"]);
     let origin = StaticServer::start(&ca, &root);
     let port: u16 = url::Url::parse(&origin.url()).unwrap().port().unwrap();
     let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
@@ -1367,32 +1402,91 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     assert!(std::fs::read(imported).unwrap() == tarball);
 }
 
-/// Writes the vendor's list of releases naming `versions` (without files), as every vendor
-/// publishes one: OpenTofu's `api.json` under `root/opentofu`, HashiCorp's `index.json` under
-/// `root/hashicorp/terraform`.
-fn list_releases(root: &Path, product: &str, versions: &[&str]) {
-    let (path, list) = if product == "tofu" {
-        let listed: Vec<_> = versions
-            .iter()
-            .map(|v| serde_json::json!({"id": v, "files": []}))
-            .collect();
-        ("opentofu/api.json", serde_json::json!({"versions": listed}))
-    } else {
-        let listed: serde_json::Map<String, serde_json::Value> = versions
-            .iter()
-            .map(|v| {
-                let release = serde_json::json!({"name": "terraform", "version": v,
-                    "shasums": format!("terraform_{v}_SHA256SUMS"), "builds": []});
-                (v.to_string(), release)
-            })
-            .collect();
-        (
-            "hashicorp/terraform/index.json",
-            serde_json::json!({"name": "terraform", "versions": listed}),
-        )
-    };
-    std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
-    std::fs::write(root.join(path), serde_json::to_vec(&list).unwrap()).unwrap();
+/// How many requests of the origin's access log name `path`.
+fn asked(origin: &StaticServer, path: &str) -> usize {
+    origin
+        .access_log()
+        .lines()
+        .filter(|l| l.contains(path))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_versions_cost_the_release_host_one_list_fetch_and_missing_ones_one_request() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
+    write_release(
+        &root.join("opentofu/v1.8.0"),
+        "tofu_1.8.0_SHA256SUMS",
+        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        false,
+    );
+    // 1.8.5 is listed, but the release host has none of its files.
+    list_releases(&root, "tofu", &["1.8.5", "1.8.0"]);
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+
+    // 40 requests at once for versions the vendor does not list, in every form a build or
+    // its checksums are asked for.
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let v = format!("1.9.{i}");
+        let (file, head) = match i % 4 {
+            0 => (format!("tofu_{v}_linux_amd64.zip"), false),
+            1 => (format!("tofu_{v}_linux_amd64.tar.gz"), false),
+            2 => (format!("tofu_{v}_SHA256SUMS"), false),
+            _ => (format!("tofu_{v}_linux_amd64.zip"), true),
+        };
+        let (c, url) = (c.clone(), m.url(&format!("releases/tofu/{v}/{file}")));
+        requests.push(tokio::spawn(async move {
+            let request = if head { c.head(&url) } else { c.get(&url) };
+            let resp = request.send().await.unwrap();
+            let status = resp.status();
+            (url, status, resp.text().await.unwrap())
+        }));
+    }
+    for request in requests {
+        let (url, status, body) = within("a request", request).await.unwrap();
+        assert_eq!(status, 404, "{url}: {body}");
+        if !body.is_empty() {
+            assert!(body.contains("list of releases does not have it"), "{body}");
+        }
+    }
+    assert_eq!(
+        asked(&origin, "GET /opentofu/api.json"),
+        1,
+        "one list fetch"
+    );
+    assert_eq!(
+        asked(&origin, "/opentofu/v1.9."),
+        0,
+        "nothing of an unlisted version is asked for"
+    );
+
+    // A listed version the release host does not have: asked once, then remembered.
+    for _ in 0..10 {
+        let got = get(&c, &m.url("releases/tofu/1.8.5/tofu_1.8.5_linux_amd64.zip")).await;
+        assert_eq!(got.status, 404);
+        assert!(
+            got.message().contains("tofu_1.8.5_SHA256SUMS"),
+            "{}",
+            got.message()
+        );
+    }
+    assert_eq!(
+        asked(&origin, "/opentofu/v1.8.5/"),
+        1,
+        "one request, then remembered"
+    );
+
+    // A listed release is served as ever, from the list already fetched.
+    let got = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip")).await;
+    assert!(got.status == 200 && got.body == zip);
+    assert_eq!(asked(&origin, "GET /opentofu/api.json"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
