@@ -13,7 +13,7 @@
 //! signed list, since a client can unpack the members of a tar stream, or the entries of a zip
 //! read by its local headers, long before the end; one origin download however many clients
 //! (and, on a store that enforces conditional creates, replicas) wait, committed with its record
-//! (`cache::ReleaseKind`).
+//! (`cache::ReleaseKind`) and counted against `cache.max_size` like a provider archive.
 //!
 //! A release is fetched only if the vendor's list has it: a version the kept list does not
 //! have is refused without asking anyone, the list being refreshed for it at most once per
@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 
 use super::core::{Core, Fill, HoldBack, OriginBody, Reach, Ready, Turn};
 use super::providers::{ArchiveBody, ArchiveHead};
@@ -531,13 +531,24 @@ impl ReleaseMirror {
                     .metrics()
                     .lookup(LookupKind::ReleaseZip, Lookup::Hit);
                 // What `provender prune` goes by.
-                let (core, key) = (self.core.clone(), key.clone());
-                tokio::spawn(async move { core.releases().touch(&key).await });
+                let (core, owned) = (self.core.clone(), key.clone());
+                tokio::spawn(async move { core.releases().touch(&owned).await });
+                let mut stream = found.body;
+                if let Some(budget) = self.core.budget() {
+                    // Held by the response body: a build being read is never evicted.
+                    let lease = budget.lease(key, found.record.size);
+                    stream = stream
+                        .map(move |chunk| {
+                            let _held = &lease;
+                            chunk
+                        })
+                        .boxed();
+                }
                 return Ok(ArchiveBody {
                     sha256: found.record.sha256,
                     size: Some(found.record.size),
                     modified: found.modified,
-                    stream: found.body,
+                    stream,
                 });
             }
             let (sha256, _) = self.signed_sha256(key, reach).await?;
@@ -656,7 +667,8 @@ impl ReleaseMirror {
             size: digest.size,
         };
         self.core.releases().commit(key, staged, &record).await?;
-        tracing::info!(release = %key, size = record.size, "cached a release zip");
+        self.core.release_committed(key, record.size).await;
+        tracing::info!(release = %key, size = record.size, "cached a release build");
         Ok(())
     }
 }

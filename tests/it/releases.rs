@@ -18,7 +18,8 @@
 //!   and unpacks;
 //! - versions the vendor's list does not have cost the release host one list fetch in all, a
 //!   listed release the host does not have one request; a vendor's 429 for one release leaves
-//!   the host's circuit closed for the others;
+//!   the host's circuit closed for the others; release builds count against `cache.max_size`
+//!   and are evicted with archives, least recently used first;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
 //!   installs is the origin's, and runs;
 //! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips, and
@@ -185,13 +186,26 @@ async fn mirror_at(
     base: &str,
     builtin_keys: bool,
 ) -> (TestMirror, FakeOrigin) {
-    let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    mirror_with(ca, work, base, builtin_keys, vec![], "").await
+}
+
+/// [`mirror_at`], its registry origin serving `providers`, with `extra_cache` keys.
+async fn mirror_with(
+    ca: &TestCa,
+    work: &Path,
+    base: &str,
+    builtin_keys: bool,
+    providers: Vec<crate::support::origin::ProviderSpec>,
+    extra_cache: &str,
+) -> (TestMirror, FakeOrigin) {
+    let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], providers).await;
     let toml = releases_toml_at(work, base, builtin_keys);
     let m = TestMirror::start_with(
         ca,
         &registry,
         MirrorOptions {
             extra_upstream: "allow_private_networks = true",
+            extra_cache,
             extra_toml: &toml,
             ..Default::default()
         },
@@ -1539,4 +1553,88 @@ async fn a_vendors_429_for_one_release_does_not_stop_the_others() {
     let got = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip")).await;
     assert_eq!(got.status, 200, "{}", got.message());
     assert!(got.body == zip);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_builds_count_against_max_size_and_push_out_older_objects() {
+    const MIB: usize = 1 << 20;
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    // Two builds of 2 MiB each (stored, so as large as their content).
+    let linux = zip_of("tofu", &noise(2 * MIB), true);
+    let darwin = zip_of("tofu ", &noise(2 * MIB), true);
+    write_release(
+        &root.join("opentofu/v1.8.0"),
+        "tofu_1.8.0_SHA256SUMS",
+        &[
+            ("tofu_1.8.0_linux_amd64.zip", &linux),
+            ("tofu_1.8.0_darwin_arm64.zip", &darwin),
+        ],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        false,
+    );
+    list_releases(&root, "tofu", &["1.8.0"]);
+    let origin = StaticServer::start(&ca, &root);
+    let big =
+        crate::support::origin::ProviderSpec::new("acme", "big", &["1.0.0"], &[("linux", "amd64")])
+            .with_payload(2 * MIB);
+    let (m, _registry) = mirror_with(
+        &ca,
+        work.path(),
+        &origin.url(),
+        false,
+        vec![big],
+        "max_size = \"5 MiB\"",
+    )
+    .await;
+    let c = https_client(&ca, &[]);
+    let archive = m.url(&format!(
+        "{}/acme/big/terraform-provider-big_1.0.0_linux_amd64.zip",
+        crate::support::provender::REGISTRY
+    ));
+    let build = |platform: &str| m.url(&format!("releases/tofu/1.8.0/tofu_1.8.0_{platform}.zip"));
+    let stored = || {
+        let mut names: Vec<String> = files_under(&m.cache_dir)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".zip"))
+            .collect();
+        names.sort();
+        names
+    };
+    let settled = async |what: &str, expected: &[&str]| {
+        crate::support::poll(std::time::Duration::from_secs(10), async || {
+            (stored() == expected).then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("{what}: {:?}", stored()));
+    };
+    let provider = "terraform-provider-big_1.0.0_linux_amd64.zip";
+    assert_eq!(get(&c, &archive).await.status, 200);
+    settled("the archive is stored", &[provider]).await;
+    assert!(get(&c, &build("linux_amd64")).await.body == linux);
+    settled(
+        "a build beside it",
+        &[provider, "tofu_1.8.0_linux_amd64.zip"],
+    )
+    .await;
+    // A third object of 2 MiB is over 5 MiB: the least recently used goes, the archive.
+    assert!(get(&c, &build("darwin_arm64")).await.body == darwin);
+    settled(
+        "the archive pushed out by a build",
+        &["tofu_1.8.0_darwin_arm64.zip", "tofu_1.8.0_linux_amd64.zip"],
+    )
+    .await;
+    // Builds are evictable like archives: the archive again pushes out the older build.
+    assert_eq!(get(&c, &archive).await.status, 200);
+    settled(
+        "the older build pushed out",
+        &[provider, "tofu_1.8.0_darwin_arm64.zip"],
+    )
+    .await;
+    let metrics = m.metrics(&c).await;
+    assert_eq!(sample(&metrics, "provender_cache_evictions_total"), 2);
+    // An evicted build is fetched again when asked for.
+    assert!(get(&c, &build("linux_amd64")).await.body == linux);
 }
