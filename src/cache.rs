@@ -41,7 +41,7 @@ mod meta;
 mod objects;
 mod staging;
 
-pub use budget::{Budget, Lease};
+pub use budget::{Budget, Budgeted, Lease};
 pub use flight::{Aborted, Flights};
 pub use lease::{Claim, Followed, LeaseGuard, Leases};
 pub use listing::{

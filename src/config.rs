@@ -49,6 +49,9 @@ pub struct ReleasesConfig {
     pub hashicorp_key_file: Option<PathBuf>,
     /// Replaces the built-in OpenTofu key, likewise.
     pub opentofu_key_file: Option<PathBuf>,
+    /// The largest release build served: a build is held back whole until its SHA-256 is
+    /// checked, so this bounds what one download holds.
+    pub max_build_size: bytesize::ByteSize,
 }
 
 impl Default for ReleasesConfig {
@@ -60,6 +63,7 @@ impl Default for ReleasesConfig {
             opentofu_index_url: "https://get.opentofu.org/tofu/api.json".into(),
             hashicorp_key_file: None,
             opentofu_key_file: None,
+            max_build_size: bytesize::ByteSize::mib(512),
         }
     }
 }
@@ -74,6 +78,8 @@ pub struct ReleaseSettings {
     /// Armored replacements of the built-in vendor keys.
     pub hashicorp_key: Option<String>,
     pub opentofu_key: Option<String>,
+    /// `releases.max_build_size`, in bytes.
+    pub max_build_size: u64,
 }
 
 impl ReleaseSettings {
@@ -120,7 +126,11 @@ impl ReleasesConfig {
             opentofu_index_url: url("opentofu_index_url", &self.opentofu_index_url)?,
             hashicorp_key: key("hashicorp_key_file", &self.hashicorp_key_file)?,
             opentofu_key: key("opentofu_key_file", &self.opentofu_key_file)?,
+            max_build_size: self.max_build_size.as_u64(),
         };
+        if settings.max_build_size < 1024 * 1024 {
+            return Err(invalid("releases.max_build_size", "must be at least 1 MiB"));
+        }
         if let Some(armor) = &settings.hashicorp_key {
             crate::trust::Verifier::for_releases(Some(armor), None)
                 .map_err(|e| invalid("releases.hashicorp_key_file", e.to_string()))?;
@@ -1638,6 +1648,8 @@ mod tests {
             err("[releases]\nhashicorp_key_file = '/nonexistent.asc'")
                 .contains("releases.hashicorp_key_file")
         );
+        assert_eq!(defaults.max_build_size, 512 << 20);
+        assert!(err("[releases]\nmax_build_size = '1 KiB'").contains("releases.max_build_size"));
     }
 
     #[test]

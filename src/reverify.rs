@@ -171,6 +171,10 @@ impl Recheck for ReleaseKind {
     fn store(mirror: &Core) -> &Objects<Self> {
         mirror.releases()
     }
+
+    fn left_store(mirror: &Core, entry: &Listed<Self>) {
+        mirror.release_removed(&entry.key);
+    }
 }
 
 /// Checks one stored object, as listed with its record, against that record (and what else

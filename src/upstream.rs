@@ -573,6 +573,9 @@ impl Upstream {
                 // Refused by the address or redirect policy: final, and not the origin's health.
                 return Err(e.clone());
             }
+            // A 429 is an answer: the host is up and asks this client to slow down (waited
+            // out through `Retry-After`). Counted as a failure, a vendor's rate limit on one
+            // file would open the circuit for everything else the host serves.
             let hint = match &result {
                 Ok(resp) if retryable_status(resp.status()) => Some(retry_after(resp)),
                 Ok(_) => None,

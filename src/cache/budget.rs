@@ -1,15 +1,48 @@
-//! The disk budget: which archives to evict when the cache grows past `cache.max_size`.
+//! The disk budget: which objects to evict when the cache grows past `cache.max_size`.
 //!
-//! Least recently used first, by bytes. An archive that a client is reading holds a [`Lease`]
-//! and is never chosen. The budget only decides; the mirror removes what it returns.
+//! Provider archives and CLI release builds count against it alike ([`Budgeted`]): least
+//! recently used first, by bytes, whatever their kind. An object that a client is reading holds
+//! a [`Lease`] and is never chosen. The budget only decides; the mirror removes what it returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::records::ArchiveKey;
+use crate::records::releases::ReleaseKey;
 
-/// Sizes and recency of every archive in the store; kept only when `cache.max_size` is set.
+/// An object the budget accounts for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Budgeted {
+    /// A provider archive.
+    Archive(ArchiveKey),
+    /// A CLI release build (zip or `.tar.gz`).
+    Release(ReleaseKey),
+}
+
+impl From<&ArchiveKey> for Budgeted {
+    fn from(key: &ArchiveKey) -> Budgeted {
+        Budgeted::Archive(key.clone())
+    }
+}
+
+impl From<&ReleaseKey> for Budgeted {
+    fn from(key: &ReleaseKey) -> Budgeted {
+        Budgeted::Release(key.clone())
+    }
+}
+
+impl std::fmt::Display for Budgeted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Budgeted::Archive(key) => write!(f, "archive {key}"),
+            Budgeted::Release(key) => write!(f, "release build {key}"),
+        }
+    }
+}
+
+/// Sizes and recency of every archive and release build in the store; kept only when
+/// `cache.max_size` is set.
 pub struct Budget {
     max: u64,
     state: Mutex<State>,
@@ -19,7 +52,7 @@ pub struct Budget {
 struct State {
     tick: u64,
     total: u64,
-    entries: HashMap<ArchiveKey, Slot>,
+    entries: HashMap<Budgeted, Slot>,
 }
 
 struct Slot {
@@ -28,10 +61,10 @@ struct Slot {
     readers: usize,
 }
 
-/// Keeps an archive from being evicted while it is read.
+/// Keeps an object from being evicted while it is read.
 pub struct Lease {
     budget: Arc<Budget>,
-    key: ArchiveKey,
+    key: Budgeted,
 }
 
 impl Drop for Lease {
@@ -52,8 +85,8 @@ impl Budget {
         })
     }
 
-    /// Starts from what the store holds; `last_used` orders the existing archives.
-    pub fn load(&self, mut entries: Vec<(ArchiveKey, u64, SystemTime)>) {
+    /// Starts from what the store holds; `last_used` orders the existing objects.
+    pub fn load(&self, mut entries: Vec<(Budgeted, u64, SystemTime)>) {
         entries.sort_by_key(|(_, _, used)| *used);
         let mut state = self.state.lock().expect("budget lock");
         for (key, size, _) in entries {
@@ -73,12 +106,13 @@ impl Budget {
         }
     }
 
-    /// Marks an archive as used now and leases it until the lease is dropped.
-    pub fn lease(self: &Arc<Self>, key: &ArchiveKey, size: u64) -> Lease {
+    /// Marks an object as used now and leases it until the lease is dropped.
+    pub fn lease(self: &Arc<Self>, key: impl Into<Budgeted>, size: u64) -> Lease {
+        let key = key.into();
         let mut state = self.state.lock().expect("budget lock");
         state.tick += 1;
         let tick = state.tick;
-        match state.entries.get_mut(key) {
+        match state.entries.get_mut(&key) {
             Some(slot) => {
                 slot.last_used = tick;
                 slot.readers += 1;
@@ -97,18 +131,19 @@ impl Budget {
         }
         Lease {
             budget: self.clone(),
-            key: key.clone(),
+            key,
         }
     }
 
-    /// Records a newly stored archive as the most recently used.
-    pub fn added(&self, key: &ArchiveKey, size: u64) {
+    /// Records a newly stored object as the most recently used.
+    pub fn added(&self, key: impl Into<Budgeted>, size: u64) {
+        let key = key.into();
         let mut state = self.state.lock().expect("budget lock");
         state.tick += 1;
         let tick = state.tick;
-        let readers = state.entries.get(key).map(|s| s.readers).unwrap_or(0);
+        let readers = state.entries.get(&key).map(|s| s.readers).unwrap_or(0);
         if let Some(old) = state.entries.insert(
-            key.clone(),
+            key,
             Slot {
                 size,
                 last_used: tick,
@@ -120,23 +155,24 @@ impl Budget {
         state.total += size;
     }
 
-    /// Forgets an archive that left the store by other means (e.g. quarantine).
-    pub fn removed(&self, key: &ArchiveKey) {
+    /// Forgets an object that left the store by other means (e.g. quarantine).
+    pub fn removed(&self, key: impl Into<Budgeted>) {
+        let key = key.into();
         let mut state = self.state.lock().expect("budget lock");
-        if let Some(old) = state.entries.remove(key) {
+        if let Some(old) = state.entries.remove(&key) {
             state.total -= old.size;
         }
     }
 
-    /// The archives to evict, least recently used first, so that the total fits the limit.
+    /// The objects to evict, least recently used first, so that the total fits the limit.
     /// They are forgotten here; the caller removes them from the store.
-    pub fn victims(&self) -> Vec<(ArchiveKey, u64)> {
+    pub fn victims(&self) -> Vec<(Budgeted, u64)> {
         let max = self.max;
         let mut state = self.state.lock().expect("budget lock");
         if state.total <= max {
             return Vec::new();
         }
-        let mut candidates: Vec<(u64, ArchiveKey, u64)> = state
+        let mut candidates: Vec<(u64, Budgeted, u64)> = state
             .entries
             .iter()
             .filter(|(_, slot)| slot.readers == 0)
@@ -166,11 +202,24 @@ mod tests {
     use super::*;
     use crate::address::{Platform, ProviderAddr, Version};
 
-    fn key(n: u32) -> ArchiveKey {
+    fn archive(n: u32) -> ArchiveKey {
         ArchiveKey {
             addr: ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap(),
             version: Version::parse(&format!("1.0.{n}")).unwrap(),
             platform: Platform::parse("linux_amd64").unwrap(),
+        }
+    }
+
+    fn key(n: u32) -> Budgeted {
+        Budgeted::from(&archive(n))
+    }
+
+    fn build(n: u32) -> ReleaseKey {
+        ReleaseKey {
+            product: crate::records::releases::Product::Tofu,
+            version: Version::parse(&format!("1.8.{n}")).unwrap(),
+            platform: Platform::parse("linux_amd64").unwrap(),
+            packing: crate::records::releases::Packing::TarGz,
         }
     }
 
@@ -181,17 +230,39 @@ mod tests {
             (key(1), 100, SystemTime::UNIX_EPOCH),
             (key(2), 100, SystemTime::now()),
         ]);
-        let held = budget.lease(&key(1), 100); // 1 is now the most recent, and in use
-        budget.added(&key(3), 100);
+        let held = budget.lease(key(1), 100); // 1 is now the most recent, and in use
+        budget.added(key(3), 100);
         assert_eq!(budget.total(), 300);
         let victims = budget.victims();
         assert_eq!(victims, vec![(key(2), 100)]);
         assert_eq!(budget.total(), 200);
-        budget.added(&key(4), 100);
+        budget.added(key(4), 100);
         // 1 is the least recently used now but still leased: 3 goes instead.
         assert_eq!(budget.victims(), vec![(key(3), 100)]);
         drop(held);
-        budget.added(&key(5), 100);
+        budget.added(key(5), 100);
         assert_eq!(budget.victims(), vec![(key(1), 100)]);
+    }
+
+    #[test]
+    fn release_builds_and_archives_share_one_budget() {
+        let budget = Budget::new(250);
+        budget.load(vec![
+            (key(1), 100, SystemTime::UNIX_EPOCH),
+            (Budgeted::from(&build(1)), 100, SystemTime::now()),
+        ]);
+        // A new build pushes out the oldest object, an archive.
+        budget.added(&build(2), 100);
+        assert_eq!(budget.victims(), vec![(key(1), 100)]);
+        // A build being read is not evicted; the archive after it goes instead.
+        let reading = budget.lease(&build(1), 100);
+        budget.added(&archive(2), 100);
+        assert_eq!(budget.victims(), vec![(Budgeted::from(&build(2)), 100)]);
+        drop(reading);
+        budget.added(&archive(3), 100);
+        assert_eq!(budget.victims(), vec![(Budgeted::from(&build(1)), 100)]);
+        assert_eq!(budget.total(), 200);
+        budget.removed(&archive(2));
+        assert_eq!(budget.total(), 100);
     }
 }

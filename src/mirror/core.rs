@@ -22,12 +22,13 @@ use futures_util::StreamExt;
 use super::admission;
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::cache::{
-    self, ArchiveKind, Archives, Budget, Flights, FreshnessRules, Listings, MetaStore, Modules,
-    NotCached, Opened, Staging,
+    self, ArchiveKind, Archives, Budget, Budgeted, Flights, FreshnessRules, Listings, MetaStore,
+    Modules, NotCached, Opened, Staging,
 };
 use crate::config::Settings;
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, Metrics};
+use crate::records::releases::ReleaseKey;
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexRecord, ModuleVersions, Package, SumsRef, VersionRecord,
 };
@@ -69,7 +70,7 @@ mod hash_job;
 mod reach;
 
 pub use fill::{Fill, OriginBody, Ready};
-pub(in crate::mirror) use fill::{FillTable, Turn};
+pub(in crate::mirror) use fill::{FillTable, HoldBack, Turn};
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.
@@ -195,42 +196,65 @@ impl Core {
         }))
     }
 
-    /// Scans the store: sets the cache gauges and loads the disk budget, then evicts if the
-    /// cache is over `cache.max_size` (e.g. after the limit was lowered).
+    /// Scans the store: sets the cache gauges and loads the disk budget (archives and CLI
+    /// release builds), then evicts if the cache is over `cache.max_size` (e.g. after the limit
+    /// was lowered).
     pub async fn refresh_usage(self: &Arc<Self>) -> Result<()> {
         let entries = self.archives.scan().await?;
         let bytes: u64 = entries.iter().map(|e| e.size).sum();
         self.metrics.cache_archives.set(entries.len() as i64);
         self.metrics.cache_disk_bytes.set(bytes as i64);
         if let Some(budget) = &self.budget {
-            budget.load(
-                entries
-                    .into_iter()
-                    .map(|e| {
-                        let used = e.last_use();
-                        (e.key, e.size, used)
-                    })
-                    .collect(),
-            );
+            let builds = self.releases.scan().await?;
+            let archives = entries
+                .into_iter()
+                .map(|e| (Budgeted::from(&e.key), e.size, e.last_use()));
+            let builds = builds
+                .into_iter()
+                .map(|e| (Budgeted::from(&e.key), e.size, e.last_use()));
+            budget.load(archives.chain(builds).collect());
             self.evict().await;
         }
         Ok(())
     }
 
-    /// Removes least recently used archives until the cache fits `cache.max_size`.
+    /// Removes least recently used archives and release builds until the cache fits
+    /// `cache.max_size`.
     pub(super) async fn evict(&self) {
         let Some(budget) = &self.budget else { return };
-        for (key, size) in budget.victims() {
-            match self.archives.remove(&key).await {
+        for (object, size) in budget.victims() {
+            let removed = match &object {
+                Budgeted::Archive(key) => self.archives.remove(key).await,
+                Budgeted::Release(key) => self.releases.remove(key).await,
+            };
+            match removed {
                 Ok(removed) => {
                     if removed {
-                        self.archive_removed(&key, size);
+                        if let Budgeted::Archive(key) = &object {
+                            self.archive_removed(key, size);
+                        }
                         self.metrics.cache_evictions.inc();
-                        tracing::info!(archive = %key, size, "evicted (cache.max_size)");
+                        tracing::info!(%object, size, "evicted (cache.max_size)");
                     }
                 }
-                Err(e) => tracing::warn!(archive = %key, "cannot evict: {e}"),
+                Err(e) => tracing::warn!(%object, "cannot evict: {e}"),
             }
+        }
+    }
+
+    /// Bookkeeping after a CLI release build entered the store: it counts against
+    /// `cache.max_size` like an archive.
+    pub(super) async fn release_committed(&self, key: &ReleaseKey, size: u64) {
+        if let Some(budget) = &self.budget {
+            budget.added(key, size);
+            self.evict().await;
+        }
+    }
+
+    /// Bookkeeping after a CLI release build left the store (quarantined).
+    pub fn release_removed(&self, key: &ReleaseKey) {
+        if let Some(budget) = &self.budget {
+            budget.removed(key);
         }
     }
 

@@ -8,17 +8,24 @@
 //! (`releases/<product>/<v>/release.json`, the commit point) go to the store, once per release
 //! (single flight); `verify_release_sums` and `store_release` are that step, shared with
 //! `import`. A build (a zip, or OpenTofu's `.tar.gz`) is then served from the store, or through
-//! a fill: the same streaming path as provider archives (`Core::stream_checked`), every reader
-//! trailing the download until its SHA-256 matches the signed list, one origin download however
-//! many clients (and, on a store that enforces conditional creates, replicas) wait, and
-//! committed with its record (`cache::ReleaseKind`).
+//! a fill: the same streaming path as provider archives (`Core::stream_checked`), held back
+//! whole (`HoldBack::Whole`, at most `releases.max_build_size`) until its SHA-256 matches the
+//! signed list, since a client can unpack the members of a tar stream, or the entries of a zip
+//! read by its local headers, long before the end; one origin download however many clients
+//! (and, on a store that enforces conditional creates, replicas) wait, committed with its record
+//! (`cache::ReleaseKind`) and counted against `cache.max_size` like a provider archive.
+//!
+//! A release is fetched only if the vendor's list has it: a version the kept list does not
+//! have is refused without asking anyone, the list being refreshed for it at most once per
+//! `cache.not_found_ttl` (one flight for every such request); and a listed release whose
+//! SHA256SUMS the release host does not have is remembered as missing for that long too.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 
-use super::core::{Core, Fill, OriginBody, Reach, Ready, Turn};
+use super::core::{Core, Fill, HoldBack, OriginBody, Reach, Ready, Turn};
 use super::providers::{ArchiveBody, ArchiveHead};
 use crate::address::{Hostname, Version};
 use crate::cache::{Flights, Listings, release_list_key};
@@ -171,6 +178,9 @@ pub struct ReleaseMirror {
     verifier: std::result::Result<Arc<Verifier>, String>,
     records: Flights<(Product, Version), Arc<ReleaseRecord>, Error>,
     lists: Listings<Product, ReleaseList, Error>,
+    /// Listed releases whose SHA256SUMS the release host does not have, each with the answer
+    /// given, for `cache.not_found_ttl` (memory only, like every "no such thing").
+    missing: moka::future::Cache<(Product, Version), Error>,
 }
 
 impl ReleaseMirror {
@@ -192,10 +202,15 @@ impl ReleaseMirror {
             crate::clock::system(),
             core.metrics().clone(),
         );
+        let missing = moka::future::Cache::builder()
+            .max_capacity(1024)
+            .time_to_live(core.provider_lists.rules().not_found_ttl)
+            .build();
         Arc::new(ReleaseMirror {
             lists,
             verifier,
             records: Flights::default(),
+            missing,
             core,
         })
     }
@@ -256,6 +271,12 @@ impl ReleaseMirror {
             return Ok(Arc::new(record));
         }
         reach.check(format!("{product} {version}"))?;
+        let key = (product, version.clone());
+        if let Some(missing) = self.missing.get(&key).await {
+            return Err(missing);
+        }
+        self.core.origin(format!("{product} {version}"))?;
+        self.listed(product, version, reach).await?;
         let work = {
             let core = self.core.clone();
             let (sums_url, sig_url) = (
@@ -270,7 +291,20 @@ impl ReleaseMirror {
                 let host = Self::host_of(&sums_url)?;
                 let sums = upstream
                     .small_file(&host, Operation::Shasums, sums_url.as_str())
-                    .await?;
+                    .await
+                    .map_err(|e| match e {
+                        crate::upstream::UpstreamError::Status { status: 404, .. } => {
+                            Error::NotFound(format!(
+                                "{what} is listed by its vendor, but the release host has no \
+                                 {} ({e})",
+                                sums_url
+                                    .path_segments()
+                                    .and_then(|mut s| s.next_back())
+                                    .unwrap_or_default()
+                            ))
+                        }
+                        e => e.into(),
+                    })?;
                 let signature = upstream
                     .small_file(&host, Operation::Signature, sig_url.as_str())
                     .await?;
@@ -287,7 +321,37 @@ impl ReleaseMirror {
                 Ok(Arc::new(record))
             }
         };
-        self.records.run((product, version.clone()), work).await.0
+        let result = self.records.run(key.clone(), work).await.0;
+        if let Err(e @ Error::NotFound(_)) = &result {
+            // A definitive answer of the release host: remembered, like "no such provider".
+            self.missing.insert(key, e.clone()).await;
+        }
+        result
+    }
+
+    /// Whether the vendor lists `version`: in the kept list of releases, or in that list
+    /// fetched again when it does not have it and is older than `cache.not_found_ttl` (once
+    /// for every request waiting, so unknown versions cost at most one list fetch per
+    /// interval). 404 when it is not listed.
+    async fn listed(&self, product: Product, version: &Version, reach: &Reach) -> Result<()> {
+        let list = self.list(product, reach).await?;
+        if list.release(version).is_some() {
+            return Ok(());
+        }
+        let age = self.lists.now().saturating_sub(list.fetched_at);
+        let rules = self.lists.rules();
+        if !rules.offline && std::time::Duration::from_secs(age) >= rules.not_found_ttl {
+            let list = self
+                .lists
+                .refresh(&product, self.list_fetch(product)?)
+                .await?;
+            if list.release(version).is_some() {
+                return Ok(());
+            }
+        }
+        Err(Error::NotFound(format!(
+            "{product} {version} is not a release: its vendor's list of releases does not have it"
+        )))
     }
 
     /// A product's list of releases, as its vendor publishes it (HashiCorp's `index.json`,
@@ -302,38 +366,50 @@ impl ReleaseMirror {
             }
             reach.check(format!("the list of {product} releases"))?;
         }
+        self.lists.get(&product, self.list_fetch(product)?).await
+    }
+
+    /// How a product's list of releases is fetched from its vendor.
+    fn list_fetch(
+        &self,
+        product: Product,
+    ) -> Result<
+        impl FnOnce() -> futures_util::future::BoxFuture<'static, Result<ReleaseList>> + Send + 'static,
+    > {
         let r = &self.core.settings().releases;
         let url = match product {
             Product::Terraform => joined(&r.hashicorp_url, ["terraform", "index.json"])?,
             Product::Tofu => r.opentofu_index_url.clone(),
         };
         let core = self.core.clone();
-        let fetch = move || async move {
-            let what = format!("the list of {product} releases");
-            let host = Self::host_of(&url)?;
-            let body = core
-                .origin(&what)?
-                .small_file(&host, Operation::Versions, url.as_str())
-                .await?;
-            let bad = |e: serde_json::Error| {
-                Error::from(crate::upstream::UpstreamError::BadDocument(format!(
-                    "{what} ({url}): {e}"
-                )))
-            };
-            let now = crate::clock::now_secs();
-            Ok(match product {
-                Product::Terraform => ReleaseList::from_hashicorp(
-                    product,
-                    serde_json::from_slice::<HashicorpIndex>(&body).map_err(bad)?,
-                    now,
-                ),
-                Product::Tofu => ReleaseList::from_tofu(
-                    serde_json::from_slice::<TofuIndex>(&body).map_err(bad)?,
-                    now,
-                ),
-            })
-        };
-        self.lists.get(&product, fetch).await
+        Ok(move || {
+            async move {
+                let what = format!("the list of {product} releases");
+                let host = Self::host_of(&url)?;
+                let body = core
+                    .origin(&what)?
+                    .small_file(&host, Operation::Versions, url.as_str())
+                    .await?;
+                let bad = |e: serde_json::Error| {
+                    Error::from(crate::upstream::UpstreamError::BadDocument(format!(
+                        "{what} ({url}): {e}"
+                    )))
+                };
+                let now = crate::clock::now_secs();
+                Ok(match product {
+                    Product::Terraform => ReleaseList::from_hashicorp(
+                        product,
+                        serde_json::from_slice::<HashicorpIndex>(&body).map_err(bad)?,
+                        now,
+                    ),
+                    Product::Tofu => ReleaseList::from_tofu(
+                        serde_json::from_slice::<TofuIndex>(&body).map_err(bad)?,
+                        now,
+                    ),
+                })
+            }
+            .boxed()
+        })
     }
 
     /// Adds a release that entered the cache without its vendor's list (an import) to the
@@ -455,13 +531,24 @@ impl ReleaseMirror {
                     .metrics()
                     .lookup(LookupKind::ReleaseZip, Lookup::Hit);
                 // What `provender prune` goes by.
-                let (core, key) = (self.core.clone(), key.clone());
-                tokio::spawn(async move { core.releases().touch(&key).await });
+                let (core, owned) = (self.core.clone(), key.clone());
+                tokio::spawn(async move { core.releases().touch(&owned).await });
+                let mut stream = found.body;
+                if let Some(budget) = self.core.budget() {
+                    // Held by the response body: a build being read is never evicted.
+                    let lease = budget.lease(key, found.record.size);
+                    stream = stream
+                        .map(move |chunk| {
+                            let _held = &lease;
+                            chunk
+                        })
+                        .boxed();
+                }
                 return Ok(ArchiveBody {
                     sha256: found.record.sha256,
                     size: Some(found.record.size),
                     modified: found.modified,
-                    stream: found.body,
+                    stream,
                 });
             }
             let (sha256, _) = self.signed_sha256(key, reach).await?;
@@ -509,14 +596,22 @@ impl ReleaseMirror {
         sha256: &Sha256,
     ) -> Result<(Arc<Fill<ReleaseKey>>, bool)> {
         let url = self.origin_url(key.product, &key.version, &key.filename())?;
+        // Held back whole: see the module's header.
+        let hold_back = HoldBack::Whole {
+            max: self.core.settings().releases.max_build_size,
+            key: "releases.max_build_size",
+        };
         Ok(self.core.release_fills.join_or_start(key, || {
-            let fill = Arc::new(Fill::new(
-                key.clone(),
-                sha256.clone(),
-                SignatureKind::Official,
-                true,
-                None,
-            ));
+            let fill = Arc::new(
+                Fill::new(
+                    key.clone(),
+                    sha256.clone(),
+                    SignatureKind::Official,
+                    true,
+                    None,
+                )
+                .holding_back(hold_back),
+            );
             let (this, task_fill) = (self.clone(), fill.clone());
             tokio::spawn(async move {
                 let result = this.fill_zip(&task_fill, url).await;
@@ -572,7 +667,8 @@ impl ReleaseMirror {
             size: digest.size,
         };
         self.core.releases().commit(key, staged, &record).await?;
-        tracing::info!(release = %key, size = record.size, "cached a release zip");
+        self.core.release_committed(key, record.size).await;
+        tracing::info!(release = %key, size = record.size, "cached a release build");
         Ok(())
     }
 }

@@ -461,7 +461,8 @@ impl ReleaseList {
         }
     }
 
-    /// OpenTofu's `api.json`, newest first as OpenTofu lists it.
+    /// OpenTofu's `api.json`, newest first as OpenTofu lists it; each release's `files` only
+    /// those the mirror serves ([`served_files`](Self::served_files)), in the vendor's order.
     pub fn tofu_index(&self) -> TofuIndex {
         TofuIndex {
             versions: self
@@ -470,7 +471,7 @@ impl ReleaseList {
                 .rev()
                 .map(|r| TofuRelease {
                     id: r.version.to_string(),
-                    files: r.files.clone(),
+                    files: self.served_files(r),
                 })
                 .collect(),
         }
@@ -510,18 +511,19 @@ impl ReleaseList {
             .collect()
     }
 
-    /// The files of `release` that the mirror serves (its zips, SHA256SUMS and signatures),
-    /// sorted by name.
+    /// The files of `release` that the mirror serves (its builds, SHA256SUMS and signatures),
+    /// each once, in the vendor's order. The vendor's list is unsigned: a name of another
+    /// product or version, or one that is not a plain file name, is left out here, so that no
+    /// document rendered from the list names a file the mirror would not serve (the one rule,
+    /// [`ReleaseFile::parse`], that routes also go by).
     pub fn served_files(&self, release: &ListedRelease) -> Vec<String> {
         let (product, version) = (self.product, &release.version);
-        let mut files: Vec<String> = release
-            .files
-            .iter()
-            .filter(|f| ReleaseFile::parse(product, version, f).is_some())
-            .cloned()
-            .collect();
-        files.sort();
-        files.dedup();
+        let mut files: Vec<String> = Vec::new();
+        for file in &release.files {
+            if ReleaseFile::parse(product, version, file).is_some() && !files.contains(file) {
+                files.push(file.clone());
+            }
+        }
         files
     }
 }
@@ -663,6 +665,42 @@ mod tests {
                 "terraform_1.11.4_linux_arm64.zip"
             ),
             None
+        );
+    }
+
+    #[test]
+    fn api_json_names_only_files_the_mirror_serves() {
+        let hostile = [
+            "tofu_1.8.0_linux_amd64.zip",
+            "tofu_1.8.0_SHA256SUMS",
+            "tofu_1.8.0_SHA256SUMS.gpgsig",
+            "terraform_1.8.0_linux_amd64.zip",
+            "tofu_1.8.1_linux_amd64.zip",
+            "tofu_1.8.0_linux_amd64.zip/../../../etc/passwd",
+            "../tofu_1.8.0_linux_amd64.zip",
+            "tofu_1.8.0_../linux_amd64.zip",
+            "tofu_1.8.0_linux_amd64.zip?x=1",
+            "https://evil.example/tofu_1.8.0_linux_amd64.zip",
+            "tofu_1.8.0_SHA256SUMS.sig.exe",
+            "tofu_1.8.0_linux_amd64.tar.gz",
+            "tofu_1.8.0_linux_amd64.zip",
+        ];
+        let index = TofuIndex {
+            versions: vec![TofuRelease {
+                id: "1.8.0".into(),
+                files: hostile.iter().map(|f| f.to_string()).collect(),
+            }],
+        };
+        let served = ReleaseList::from_tofu(index, 0).tofu_index();
+        assert_eq!(
+            served.versions[0].files,
+            [
+                "tofu_1.8.0_linux_amd64.zip",
+                "tofu_1.8.0_SHA256SUMS",
+                "tofu_1.8.0_SHA256SUMS.gpgsig",
+                "tofu_1.8.0_linux_amd64.tar.gz",
+            ],
+            "only this release's files, each once, in the vendor's order"
         );
     }
 

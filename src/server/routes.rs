@@ -478,9 +478,11 @@ impl App {
                 let release = list
                     .release(&version)
                     .ok_or_else(|| not_a_release(product, &version))?;
+                let mut files = list.served_files(release);
+                files.sort();
                 return listing(ReleaseFilesPage {
                     product: product.as_str(),
-                    files: list.served_files(release),
+                    files,
                     version: version.to_string(),
                 });
             }

@@ -10,6 +10,8 @@
 //!   releases API, newest first, and its downloads of `download/v<version>/<file>` are the
 //!   origin's files, the zip from the same one origin download as `tofu/<version>/<file>`, and
 //!   check out against the SHA256SUMS as tofuenv checks them;
+//! - OpenTofu's `api.json` as served names only the files the mirror serves, whatever a
+//!   hostile vendor list names (other products and versions, paths, URLs);
 //! - the "CLI releases" page in a real browser: the cached releases, each installer's set-up
 //!   lines with this mirror's URL, copied exactly; what the page says when `[releases]` is off;
 //!   the same view in the JSON API.
@@ -344,6 +346,64 @@ async fn tofuenv_lists_and_downloads_through_the_mirror() {
         let none = get(&c, &format!("{remote}/{path}")).await;
         assert_eq!(none.status, 404, "{path}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn api_json_names_only_the_files_the_mirror_serves_whatever_the_vendor_lists() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    tofu_origin(&root);
+    // The vendor's list is unsigned: a hostile one names files of other products and versions,
+    // and names that are paths or URLs.
+    let hostile = [
+        "tofu_1.8.1_linux_amd64.zip",
+        "terraform_1.8.1_linux_amd64.zip",
+        "tofu_1.8.0_linux_amd64.zip",
+        "tofu_1.8.1_linux_amd64.zip/../../../etc/passwd",
+        "../tofu_1.8.1_linux_amd64.zip",
+        "tofu_1.8.1_../../linux_amd64.zip",
+        "https://evil.example/tofu_1.8.1_linux_amd64.zip",
+        "tofu_1.8.1_linux_amd64.zip?download=1",
+        "tofu_1.8.1_SHA256SUMS",
+        "tofu_1.8.1_SHA256SUMS.gpgsig",
+        "tofu_1.8.1_SHA256SUMS.gpgsig.exe",
+        "tofu_1.8.1_linux_amd64.zip",
+    ];
+    let api = serde_json::json!({"versions": [{"id": "1.8.1", "files": hostile}]});
+    std::fs::write(
+        root.join("opentofu/api.json"),
+        serde_json::to_vec(&api).unwrap(),
+    )
+    .unwrap();
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+    let served = get(&c, &m.url("releases/tofu/api.json")).await;
+    assert_eq!(served.status, 200);
+    assert_eq!(
+        served.json(),
+        serde_json::json!({"versions": [{"id": "1.8.1", "files": [
+            "tofu_1.8.1_linux_amd64.zip",
+            "tofu_1.8.1_SHA256SUMS",
+            "tofu_1.8.1_SHA256SUMS.gpgsig",
+        ]}]}),
+        "this release's own files, each once, in the vendor's order"
+    );
+    // The release's listing page goes by the same rule.
+    let page = get(&c, &m.url("releases/tofu/1.8.1/")).await;
+    assert_eq!(page.status, 200);
+    let page = String::from_utf8_lossy(&page.body).into_owned();
+    let links: Vec<&str> = page.lines().filter(|l| l.starts_with("<li>")).collect();
+    assert_eq!(
+        links,
+        [
+            r#"<li><a href="tofu_1.8.1_SHA256SUMS">tofu_1.8.1_SHA256SUMS</a></li>"#,
+            r#"<li><a href="tofu_1.8.1_SHA256SUMS.gpgsig">tofu_1.8.1_SHA256SUMS.gpgsig</a></li>"#,
+            r#"<li><a href="tofu_1.8.1_linux_amd64.zip">tofu_1.8.1_linux_amd64.zip</a></li>"#,
+        ],
+        "{page}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -11,8 +11,15 @@
 //! - a release signed by any other key is refused (502, naming the pinned key) and nothing of it
 //!   is kept; with the built-in keys, a release signed by the test key is refused likewise;
 //!   `provender verify` finds and quarantines a damaged cached zip;
-//! - a zip whose last bytes were altered reaches no client complete, over HTTP/1.1 and HTTP/2,
-//!   the client that started the download and one that joined it, and is not cached;
+//! - a forged build (zip or `.tar.gz`) whose first member is a script: clients that unpack
+//!   as they read (`curl | tar xzf -`, `curl | jar x`), the one that started the download and
+//!   one that joined it, over HTTP/1.1 and HTTP/2, unpack nothing of it, since a build is held
+//!   back whole until its SHA-256 matched; it is not cached, and the signed build then streams
+//!   and unpacks;
+//! - versions the vendor's list does not have cost the release host one list fetch in all, a
+//!   listed release the host does not have one request; a vendor's 429 for one release leaves
+//!   the host's circuit closed for the others; release builds count against `cache.max_size`
+//!   and are evicted with archives, least recently used first;
 //! - a real installer, mise (from npm), pointed at the mirror installs terraform: the binary it
 //!   installs is the origin's, and runs;
 //! - `provender seed --cli terraform@CONSTRAINT` fetches the newest matching release's zips, and
@@ -24,7 +31,6 @@ use std::path::{Path, PathBuf};
 use http::Version as HttpVersion;
 use sha2::Digest;
 
-use crate::integrity::{client, curl, download};
 use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, sign_detached, signing_key_armor};
 use crate::support::pki::TestCa;
@@ -180,13 +186,26 @@ async fn mirror_at(
     base: &str,
     builtin_keys: bool,
 ) -> (TestMirror, FakeOrigin) {
-    let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], vec![]).await;
+    mirror_with(ca, work, base, builtin_keys, vec![], "").await
+}
+
+/// [`mirror_at`], its registry origin serving `providers`, with `extra_cache` keys.
+async fn mirror_with(
+    ca: &TestCa,
+    work: &Path,
+    base: &str,
+    builtin_keys: bool,
+    providers: Vec<crate::support::origin::ProviderSpec>,
+    extra_cache: &str,
+) -> (TestMirror, FakeOrigin) {
+    let registry = FakeOrigin::start(ca, &[crate::support::provender::REGISTRY], providers).await;
     let toml = releases_toml_at(work, base, builtin_keys);
     let m = TestMirror::start_with(
         ca,
         &registry,
         MirrorOptions {
             extra_upstream: "allow_private_networks = true",
+            extra_cache,
             extra_toml: &toml,
             ..Default::default()
         },
@@ -401,9 +420,10 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     );
     let sums = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_SHA256SUMS")).await;
     assert_eq!(sums.status, 502);
-    assert!(
-        release_files(&m.cache_dir).is_empty(),
-        "nothing of it is kept"
+    assert_eq!(
+        release_files(&m.cache_dir),
+        [m.cache_dir.join("releases/tofu/index.json")],
+        "nothing of it is kept (only the list of releases)"
     );
     // `seed` refuses it through the same check, and keeps nothing either.
     let dir = work.path().join("seed");
@@ -481,47 +501,140 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     )
     .await;
     assert_eq!(refused.status, 502);
-    assert!(release_files(&builtin.cache_dir).is_empty());
+    assert_eq!(
+        release_files(&builtin.cache_dir),
+        [builtin.cache_dir.join("releases/tofu/index.json")]
+    );
 }
 
-/// A build (`tofu_1.8.0_linux_amd64<suffix>`) whose last bytes differ from what the signed
-/// SHA256SUMS lists: clients over `http` (one that starts the download, reqwest, and one that
-/// joins it, curl) never get the altered byte, and nothing is cached. The origin is slowed down
-/// so that the second client really joins the first one's download.
-async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
-    let ca = TestCa::new();
-    let work = tempfile::tempdir().unwrap();
-    let root = work.path().join("origin");
-    // Incompressible (xorshift), so that the .tar.gz is as large as the zip.
+/// `len` incompressible bytes (xorshift), so that a build is as large packed as unpacked.
+fn noise(len: usize) -> Vec<u8> {
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
-    let content: Vec<u8> = (0..3 << 20)
+    (0..len)
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state as u8
         })
-        .collect();
+        .collect()
+}
+
+/// A build holding `members` in this order, each executable: a zip (`.zip`) or a `.tar.gz`.
+fn pack(suffix: &str, members: &[(&str, &[u8])]) -> Vec<u8> {
+    if suffix == ".zip" {
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .unix_permissions(0o755);
+        for (name, content) in members {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(content).unwrap();
+        }
+        return zip.finish().unwrap().into_inner();
+    }
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::default(),
+    ));
+    for (name, content) in members {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        builder.append_data(&mut header, name, *content).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+/// What people do with a build: `curl URL | tar xzf -` (for a zip, `curl URL | jar x`, which
+/// also unpacks each entry as it arrives, from its local header), into `into`, over HTTP/2 or
+/// HTTP/1.1. What it unpacked is what is left in `into`.
+async fn unpack_as_it_arrives(ca_file: &Path, url: &str, http2: bool, suffix: &str, into: &Path) {
+    std::fs::create_dir_all(into).unwrap();
+    let unpack = if suffix == ".zip" {
+        "(cd \"$4\" && jar x)"
+    } else {
+        "tar xzf - -C \"$4\""
+    };
+    within(
+        "curl | unpack",
+        tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "curl -sS --max-time 60 \"$1\" --cacert \"$2\" \"$3\" | {unpack}"
+            ))
+            .arg("sh")
+            .arg(if http2 { "--http2" } else { "--http1.1" })
+            .arg(ca_file)
+            .arg(url)
+            .arg(into)
+            .output(),
+    )
+    .await
+    .expect("run curl, tar and jar (CI installs them)");
+}
+
+/// Writes the vendor's list of releases naming `versions` (without files), as every vendor
+/// publishes one: OpenTofu's `api.json` under `root/opentofu`, HashiCorp's `index.json` under
+/// `root/hashicorp/terraform`.
+fn list_releases(root: &Path, product: &str, versions: &[&str]) {
+    let (path, list) = if product == "tofu" {
+        let listed: Vec<_> = versions
+            .iter()
+            .map(|v| serde_json::json!({"id": v, "files": []}))
+            .collect();
+        ("opentofu/api.json", serde_json::json!({"versions": listed}))
+    } else {
+        let listed: serde_json::Map<String, serde_json::Value> = versions
+            .iter()
+            .map(|v| {
+                let release = serde_json::json!({"name": "terraform", "version": v,
+                    "shasums": format!("terraform_{v}_SHA256SUMS"), "builds": []});
+                (v.to_string(), release)
+            })
+            .collect();
+        (
+            "hashicorp/terraform/index.json",
+            serde_json::json!({"name": "terraform", "versions": listed}),
+        )
+    };
+    std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+    std::fs::write(root.join(path), serde_json::to_vec(&list).unwrap()).unwrap();
+}
+
+/// A build (`tofu_1.8.0_linux_amd64<suffix>`) whose first member is a script and whose bytes
+/// are not those the signed SHA256SUMS lists (another script): two clients over `http` that
+/// unpack as they read, the one that starts the download and one that joins it, unpack
+/// nothing of it, since no byte of a build leaves before its SHA-256 matched; nothing is
+/// cached. The origin is slowed down so that the second client really joins the first one's
+/// download. The build as signed then streams and unpacks.
+async fn tampered_build_unpacks_nothing(http: HttpVersion, suffix: &str) {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let payload = noise(3 << 20);
+    let script: &[u8] = b"#!/bin/sh\necho OpenTofu v1.8.0\n";
+    let genuine = |suffix: &str| pack(suffix, &[("tofu", script), ("payload", &payload)]);
+    let forged = pack(
+        suffix,
+        &[("tofu", b"#!/bin/sh\necho forged\n"), ("payload", &payload)],
+    );
     // Every release has zips; OpenTofu's also have `.tar.gz` files.
-    let zip = zip_of("tofu", &content, true);
-    let tarball = tar_gz_of("tofu", &content);
     let name = format!("tofu_1.8.0_linux_amd64{suffix}");
-    let build = if suffix == ".zip" { &zip } else { &tarball };
     let dir = root.join("opentofu/v1.8.0");
     write_release(
         &dir,
         "tofu_1.8.0_SHA256SUMS",
         &[
-            ("tofu_1.8.0_linux_amd64.zip", &zip),
-            ("tofu_1.8.0_linux_amd64.tar.gz", &tarball),
+            ("tofu_1.8.0_linux_amd64.zip", &genuine(".zip")),
+            ("tofu_1.8.0_linux_amd64.tar.gz", &genuine(".tar.gz")),
         ],
         &["tofu_1.8.0_SHA256SUMS.gpgsig"],
         false,
     );
-    let mut tampered = build.clone();
-    let altered = tampered.len() - 5;
-    tampered[altered] ^= 0xff;
-    std::fs::write(dir.join(&name), &tampered).unwrap();
+    list_releases(&root, "tofu", &["1.8.0"]);
+    std::fs::write(dir.join(&name), &forged).unwrap();
     let origin = StaticServer::start(&ca, &root);
     let port = url::Url::parse(&origin.url()).unwrap().port().unwrap();
     let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
@@ -538,11 +651,21 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
             &format!("provender_cache_lookups_total{{kind=\"release_zip\",result=\"{result}\"}}"),
         )
     };
+    let ca_file = ca.write_ca(work.path());
+    let http2 = http == HttpVersion::HTTP_2;
+    let (first, second) = (work.path().join("first"), work.path().join("second"));
 
     throttle.set_rate(1 << 20);
     let leader = {
-        let (c, url) = (client(&ca, http), url.clone());
-        tokio::spawn(async move { download(&c, &url, http).await })
+        let (ca_file, url, into, suffix) = (
+            ca_file.clone(),
+            url.clone(),
+            first.clone(),
+            suffix.to_owned(),
+        );
+        tokio::spawn(
+            async move { unpack_as_it_arrives(&ca_file, &url, http2, &suffix, &into).await },
+        )
     };
     crate::support::poll(std::time::Duration::from_secs(10), async || {
         (lookups("miss").await == 1).then_some(())
@@ -554,31 +677,31 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
         1,
         "the download is in the core's table of fills (which shutdown waits for)"
     );
-    let ca_file = ca.write_ca(work.path());
     let joiner = {
-        let url = url.clone();
-        tokio::spawn(async move { curl(&ca_file, &url, http == HttpVersion::HTTP_2).await })
+        let (ca_file, url, into, suffix) = (
+            ca_file.clone(),
+            url.clone(),
+            second.clone(),
+            suffix.to_owned(),
+        );
+        tokio::spawn(
+            async move { unpack_as_it_arrives(&ca_file, &url, http2, &suffix, &into).await },
+        )
     };
-    let seen = within("the leader", leader).await.unwrap();
-    assert!(
-        !seen.clean_end && seen.received <= altered,
-        "the leader over {http:?} never got the altered byte: {seen:?}"
-    );
-    let (code, written) = within("the joiner", joiner).await.unwrap();
-    assert_ne!(
-        code,
-        Some(0),
-        "curl over {http:?} reports a failed transfer"
-    );
-    assert!(
-        written <= altered,
-        "curl wrote {written} bytes, the altered byte is at {altered}"
-    );
+    within("the leader", leader).await.unwrap();
+    within("the joiner", joiner).await.unwrap();
     assert_eq!(
         lookups("joined").await,
         1,
         "the second client joined the download"
     );
+    for (who, into) in [("the leader", &first), ("the joiner", &second)] {
+        assert_eq!(
+            files_under(into),
+            Vec::<PathBuf>::new(),
+            "{who} over {http:?} unpacked nothing of the forged build"
+        );
+    }
     let metrics = m.metrics(&c).await;
     assert_eq!(
         sample(
@@ -595,7 +718,6 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
         ),
         1
     );
-    // The download is over and refused; nothing of it was kept.
     let kept: Vec<_> = release_files(&m.cache_dir)
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(suffix))
@@ -604,26 +726,34 @@ async fn tampered_build_reaches_no_client(http: HttpVersion, suffix: &str) {
         kept.is_empty(),
         "the tampered build is not cached: {kept:?}"
     );
+
+    // The build as signed streams, and unpacks as it arrives.
+    std::fs::write(dir.join(&name), genuine(suffix)).unwrap();
+    throttle.set_rate(0);
+    let third = work.path().join("third");
+    unpack_as_it_arrives(&ca_file, &url, http2, suffix, &third).await;
+    assert_eq!(std::fs::read(third.join("tofu")).unwrap(), script);
+    assert!(std::fs::read(third.join("payload")).unwrap() == payload);
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_zip_reaches_no_client_over_http1() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_11, ".zip").await;
+async fn a_tampered_release_zip_unpacks_nothing_over_http1() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_11, ".zip").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_zip_reaches_no_client_over_http2() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_2, ".zip").await;
+async fn a_tampered_release_zip_unpacks_nothing_over_http2() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_2, ".zip").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_tar_gz_reaches_no_client_over_http1() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_11, ".tar.gz").await;
+async fn a_tampered_release_tar_gz_unpacks_nothing_over_http1() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_11, ".tar.gz").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_tampered_release_tar_gz_reaches_no_client_over_http2() {
-    tampered_build_reaches_no_client(HttpVersion::HTTP_2, ".tar.gz").await;
+async fn a_tampered_release_tar_gz_unpacks_nothing_over_http2() {
+    tampered_build_unpacks_nothing(HttpVersion::HTTP_2, ".tar.gz").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -995,6 +1125,7 @@ async fn replicas_on_a_shared_directory_store_fetch_a_release_zip_once() {
         &["terraform_1.9.0_SHA256SUMS.sig"],
         false,
     );
+    list_releases(&root, "terraform", &["1.9.0"]);
     let origin = StaticServer::start(&ca, &root);
     let port: u16 = url::Url::parse(&origin.url()).unwrap().port().unwrap();
     let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
@@ -1136,20 +1267,6 @@ async fn with_authentication_on_installers_use_basic_credentials_or_open_release
     }
 }
 
-/// A `.tar.gz` holding one executable file, as OpenTofu packs its `.tar.gz` builds.
-fn tar_gz_of(name: &str, content: &[u8]) -> Vec<u8> {
-    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
-        Vec::new(),
-        flate2::Compression::default(),
-    ));
-    let mut header = tar::Header::new_gnu();
-    header.set_size(content.len() as u64);
-    header.set_mode(0o755);
-    header.set_cksum();
-    builder.append_data(&mut header, name, content).unwrap();
-    builder.into_inner().unwrap().finish().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     let ca = TestCa::new();
@@ -1157,7 +1274,7 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     let root = work.path().join("origin");
     let binary = b"#!/bin/sh\necho OpenTofu v1.8.0\n";
     let zip = zip_of("tofu", binary, true);
-    let tarball = tar_gz_of("tofu", binary);
+    let tarball = pack(".tar.gz", &[("tofu", binary)]);
     let names = [
         "tofu_1.8.0_linux_amd64.zip",
         "tofu_1.8.0_linux_amd64.tar.gz",
@@ -1297,4 +1414,227 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
     );
     let imported = other.join("cache/releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.tar.gz");
     assert!(std::fs::read(imported).unwrap() == tarball);
+}
+
+/// How many requests of the origin's access log name `path`.
+fn asked(origin: &StaticServer, path: &str) -> usize {
+    origin
+        .access_log()
+        .lines()
+        .filter(|l| l.contains(path))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_versions_cost_the_release_host_one_list_fetch_and_missing_ones_one_request() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
+    write_release(
+        &root.join("opentofu/v1.8.0"),
+        "tofu_1.8.0_SHA256SUMS",
+        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        false,
+    );
+    // 1.8.5 is listed, but the release host has none of its files.
+    list_releases(&root, "tofu", &["1.8.5", "1.8.0"]);
+    let origin = StaticServer::start(&ca, &root);
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+
+    // 40 requests at once for versions the vendor does not list, in every form a build or
+    // its checksums are asked for.
+    let mut requests = Vec::new();
+    for i in 0..40 {
+        let v = format!("1.9.{i}");
+        let (file, head) = match i % 4 {
+            0 => (format!("tofu_{v}_linux_amd64.zip"), false),
+            1 => (format!("tofu_{v}_linux_amd64.tar.gz"), false),
+            2 => (format!("tofu_{v}_SHA256SUMS"), false),
+            _ => (format!("tofu_{v}_linux_amd64.zip"), true),
+        };
+        let (c, url) = (c.clone(), m.url(&format!("releases/tofu/{v}/{file}")));
+        requests.push(tokio::spawn(async move {
+            let request = if head { c.head(&url) } else { c.get(&url) };
+            let resp = request.send().await.unwrap();
+            let status = resp.status();
+            (url, status, resp.text().await.unwrap())
+        }));
+    }
+    for request in requests {
+        let (url, status, body) = within("a request", request).await.unwrap();
+        assert_eq!(status, 404, "{url}: {body}");
+        if !body.is_empty() {
+            assert!(body.contains("list of releases does not have it"), "{body}");
+        }
+    }
+    assert_eq!(
+        asked(&origin, "GET /opentofu/api.json"),
+        1,
+        "one list fetch"
+    );
+    assert_eq!(
+        asked(&origin, "/opentofu/v1.9."),
+        0,
+        "nothing of an unlisted version is asked for"
+    );
+
+    // A listed version the release host does not have: asked once, then remembered.
+    for _ in 0..10 {
+        let got = get(&c, &m.url("releases/tofu/1.8.5/tofu_1.8.5_linux_amd64.zip")).await;
+        assert_eq!(got.status, 404);
+        assert!(
+            got.message().contains("tofu_1.8.5_SHA256SUMS"),
+            "{}",
+            got.message()
+        );
+    }
+    assert_eq!(
+        asked(&origin, "/opentofu/v1.8.5/"),
+        1,
+        "one request, then remembered"
+    );
+
+    // A listed release is served as ever, from the list already fetched.
+    let got = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip")).await;
+    assert!(got.status == 200 && got.body == zip);
+    assert_eq!(asked(&origin, "GET /opentofu/api.json"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vendors_429_for_one_release_does_not_stop_the_others() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
+    for v in ["1.8.0", "1.9.0"] {
+        write_release(
+            &root.join(format!("opentofu/v{v}")),
+            &format!("tofu_{v}_SHA256SUMS"),
+            &[(&format!("tofu_{v}_linux_amd64.zip"), &zip)],
+            &[&format!("tofu_{v}_SHA256SUMS.gpgsig")],
+            false,
+        );
+    }
+    list_releases(&root, "tofu", &["1.9.0", "1.8.0"]);
+    // The vendor rate-limits everything of 1.9.0.
+    let origin = StaticServer::start_with(
+        &ca,
+        &root,
+        "location /opentofu/v1.9.0/ { add_header Retry-After 0 always; return 429; }",
+    );
+    let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
+    let c = https_client(&ca, &[]);
+    for _ in 0..4 {
+        let got = get(&c, &m.url("releases/tofu/1.9.0/tofu_1.9.0_linux_amd64.zip")).await;
+        assert_eq!(got.status, 502, "{}", got.message());
+        assert!(got.message().contains("429"), "{}", got.message());
+    }
+    let limited = origin
+        .access_log()
+        .lines()
+        .filter(|l| l.contains("/opentofu/v1.9.0/") && l.contains("\" 429 "))
+        .count();
+    assert!(
+        limited > 5,
+        "more 429s ({limited}) than upstream.breaker_failures (5), each retried"
+    );
+    let metrics = m.metrics(&c).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_upstream_circuit_open{host=\"localhost\"}"
+        ),
+        0,
+        "a 429 does not open the host's circuit"
+    );
+    let got = get(&c, &m.url("releases/tofu/1.8.0/tofu_1.8.0_linux_amd64.zip")).await;
+    assert_eq!(got.status, 200, "{}", got.message());
+    assert!(got.body == zip);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_builds_count_against_max_size_and_push_out_older_objects() {
+    const MIB: usize = 1 << 20;
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("origin");
+    // Two builds of 2 MiB each (stored, so as large as their content).
+    let linux = zip_of("tofu", &noise(2 * MIB), true);
+    let darwin = zip_of("tofu ", &noise(2 * MIB), true);
+    write_release(
+        &root.join("opentofu/v1.8.0"),
+        "tofu_1.8.0_SHA256SUMS",
+        &[
+            ("tofu_1.8.0_linux_amd64.zip", &linux),
+            ("tofu_1.8.0_darwin_arm64.zip", &darwin),
+        ],
+        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+        false,
+    );
+    list_releases(&root, "tofu", &["1.8.0"]);
+    let origin = StaticServer::start(&ca, &root);
+    let big =
+        crate::support::origin::ProviderSpec::new("acme", "big", &["1.0.0"], &[("linux", "amd64")])
+            .with_payload(2 * MIB);
+    let (m, _registry) = mirror_with(
+        &ca,
+        work.path(),
+        &origin.url(),
+        false,
+        vec![big],
+        "max_size = \"5 MiB\"",
+    )
+    .await;
+    let c = https_client(&ca, &[]);
+    let archive = m.url(&format!(
+        "{}/acme/big/terraform-provider-big_1.0.0_linux_amd64.zip",
+        crate::support::provender::REGISTRY
+    ));
+    let build = |platform: &str| m.url(&format!("releases/tofu/1.8.0/tofu_1.8.0_{platform}.zip"));
+    let stored = || {
+        let mut names: Vec<String> = files_under(&m.cache_dir)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".zip"))
+            .collect();
+        names.sort();
+        names
+    };
+    let settled = async |what: &str, expected: &[&str]| {
+        crate::support::poll(std::time::Duration::from_secs(10), async || {
+            (stored() == expected).then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("{what}: {:?}", stored()));
+    };
+    let provider = "terraform-provider-big_1.0.0_linux_amd64.zip";
+    assert_eq!(get(&c, &archive).await.status, 200);
+    settled("the archive is stored", &[provider]).await;
+    assert!(get(&c, &build("linux_amd64")).await.body == linux);
+    settled(
+        "a build beside it",
+        &[provider, "tofu_1.8.0_linux_amd64.zip"],
+    )
+    .await;
+    // A third object of 2 MiB is over 5 MiB: the least recently used goes, the archive.
+    assert!(get(&c, &build("darwin_arm64")).await.body == darwin);
+    settled(
+        "the archive pushed out by a build",
+        &["tofu_1.8.0_darwin_arm64.zip", "tofu_1.8.0_linux_amd64.zip"],
+    )
+    .await;
+    // Builds are evictable like archives: the archive again pushes out the older build.
+    assert_eq!(get(&c, &archive).await.status, 200);
+    settled(
+        "the older build pushed out",
+        &[provider, "tofu_1.8.0_darwin_arm64.zip"],
+    )
+    .await;
+    let metrics = m.metrics(&c).await;
+    assert_eq!(sample(&metrics, "provender_cache_evictions_total"), 2);
+    // An evicted build is fetched again when asked for.
+    assert!(get(&c, &build("linux_amd64")).await.body == linux);
 }

@@ -8,7 +8,8 @@
 //! read buffer.
 //!
 //! The expected SHA-256 is known before the download starts, but the bytes can only be judged
-//! once the last one is in. So **no reader gets the last [`TAIL`] bytes before the verdict**:
+//! once the last one is in. So **no reader gets what the fill holds back ([`HoldBack`]) before
+//! the verdict**: for a provider archive, its last [`TAIL`] bytes:
 //! while the download runs, readers trail its end by that much; when the whole-file SHA-256
 //! matches, they get the rest; when it does not, every reader's body ends with an error instead.
 //! A client therefore never holds a complete copy of a bad archive, whatever the protocol: an
@@ -16,6 +17,13 @@
 //! stream is reset. A response starts once the first [`HEAD_START`] bytes are in, or the whole
 //! archive is in and checked if it is smaller, so a mismatch in a small archive is a plain 502.
 //! On a match the fill goes on to fsync, compute `h1:` and commit the archive to the store.
+//!
+//! Holding back a tail protects objects that are used whole, read from their end (a zip's
+//! central directory): the part a client got before an error is of no use. An object a client
+//! can use in part as it arrives (a tar stream, whose members are complete long before its end,
+//! or a zip read by its local headers) is held back whole ([`HoldBack::Whole`]): no reader gets
+//! a byte of it before the verdict, its response starts only then (a mismatch is a plain error
+//! response), and it may be at most the size the caller names, so what is held stays bounded.
 //!
 //! A fill the background job starts ([`super::hash_job`]) downloads within the job's bandwidth
 //! until a client asks for the same archive; from then on it runs at full speed. When no client
@@ -70,6 +78,16 @@ const TAIL: u64 = WRITE_CHUNK as u64;
 /// How often a held fill looks whether a follower on another replica asked for it (the lease
 /// notes that at its renewals).
 const HOLD_POLL: Duration = Duration::from_millis(250);
+
+/// How much of a fill its readers do not get until the whole object matched its SHA-256.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldBack {
+    /// Its last [`TAIL`] bytes, for objects of no use without their end (provider archives).
+    Tail,
+    /// All of it, for objects a client could use in part (CLI release builds); at most `max`
+    /// bytes, the setting `key`, or the fill fails before anything is served.
+    Whole { max: u64, key: &'static str },
+}
 
 /// An archive's bytes as its origin sends them: all a fill takes from the network.
 pub struct OriginBody {
@@ -238,6 +256,8 @@ pub struct Fill<K = ArchiveKey> {
     wanted: Arc<AtomicBool>,
     /// Wakes a held fill when a client asks for it.
     wake: tokio::sync::Notify,
+    /// What readers do not get before the verdict.
+    hold_back: HoldBack,
 }
 
 impl<K: Send + Sync + 'static> Fill<K> {
@@ -258,7 +278,14 @@ impl<K: Send + Sync + 'static> Fill<K> {
             wanted: Arc::new(AtomicBool::new(wanted)),
             limit,
             wake: tokio::sync::Notify::new(),
+            hold_back: HoldBack::Tail,
         }
+    }
+
+    /// The fill, holding back `hold_back` instead of the last [`TAIL`] bytes.
+    pub(in crate::mirror) fn holding_back(mut self, hold_back: HoldBack) -> Fill<K> {
+        self.hold_back = hold_back;
+        self
     }
 
     /// A client asks for this fill: it runs at full speed from now on and is kept, and a held
@@ -282,13 +309,14 @@ impl<K: Send + Sync + 'static> Fill<K> {
     /// [`HEAD_START`] bytes are in or all bytes are in and checked (then the archive size, if
     /// known), or another replica stored the archive.
     ///
-    /// An archive smaller than [`HEAD_START`] is therefore checked completely before the
-    /// response head goes out, so a mismatch is a plain error response; only a larger archive
-    /// can fail after its head was sent.
+    /// An archive smaller than [`HEAD_START`], or one held back whole, is therefore checked
+    /// completely before the response head goes out, so a mismatch is a plain error response;
+    /// only a larger archive held back by its tail can fail after its head was sent.
     pub async fn ready(&self) -> Result<Ready> {
         let mut rx = self.progress.subscribe();
+        let early = self.hold_back == HoldBack::Tail;
         let progress = rx
-            .wait_for(|p| p.streamed.is_some() || p.on_disk + p.in_memory >= HEAD_START)
+            .wait_for(|p| p.streamed.is_some() || (early && p.on_disk + p.in_memory >= HEAD_START))
             .await;
         let progress = progress.map_err(|_| Error::unexpected("archive download vanished"))?;
         match (&progress.started, &progress.streamed) {
@@ -391,12 +419,13 @@ impl<K: Send + Sync + 'static> ReadState<K> {
         loop {
             let p = self.rx.borrow_and_update().clone();
             let verified = matches!(p.streamed, Some(Ok(())));
-            // Until the whole archive matched its SHA-256, its last `TAIL` bytes are held back.
+            // Until the whole archive matched its SHA-256, its last `TAIL` bytes (or all of it)
+            // are held back.
             let total = p.on_disk + p.in_memory;
-            let readable = if verified {
-                total
-            } else {
-                total.saturating_sub(TAIL)
+            let readable = match (verified, self.fill.hold_back) {
+                (true, _) => total,
+                (false, HoldBack::Tail) => total.saturating_sub(TAIL),
+                (false, HoldBack::Whole { .. }) => 0,
             };
             if let Some(file) = p.started.as_ref().map(|s| s.file.clone()) {
                 if self.offset < p.on_disk.min(readable) {
@@ -572,9 +601,10 @@ impl Core {
     }
 
     /// The one way a fill takes bytes in: downloads `origin` into a staging file while the
-    /// fill's readers stream it (trailing by [`TAIL`] bytes), hashes it as it comes, checks the
-    /// whole against the fill's SHA-256 (a mismatch is `mismatch(found)`, the caller's error
-    /// naming what was checked), and fsyncs it. Returns the staged file and its digest.
+    /// fill's readers stream it (trailing by what it holds back, [`HoldBack`]), hashes it as it
+    /// comes, checks the whole against the fill's SHA-256 (a mismatch is `mismatch(found)`, the
+    /// caller's error naming what was checked), and fsyncs it. Returns the staged file and its
+    /// digest. An object held back whole may be at most its `max` bytes, announced or received.
     pub(in crate::mirror) async fn stream_checked<K: std::fmt::Display + Send + Sync + 'static>(
         &self,
         fill: &Fill<K>,
@@ -583,6 +613,22 @@ impl Core {
     ) -> Result<(StagedFile, crate::hash::Digest)> {
         let key = &fill.key;
         let download = origin.await?;
+        let cap = match fill.hold_back {
+            HoldBack::Whole { max, key: setting } => Some((max, setting)),
+            HoldBack::Tail => None,
+        };
+        let too_large = |(max, setting): (u64, &str), size: Option<u64>| {
+            let size = size.map_or(String::new(), |n| format!("{n} bytes, "));
+            Error::from(crate::upstream::UpstreamError::TooLarge(format!(
+                "{key} is {size}more than {setting} ({max} bytes), the most that is held back \
+                 until it is checked"
+            )))
+        };
+        if let (Some(cap), Some(size)) = (cap, download.size) {
+            if size > cap.0 {
+                return Err(too_large(cap, Some(size)));
+            }
+        }
         let (staged, mut file) = self
             .staging
             .create()
@@ -606,13 +652,19 @@ impl Core {
             size: None,
         };
         let streamed: Result<crate::hash::Digest> = async {
-            let mut hashing = Hashing::bare();
+            let mut hashing = match cap {
+                Some((max, _)) => Hashing::bare().capped(max),
+                None => Hashing::bare(),
+            };
             while let Some(chunk) = body.next().await {
                 let chunk = chunk?;
                 fill.pace(chunk.len()).await;
-                hashing
-                    .update(&chunk)
-                    .map_err(admission::AdmitError::from)?;
+                if let Err(e) = hashing.update(&chunk) {
+                    return Err(match cap {
+                        Some(cap) => too_large(cap, None),
+                        None => admission::AdmitError::from(e).into(),
+                    });
+                }
                 pending.extend_from_slice(&chunk);
                 if pending.len() >= WRITE_CHUNK {
                     self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
@@ -1003,6 +1055,112 @@ mod tests {
         );
         let left = std::fs::read_dir(s.dir.path().join("tmp")).unwrap().count();
         assert_eq!(left, 0, "the staging file is removed");
+    }
+
+    /// A fill held back whole (at most `max` bytes), its origin announcing `announced` and
+    /// sending what the returned sender sends, run through `stream_checked` as a release build
+    /// is; the task ends the fill with its result.
+    fn start_whole(
+        s: &Setup,
+        sha256: Sha256,
+        announced: Option<u64>,
+        max: u64,
+    ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok(b), rx))
+        })
+        .boxed();
+        let origin = OriginBody {
+            size: announced,
+            body,
+        };
+        let hold_back = HoldBack::Whole {
+            max,
+            key: "releases.max_build_size",
+        };
+        let fill = Arc::new(
+            Fill::new(s.key.clone(), sha256, SignatureKind::Official, true, None)
+                .holding_back(hold_back),
+        );
+        let (core, task_fill) = (s.mirror.clone(), fill.clone());
+        tokio::spawn(async move {
+            let origin = async move { Ok(origin) }.boxed();
+            let checked = core.stream_checked(&task_fill, origin, |found| {
+                Error::unexpected(format!("found {found}"))
+            });
+            task_fill.finish(checked.await.map(|_| ()));
+        });
+        (tx, fill)
+    }
+
+    #[tokio::test]
+    async fn a_fill_held_back_whole_gives_nothing_before_the_verdict() {
+        let s = setup();
+        let object = noise(5 * WRITE_CHUNK);
+        let (tx, fill) = start_whole(&s, Sha256::of(&object), None, 1 << 20);
+        let reader = read(&fill);
+        let ready = {
+            let fill = fill.clone();
+            tokio::spawn(async move { fill.ready().await })
+        };
+        for chunk in object.chunks(WRITE_CHUNK) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        let all_in = object.len() as u64;
+        let mut progress = fill.progress.subscribe();
+        progress.wait_for(|p| p.on_disk == all_in).await.unwrap();
+        // Time for a reader that could read to do so.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(
+            *reader.received.borrow(),
+            0,
+            "not a byte before the verdict"
+        );
+        assert!(!ready.is_finished(), "no response head before the verdict");
+        drop(tx);
+        assert_eq!(ready.await.unwrap().unwrap(), Ready::Streaming(None));
+        let (got, err) = reader.done.await.unwrap();
+        assert!(err.is_none(), "{err:?}");
+        assert!(got == object, "every byte once it matched");
+
+        // A mismatch is a plain error before any byte.
+        let (tx, fill) = start_whole(&s, Sha256::of(b"another object"), None, 1 << 20);
+        let reader = read(&fill);
+        for chunk in object.chunks(WRITE_CHUNK) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        drop(tx);
+        assert!(fill.ready().await.is_err());
+        let (got, err) = reader.done.await.unwrap();
+        assert!(got.is_empty() && err.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_fill_held_back_whole_is_bounded_by_its_cap() {
+        let s = setup();
+        let object = noise(3 * WRITE_CHUNK);
+        let max = 2 * WRITE_CHUNK as u64;
+        // Announced larger than the cap: refused before a byte is read.
+        let (_tx, fill) = start_whole(&s, Sha256::of(&object), Some(object.len() as u64), max);
+        let refused = tokio::time::timeout(std::time::Duration::from_secs(10), fill.ready());
+        let err = refused.await.expect("refused at once").unwrap_err();
+        assert!(err.to_string().contains("releases.max_build_size"), "{err}");
+        assert_eq!(err.status(), http::StatusCode::BAD_GATEWAY);
+        // Not announced: refused once more than the cap came.
+        let (tx, fill) = start_whole(&s, Sha256::of(&object), None, max);
+        let sent = async {
+            for chunk in object.chunks(WRITE_CHUNK) {
+                if tx.send(Bytes::copy_from_slice(chunk)).await.is_err() {
+                    break;
+                }
+            }
+        };
+        let refused = tokio::time::timeout(std::time::Duration::from_secs(10), fill.ready());
+        let (_, ready) = tokio::join!(sent, refused);
+        let err = ready.expect("refused once over the cap").unwrap_err();
+        assert!(err.to_string().contains("releases.max_build_size"), "{err}");
+        assert!(fill.received() <= max, "no more than the cap is kept");
     }
 
     #[tokio::test]

@@ -26,6 +26,12 @@ pub struct StaticServer {
 impl StaticServer {
     /// Serves `root` at `https://localhost:PORT/` (JSON as `application/json`).
     pub fn start(ca: &TestCa, root: &Path) -> StaticServer {
+        StaticServer::start_with(ca, root, "")
+    }
+
+    /// [`start`](Self::start), with `extra` (nginx directives, such as `location` blocks)
+    /// added to the server's block.
+    pub fn start_with(ca: &TestCa, root: &Path, extra: &str) -> StaticServer {
         let nginx = CANDIDATES
             .iter()
             .map(PathBuf::from)
@@ -78,6 +84,7 @@ http {{
     ssl_certificate {cert};
     ssl_certificate_key {key};
     root {root};
+    {extra}
   }}
 }}
 "#,
