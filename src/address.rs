@@ -661,6 +661,9 @@ impl fmt::Display for OciRepo {
     }
 }
 
+/// The tag that names a module's newest version.
+pub const LATEST: &str = "latest";
+
 /// What an OCI distribution request names, parsed from the path below `/v2/`: a repository
 /// ([`OciRepo`]) and what of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -677,6 +680,9 @@ pub enum OciPath {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OciReference {
     Tag(Version),
+    /// `latest`, in a module repository: the newest version that is not a prerelease (the tag
+    /// an `oci://` module source without `?tag=` or `?digest=` asks for).
+    Latest,
     /// Lowercase hex SHA-256.
     Digest(String),
 }
@@ -754,6 +760,9 @@ impl OciPath {
             "blobs" => Ok(OciPath::Blob(addr, sha256(arg)?)),
             _ if arg.contains(':') => {
                 Ok(OciPath::Manifest(addr, OciReference::Digest(sha256(arg)?)))
+            }
+            _ if arg == LATEST && matches!(addr, OciRepo::Module(_)) => {
+                Ok(OciPath::Manifest(addr, OciReference::Latest))
             }
             _ => match Version::from_oci_tag(arg) {
                 Some(v) => Ok(OciPath::Manifest(addr, OciReference::Tag(v))),
@@ -932,6 +941,10 @@ mod tests {
         assert_eq!(
             OciPath::parse("registry.terraform.io/modules/Acme/VPC/aws/tags/list"),
             Ok(OciPath::Tags(repo.clone()))
+        );
+        assert_eq!(
+            OciPath::parse("registry.terraform.io/modules/acme/vpc/aws/manifests/latest"),
+            Ok(OciPath::Manifest(repo.clone(), OciReference::Latest))
         );
         // A provider whose namespace is "modules" is still a provider: three segments.
         assert!(matches!(

@@ -100,12 +100,34 @@ impl OciRegistry {
     ) -> Result<Vec<String>> {
         let versions = self.modules.version_numbers(addr, reach).await?;
         let mut tags: Vec<String> = versions.iter().map(Version::oci_tag).collect();
+        if versions.iter().any(|v| v.prerelease().is_none()) {
+            tags.push(crate::address::LATEST.to_string());
+        }
         tags.sort();
         Ok(tags)
     }
 
+    /// The version a module's `latest` tag names: its newest version that is not a prerelease
+    /// (among the cached ones, for a cache-only request).
+    pub async fn module_latest(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        reach: &Reach,
+    ) -> Result<Version> {
+        let versions = self.modules.version_numbers(addr, reach).await?;
+        versions
+            .into_iter()
+            .filter(|v| v.prerelease().is_none())
+            .max()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "module {addr} has no version that is not a prerelease for the tag latest"
+                ))
+            })
+    }
+
     /// A module version's manifest, by tag (its zip made first if needed) or by digest (among
-    /// the module's zipped versions).
+    /// the module's zipped versions). `latest` is resolved by [`Self::module_latest`] first.
     pub async fn module_manifest(
         self: &Arc<Self>,
         addr: &ModuleAddr,
@@ -116,6 +138,10 @@ impl OciRegistry {
             OciReference::Tag(version) => {
                 let zip = self.modules.module_zip(addr, version, reach).await?;
                 Ok(oci::render_module(&module_title(addr, version), &zip))
+            }
+            OciReference::Latest => {
+                let version = self.module_latest(addr, reach).await?;
+                Box::pin(self.module_manifest(addr, &OciReference::Tag(version), reach)).await
             }
             OciReference::Digest(sha256) => {
                 self.modules.check_module_host(addr)?;
@@ -217,6 +243,9 @@ impl OciRegistry {
             OciReference::Tag(version) => {
                 Ok(self.oci_image(addr, version, reach).await?.index.clone())
             }
+            OciReference::Latest => Err(Error::NotFound(format!(
+                "{addr}: a provider's tags are its versions (there is no tag latest)"
+            ))),
             OciReference::Digest(sha256) => {
                 self.core.check_host(addr)?;
                 let found = self.core.meta().read_oci_manifest(addr, sha256).await;

@@ -850,7 +850,7 @@ async fn modules_are_opentofu_module_artifacts_holding_what_terraform_installs()
     assert_eq!(tags.status, StatusCode::OK);
     assert_eq!(
         tags.json(),
-        serde_json::json!({"name": module_repo("net"), "tags": ["1.0.0", "1.1.0_b.2"]})
+        serde_json::json!({"name": module_repo("net"), "tags": ["1.0.0", "1.1.0_b.2", "latest"]})
     );
 
     // terraform installs the same modules through the module registry door.
@@ -896,6 +896,9 @@ async fn modules_are_opentofu_module_artifacts_holding_what_terraform_installs()
         );
         digests.push((repo, tag, digest, layer));
     }
+    // `latest` (what a source without `?tag=` asks for) is the newest version.
+    let (latest, _, _) = module_manifest(&client, &mirror, &module_repo("net"), "latest").await;
+    assert_eq!(latest, digests[0].2);
     // The script keeps its mode.
     let (_, layer, size) =
         module_manifest(&client, &mirror, &module_repo("net"), "1.1.0_b.2").await;
@@ -964,7 +967,10 @@ async fn skopeo_and_oras_pull_a_module() {
     let skopeo = Skopeo::new(&ca, &mirror).for_repo(&repo);
     let listed: Value =
         serde_json::from_str(&skopeo.run(&["list-tags", &skopeo.image("")])).unwrap();
-    assert_eq!(listed["Tags"], serde_json::json!(["1.0.0", "1.1.0_b.2"]));
+    assert_eq!(
+        listed["Tags"],
+        serde_json::json!(["1.0.0", "1.1.0_b.2", "latest"])
+    );
     let raw = skopeo.run(&["inspect", "--raw", &skopeo.image(":1.0.0")]);
     let (digest, _, served) = document(&client, &mirror, &repo, "1.0.0", MANIFEST).await;
     assert_eq!(
@@ -992,7 +998,7 @@ async fn skopeo_and_oras_pull_a_module() {
     let oras = Oras::new(&ca, &mirror).for_repo(&repo);
     let tags: Vec<String> =
         serde_json::from_str(oras.run("print(json.dumps(client.get_tags(repo)))").trim()).unwrap();
-    assert_eq!(tags, ["1.0.0", "1.1.0_b.2"]);
+    assert_eq!(tags, ["1.0.0", "1.1.0_b.2", "latest"]);
     let pulled = tempfile::tempdir().unwrap();
     let printed = oras.run(&format!(
         "files = client.pull(target=f'{{repo}}:1.0.0', outdir={:?})\nprint(json.dumps(files))\n",
@@ -1092,7 +1098,11 @@ modules = ["{REGISTRY}/acme/net/*"]
     let (status, tags) = as_client(format!("{net}/tags/list"), "ci-token-0123456789abc").await;
     assert_eq!(status, StatusCode::OK);
     let tags: Value = serde_json::from_slice(&tags).unwrap();
-    assert_eq!(tags["tags"], serde_json::json!(["1.0.0"]));
+    assert_eq!(tags["tags"], serde_json::json!(["1.0.0", "latest"]));
+    // For it, `latest` is the newest cached version.
+    let (status, latest) =
+        as_client(format!("{net}/manifests/latest"), "ci-token-0123456789abc").await;
+    assert_eq!((status, &latest), (StatusCode::OK, &manifest));
     let (status, _) = as_client(
         format!("{net}/manifests/1.1.0_b.2"),
         "ci-token-0123456789abc",

@@ -224,7 +224,15 @@ impl App {
                 .map_err(|e| OciError::of(&e, Subject::Name))?;
                 self.oci_tags(req, &repo, tags)
             }
-            OciPath::Manifest(repo, reference) => {
+            OciPath::Manifest(repo, mut reference) => {
+                // `latest` is the version it names now, for the answer and for usage counts.
+                if let (OciRepo::Module(addr), OciReference::Latest) = (&repo, &reference) {
+                    let version = oci
+                        .module_latest(addr, &reach)
+                        .await
+                        .map_err(|e| OciError::of(&e, Subject::Manifest))?;
+                    reference = OciReference::Tag(version);
+                }
                 let doc: Document = match &repo {
                     OciRepo::Provider(addr) => oci.oci_manifest(addr, &reference, &reach).await,
                     OciRepo::Module(addr) => oci.module_manifest(addr, &reference, &reach).await,
