@@ -302,23 +302,12 @@ impl ModuleRegistry {
         addr: &ModuleAddr,
         sha256: &str,
     ) -> Result<Option<Version>> {
-        let listed = self
-            .zips
-            .committed_under(&[
-                addr.hostname.as_str(),
-                &addr.namespace,
-                &addr.name,
-                &addr.system,
-            ])
-            .await?;
-        for found in listed {
-            if let Some(zip) = self.zips.record(&found.key).await? {
-                if zip.sha256 == sha256 {
-                    return Ok(Some(found.key.version));
-                }
-            }
-        }
-        Ok(None)
+        Ok(self
+            .module_zips(addr)
+            .await?
+            .into_iter()
+            .find(|(_, zip)| zip.sha256 == sha256)
+            .map(|(version, _)| version))
     }
 
     /// The zipped versions of a module in the store, with their zips (one listing).
