@@ -633,23 +633,56 @@ impl fmt::Display for ModuleAddr {
     }
 }
 
-/// What an OCI distribution request names, parsed from the path below `/v2/`. The repository
-/// is a provider: `<hostname>/<namespace>/<type>` (what the `oci_mirror` template
-/// `"mirror.example.com/${hostname}/${namespace}/${type}"` makes).
+/// The repository an OCI request names.
+///
+/// - a provider: `<hostname>/<namespace>/<type>` (what the `oci_mirror` template
+///   `"mirror.example.com/${hostname}/${namespace}/${type}"` makes);
+/// - a module: `<hostname>/modules/<namespace>/<name>/<system>` (what an `oci://` module source
+///   names). Five segments never parse as a provider's three, so neither shadows the other.
+///   Module namespaces and names are lowercased, as everywhere in the mirror: the registry
+///   protocol matches them case-insensitively, and OCI repository names are lowercase only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OciRepo {
+    Provider(ProviderAddr),
+    Module(ModuleAddr),
+}
+
+impl fmt::Display for OciRepo {
+    /// The repository name, as clients write it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OciRepo::Provider(a) => write!(f, "{}/{}/{}", a.hostname, a.namespace, a.type_),
+            OciRepo::Module(a) => write!(
+                f,
+                "{}/modules/{}/{}/{}",
+                a.hostname, a.namespace, a.name, a.system
+            ),
+        }
+    }
+}
+
+/// The tag that names a module's newest version.
+pub const LATEST: &str = "latest";
+
+/// What an OCI distribution request names, parsed from the path below `/v2/`: a repository
+/// ([`OciRepo`]) and what of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OciPath {
     /// `<repo>/tags/list`
-    Tags(ProviderAddr),
+    Tags(OciRepo),
     /// `<repo>/manifests/<reference>`
-    Manifest(ProviderAddr, OciReference),
+    Manifest(OciRepo, OciReference),
     /// `<repo>/blobs/sha256:<hex>`
-    Blob(ProviderAddr, String),
+    Blob(OciRepo, String),
 }
 
 /// A manifest reference: a tag (a version, `+` written `_`) or a `sha256:` digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OciReference {
     Tag(Version),
+    /// `latest`, in a module repository: the newest version that is not a prerelease (the tag
+    /// an `oci://` module source without `?tag=` or `?digest=` asks for).
+    Latest,
     /// Lowercase hex SHA-256.
     Digest(String),
 }
@@ -685,13 +718,27 @@ impl OciPath {
                 "/v2/{path}: not an endpoint of this registry (tags/list, manifests, blobs)"
             )));
         };
+        let named = |e: AddressError| OciPathError::Name(format!("repository {repo:?}: {e}"));
         let addr = match repo.split('/').collect::<Vec<_>>().as_slice() {
-            [host, ns, ty] => provider_from_segments(host, ns, ty)
-                .map_err(|e| OciPathError::Name(format!("repository {repo:?}: {e}")))?,
+            [host, ns, ty] => {
+                OciRepo::Provider(provider_from_segments(host, ns, ty).map_err(named)?)
+            }
+            [host, "modules", ns, name, system] => OciRepo::Module(
+                (|| {
+                    ModuleAddr::new(
+                        &decode_segment("hostname", host)?,
+                        &decode_segment("module namespace", ns)?,
+                        &decode_segment("module name", name)?,
+                        &decode_segment("module target system", system)?,
+                    )
+                })()
+                .map_err(named)?,
+            ),
             _ => {
                 return Err(OciPathError::Name(format!(
-                    "repository {repo:?}: expected <hostname>/<namespace>/<type>, as the \
-                     oci_mirror template \"<mirror>/${{hostname}}/${{namespace}}/${{type}}\" makes"
+                    "repository {repo:?}: expected a provider, <hostname>/<namespace>/<type> (as the \
+                     oci_mirror template \"<mirror>/${{hostname}}/${{namespace}}/${{type}}\" makes), \
+                     or a module, <hostname>/modules/<namespace>/<name>/<system>"
                 )));
             }
         };
@@ -713,6 +760,9 @@ impl OciPath {
             "blobs" => Ok(OciPath::Blob(addr, sha256(arg)?)),
             _ if arg.contains(':') => {
                 Ok(OciPath::Manifest(addr, OciReference::Digest(sha256(arg)?)))
+            }
+            _ if arg == LATEST && matches!(addr, OciRepo::Module(_)) => {
+                Ok(OciPath::Manifest(addr, OciReference::Latest))
             }
             _ => match Version::from_oci_tag(arg) {
                 Some(v) => Ok(OciPath::Manifest(addr, OciReference::Tag(v))),
@@ -869,8 +919,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn oci_paths_name_a_module_in_five_segments() {
+        let vpc = ModuleAddr::new("registry.terraform.io", "acme", "vpc", "aws").unwrap();
+        let repo = OciRepo::Module(vpc.clone());
+        assert_eq!(
+            repo.to_string(),
+            "registry.terraform.io/modules/acme/vpc/aws"
+        );
+        assert_eq!(
+            OciPath::parse("registry.terraform.io/modules/acme/vpc/aws/tags/list"),
+            Ok(OciPath::Tags(repo.clone()))
+        );
+        assert_eq!(
+            OciPath::parse("registry.terraform.io/modules/acme/vpc/aws/manifests/1.4.0_x"),
+            Ok(OciPath::Manifest(
+                repo.clone(),
+                OciReference::Tag(Version::parse("1.4.0+x").unwrap())
+            ))
+        );
+        // Matched case-insensitively, as the module registry protocol matches them.
+        assert_eq!(
+            OciPath::parse("registry.terraform.io/modules/Acme/VPC/aws/tags/list"),
+            Ok(OciPath::Tags(repo.clone()))
+        );
+        assert_eq!(
+            OciPath::parse("registry.terraform.io/modules/acme/vpc/aws/manifests/latest"),
+            Ok(OciPath::Manifest(repo.clone(), OciReference::Latest))
+        );
+        // A provider whose namespace is "modules" is still a provider: three segments.
+        assert!(matches!(
+            OciPath::parse("registry.terraform.io/modules/vpc/tags/list"),
+            Ok(OciPath::Tags(OciRepo::Provider(_)))
+        ));
+    }
+
+    #[test]
     fn oci_paths_name_a_provider_and_what_of_it() {
-        let foo = ProviderAddr::new("registry.opentofu.org", "hashicorp", "aws").unwrap();
+        let foo = OciRepo::Provider(
+            ProviderAddr::new("registry.opentofu.org", "hashicorp", "aws").unwrap(),
+        );
         let hex = "ab".repeat(32);
         assert_eq!(
             OciPath::parse("registry.opentofu.org/hashicorp/aws/tags/list"),
@@ -901,6 +988,10 @@ mod tests {
         for (path, kind) in [
             ("hashicorp/aws/tags/list", "name"),
             ("a/b/c/d/tags/list", "name"),
+            ("a.example/b/c/d/e/tags/list", "name"),
+            ("a.example/modules/b/c/tags/list", "name"),
+            ("a.example/modules/b/c/d/e/tags/list", "name"),
+            ("a.example/modules/b/c/d_e/tags/list", "name"),
             ("registry.opentofu.org/hashi..corp/aws/tags/list", "name"),
             (
                 "registry.opentofu.org/hashicorp/aws/manifests/latest",

@@ -51,7 +51,8 @@ pub use listing::{
 pub use local_tier::{LocalTier, TierMetrics};
 pub use meta::MetaStore;
 pub use objects::{
-    ArchiveKind, Archives, Kind, Listed, ModuleKind, Modules, Objects, Opened, ReleaseKind,
+    ArchiveKind, Archives, Kind, Listed, ModuleKind, ModuleZipKind, ModuleZips, Modules, Objects,
+    Opened, ReleaseKind,
 };
 pub use staging::{ScratchDir, StagedFile, Staging};
 

@@ -55,10 +55,11 @@ impl Mirror {
     /// The front-ends over an open core.
     pub fn over(core: Arc<Core>) -> Mirror {
         let providers = ProviderMirror::new(core.clone());
+        let modules = ModuleRegistry::new(core.clone());
         Mirror {
             releases: ReleaseMirror::new(core.clone()),
-            modules: ModuleRegistry::new(core.clone()),
-            oci: OciRegistry::new(core.clone(), providers.clone()),
+            oci: OciRegistry::new(core.clone(), providers.clone(), modules.clone()),
+            modules,
             providers,
             core,
         }

@@ -581,14 +581,15 @@ impl<T: Tree> Unpacker<T> {
         Ok(())
     }
 
-    /// Unpacks `input` (in `format`), checks the tree and writes the package to `out`.
+    /// Unpacks `input` (in `format`), checks the tree and writes the package with `write`
+    /// (the tree, its root; returns how many files it wrote).
     fn repack(
         mut self,
         input: impl Read + io::Seek,
         format: Format,
         strip_top: bool,
         subdir: Option<&str>,
-        out: impl Write,
+        write: impl FnOnce(&T, &Path) -> Result<usize, PackError>,
     ) -> Result<Packed, PackError> {
         match format {
             Format::TarGz => {
@@ -610,7 +611,7 @@ impl<T: Tree> Unpacker<T> {
                 return Err(PackError::NoSubdir(sub.to_string()));
             }
         }
-        let files = write_tar_gz(&self.tree, &root, out)?;
+        let files = write(&self.tree, &root)?;
         if files == 0 {
             return Err(PackError::Empty);
         }
@@ -639,7 +640,28 @@ pub fn repack(
         format,
         strip_top,
         subdir,
-        out,
+        |tree, root| write_tar_gz(tree, root, out),
+    )
+}
+
+/// A stored package (the `.tar.gz` [`repack`] wrote) as a deterministic **zip**, the form an
+/// OCI module artifact carries (OpenTofu's `oci://` module sources): unpacked into `scratch`
+/// (an empty directory) under the same rules and `limits`, then written with the same entries
+/// in the same order, directories included, every time 1980-01-01 00:00 (the zip format's
+/// first), Unix modes 0755 for directories and executables and 0644 otherwise, deflated at
+/// one fixed level. The same package always gives the same bytes.
+pub fn zip_package(
+    input: &Path,
+    scratch: &Path,
+    limits: PackLimits,
+    out: impl Write + io::Seek,
+) -> Result<Packed, PackError> {
+    Unpacker::new(DiskTree(scratch), limits).repack(
+        fs::File::open(input)?,
+        Format::TarGz,
+        false,
+        None,
+        |tree, root| write_zip(tree, root, out),
     )
 }
 
@@ -658,7 +680,7 @@ pub fn repack_in_memory(
         format,
         strip_top,
         subdir,
-        out,
+        |tree, root| write_tar_gz(tree, root, out),
     )
 }
 
@@ -694,6 +716,49 @@ fn write_tar_gz(tree: &impl Tree, root: &Path, out: impl Write) -> Result<usize,
     }
     let gz = tar.into_inner()?;
     gz.finish()?.flush()?;
+    Ok(files)
+}
+
+/// Writes the deterministic zip of the tree under `root`; returns how many files it holds.
+fn write_zip(
+    tree: &impl Tree,
+    root: &Path,
+    out: impl Write + io::Seek,
+) -> Result<usize, PackError> {
+    let zip_error = |e: zip::result::ZipError| match e {
+        zip::result::ZipError::Io(e) => PackError::Io(e),
+        other => PackError::Io(io::Error::other(other)),
+    };
+    let options = |mode: u32| {
+        zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .compression_level(Some(6))
+            .last_modified_time(zip::DateTime::default())
+            .unix_permissions(mode)
+            .large_file(false)
+    };
+    let mut zip = zip::ZipWriter::new(out);
+    let mut files = 0;
+    for (rel, is_dir) in tree.walk(root)? {
+        let name = rel.to_string_lossy().replace('\\', "/");
+        if is_dir {
+            zip.add_directory(format!("{name}/"), options(0o755))
+                .map_err(zip_error)?;
+        } else {
+            let path = root.join(&rel);
+            let mode = if tree.is_executable(&path)? {
+                0o755
+            } else {
+                0o644
+            };
+            let len = tree.file_len(&path)?;
+            zip.start_file(name, options(mode).large_file(len >= u32::MAX as u64))
+                .map_err(zip_error)?;
+            io::copy(&mut tree.open(&path)?, &mut zip)?;
+            files += 1;
+        }
+    }
+    zip.finish().map_err(zip_error)?.flush()?;
     Ok(files)
 }
 
@@ -796,6 +861,57 @@ mod tests {
         assert_eq!(packed.files, 3);
         let (unstripped, _) = pack(&a, false).unwrap();
         assert_eq!(names(&unstripped)[0], "repo-1.0/");
+    }
+
+    /// The zip of a stored package: made twice, the same bytes; the same files, modes and
+    /// contents as the package, with fixed times.
+    #[test]
+    fn a_package_zips_deterministically() {
+        let (package, _) = pack(
+            &tar_gz(&[
+                ("repo/main.tf", 'f', "module"),
+                ("repo/shared/real.tf", 'f', "shared"),
+                ("repo/empty/", 'd', ""),
+            ]),
+            true,
+        )
+        .unwrap();
+        let zip_of = || {
+            let dir = tempfile::tempdir().unwrap();
+            let input = dir.path().join("module.tar.gz");
+            fs::write(&input, &package).unwrap();
+            let scratch = dir.path().join("scratch");
+            fs::create_dir(&scratch).unwrap();
+            let mut out = io::Cursor::new(Vec::new());
+            let packed = zip_package(&input, &scratch, LIMITS, &mut out).unwrap();
+            assert_eq!(packed.files, 2);
+            out.into_inner()
+        };
+        let zipped = zip_of();
+        assert_eq!(zipped, zip_of(), "the same package gives the same zip");
+        let mut zip = zip::ZipArchive::new(io::Cursor::new(zipped)).unwrap();
+        let mut seen = Vec::new();
+        for i in 0..zip.len() {
+            let mut entry = zip.by_index(i).unwrap();
+            assert_eq!(entry.last_modified(), Some(zip::DateTime::default()));
+            let mut body = String::new();
+            entry.read_to_string(&mut body).unwrap();
+            seen.push((
+                entry.name().unwrap().to_string(),
+                entry.unix_mode().unwrap() & 0o777,
+                body,
+            ));
+        }
+        let expected = [
+            ("empty/", 0o755, ""),
+            ("main.tf", 0o644, "module"),
+            ("shared/", 0o755, ""),
+            ("shared/real.tf", 0o644, "shared"),
+        ];
+        assert_eq!(
+            seen,
+            expected.map(|(n, m, b)| (n.to_string(), m, b.to_string()))
+        );
     }
 
     #[test]

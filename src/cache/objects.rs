@@ -6,6 +6,8 @@
 //! archives/<host>/<namespace>/<type>/<version>/<file>.zip.json          its record (ArchiveInfo)
 //! modules/<host>/<namespace>/<name>/<system>/<version>/module.tar.gz    a module package
 //! modules/<host>/<namespace>/<name>/<system>/<version>/module.json      its record (ModuleRecord)
+//! modules/<host>/<namespace>/<name>/<system>/<version>/module.zip       the package as a zip,
+//! modules/<host>/<namespace>/<name>/<system>/<version>/module.zip.json  for OCI (ModuleZip)
 //! quarantine/<object key>.<unix time>                                   taken out of service,
 //! quarantine/<record key>.<unix time>                                   with its record
 //! ```
@@ -29,6 +31,7 @@ use futures_util::stream::BoxStream;
 use super::{Changes, LocalTier, StagedFile};
 use crate::address::{MODULE_ARCHIVE, MirrorPath, ModuleAddr, Version};
 use crate::hash::Sha256;
+use crate::records::oci::ModuleZip;
 use crate::records::releases::{Packing, Product, ReleaseKey, ReleaseZip};
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 use crate::storage::{Key, Result, Storage, StorageError};
@@ -218,10 +221,56 @@ impl Kind for ModuleKind {
     }
 }
 
+/// Module packages as zips (the layer of a module's OCI artifact), made from the stored
+/// package: `modules/<host>/<namespace>/<name>/<system>/<version>/module.zip`.
+#[derive(Debug, Clone, Copy)]
+pub struct ModuleZipKind;
+
+impl ModuleZipKind {
+    /// The file name of a module version's zip.
+    pub const FILE: &'static str = "module.zip";
+}
+
+impl Kind for ModuleZipKind {
+    type Key = ModuleKey;
+    type Record = ModuleZip;
+    const NOUN: &'static str = "module zip";
+    const ROOT: &'static str = ModuleKind::ROOT;
+
+    fn object_key(key: &ModuleKey) -> Key {
+        ModuleKind::file_key(key, Self::FILE)
+    }
+
+    fn is_object(listed: &Key) -> bool {
+        listed.segments().last() == Some(Self::FILE)
+    }
+
+    fn parse(listed: &Key) -> Option<ModuleKey> {
+        let parts: Vec<&str> = listed.segments().collect();
+        let [Self::ROOT, host, ns, name, system, version, Self::FILE] = parts.as_slice() else {
+            return None;
+        };
+        Some(ModuleKey {
+            addr: ModuleAddr::new(host, ns, name, system).ok()?,
+            version: Version::parse_lenient(version).ok()?,
+        })
+    }
+
+    fn size(record: &ModuleZip) -> u64 {
+        record.size
+    }
+
+    fn sha256(record: &ModuleZip) -> &Sha256 {
+        &record.sha256
+    }
+}
+
 /// The provider archives in a store.
 pub type Archives = Objects<ArchiveKind>;
 /// The module packages in a store.
 pub type Modules = Objects<ModuleKind>;
+/// The module packages' zips in a store.
+pub type ModuleZips = Objects<ModuleZipKind>;
 
 /// An open, committed object.
 pub struct Opened<K: Kind> {
@@ -635,6 +684,39 @@ mod tests {
     #[tokio::test]
     async fn module_packages_commit_open_list_quarantine() {
         round_trip::<ModuleKind>(module(), module_record(7), b"tarball").await;
+    }
+
+    #[tokio::test]
+    async fn module_zips_commit_open_list_quarantine() {
+        let zip = ModuleZip {
+            package_sha256: Sha256::of(b"tarball"),
+            sha256: Sha256::of(b"zipped"),
+            size: 6,
+        };
+        round_trip::<ModuleZipKind>(module(), zip, b"zipped").await;
+    }
+
+    /// A package and its zip live side by side; each store sees only its own kind.
+    #[tokio::test]
+    async fn a_module_zip_is_not_a_module_package() {
+        let dir = tempfile::tempdir().unwrap();
+        let zips: Objects<ModuleZipKind> = store(dir.path());
+        let packages: Objects<ModuleKind> = store(dir.path());
+        let zip = ModuleZip {
+            package_sha256: Sha256::of(b"tarball"),
+            sha256: Sha256::of(b"zipped"),
+            size: 6,
+        };
+        let staged = stage(dir.path(), b"zipped").await;
+        zips.commit(&module(), staged, &zip).await.unwrap();
+        assert!(packages.list().await.unwrap().is_empty());
+        let staged = stage(dir.path(), b"tarball").await;
+        packages
+            .commit(&module(), staged, &module_record(7))
+            .await
+            .unwrap();
+        assert_eq!(zips.list().await.unwrap().len(), 1);
+        assert_eq!(packages.list().await.unwrap().len(), 1);
     }
 
     #[tokio::test]

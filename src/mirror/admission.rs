@@ -32,8 +32,9 @@ use futures_util::stream::BoxStream;
 use tokio::io::AsyncWriteExt;
 
 use crate::address::{ModuleAddr, Version};
-use crate::cache::{Archives, Modules, StagedFile, Staging};
+use crate::cache::{Archives, ModuleZips, Modules, StagedFile, Staging};
 use crate::hash::{Digest, H1, HashError, HashLimits, Hashing, Sha256, TooLarge};
+use crate::records::oci::ModuleZip;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey, ModuleRecord};
 
 /// The buffer between a source and a staging file.
@@ -274,6 +275,19 @@ pub async fn commit_module(
 ) -> crate::storage::Result<()> {
     store
         .commit(&ModuleKey::new(addr, version), file, rec)
+        .await
+}
+
+/// Commits a module package's zip (made here from the stored package), record last.
+pub async fn commit_module_zip(
+    store: &ModuleZips,
+    addr: &ModuleAddr,
+    version: &Version,
+    file: StagedFile,
+    zip: &ModuleZip,
+) -> crate::storage::Result<()> {
+    store
+        .commit(&ModuleKey::new(addr, version), file, zip)
         .await
 }
 

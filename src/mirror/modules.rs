@@ -9,6 +9,13 @@
 //! `{"location": ...}` body. The package is then served from the store, by every replica, for
 //! as long as the cache keeps it: a tag that moves upstream, a repository that is deleted, an
 //! origin that is down change nothing.
+//!
+//! For OCI clients (OpenTofu's `oci://` module sources, see [`super::oci`]) a cached package is
+//! also kept as a deterministic zip ([`crate::package::zip_package`]), made from the stored
+//! package when first asked for (one flight per version) and committed beside it
+//! ([`crate::cache::ModuleZips`]) with a record naming the package it was made from: a package
+//! fetched again makes a new zip. Stored rather than made per request, because making one means
+//! reading, unpacking and compressing the whole package, and a layer is fetched by every client.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,9 +26,10 @@ use futures_util::StreamExt;
 use super::admission::{self, Expected, StageWriter};
 use super::core::{Core, Reach};
 use crate::address::{ModuleAddr, Version};
-use crate::cache::Flights;
+use crate::cache::{Flights, ModuleZips};
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, VerificationReason};
+use crate::records::oci::ModuleZip;
 use crate::records::{ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
 
@@ -43,18 +51,28 @@ pub struct ModuleRegistry {
     flights: Flights<(ModuleAddr, Version), ModuleRecord, Error>,
     /// When each cached git package's reference was last checked against its origin.
     ref_checks: Mutex<HashMap<(ModuleAddr, Version), Instant>>,
+    /// The packages as zips, for OCI clients.
+    zips: ModuleZips,
+    /// One zip made per module version.
+    zip_flights: Flights<(ModuleAddr, Version), ModuleZip, Error>,
 }
 
 impl ModuleRegistry {
     pub fn new(core: Arc<Core>) -> Arc<ModuleRegistry> {
+        let zips = ModuleZips::new(
+            core.modules().storage().clone(),
+            core.settings().cache.metadata_entries,
+        );
         Arc::new(ModuleRegistry {
             core,
             flights: Flights::default(),
             ref_checks: Mutex::new(HashMap::new()),
+            zips,
+            zip_flights: Flights::default(),
         })
     }
 
-    fn check_module_host(&self, addr: &ModuleAddr) -> Result<()> {
+    pub(super) fn check_module_host(&self, addr: &ModuleAddr) -> Result<()> {
         if self.core.settings().upstream.host_allowed(&addr.hostname) {
             Ok(())
         } else {
@@ -71,20 +89,9 @@ impl ModuleRegistry {
         addr: &ModuleAddr,
         reach: &Reach,
     ) -> Result<bytes::Bytes> {
-        self.check_module_host(addr)?;
-        let versions = match reach {
-            Reach::Origin => {
-                let rec = self.module_version_list(addr).await?;
-                if !rec.found {
-                    return Err(Error::NotFound(format!(
-                        "the origin registry has no module {addr}"
-                    )));
-                }
-                rec.versions.clone()
-            }
-            Reach::CacheOnly(_) => self.cached_module_versions(addr, reach).await?,
-        };
-        let versions = versions
+        let versions = self
+            .version_numbers(addr, reach)
+            .await?
             .iter()
             .map(|v| docs::ModuleVersionDoc {
                 version: v.to_string(),
@@ -93,6 +100,23 @@ impl ModuleRegistry {
         Ok(docs::to_bytes(&docs::ModuleVersionsDoc {
             modules: vec![docs::ModuleVersionsEntry { versions }],
         }))
+    }
+
+    /// A module's versions: the origin's list, or for a cache-only request those in the store.
+    pub async fn version_numbers(&self, addr: &ModuleAddr, reach: &Reach) -> Result<Vec<Version>> {
+        self.check_module_host(addr)?;
+        match reach {
+            Reach::Origin => {
+                let rec = self.module_version_list(addr).await?;
+                if !rec.found {
+                    return Err(Error::NotFound(format!(
+                        "the origin registry has no module {addr}"
+                    )));
+                }
+                Ok(rec.versions.clone())
+            }
+            Reach::CacheOnly(_) => self.cached_module_versions(addr, reach).await,
+        }
     }
 
     /// The versions of a module whose packages are in the store (one listing, no origin).
@@ -245,6 +269,160 @@ impl ModuleRegistry {
                 "module {addr} {version} is not cached yet; its download answer (or a GET) fetches it"
             ))),
         }
+    }
+
+    /// The zip of a module version's package (the package fetched first if needed and `reach`
+    /// allows; the zip made from it if it has none yet): what its OCI manifest describes.
+    pub async fn module_zip(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+        reach: &Reach,
+    ) -> Result<ModuleZip> {
+        self.check_module_host(addr)?;
+        let rec = self.module_record(addr, version, reach).await?;
+        let key = ModuleKey::new(addr, version);
+        if let Some(zip) = self.zips.record(&key).await? {
+            if zip.package_sha256 == rec.sha256 {
+                return Ok(zip);
+            }
+        }
+        let this = self.clone();
+        let (a, v) = (addr.clone(), version.clone());
+        let work = move || async move { this.make_module_zip(&a, &v, &rec).await };
+        self.zip_flights
+            .run((addr.clone(), version.clone()), work)
+            .await
+            .0
+    }
+
+    /// The version of a module whose stored zip has this SHA-256, if one has (one listing).
+    pub async fn module_zip_version(
+        &self,
+        addr: &ModuleAddr,
+        sha256: &str,
+    ) -> Result<Option<Version>> {
+        Ok(self
+            .module_zips(addr)
+            .await?
+            .into_iter()
+            .find(|(_, zip)| zip.sha256 == sha256)
+            .map(|(version, _)| version))
+    }
+
+    /// The zipped versions of a module in the store, with their zips (one listing).
+    pub async fn module_zips(&self, addr: &ModuleAddr) -> Result<Vec<(Version, ModuleZip)>> {
+        let listed = self
+            .zips
+            .committed_under(&[
+                addr.hostname.as_str(),
+                &addr.namespace,
+                &addr.name,
+                &addr.system,
+            ])
+            .await?;
+        let mut out = Vec::new();
+        for found in listed {
+            if let Some(zip) = self.zips.record(&found.key).await? {
+                out.push((found.key.version, zip));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A module version's zip on its way to a client, recorded as a use of the package.
+    pub async fn serve_module_zip(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+        reach: &Reach,
+    ) -> Result<ModulePackage> {
+        let key = ModuleKey::new(addr, version);
+        let zip = self.module_zip(addr, version, reach).await?;
+        let opened = match self.zips.open(&key).await? {
+            Some(opened) if opened.record == zip => opened,
+            // Removed (or quarantined) since its record was read: made again.
+            _ => {
+                let rec = self.module_record(addr, version, reach).await?;
+                let zip = self.make_module_zip(addr, version, &rec).await?;
+                match self.zips.open(&key).await? {
+                    Some(opened) if opened.record == zip => opened,
+                    _ => {
+                        return Err(Error::unexpected(format!(
+                            "the zip of module {addr} {version} vanished from the store right \
+                             after it was stored"
+                        )));
+                    }
+                }
+            }
+        };
+        let this = self.clone();
+        tokio::spawn(async move { this.core.modules().touch(&key).await });
+        Ok(ModulePackage {
+            sha256: opened.record.sha256,
+            size: opened.record.size,
+            modified: opened.modified,
+            body: opened.body,
+        })
+    }
+
+    /// Makes a module version's zip from its stored package (checked against its record on the
+    /// way) and commits it with its record.
+    async fn make_module_zip(
+        &self,
+        addr: &ModuleAddr,
+        version: &Version,
+        rec: &ModuleRecord,
+    ) -> Result<ModuleZip> {
+        let key = ModuleKey::new(addr, version);
+        let opened = self.core.modules().open(&key).await?.ok_or_else(|| {
+            Error::NotFound(format!("module {addr} {version} is not in the cache"))
+        })?;
+        let body = opened
+            .body
+            .map(|chunk| chunk.map_err(|e| Error::io("reading a stored module package", e)))
+            .boxed();
+        let package = admission::stage_stream(self.core.staging(), body, None).await?;
+        Expected {
+            sha256: &rec.sha256,
+            size: Some(rec.size),
+        }
+        .check(&package.digest)?;
+        let scratch = self
+            .core
+            .staging()
+            .scratch_dir()
+            .map_err(|e| Error::io("creating a scratch directory", e))?;
+        let limits = self.core.settings().modules.limits;
+        let staging = self.core.staging().clone();
+        let runtime = tokio::runtime::Handle::current();
+        let subject = Error::module(addr, Some(version));
+        let staged = tokio::task::spawn_blocking(move || -> Result<admission::Staged> {
+            let unpacked = scratch.path().join("unpacked");
+            let zipped = scratch.path().join("module.zip");
+            let io = |doing: &'static str| move |e| Error::io(doing, e);
+            std::fs::create_dir(&unpacked).map_err(io("creating a scratch directory"))?;
+            let out = std::fs::File::create(&zipped).map_err(io("creating a scratch file"))?;
+            crate::package::zip_package(package.file.path(), &unpacked, limits, out)
+                .map_err(|e| Error::verification(subject, Failure::UnusablePackage(Arc::new(e))))?;
+            let mut zipped = std::fs::File::open(&zipped).map_err(io("reading a scratch file"))?;
+            Ok(admission::stage_read(
+                &runtime,
+                &staging,
+                &mut zipped,
+                None,
+            )?)
+        })
+        .await
+        .map_err(|e| Error::task("zipping task", e))??;
+        let zip = ModuleZip {
+            package_sha256: rec.sha256.clone(),
+            sha256: staged.digest.sha256,
+            size: staged.digest.size,
+        };
+        admission::commit_module_zip(&self.zips, addr, version, staged.file, &zip).await?;
+        tracing::info!(module = %addr, %version, size = zip.size, sha256 = %zip.sha256, "zipped module package");
+        Ok(zip)
     }
 
     /// `upstream.min_trust` against how a cached package was obtained: a refusal is a 403

@@ -13,6 +13,15 @@
 //! - a **layer blob** is the archive itself, served by [`ProviderMirror::archive`]: the same fill,
 //!   verification, hold-back, trust policy and offline rules as the network mirror.
 //!
+//! A module repository (`<hostname>/modules/<namespace>/<name>/<system>`) is served from the
+//! module registry's packages ([`ModuleRegistry`]): its tags are the module's versions, a tag
+//! names one image manifest (`artifactType` `application/vnd.opentofu.modulepkg`, rendered by
+//! [`oci::render_module`] from the version's stored zip) and its one layer is that zip, served
+//! from the store. The same fetch, trust policy and cache-only rules as the module registry
+//! door apply. A manifest is a pure function of the zip's record, so it is not stored apart: a
+//! request by digest renders the module's zipped versions' manifests (one listing) and answers
+//! the one with that digest.
+//!
 //! If an archive turns out to have another size than the origin stated, its record is corrected
 //! when it is stored and the documents are rendered again (new digests); a client holding the
 //! old manifest fails on the size and asks again.
@@ -23,8 +32,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::core::{Core, Reach};
-use super::{ArchiveHead, ProviderMirror, Served};
-use crate::address::{OciReference, Platform, ProviderAddr, Version};
+use super::{ArchiveBody, ArchiveHead, ModuleRegistry, ProviderMirror, Served};
+use crate::address::{ModuleAddr, OciReference, Platform, ProviderAddr, Version};
 use crate::cache::Flights;
 use crate::error::{Error, Result};
 use crate::metrics::{Lookup, LookupKind};
@@ -48,17 +57,24 @@ pub struct OciRegistry {
     core: Arc<Core>,
     /// Layer blobs are the provider archives, served as the network mirror serves them.
     providers: ProviderMirror,
+    /// Module repositories are the module registry's packages, as zips.
+    modules: Arc<ModuleRegistry>,
     /// Provider versions rendered as OCI documents.
     images: moka::future::Cache<(ProviderAddr, Version), Arc<ProviderImage>>,
     image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>, Error>,
 }
 
 impl OciRegistry {
-    pub fn new(core: Arc<Core>, providers: ProviderMirror) -> Arc<OciRegistry> {
+    pub fn new(
+        core: Arc<Core>,
+        providers: ProviderMirror,
+        modules: Arc<ModuleRegistry>,
+    ) -> Arc<OciRegistry> {
         let entries = core.settings().cache.metadata_entries;
         Arc::new(OciRegistry {
             core,
             providers,
+            modules,
             images: moka::future::Cache::builder().max_capacity(entries).build(),
             image_flights: Flights::default(),
         })
@@ -76,6 +92,146 @@ impl OciRegistry {
         Ok(tags)
     }
 
+    /// The tags of a module's repository: its versions, in lexical order.
+    pub async fn module_tags(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        reach: &Reach,
+    ) -> Result<Vec<String>> {
+        let versions = self.modules.version_numbers(addr, reach).await?;
+        let mut tags: Vec<String> = versions.iter().map(Version::oci_tag).collect();
+        if versions.iter().any(|v| v.prerelease().is_none()) {
+            tags.push(crate::address::LATEST.to_string());
+        }
+        tags.sort();
+        Ok(tags)
+    }
+
+    /// The version a module's `latest` tag names: its newest version that is not a prerelease
+    /// (among the cached ones, for a cache-only request).
+    pub async fn module_latest(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        reach: &Reach,
+    ) -> Result<Version> {
+        let versions = self.modules.version_numbers(addr, reach).await?;
+        versions
+            .into_iter()
+            .filter(|v| v.prerelease().is_none())
+            .max()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "module {addr} has no version that is not a prerelease for the tag latest"
+                ))
+            })
+    }
+
+    /// A module version's manifest, by tag (its zip made first if needed) or by digest (among
+    /// the module's zipped versions). `latest` is resolved by [`Self::module_latest`] first.
+    pub async fn module_manifest(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        reference: &OciReference,
+        reach: &Reach,
+    ) -> Result<Document> {
+        match reference {
+            OciReference::Tag(version) => {
+                let zip = self.modules.module_zip(addr, version, reach).await?;
+                Ok(oci::render_module(&module_title(addr, version), &zip))
+            }
+            OciReference::Latest => {
+                let version = self.module_latest(addr, reach).await?;
+                Box::pin(self.module_manifest(addr, &OciReference::Tag(version), reach)).await
+            }
+            OciReference::Digest(sha256) => {
+                self.modules.check_module_host(addr)?;
+                for (version, zip) in self.modules.module_zips(addr).await? {
+                    let doc = oci::render_module(&module_title(addr, &version), &zip);
+                    if doc.sha256 == sha256.as_str() {
+                        // Still what the version's package makes (and still admitted).
+                        let now = self.modules.module_zip(addr, &version, reach).await?;
+                        if now == zip {
+                            return Ok(doc);
+                        }
+                    }
+                }
+                Err(Error::NotFound(format!(
+                    "module {addr} has no manifest sha256:{sha256} (resolve a tag first)"
+                )))
+            }
+        }
+    }
+
+    /// A blob of a module's repository: the empty config, or a version's zip.
+    pub async fn module_blob(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        sha256: &str,
+        reach: &Reach,
+    ) -> Result<OciBlob> {
+        self.modules.check_module_host(addr)?;
+        if sha256 == oci::EMPTY_DIGEST_HEX {
+            return Ok(OciBlob::Config);
+        }
+        let version = self.module_layer(addr, sha256, reach).await?;
+        let zip = self.modules.serve_module_zip(addr, &version, reach).await?;
+        if zip.sha256 != sha256 {
+            return Err(self.unknown_module_blob(addr, sha256));
+        }
+        Ok(OciBlob::Archive(Served::Body(ArchiveBody {
+            sha256: zip.sha256,
+            size: Some(zip.size),
+            modified: zip.modified,
+            stream: zip.body,
+        })))
+    }
+
+    /// What a `HEAD` of a module's blob answers.
+    pub async fn module_blob_head(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        sha256: &str,
+        reach: &Reach,
+    ) -> Result<OciBlobHead> {
+        self.modules.check_module_host(addr)?;
+        if sha256 == oci::EMPTY_DIGEST_HEX {
+            return Ok(OciBlobHead::Config);
+        }
+        let version = self.module_layer(addr, sha256, reach).await?;
+        let zip = self.modules.module_zip(addr, &version, reach).await?;
+        let package = self.modules.module_head(addr, &version).await?;
+        Ok(OciBlobHead::Archive(ArchiveHead {
+            sha256: zip.sha256,
+            size: Some(zip.size),
+            modified: package.modified,
+        }))
+    }
+
+    /// The version whose current zip a layer digest names.
+    async fn module_layer(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        sha256: &str,
+        reach: &Reach,
+    ) -> Result<Version> {
+        let version = self
+            .modules
+            .module_zip_version(addr, sha256)
+            .await?
+            .ok_or_else(|| self.unknown_module_blob(addr, sha256))?;
+        let zip = self.modules.module_zip(addr, &version, reach).await?;
+        if zip.sha256 != sha256 {
+            return Err(self.unknown_module_blob(addr, sha256));
+        }
+        Ok(version)
+    }
+
+    fn unknown_module_blob(&self, addr: &ModuleAddr, sha256: &str) -> Error {
+        Error::NotFound(format!(
+            "module {addr} has no blob sha256:{sha256} (resolve a tag first)"
+        ))
+    }
+
     /// A manifest or index, by tag or digest.
     pub async fn oci_manifest(
         self: &Arc<Self>,
@@ -87,6 +243,9 @@ impl OciRegistry {
             OciReference::Tag(version) => {
                 Ok(self.oci_image(addr, version, reach).await?.index.clone())
             }
+            OciReference::Latest => Err(Error::NotFound(format!(
+                "{addr}: a provider's tags are its versions (there is no tag latest)"
+            ))),
             OciReference::Digest(sha256) => {
                 self.core.check_host(addr)?;
                 let found = self.core.meta().read_oci_manifest(addr, sha256).await;
@@ -331,6 +490,11 @@ impl OciRegistry {
         let (info, _) = self.core.ensure_archive(addr, version, platform).await?;
         Ok(info.size)
     }
+}
+
+/// The file name a module version's zip goes by (the layer's title).
+fn module_title(addr: &ModuleAddr, version: &Version) -> String {
+    format!("{}-{}-{}.zip", addr.name, addr.system, version)
 }
 
 /// The bytes of the empty config blob.

@@ -6,6 +6,12 @@
 //! `platform.architecture`). Each manifest has the empty config descriptor and exactly one layer of
 //! media type `archive/zip`: the origin's zip, whose digest is therefore its `zh:` hash.
 //!
+//! A module version (repository `<hostname>/modules/<namespace>/<name>/<system>`, see
+//! [`crate::address::OciRepo`]) is one **image manifest** whose `artifactType` is
+//! `application/vnd.opentofu.modulepkg`, with the empty config and exactly one `archive/zip`
+//! layer: the module package as a zip ([`ModuleZip`], [`render_module`]), which is what
+//! OpenTofu's `oci://` module sources install (`internal/getmodules/oci_getter.go`).
+//!
 //! Rendering is a pure function of the version's packages (platform, SHA-256, size), with
 //! platforms in a fixed order and at most one annotation per descriptor, so every replica and
 //! every restart produces the same bytes and digests.
@@ -31,6 +37,9 @@ pub const TARGET_ARTIFACT_TYPE: &str = "application/vnd.opentofu.provider-target
 /// by its media type alone, but OpenTofu's own packaging sets this too (as its test registry
 /// shows), and a client that also checks it finds it.
 pub const PACKAGE_ARTIFACT_TYPE: &str = "application/vnd.opentofu.providerpkg";
+/// `artifactType` of a module package's manifest. OpenTofu's code requires exactly this (its RFC
+/// says `application/vnd.opentofu.module`; the code counts).
+pub const MODULE_ARTIFACT_TYPE: &str = "application/vnd.opentofu.modulepkg";
 /// Media type of the layer holding the provider zip.
 pub const ZIP_MEDIA_TYPE: &str = "archive/zip";
 /// The empty config blob (`{}`), its media type and digest.
@@ -88,6 +97,16 @@ impl Document {
 pub struct BlobLink {
     pub version: Version,
     pub platform: Platform,
+}
+
+/// The zip of a module version's package, as stored beside the package (the record of
+/// `module.zip`): what it was made from, its SHA-256 (the layer's digest) and size.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ModuleZip {
+    /// SHA-256 of the stored `.tar.gz` package the zip was made from.
+    pub package_sha256: Sha256,
+    pub sha256: Sha256,
+    pub size: u64,
 }
 
 /// What the documents are made from: one platform's package.
@@ -225,6 +244,26 @@ pub fn render(addr: &ProviderAddr, version: &Version, layers: &[Layer]) -> Provi
         manifests,
         layers,
     }
+}
+
+/// Renders a module version's manifest: a pure function of its zip's SHA-256 and size (and the
+/// file name in the layer's title, which oras and other tools name downloads after).
+pub fn render_module(title: &str, zip: &ModuleZip) -> Document {
+    let annotations: std::collections::HashMap<String, String> =
+        [(TITLE.to_string(), title.to_string())].into();
+    let layer = descriptor(ZIP_MEDIA_TYPE, zip.sha256.as_str(), zip.size, None, None)
+        .annotations(annotations)
+        .build()
+        .expect("descriptor fields are set");
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(media(MANIFEST_MEDIA_TYPE))
+        .artifact_type(media(MODULE_ARTIFACT_TYPE))
+        .config(empty_config())
+        .layers(vec![layer])
+        .build()
+        .expect("manifest fields are set");
+    Document::new(to_json(&manifest), MANIFEST_MEDIA_TYPE)
 }
 
 #[cfg(test)]
@@ -368,6 +407,39 @@ mod tests {
             }]
         });
         assert_eq!(index, theirs);
+    }
+
+    /// The fields OpenTofu's `oci://` module installer checks: the manifest's media type and
+    /// `artifactType`, and exactly one `archive/zip` layer.
+    #[test]
+    fn a_module_manifest_has_the_shape_opentofu_requires() {
+        let zip = ModuleZip {
+            package_sha256: Sha256::parse(&"b".repeat(64)).unwrap(),
+            sha256: Sha256::parse(&"a".repeat(64)).unwrap(),
+            size: 123,
+        };
+        let doc = render_module("vpc-aws-1.4.0.zip", &zip);
+        assert_eq!(doc, render_module("vpc-aws-1.4.0.zip", &zip));
+        assert_eq!(doc.media_type, MANIFEST_MEDIA_TYPE);
+        let theirs = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "artifactType": "application/vnd.opentofu.modulepkg",
+            "config": {
+                "mediaType": "application/vnd.oci.empty.v1+json",
+                "digest": format!("sha256:{EMPTY_DIGEST_HEX}"),
+                "size": 2,
+                "data": "e30="
+            },
+            "layers": [{
+                "mediaType": "archive/zip",
+                "digest": format!("sha256:{}", "a".repeat(64)),
+                "size": 123,
+                "annotations": {TITLE: "vpc-aws-1.4.0.zip"}
+            }]
+        });
+        let ours: serde_json::Value = serde_json::from_slice(&doc.bytes).unwrap();
+        assert_eq!(ours, theirs);
     }
 
     #[test]

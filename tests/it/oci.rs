@@ -12,8 +12,15 @@
 //!   `packages` extension), and a wrong stated size is corrected once the archive is stored;
 //! - the documents are the same bytes on another replica and after a restart; an offline
 //!   mirror serves what it holds;
-//! - with `[auth]`, the bearer challenge and `/v2/token` take the mirror's own tokens.
+//! - with `[auth]`, the bearer challenge and `/v2/token` take the mirror's own tokens;
+//! - a module (`<host>/modules/<namespace>/<name>/<system>`, from an archive or from git) is an
+//!   OpenTofu module artifact: one manifest with exactly the fields OpenTofu's `oci://`
+//!   installer checks, whose one `archive/zip` layer holds the files `terraform init` installs
+//!   through the module registry door, the same digests after a restart; skopeo and oras pull
+//!   it; a cache-only client gets only cached modules, and no client a module outside its
+//!   patterns.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -24,7 +31,7 @@ use crate::support::http::{Got, get, request};
 use crate::support::https_client;
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
-use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
 use crate::support::tf_config::local_platform_and;
 
 const REPO: &str = "registry.terraform.io/acme/foo";
@@ -497,6 +504,7 @@ async fn with_auth_the_bearer_challenge_takes_the_mirrors_tokens() {
 /// skopeo (Debian's, containers/image) against the mirror, trusting the test CA.
 struct Skopeo {
     host: String,
+    repo: String,
     certs: tempfile::TempDir,
     auth: PathBuf,
 }
@@ -509,14 +517,21 @@ impl Skopeo {
         std::fs::write(&auth, "{}").unwrap();
         Skopeo {
             host: format!("localhost:{}", mirror.url.port().unwrap()),
+            repo: REPO.to_string(),
             certs,
             auth,
         }
     }
 
-    /// `docker://<mirror>/<REPO><suffix>`.
+    /// The same, for another repository than [`REPO`].
+    fn for_repo(mut self, repo: &str) -> Skopeo {
+        self.repo = repo.to_string();
+        self
+    }
+
+    /// `docker://<mirror>/<repo><suffix>`.
     fn image(&self, suffix: &str) -> String {
-        format!("docker://{}/{REPO}{suffix}", self.host)
+        format!("docker://{}/{}{suffix}", self.host, self.repo)
     }
 
     fn output(&self, args: &[&str]) -> std::process::Output {
@@ -611,6 +626,7 @@ async fn skopeo_lists_inspects_and_copies_a_provider() {
 struct Oras {
     python: PathBuf,
     host: String,
+    repo: String,
     ca: tempfile::TempDir,
     credentials: Option<(String, String)>,
 }
@@ -627,9 +643,16 @@ impl Oras {
         Oras {
             python,
             host: format!("localhost:{}", mirror.url.port().unwrap()),
+            repo: REPO.to_string(),
             ca: dir,
             credentials: None,
         }
+    }
+
+    /// The same, for another repository than [`REPO`].
+    fn for_repo(mut self, repo: &str) -> Oras {
+        self.repo = repo.to_string();
+        self
     }
 
     fn with_credentials(mut self, user: &str, password: &str) -> Oras {
@@ -648,7 +671,7 @@ impl Oras {
             "import json, sys, oras.client\nclient = oras.client.OrasClient(hostname={host:?}, tls_verify={ca:?})\n{login}repo = {repo:?}\n{snippet}",
             host = self.host,
             ca = self.ca.path().join("ca.pem").to_str().unwrap(),
-            repo = format!("{}/{REPO}", self.host),
+            repo = format!("{}/{}", self.host, self.repo),
         );
         let out = Command::new(&self.python)
             .args(["-c", &script])
@@ -708,4 +731,383 @@ async fn oras_lists_tags_and_pulls_a_platforms_zip() {
         );
         assert_eq!(bytes, origin.archive("acme", "foo", "1.1.0", os, arch));
     }
+}
+
+// ---- Modules as OpenTofu `oci://` artifacts ----
+
+const MODULE_ARTIFACT: &str = "application/vnd.opentofu.modulepkg";
+
+/// The modules the origin serves: one from an archive, one from git.
+async fn module_origin(ca: &TestCa) -> FakeOrigin {
+    use crate::support::origin::{ModuleSource, ModuleSpec};
+    FakeOrigin::start_with_modules(
+        ca,
+        &[REGISTRY],
+        Vec::new(),
+        vec![
+            ModuleSpec::new("acme", "net", "test", &["1.0.0", "1.1.0+b.2"])
+                .with_file("scripts/run.sh", "#!/bin/sh\necho hi\n"),
+            ModuleSpec::new("acme", "gitmod", "test", &["1.0.0"])
+                .source(ModuleSource::Git)
+                .with_file("modules/extra/main.tf", "# a nested directory\n"),
+        ],
+    )
+    .await
+}
+
+fn module_repo(name: &str) -> String {
+    format!("{REGISTRY}/modules/acme/{name}/test")
+}
+
+/// Every file of a zip, name → content (directories left out).
+fn unzip(bytes: &[u8]) -> BTreeMap<String, Vec<u8>> {
+    use std::io::Read;
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+    let mut files = BTreeMap::new();
+    for i in 0..zip.len() {
+        let mut entry = zip.by_index(i).unwrap();
+        if entry.is_dir() {
+            continue;
+        }
+        let mut body = Vec::new();
+        entry.read_to_end(&mut body).unwrap();
+        files.insert(entry.name().unwrap().to_string(), body);
+    }
+    files
+}
+
+/// A module's manifest by tag, checked field by field against what OpenTofu's `oci://`
+/// installer requires; its digest, its layer's digest and size.
+async fn module_manifest(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    repo: &str,
+    tag: &str,
+) -> (String, String, u64) {
+    let (digest, manifest, bytes) = document(client, mirror, repo, tag, MANIFEST).await;
+    assert!(bytes.len() <= 4 << 20);
+    assert_eq!(manifest["schemaVersion"], 2);
+    assert_eq!(manifest["mediaType"], MANIFEST);
+    assert_eq!(manifest["artifactType"], MODULE_ARTIFACT);
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.oci.empty.v1+json"
+    );
+    assert_eq!(manifest["config"]["digest"], EMPTY);
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "archive/zip");
+    let keys: Vec<&String> = manifest.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "artifactType",
+            "config",
+            "layers",
+            "mediaType",
+            "schemaVersion"
+        ]
+    );
+    (
+        digest,
+        layers[0]["digest"].as_str().unwrap().to_string(),
+        layers[0]["size"].as_u64().unwrap(),
+    )
+}
+
+/// A blob of `repo`, checked against its digest and size.
+async fn blob(
+    client: &reqwest::Client,
+    mirror: &TestMirror,
+    repo: &str,
+    digest: &str,
+    size: u64,
+) -> Vec<u8> {
+    let url = mirror.root_url(&format!("/v2/{repo}/blobs/{digest}"));
+    let head = request(client, Method::HEAD, &url).await;
+    assert_eq!(head.status, StatusCode::OK, "HEAD {url}");
+    assert_eq!(header(&head, "content-length"), size.to_string());
+    let got = get(client, &url).await;
+    assert_eq!(got.status, StatusCode::OK, "GET {url}: {}", got.text());
+    assert_eq!(header(&got, "docker-content-digest"), digest);
+    assert_eq!(got.body.len() as u64, size);
+    assert_eq!(format!("sha256:{}", sha256(&got.body)), digest);
+    got.body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn modules_are_opentofu_module_artifacts_holding_what_terraform_installs() {
+    let ca = TestCa::new();
+    let origin = module_origin(&ca).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+
+    let tags = get(
+        &client,
+        &mirror.root_url(&format!("/v2/{}/tags/list", module_repo("net"))),
+    )
+    .await;
+    assert_eq!(tags.status, StatusCode::OK);
+    assert_eq!(
+        tags.json(),
+        serde_json::json!({"name": module_repo("net"), "tags": ["1.0.0", "1.1.0_b.2", "latest"]})
+    );
+
+    // terraform installs the same modules through the module registry door.
+    let root = crate::support::tf_config::root_module(
+        "module \"net\" {\n  source  = \"acme/net/test\"\n  version = \"1.1.0+b.2\"\n}\n\n\
+         module \"git\" {\n  source  = \"acme/gitmod/test\"\n  version = \"1.0.0\"\n}\n",
+    );
+    let base = mirror.url.as_str();
+    let terraform = crate::support::Terraform::new(
+        &ca,
+        &crate::support::tf_config::registry_host_with_modules(
+            &format!("{base}v1/providers/{REGISTRY}/"),
+            &format!("{base}v1/modules/{REGISTRY}/"),
+        ),
+    );
+    terraform.init(root.path()).await.assert_success();
+
+    let mut digests = Vec::new();
+    for (call, name, tag) in [("net", "net", "1.1.0_b.2"), ("git", "gitmod", "1.0.0")] {
+        let repo = module_repo(name);
+        let (digest, layer, size) = module_manifest(&client, &mirror, &repo, tag).await;
+        let zip = blob(&client, &mirror, &repo, &layer, size).await;
+        let config = blob(&client, &mirror, &repo, EMPTY, 2).await;
+        assert_eq!(config, b"{}");
+        // By digest too, as OpenTofu asks for `?digest=`.
+        let (again, _, _) = document(&client, &mirror, &repo, &digest, MANIFEST).await;
+        assert_eq!(again, digest);
+
+        let dir = root.path().join(".terraform/modules").join(call);
+        let installed: BTreeMap<String, Vec<u8>> = files_under(&dir)
+            .into_iter()
+            .filter(|p| !p.components().any(|c| c.as_os_str() == ".git"))
+            .map(|p| {
+                let rel = p.strip_prefix(&dir).unwrap().to_str().unwrap().to_owned();
+                (rel, std::fs::read(&p).unwrap())
+            })
+            .collect();
+        assert!(installed.len() > 1, "{installed:?}");
+        assert_eq!(
+            unzip(&zip),
+            installed,
+            "{name}: the layer holds what terraform installs"
+        );
+        digests.push((repo, tag, digest, layer));
+    }
+    // `latest` (what a source without `?tag=` asks for) is the newest version.
+    let (latest, _, _) = module_manifest(&client, &mirror, &module_repo("net"), "latest").await;
+    assert_eq!(latest, digests[0].2);
+    // The script keeps its mode.
+    let (_, layer, size) =
+        module_manifest(&client, &mirror, &module_repo("net"), "1.1.0_b.2").await;
+    let zip = blob(&client, &mirror, &module_repo("net"), &layer, size).await;
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(zip)).unwrap();
+    let mode = zip.by_name("scripts/run.sh").unwrap().unix_mode().unwrap();
+    let installed =
+        std::fs::metadata(root.path().join(".terraform/modules/net/scripts/run.sh")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        mode & 0o111 != 0,
+        installed.permissions().mode() & 0o111 != 0
+    );
+
+    // After a restart on the same cache: the same documents, from the cache alone.
+    mirror.stop().await;
+    let before = origin.total_requests();
+    let restarted = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
+    for (repo, tag, digest, layer) in &digests {
+        let (after, after_layer, size) = module_manifest(&client, &restarted, repo, tag).await;
+        assert_eq!((&after, &after_layer), (digest, layer));
+        let (by_digest, _, _) = document(&client, &restarted, repo, digest, MANIFEST).await;
+        assert_eq!(&by_digest, digest);
+        blob(&client, &restarted, repo, layer, size).await;
+    }
+    assert_eq!(
+        origin.count(RequestKind::ModuleArchive),
+        1,
+        "the archive was fetched once, before the restart"
+    );
+    assert_eq!(
+        origin.total_requests(),
+        before,
+        "nothing asked of the origin after the restart"
+    );
+
+    // What names nothing is an OCI error.
+    let unknown = get(
+        &client,
+        &restarted.root_url(&format!(
+            "/v2/{}/blobs/sha256:{}",
+            module_repo("net"),
+            "0".repeat(64)
+        )),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    assert_eq!(oci_code(&unknown), "BLOB_UNKNOWN");
+    let other = get(
+        &client,
+        &restarted.root_url(&format!("/v2/{}/manifests/9.9.9", module_repo("net"))),
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND, "{}", other.text());
+    assert_eq!(oci_code(&other), "MANIFEST_UNKNOWN");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skopeo_and_oras_pull_a_module() {
+    let ca = TestCa::new();
+    let origin = module_origin(&ca).await;
+    let mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let repo = module_repo("net");
+
+    let skopeo = Skopeo::new(&ca, &mirror).for_repo(&repo);
+    let listed: Value =
+        serde_json::from_str(&skopeo.run(&["list-tags", &skopeo.image("")])).unwrap();
+    assert_eq!(
+        listed["Tags"],
+        serde_json::json!(["1.0.0", "1.1.0_b.2", "latest"])
+    );
+    let raw = skopeo.run(&["inspect", "--raw", &skopeo.image(":1.0.0")]);
+    let (digest, _, served) = document(&client, &mirror, &repo, "1.0.0", MANIFEST).await;
+    assert_eq!(
+        raw.trim_end().as_bytes(),
+        &served[..],
+        "skopeo sees the manifest as served"
+    );
+    let (_, layer, _) = module_manifest(&client, &mirror, &repo, "1.0.0").await;
+    let out = tempfile::tempdir().unwrap();
+    skopeo.run(&[
+        "copy",
+        &skopeo.image(":1.0.0"),
+        &format!("dir:{}", out.path().display()),
+    ]);
+    let copied = std::fs::read(out.path().join(layer.trim_start_matches("sha256:"))).unwrap();
+    assert_eq!(format!("sha256:{}", sha256(&copied)), layer);
+    assert_eq!(
+        std::fs::read(out.path().join("manifest.json")).unwrap(),
+        served,
+        "the copied manifest is the one served ({digest})"
+    );
+    let files = unzip(&copied);
+    assert_eq!(files["VERSION"], b"1.0.0\n");
+
+    let oras = Oras::new(&ca, &mirror).for_repo(&repo);
+    let tags: Vec<String> =
+        serde_json::from_str(oras.run("print(json.dumps(client.get_tags(repo)))").trim()).unwrap();
+    assert_eq!(tags, ["1.0.0", "1.1.0_b.2", "latest"]);
+    let pulled = tempfile::tempdir().unwrap();
+    let printed = oras.run(&format!(
+        "files = client.pull(target=f'{{repo}}:1.0.0', outdir={:?})\nprint(json.dumps(files))\n",
+        pulled.path().to_str().unwrap()
+    ));
+    let files: Vec<String> = serde_json::from_str(printed.trim()).unwrap();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let path = Path::new(&files[0]);
+    assert_eq!(path.file_name().unwrap(), "net-test-1.0.0.zip");
+    assert_eq!(std::fs::read(path).unwrap(), copied);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn module_repositories_follow_the_module_doors_rules() {
+    let ca = TestCa::new();
+    let origin = module_origin(&ca).await;
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.clients]]
+name = "platform"
+token = "platform-token-0123456789"
+
+[[auth.clients]]
+name = "ci"
+token = "ci-token-0123456789abc"
+
+[[auth.rules]]
+name = "platform-team"
+clients = "platform"
+
+[[auth.rules]]
+name = "readers"
+clients = "*"
+fill = false
+modules = ["{REGISTRY}/acme/net/*"]
+"#,
+        key = "k".repeat(40),
+    );
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let client = https_client(&ca, &[]);
+    let as_client = |path: String, token: &'static str| {
+        let url = mirror.root_url(&format!("/v2/{path}"));
+        let req = client.get(&url).bearer_auth(token);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            let body = resp.bytes().await.unwrap().to_vec();
+            (status, body)
+        }
+    };
+    let code = |body: &[u8]| -> String {
+        let json: Value = serde_json::from_slice(body).unwrap();
+        json["errors"][0]["code"].as_str().unwrap().to_string()
+    };
+    let net = module_repo("net");
+
+    // Nothing cached: a cache-only reader may not cause a fetch.
+    let (status, body) =
+        as_client(format!("{net}/manifests/1.0.0"), "ci-token-0123456789abc").await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(code(&body), "DENIED");
+    assert_eq!(origin.count(RequestKind::ModuleArchive), 0);
+    // A module outside its patterns is refused.
+    let (status, body) = as_client(
+        format!("{}/tags/list", module_repo("gitmod")),
+        "ci-token-0123456789abc",
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(
+        String::from_utf8_lossy(&body).contains("does not let ci get module"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    // The platform team pulls 1.0.0; then the reader gets it, and sees only cached versions.
+    let (status, manifest) = as_client(
+        format!("{net}/manifests/1.0.0"),
+        "platform-token-0123456789",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, again) =
+        as_client(format!("{net}/manifests/1.0.0"), "ci-token-0123456789abc").await;
+    assert_eq!((status, &again), (StatusCode::OK, &manifest));
+    let layer: Value = serde_json::from_slice(&manifest).unwrap();
+    let layer = layer["layers"][0]["digest"].as_str().unwrap().to_string();
+    let (status, _) = as_client(format!("{net}/blobs/{layer}"), "ci-token-0123456789abc").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, tags) = as_client(format!("{net}/tags/list"), "ci-token-0123456789abc").await;
+    assert_eq!(status, StatusCode::OK);
+    let tags: Value = serde_json::from_slice(&tags).unwrap();
+    assert_eq!(tags["tags"], serde_json::json!(["1.0.0", "latest"]));
+    // For it, `latest` is the newest cached version.
+    let (status, latest) =
+        as_client(format!("{net}/manifests/latest"), "ci-token-0123456789abc").await;
+    assert_eq!((status, &latest), (StatusCode::OK, &manifest));
+    let (status, _) = as_client(
+        format!("{net}/manifests/1.1.0_b.2"),
+        "ci-token-0123456789abc",
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(origin.count(RequestKind::ModuleArchive), 1);
 }

@@ -11,13 +11,18 @@
 //! - every failure is an OCI error body `{"errors":[{"code","message","detail"}]}`: an unknown
 //!   provider is `NAME_UNKNOWN` (OpenTofu then tries its next installation method), an unknown tag
 //!   or digest `MANIFEST_UNKNOWN` / `BLOB_UNKNOWN`, a policy refusal `DENIED`.
+//!
+//! A repository is a provider (`<hostname>/<namespace>/<type>`) or a module
+//! (`<hostname>/modules/<namespace>/<name>/<system>`, for OpenTofu's `oci://` module sources);
+//! each gets the same `Principal` checks as its own door (`may_get_provider`, `may_get_module`,
+//! and its `Reach`).
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 
 use super::{App, Body, redirect};
-use crate::address::{OciPath, OciPathError, ProviderAddr};
+use crate::address::{OciPath, OciPathError, OciReference, OciRepo};
 use crate::auth::Denied;
 use crate::error::Error;
 use crate::mirror::{OciBlob, OciBlobHead, Served, empty_config};
@@ -144,11 +149,6 @@ fn document_response(bytes: Bytes, media_type: &str, sha256: &str) -> Response<B
     resp
 }
 
-/// The repository name of a provider, as clients write it.
-fn repo_of(addr: &ProviderAddr) -> String {
-    format!("{}/{}/{}", addr.hostname, addr.namespace, addr.type_)
-}
-
 impl App {
     /// Answers a request below `/v2/` (never fails: errors become OCI error bodies).
     pub(super) async fn oci(
@@ -205,26 +205,46 @@ impl App {
             ));
         };
         let head = req.method() == Method::HEAD;
-        let addr = match &parsed {
-            OciPath::Tags(a) | OciPath::Manifest(a, _) | OciPath::Blob(a, _) => a,
+        let repo = match &parsed {
+            OciPath::Tags(r) | OciPath::Manifest(r, _) | OciPath::Blob(r, _) => r,
         };
-        principal
-            .may_get_provider(addr)
-            .map_err(|e| OciError::of(&e, Subject::Name))?;
+        match repo {
+            OciRepo::Provider(addr) => principal.may_get_provider(addr),
+            OciRepo::Module(addr) => principal.may_get_module(addr),
+        }
+        .map_err(|e| OciError::of(&e, Subject::Name))?;
         let reach = principal.reach();
+        let oci = &self.mirror.oci;
         match parsed {
-            OciPath::Tags(addr) => self.oci_tags(req, &addr, &reach).await,
-            OciPath::Manifest(addr, reference) => {
-                let doc: Document = self
-                    .mirror
-                    .oci
-                    .oci_manifest(&addr, &reference, &reach)
-                    .await
-                    .map_err(|e| OciError::of(&e, Subject::Manifest))?;
+            OciPath::Tags(repo) => {
+                let tags = match &repo {
+                    OciRepo::Provider(addr) => oci.oci_tags(addr, &reach).await,
+                    OciRepo::Module(addr) => oci.module_tags(addr, &reach).await,
+                }
+                .map_err(|e| OciError::of(&e, Subject::Name))?;
+                self.oci_tags(req, &repo, tags)
+            }
+            OciPath::Manifest(repo, mut reference) => {
+                // `latest` is the version it names now, for the answer and for usage counts.
+                if let (OciRepo::Module(addr), OciReference::Latest) = (&repo, &reference) {
+                    let version = oci
+                        .module_latest(addr, &reach)
+                        .await
+                        .map_err(|e| OciError::of(&e, Subject::Manifest))?;
+                    reference = OciReference::Tag(version);
+                }
+                let doc: Document = match &repo {
+                    OciRepo::Provider(addr) => oci.oci_manifest(addr, &reference, &reach).await,
+                    OciRepo::Module(addr) => oci.module_manifest(addr, &reference, &reach).await,
+                }
+                .map_err(|e| OciError::of(&e, Subject::Manifest))?;
                 // A tag names a version: resolving it is using it.
-                if let (crate::address::OciReference::Tag(version), false) = (&reference, head) {
-                    let kind = crate::usage::Kind::Provider;
-                    self.count_use(&principal, kind, addr.to_string(), version);
+                if let (OciReference::Tag(version), false) = (&reference, head) {
+                    let (kind, name) = match &repo {
+                        OciRepo::Provider(addr) => (crate::usage::Kind::Provider, addr.to_string()),
+                        OciRepo::Module(addr) => (crate::usage::Kind::Module, addr.to_string()),
+                    };
+                    self.count_use(&principal, kind, name, version);
                 }
                 Ok(document_response(
                     doc.bytes,
@@ -232,13 +252,12 @@ impl App {
                     doc.sha256.as_str(),
                 ))
             }
-            OciPath::Blob(addr, sha256) if head => {
-                let found = self
-                    .mirror
-                    .oci
-                    .oci_blob_head(&addr, &sha256, &reach)
-                    .await
-                    .map_err(|e| OciError::of(&e, Subject::Blob))?;
+            OciPath::Blob(repo, sha256) if head => {
+                let found = match &repo {
+                    OciRepo::Provider(addr) => oci.oci_blob_head(addr, &sha256, &reach).await,
+                    OciRepo::Module(addr) => oci.module_blob_head(addr, &sha256, &reach).await,
+                }
+                .map_err(|e| OciError::of(&e, Subject::Blob))?;
                 Ok(match found {
                     OciBlobHead::Config => {
                         document_response(empty_config(), oci::EMPTY_MEDIA_TYPE, &sha256)
@@ -250,13 +269,12 @@ impl App {
                     }
                 })
             }
-            OciPath::Blob(addr, sha256) => {
-                let found = self
-                    .mirror
-                    .oci
-                    .oci_blob(&addr, &sha256, &reach)
-                    .await
-                    .map_err(|e| OciError::of(&e, Subject::Blob))?;
+            OciPath::Blob(repo, sha256) => {
+                let found = match &repo {
+                    OciRepo::Provider(addr) => oci.oci_blob(addr, &sha256, &reach).await,
+                    OciRepo::Module(addr) => oci.module_blob(addr, &sha256, &reach).await,
+                }
+                .map_err(|e| OciError::of(&e, Subject::Blob))?;
                 Ok(match found {
                     OciBlob::Config => {
                         document_response(empty_config(), oci::EMPTY_MEDIA_TYPE, &sha256)
@@ -273,18 +291,12 @@ impl App {
     }
 
     /// `<repo>/tags/list`, in lexical order, `n` at a time after `last` when asked.
-    async fn oci_tags(
+    fn oci_tags(
         &self,
         req: &Request<()>,
-        addr: &ProviderAddr,
-        reach: &crate::mirror::Reach,
+        repo: &OciRepo,
+        tags: Vec<String>,
     ) -> Result<Response<Body>, OciError> {
-        let tags = self
-            .mirror
-            .oci
-            .oci_tags(addr, reach)
-            .await
-            .map_err(|e| OciError::of(&e, Subject::Name))?;
         let (mut n, mut last) = (None, None);
         for (k, v) in url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()) {
             match &*k {
@@ -310,8 +322,7 @@ impl App {
             .take(n.unwrap_or(usize::MAX))
             .copied()
             .collect();
-        let repo = repo_of(addr);
-        let body = serde_json::json!({ "name": repo, "tags": page });
+        let body = serde_json::json!({ "name": repo.to_string(), "tags": page });
         let mut resp = bytes_response(
             StatusCode::OK,
             "application/json",
@@ -350,9 +361,9 @@ impl App {
         realm.set_query(None);
         let scope = path
             .map(|p| match p {
-                OciPath::Tags(a) | OciPath::Manifest(a, _) | OciPath::Blob(a, _) => a,
+                OciPath::Tags(r) | OciPath::Manifest(r, _) | OciPath::Blob(r, _) => r,
             })
-            .map(|a| format!(",scope=\"repository:{}:pull\"", repo_of(a)))
+            .map(|r| format!(",scope=\"repository:{r}:pull\""))
             .unwrap_or_default();
         Err(OciError::unauthorized(
             denied,
