@@ -22,7 +22,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::cache::{
-    ArchiveKind, Kind, Listed, ModuleKind, Objects, Opened, ReleaseKind, StagedFile, Staging,
+    ArchiveKind, Kind, Listed, ModuleKind, ModuleZipKind, Objects, Opened, ReleaseKind, StagedFile,
+    Staging,
 };
 use futures_util::StreamExt;
 
@@ -165,6 +166,16 @@ impl Recheck for ModuleKind {
     }
 }
 
+/// A module package's zip: its own size and SHA-256, as for the package it was made from (a zip
+/// whose package changed is made again when it is asked for).
+impl Recheck for ModuleZipKind {
+    const REASON: VerificationReason = VerificationReason::CachedModuleMismatch;
+
+    fn store(mirror: &Core) -> &Objects<Self> {
+        mirror.module_zips()
+    }
+}
+
 impl Recheck for ReleaseKind {
     const REASON: VerificationReason = VerificationReason::CachedReleaseMismatch;
 
@@ -295,6 +306,7 @@ pub async fn pass(mirror: &Arc<Core>, metrics: &Metrics) -> Result<Report, Stora
     let mut report = Report::default();
     pass_over::<ArchiveKind>(mirror, metrics, &mut report).await?;
     pass_over::<ModuleKind>(mirror, metrics, &mut report).await?;
+    pass_over::<ModuleZipKind>(mirror, metrics, &mut report).await?;
     pass_over::<ReleaseKind>(mirror, metrics, &mut report).await?;
     Ok(report)
 }

@@ -23,7 +23,7 @@ use super::admission;
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::cache::{
     self, ArchiveKind, Archives, Budget, Budgeted, Flights, FreshnessRules, Listings, MetaStore,
-    Modules, NotCached, Opened, Staging,
+    ModuleZips, Modules, NotCached, Opened, Staging,
 };
 use crate::config::Settings;
 use crate::error::{Error, Failure, RefusalKind, Result};
@@ -89,6 +89,8 @@ pub struct Core {
     pub(super) module_lists: ModuleLists,
     pub(super) archives: Arc<Archives>,
     pub(super) modules: Modules,
+    /// Module packages as zips (OCI artifacts' layers), made from `modules`.
+    pub(super) module_zips: ModuleZips,
     pub(super) staging: Staging,
     pub(self) fills: FillTable<ArchiveKey>,
     /// CLI release builds being downloaded (used by `mirror::releases`).
@@ -142,6 +144,7 @@ impl Core {
         .then(|| crate::cache::Leases::new(storage.clone()));
         let archives = Archives::new(storage.clone(), entries).with_tier(tier.clone());
         let modules = Modules::new(storage.clone(), entries).with_tier(tier.clone());
+        let module_zips = ModuleZips::new(storage.clone(), entries);
         let releases = crate::cache::Objects::new(storage.clone(), entries).with_tier(tier.clone());
         let upstream = Upstream::new(Arc::new(settings.upstream.clone()), metrics.clone())?
             .with_git(&settings.modules.git.program);
@@ -183,6 +186,7 @@ impl Core {
             module_lists,
             archives: Arc::new(archives),
             modules,
+            module_zips,
             staging,
             fills: FillTable::new(in_flight.clone()),
             release_fills: FillTable::new(in_flight),
@@ -464,6 +468,11 @@ impl Core {
     /// The module package store.
     pub fn modules(&self) -> &Modules {
         &self.modules
+    }
+
+    /// The store of module packages as zips (made from `modules`, for OCI clients).
+    pub fn module_zips(&self) -> &ModuleZips {
+        &self.module_zips
     }
 
     /// The LRU accounting behind `cache.max_size`, if the cache is bounded.

@@ -26,7 +26,7 @@ use futures_util::StreamExt;
 use super::admission::{self, Expected, StageWriter};
 use super::core::{Core, Reach};
 use crate::address::{ModuleAddr, Version};
-use crate::cache::{Flights, ModuleZips};
+use crate::cache::Flights;
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, VerificationReason};
 use crate::records::oci::ModuleZip;
@@ -51,23 +51,16 @@ pub struct ModuleRegistry {
     flights: Flights<(ModuleAddr, Version), ModuleRecord, Error>,
     /// When each cached git package's reference was last checked against its origin.
     ref_checks: Mutex<HashMap<(ModuleAddr, Version), Instant>>,
-    /// The packages as zips, for OCI clients.
-    zips: ModuleZips,
     /// One zip made per module version.
     zip_flights: Flights<(ModuleAddr, Version), ModuleZip, Error>,
 }
 
 impl ModuleRegistry {
     pub fn new(core: Arc<Core>) -> Arc<ModuleRegistry> {
-        let zips = ModuleZips::new(
-            core.modules().storage().clone(),
-            core.settings().cache.metadata_entries,
-        );
         Arc::new(ModuleRegistry {
             core,
             flights: Flights::default(),
             ref_checks: Mutex::new(HashMap::new()),
-            zips,
             zip_flights: Flights::default(),
         })
     }
@@ -282,7 +275,7 @@ impl ModuleRegistry {
         self.check_module_host(addr)?;
         let rec = self.module_record(addr, version, reach).await?;
         let key = ModuleKey::new(addr, version);
-        if let Some(zip) = self.zips.record(&key).await? {
+        if let Some(zip) = self.core.module_zips().record(&key).await? {
             if zip.package_sha256 == rec.sha256 {
                 return Ok(zip);
             }
@@ -313,7 +306,8 @@ impl ModuleRegistry {
     /// The zipped versions of a module in the store, with their zips (one listing).
     pub async fn module_zips(&self, addr: &ModuleAddr) -> Result<Vec<(Version, ModuleZip)>> {
         let listed = self
-            .zips
+            .core
+            .module_zips()
             .committed_under(&[
                 addr.hostname.as_str(),
                 &addr.namespace,
@@ -323,7 +317,7 @@ impl ModuleRegistry {
             .await?;
         let mut out = Vec::new();
         for found in listed {
-            if let Some(zip) = self.zips.record(&found.key).await? {
+            if let Some(zip) = self.core.module_zips().record(&found.key).await? {
                 out.push((found.key.version, zip));
             }
         }
@@ -339,13 +333,13 @@ impl ModuleRegistry {
     ) -> Result<ModulePackage> {
         let key = ModuleKey::new(addr, version);
         let zip = self.module_zip(addr, version, reach).await?;
-        let opened = match self.zips.open(&key).await? {
+        let opened = match self.core.module_zips().open(&key).await? {
             Some(opened) if opened.record == zip => opened,
             // Removed (or quarantined) since its record was read: made again.
             _ => {
                 let rec = self.module_record(addr, version, reach).await?;
                 let zip = self.make_module_zip(addr, version, &rec).await?;
-                match self.zips.open(&key).await? {
+                match self.core.module_zips().open(&key).await? {
                     Some(opened) if opened.record == zip => opened,
                     _ => {
                         return Err(Error::unexpected(format!(
@@ -420,7 +414,8 @@ impl ModuleRegistry {
             sha256: staged.digest.sha256,
             size: staged.digest.size,
         };
-        admission::commit_module_zip(&self.zips, addr, version, staged.file, &zip).await?;
+        admission::commit_module_zip(self.core.module_zips(), addr, version, staged.file, &zip)
+            .await?;
         tracing::info!(module = %addr, %version, size = zip.size, sha256 = %zip.sha256, "zipped module package");
         Ok(zip)
     }

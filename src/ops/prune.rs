@@ -448,6 +448,11 @@ async fn remove(
                     failed.push((what, e.to_string()));
                     continue;
                 }
+                // Its zip (an OCI artifact's layer) was made from it and goes with it.
+                if let Err(e) = mirror.module_zips().remove(&m.key).await {
+                    failed.push((what, format!("removing its zip: {e}")));
+                    continue;
+                }
                 if offline {
                     if let Err(e) = mirror
                         .module_lists()

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use super::{CommonArgs, OpsError, Outcome, human_bytes, progress};
-use crate::cache::{ArchiveKind, ModuleKind, ReleaseKind};
+use crate::cache::{ArchiveKind, ModuleKind, ModuleZipKind, ReleaseKind};
 use crate::mirror::Core;
 use crate::reverify::{self, Recheck};
 
@@ -157,11 +157,14 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, OpsError> {
     );
     let modules = check_all::<ModuleKind>(&mirror, concurrency, args.no_quarantine).await?;
     modules.report("module packages");
+    let zips = check_all::<ModuleZipKind>(&mirror, concurrency, args.no_quarantine).await?;
+    zips.report("module zips");
     let releases = check_all::<ReleaseKind>(&mirror, concurrency, args.no_quarantine).await?;
     releases.report("release zips");
     let records = check_version_records(&mirror, args.no_quarantine).await?;
     let mut failed = archives.failed;
     failed.extend(modules.failed);
+    failed.extend(zips.failed);
     failed.extend(releases.failed);
     failed.extend(records);
     super::print_failures(&failed);

@@ -1111,3 +1111,80 @@ modules = ["{REGISTRY}/acme/net/*"]
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(origin.count(RequestKind::ModuleArchive), 1);
 }
+
+/// A module's zip is a stored object like any: `provender verify` re-hashes it and quarantines
+/// one that no longer matches its record, and the next request makes it again from the package,
+/// byte for byte the same; `provender prune` removes it with its package.
+#[tokio::test(flavor = "multi_thread")]
+async fn module_zips_are_verified_remade_and_pruned_with_their_package() {
+    use crate::support::cli::{config_file, path_str, provender};
+    let ca = TestCa::new();
+    let origin = module_origin(&ca).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let repo = module_repo("net");
+    let (digest, layer, size) = module_manifest(&client, &mirror, &repo, "1.0.0").await;
+    let zip = blob(&client, &mirror, &repo, &layer, size).await;
+    mirror.stop().await;
+
+    let cache = mirror.cache_dir.clone();
+    let cfg = config_file(
+        mirror.dir.path(),
+        "cli.toml",
+        &cache,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let cfg = path_str(&cfg);
+    let stored = cache
+        .join("modules")
+        .join(REGISTRY)
+        .join("acme/net/test/1.0.0/module.zip");
+    let clean = provender(&["verify", "--config", cfg]).await;
+    clean.ok();
+    assert!(
+        clean.stdout.contains("module zips checked"),
+        "{}",
+        clean.stdout
+    );
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(&stored, bytes).unwrap();
+    let found = provender(&["verify", "--config", cfg]).await;
+    found.fails(1);
+    assert!(
+        found
+            .stdout
+            .contains("1 module zips checked, 0 ok, 1 failed"),
+        "{}",
+        found.stdout
+    );
+    assert!(
+        found.stdout.contains("1.0.0: SHA-256 is"),
+        "{}",
+        found.stdout
+    );
+    assert!(
+        found.stdout.contains("/module.zip."),
+        "quarantined: {}",
+        found.stdout
+    );
+    assert!(!stored.exists());
+
+    // Made again from the package: the same digests.
+    let restarted = TestMirror::start_on(&ca, &origin, &cache).await;
+    let (again, again_layer, _) = module_manifest(&client, &restarted, &repo, "1.0.0").await;
+    assert_eq!((again, &again_layer), (digest, &layer));
+    assert_eq!(blob(&client, &restarted, &repo, &layer, size).await, zip);
+    assert!(stored.exists());
+    drop(restarted);
+
+    // Unused for a second: pruned with its package.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let pruned = provender(&["prune", "--config", cfg, "--unused-for", "1s"]).await;
+    pruned.ok();
+    assert!(!stored.exists(), "{}", pruned.out());
+    assert!(!stored.with_file_name("module.tar.gz").exists());
+}
