@@ -145,21 +145,19 @@ where
 
     /// One fetch: awaits `fetched` and holds its value, or keeps the value held (else the
     /// error) when it failed.
-    fn record(
+    async fn record(
         state: Arc<std::sync::Mutex<KeptState<T, E>>>,
         fetched: impl Future<Output = Result<T, E>> + Send + 'static,
-    ) -> impl Future<Output = Result<(), Aborted>> + Send + 'static {
-        async move {
-            let fetched = fetched.await;
-            let mut state = state.lock().expect("kept state lock");
-            let held = match (fetched, state.held.take()) {
-                (Ok(value), _) => Held::Value(Arc::new(value), Instant::now()),
-                (Err(_), Some(Held::Value(value, at))) => Held::Value(value, at),
-                (Err(e), _) => Held::Failed(e),
-            };
-            state.held = Some(held);
-            Ok(())
-        }
+    ) -> Result<(), Aborted> {
+        let fetched = fetched.await;
+        let mut state = state.lock().expect("kept state lock");
+        let held = match (fetched, state.held.take()) {
+            (Ok(value), _) => Held::Value(Arc::new(value), Instant::now()),
+            (Err(_), Some(Held::Value(value, at))) => Held::Value(value, at),
+            (Err(e), _) => Held::Failed(e),
+        };
+        state.held = Some(held);
+        Ok(())
     }
 }
 
