@@ -10,9 +10,12 @@
 //! token endpoint included. A sign-in session is accepted only by the server it was issued
 //! for, not by another deployment sharing the key.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use base64::Engine as _;
+use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::http::send;
@@ -58,17 +61,7 @@ fn github(owner: &str) -> Value {
 
 async fn setup() -> (TestCa, FakeOrigin, FakeIssuer, TestMirror) {
     let ca = TestCa::new();
-    let origin = FakeOrigin::start(
-        &ca,
-        &[REGISTRY],
-        vec![ProviderSpec::new(
-            "acme",
-            "foo",
-            &["1.0.0"],
-            &[("linux", "amd64")],
-        )],
-    )
-    .await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let issuer = FakeIssuer::start(&ca).await;
     let toml = format!(
         r#"[auth]
@@ -88,6 +81,25 @@ refetch_interval = "1s"
     );
     let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     (ca, origin, issuer, mirror)
+}
+
+/// What the mirror answers to `acme/foo`'s `index.json` asked for with a bearer token: a
+/// future of its own, so that it can be spawned.
+fn index_status(
+    ca: &TestCa,
+    mirror: &TestMirror,
+) -> impl Fn(String) -> Pin<Box<dyn Future<Output = StatusCode> + Send>> {
+    let client = https_client(ca, &[]);
+    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
+    move |token: String| {
+        let client = client.clone();
+        let index = index.clone();
+        Box::pin(async move {
+            send("index", client.get(&index).bearer_auth(token))
+                .await
+                .status
+        })
+    }
 }
 
 /// The CLI configuration: the mirror, with `token` as its credentials.
@@ -144,17 +156,7 @@ async fn terraform_installs_with_a_ci_jobs_id_token_and_is_refused_with_a_bad_on
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_tokens_rotation_and_outages() {
     let (ca, _origin, issuer, mirror) = setup().await;
-    let client = https_client(&ca, &[]);
-    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
-    let status = |token: String| {
-        let client = client.clone();
-        let index = index.clone();
-        async move {
-            send("index", client.get(&index).bearer_auth(token))
-                .await
-                .status
-        }
-    };
+    let status = index_status(&ca, &mirror);
     assert_eq!(status(issuer.token(&github("acme"))).await, 200);
     assert_eq!(issuer.jwks_requests(), 1);
 
@@ -299,17 +301,7 @@ fn naming_key(token: &str, kid: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_issuer_holds_up_only_the_tokens_that_need_its_new_keys() {
     let (ca, _origin, issuer, mirror) = setup().await;
-    let client = https_client(&ca, &[]);
-    let index = mirror.url(&format!("{REGISTRY}/acme/foo/index.json"));
-    let status = |token: String| {
-        let client = client.clone();
-        let index = index.clone();
-        async move {
-            send("index", client.get(&index).bearer_auth(token))
-                .await
-                .status
-        }
-    };
+    let status = index_status(&ca, &mirror);
     assert_eq!(status(issuer.token(&github("acme"))).await, 200);
     assert_eq!(issuer.jwks_requests(), 1);
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 
-use crate::support::origin::{FakeOrigin, ProviderSpec};
+use crate::support::origin::FakeOrigin;
 use crate::support::pki::{Issued, TestCa};
 use crate::support::provender::{MirrorOptions, REGISTRY, ServerProcess, TestMirror, write_config};
 use crate::support::{install_crypto_provider, poll, sample};
@@ -55,24 +55,10 @@ fn renew(dir: &std::path::Path, ca: &TestCa) -> Issued {
     issued
 }
 
-async fn origin(ca: &TestCa) -> FakeOrigin {
-    FakeOrigin::start(
-        ca,
-        &[REGISTRY],
-        vec![ProviderSpec::new(
-            "acme",
-            "foo",
-            &["1.0.0"],
-            &[("linux", "amd64")],
-        )],
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn renewed_certificate_files_are_served_without_a_restart() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let mirror = TestMirror::start_with(
         &ca,
         &origin,
@@ -125,7 +111,7 @@ async fn renewed_certificate_files_are_served_without_a_restart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_the_certificate() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let dir = tempfile::tempdir().unwrap();
     let opts = MirrorOptions {
         extra_server: "tls_reload_interval = \"0s\"",
@@ -170,7 +156,7 @@ async fn sighup_reloads_the_certificate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_carry_an_access_line_per_request() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let dir = tempfile::tempdir().unwrap();
     // A named client and an unnamed token: the access lines name who asked.
     let opts = MirrorOptions {
@@ -277,7 +263,7 @@ async fn readyz(client: &reqwest::Client, url: &str) -> (u16, serde_json::Value)
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_says_when_the_cache_cannot_be_read_or_written() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let mirror = TestMirror::start(&ca, &origin).await;
     let client = crate::support::https_client(&ca, &[]);
     let url = mirror.root_url("/readyz");
@@ -312,7 +298,7 @@ async fn readyz_says_when_the_cache_cannot_be_read_or_written() {
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_says_draining_after_sigterm_while_connections_are_still_taken() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(
         &ca,
@@ -356,7 +342,7 @@ async fn readyz_says_draining_after_sigterm_while_connections_are_still_taken() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_port_in_use_is_not_a_configuration_error() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let dir = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let config = write_config(&ca, dir.path(), origin.addr(), &MirrorOptions::default());

@@ -656,22 +656,7 @@ async fn people_sign_in_with_single_sign_on_and_pkce() {
     .await;
     let issuer = FakeIssuer::start(&ca).await;
     issuer.register_client("provender-pages", "pages-client-secret");
-    let toml = format!(
-        r#"[auth]
-url_signing_key = "{key}"
-
-[auth.single_sign_on]
-issuer = "{url}"
-client_id = "provender-pages"
-client_secret = "pages-client-secret"
-claims = {{ email = "*@acme.example" }}
-
-{hosts}"#,
-        key = "k".repeat(40),
-        url = issuer.url(),
-        hosts = issuer.host_toml(),
-    );
-    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &issuer.sso_toml()).await;
     // Without a session nothing is reachable.
     let client = https_client_no_redirects(&ca);
     for route in ["-/providers", "-/usage", "-/status"] {

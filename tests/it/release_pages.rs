@@ -19,7 +19,9 @@
 use std::path::Path;
 
 use crate::pages::{check_page, clipboard_becomes, rows, snippet};
-use crate::releases::{mirror, sha256_hex, write_release, zip_of};
+use crate::releases::{
+    mirror, sha256_hex, write_api_json, write_release, write_tofu_release, zip_of,
+};
 use crate::support::browser::Browser;
 use crate::support::http::{get, send};
 use crate::support::origin::FakeOrigin;
@@ -86,13 +88,7 @@ fn tofu_origin(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
             format!("#!/bin/sh\necho tofu {v}\n").as_bytes(),
             true,
         );
-        let (sums, signature) = write_release(
-            &root.join(format!("opentofu/v{v}")),
-            &format!("tofu_{v}_SHA256SUMS"),
-            &[(&format!("tofu_{v}_linux_amd64.zip"), &zip)],
-            &[&format!("tofu_{v}_SHA256SUMS.gpgsig")],
-            false,
-        );
+        let (sums, signature) = write_tofu_release(root, v, &[("linux_amd64.zip", &zip)], false);
         newest = Some((zip, sums, signature));
     }
     let files = |v: &str| {
@@ -109,11 +105,7 @@ fn tofu_origin(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         {"id": "1.8.1", "files": files("1.8.1")},
         {"id": "1.8.0", "files": files("1.8.0")},
     ]});
-    std::fs::write(
-        root.join("opentofu/api.json"),
-        serde_json::to_vec(&api).unwrap(),
-    )
-    .unwrap();
+    write_api_json(root, &api);
     newest.unwrap()
 }
 
@@ -371,11 +363,7 @@ async fn api_json_names_only_the_files_the_mirror_serves_whatever_the_vendor_lis
         "tofu_1.8.1_linux_amd64.zip",
     ];
     let api = serde_json::json!({"versions": [{"id": "1.8.1", "files": hostile}]});
-    std::fs::write(
-        root.join("opentofu/api.json"),
-        serde_json::to_vec(&api).unwrap(),
-    )
-    .unwrap();
+    write_api_json(&root, &api);
     let origin = StaticServer::start(&ca, &root);
     let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
     let c = https_client(&ca, &[]);

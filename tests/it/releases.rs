@@ -146,6 +146,39 @@ pub(crate) fn write_release(
     (sums.into_bytes(), signature)
 }
 
+/// [`write_release`] for OpenTofu's release `version` under `root/opentofu/v<version>`: each
+/// build named `tofu_<version>_<platform file>` (e.g. `linux_amd64.zip`), its SHA256SUMS and
+/// the `.gpgsig` signature. Returns the SHA256SUMS and its signature.
+pub(crate) fn write_tofu_release(
+    root: &Path,
+    version: &str,
+    builds: &[(&str, &[u8])],
+    unlisted_key: bool,
+) -> (Vec<u8>, Vec<u8>) {
+    let named: Vec<(String, &[u8])> = builds
+        .iter()
+        .map(|(file, bytes)| (format!("tofu_{version}_{file}"), *bytes))
+        .collect();
+    let zips: Vec<(&str, &[u8])> = named.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    write_release(
+        &root.join(format!("opentofu/v{version}")),
+        &format!("tofu_{version}_SHA256SUMS"),
+        &zips,
+        &[&format!("tofu_{version}_SHA256SUMS.gpgsig")],
+        unlisted_key,
+    )
+}
+
+/// Writes OpenTofu's `api.json` under `root/opentofu`.
+pub(crate) fn write_api_json(root: &Path, api: &serde_json::Value) {
+    std::fs::create_dir_all(root.join("opentofu")).unwrap();
+    std::fs::write(
+        root.join("opentofu/api.json"),
+        serde_json::to_vec(api).unwrap(),
+    )
+    .unwrap();
+}
+
 /// The test key in place of both vendors' keys, and both release origins at `origin`.
 pub(crate) fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bool) -> String {
     releases_toml_at(work, &origin.url(), builtin_keys)
@@ -177,6 +210,15 @@ pub(crate) async fn mirror(
     builtin_keys: bool,
 ) -> (TestMirror, FakeOrigin) {
     mirror_at(ca, work, &origin.url(), builtin_keys).await
+}
+
+/// A throttle in front of `origin`, and the base URL (`https://localhost:port/`) that reaches
+/// `origin` through it.
+async fn throttled(origin: &StaticServer) -> (crate::support::throttle::Throttle, String) {
+    let port = url::Url::parse(&origin.url()).unwrap().port().unwrap();
+    let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
+    let base = format!("https://localhost:{}/", throttle.addr().port());
+    (throttle, base)
 }
 
 /// [`mirror`] with the release origins at `base` (`https://host:port/`), e.g. a throttle's.
@@ -383,29 +425,13 @@ async fn a_release_signed_by_another_key_is_refused_and_nothing_is_kept() {
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("origin");
     let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
-    write_release(
-        &root.join("opentofu/v1.8.0"),
-        "tofu_1.8.0_SHA256SUMS",
-        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
-        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
-        true,
-    );
-    write_release(
-        &root.join("opentofu/v1.8.1"),
-        "tofu_1.8.1_SHA256SUMS",
-        &[("tofu_1.8.1_linux_amd64.zip", &zip)],
-        &["tofu_1.8.1_SHA256SUMS.gpgsig"],
-        false,
-    );
+    write_tofu_release(&root, "1.8.0", &[("linux_amd64.zip", &zip)], true);
+    write_tofu_release(&root, "1.8.1", &[("linux_amd64.zip", &zip)], false);
     let api = serde_json::json!({"versions": [
         {"id": "1.8.1", "files": ["tofu_1.8.1_linux_amd64.zip", "tofu_1.8.1_SHA256SUMS"]},
         {"id": "1.8.0", "files": ["tofu_1.8.0_linux_amd64.zip", "tofu_1.8.0_SHA256SUMS"]},
     ]});
-    std::fs::write(
-        root.join("opentofu/api.json"),
-        serde_json::to_vec(&api).unwrap(),
-    )
-    .unwrap();
+    write_api_json(&root, &api);
     let origin = StaticServer::start(&ca, &root);
     let c = https_client(&ca, &[]);
 
@@ -623,22 +649,19 @@ async fn tampered_build_unpacks_nothing(http: HttpVersion, suffix: &str) {
     // Every release has zips; OpenTofu's also have `.tar.gz` files.
     let name = format!("tofu_1.8.0_linux_amd64{suffix}");
     let dir = root.join("opentofu/v1.8.0");
-    write_release(
-        &dir,
-        "tofu_1.8.0_SHA256SUMS",
+    write_tofu_release(
+        &root,
+        "1.8.0",
         &[
-            ("tofu_1.8.0_linux_amd64.zip", &genuine(".zip")),
-            ("tofu_1.8.0_linux_amd64.tar.gz", &genuine(".tar.gz")),
+            ("linux_amd64.zip", &genuine(".zip")),
+            ("linux_amd64.tar.gz", &genuine(".tar.gz")),
         ],
-        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
         false,
     );
     list_releases(&root, "tofu", &["1.8.0"]);
     std::fs::write(dir.join(&name), &forged).unwrap();
     let origin = StaticServer::start(&ca, &root);
-    let port = url::Url::parse(&origin.url()).unwrap().port().unwrap();
-    let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
-    let base = format!("https://localhost:{}/", throttle.addr().port());
+    let (throttle, base) = throttled(&origin).await;
     let (m, _registry) = mirror_at(&ca, work.path(), &base, false).await;
     let url = m.url(&format!("releases/tofu/1.8.0/{name}"));
     let c = https_client(&ca, &[]);
@@ -1127,10 +1150,8 @@ async fn replicas_on_a_shared_directory_store_fetch_a_release_zip_once() {
     );
     list_releases(&root, "terraform", &["1.9.0"]);
     let origin = StaticServer::start(&ca, &root);
-    let port: u16 = url::Url::parse(&origin.url()).unwrap().port().unwrap();
-    let throttle = crate::support::throttle::Throttle::start(([127, 0, 0, 1], port).into()).await;
+    let (throttle, base) = throttled(&origin).await;
     throttle.set_rate(1 << 20);
-    let base = format!("https://localhost:{}/", throttle.addr().port());
     let registry = FakeOrigin::start(&ca, &[crate::support::provender::REGISTRY], vec![]).await;
     let shared = work.path().join("shared");
     std::fs::create_dir_all(&shared).unwrap();
@@ -1279,22 +1300,17 @@ async fn tofu_comes_through_as_zip_and_tar_gz_the_way_tofudl_fetches_it() {
         "tofu_1.8.0_linux_amd64.zip",
         "tofu_1.8.0_linux_amd64.tar.gz",
     ];
-    let (sums, signature) = write_release(
-        &root.join("opentofu/v1.8.0"),
-        "tofu_1.8.0_SHA256SUMS",
-        &[(names[0], &zip), (names[1], &tarball)],
-        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+    let (sums, signature) = write_tofu_release(
+        &root,
+        "1.8.0",
+        &[("linux_amd64.zip", &zip), ("linux_amd64.tar.gz", &tarball)],
         false,
     );
     // get.opentofu.org's api.json, as tofudl reads it.
     let mut files: Vec<&str> = names.to_vec();
     files.extend(["tofu_1.8.0_SHA256SUMS", "tofu_1.8.0_SHA256SUMS.gpgsig"]);
     let api = serde_json::json!({"versions": [{"id": "1.8.0", "files": files}]});
-    std::fs::write(
-        root.join("opentofu/api.json"),
-        serde_json::to_vec(&api).unwrap(),
-    )
-    .unwrap();
+    write_api_json(&root, &api);
     let origin = StaticServer::start(&ca, &root);
     let (m, _registry) = mirror(&ca, work.path(), &origin, false).await;
     let c = https_client(&ca, &[]);
@@ -1431,13 +1447,7 @@ async fn unknown_versions_cost_the_release_host_one_list_fetch_and_missing_ones_
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("origin");
     let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
-    write_release(
-        &root.join("opentofu/v1.8.0"),
-        "tofu_1.8.0_SHA256SUMS",
-        &[("tofu_1.8.0_linux_amd64.zip", &zip)],
-        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
-        false,
-    );
+    write_tofu_release(&root, "1.8.0", &[("linux_amd64.zip", &zip)], false);
     // 1.8.5 is listed, but the release host has none of its files.
     list_releases(&root, "tofu", &["1.8.5", "1.8.0"]);
     let origin = StaticServer::start(&ca, &root);
@@ -1510,13 +1520,7 @@ async fn a_vendors_429_for_one_release_does_not_stop_the_others() {
     let root = work.path().join("origin");
     let zip = zip_of("tofu", b"#!/bin/sh\necho tofu\n", true);
     for v in ["1.8.0", "1.9.0"] {
-        write_release(
-            &root.join(format!("opentofu/v{v}")),
-            &format!("tofu_{v}_SHA256SUMS"),
-            &[(&format!("tofu_{v}_linux_amd64.zip"), &zip)],
-            &[&format!("tofu_{v}_SHA256SUMS.gpgsig")],
-            false,
-        );
+        write_tofu_release(&root, v, &[("linux_amd64.zip", &zip)], false);
     }
     list_releases(&root, "tofu", &["1.9.0", "1.8.0"]);
     // The vendor rate-limits everything of 1.9.0.
@@ -1564,14 +1568,10 @@ async fn release_builds_count_against_max_size_and_push_out_older_objects() {
     // Two builds of 2 MiB each (stored, so as large as their content).
     let linux = zip_of("tofu", &noise(2 * MIB), true);
     let darwin = zip_of("tofu ", &noise(2 * MIB), true);
-    write_release(
-        &root.join("opentofu/v1.8.0"),
-        "tofu_1.8.0_SHA256SUMS",
-        &[
-            ("tofu_1.8.0_linux_amd64.zip", &linux),
-            ("tofu_1.8.0_darwin_arm64.zip", &darwin),
-        ],
-        &["tofu_1.8.0_SHA256SUMS.gpgsig"],
+    write_tofu_release(
+        &root,
+        "1.8.0",
+        &[("linux_amd64.zip", &linux), ("darwin_arm64.zip", &darwin)],
         false,
     );
     list_releases(&root, "tofu", &["1.8.0"]);

@@ -13,44 +13,35 @@ use serde_json::json;
 use crate::support::http::{Got, get, send};
 use crate::support::https_client_no_redirects;
 use crate::support::issuer::FakeIssuer;
-use crate::support::origin::{FakeOrigin, ProviderSpec};
+use crate::support::origin::FakeOrigin;
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 
 const DISCOVERY: &str = "/.well-known/openid-configuration";
 const AUDIENCE: &str = "https://mirror.example.com";
 
-/// The configuration of single sign-on with `issuer`, for people at acme.example.
-fn sso_toml(issuer: &FakeIssuer) -> String {
-    format!(
-        r#"[auth]
-url_signing_key = "{key}"
-
-[auth.single_sign_on]
-issuer = "{url}"
-client_id = "provender-pages"
-client_secret = "pages-client-secret"
-claims = {{ email = "*@acme.example" }}
-
-{hosts}"#,
-        key = "k".repeat(40),
-        url = issuer.url(),
-        hosts = issuer.host_toml(),
-    )
+/// A provider that knows the mirror's pages as a client.
+async fn provider(ca: &TestCa) -> FakeIssuer {
+    let issuer = FakeIssuer::start(ca).await;
+    issuer.register_client("provender-pages", "pages-client-secret");
+    issuer
 }
 
-async fn origin(ca: &TestCa) -> FakeOrigin {
-    FakeOrigin::start(
-        ca,
-        &[REGISTRY],
-        vec![ProviderSpec::new(
-            "acme",
-            "foo",
-            &["1.0.0"],
-            &[("linux", "amd64")],
-        )],
-    )
-    .await
+/// A mirror signing people in at a fresh [`provider`] with [`FakeIssuer::sso_toml`]; and a client that
+/// does not follow redirects.
+async fn sso_mirror(ca: &TestCa) -> (FakeOrigin, FakeIssuer, TestMirror, reqwest::Client) {
+    let origin = FakeOrigin::acme_foo(ca).await;
+    let issuer = provider(ca).await;
+    let mirror = TestMirror::start_with_toml(ca, &origin, &issuer.sso_toml()).await;
+    (origin, issuer, mirror, https_client_no_redirects(ca))
+}
+
+/// Whether `got` sets a session cookie.
+fn sets_session(got: &Got) -> bool {
+    got.headers
+        .get_all("set-cookie")
+        .iter()
+        .any(|c| c.to_str().unwrap().starts_with("provender_session="))
 }
 
 /// A sign-in started at the mirror: the URL the browser is sent to, and the state cookie.
@@ -110,11 +101,7 @@ async fn sign_in(client: &reqwest::Client, mirror: &TestMirror, login: &str) -> 
 #[tokio::test(flavor = "multi_thread")]
 async fn anonymous_sign_in_starts_ask_the_provider_once_and_are_bounded() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let issuer = FakeIssuer::start(&ca).await;
-    issuer.register_client("provender-pages", "pages-client-secret");
-    let mirror = TestMirror::start_with_toml(&ca, &origin, &sso_toml(&issuer)).await;
-    let client = https_client_no_redirects(&ca);
+    let (_origin, issuer, mirror, client) = sso_mirror(&ca).await;
 
     let mut started = 0;
     let mut refused = Vec::new();
@@ -163,11 +150,7 @@ async fn anonymous_sign_in_starts_ask_the_provider_once_and_are_bounded() {
 #[tokio::test(flavor = "multi_thread")]
 async fn forged_and_replayed_callbacks_never_reach_the_token_endpoint() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let issuer = FakeIssuer::start(&ca).await;
-    issuer.register_client("provender-pages", "pages-client-secret");
-    let mirror = TestMirror::start_with_toml(&ca, &origin, &sso_toml(&issuer)).await;
-    let client = https_client_no_redirects(&ca);
+    let (_origin, issuer, mirror, client) = sso_mirror(&ca).await;
 
     // An attacker's own sign-in comes back once; its cookie and state, replayed with other
     // codes, trade nothing more.
@@ -231,9 +214,8 @@ async fn forged_and_replayed_callbacks_never_reach_the_token_endpoint() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_answering_429_does_not_stop_its_key_refreshes() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let issuer = FakeIssuer::start(&ca).await;
-    issuer.register_client("provender-pages", "pages-client-secret");
+    let origin = FakeOrigin::acme_foo(&ca).await;
+    let issuer = provider(&ca).await;
     // The same provider signs people in and issues the CI jobs' ID tokens.
     let toml = format!(
         r#"{sso}
@@ -245,7 +227,7 @@ audiences = ["{AUDIENCE}"]
 claims = {{ sub = "job-*" }}
 refetch_interval = "1s"
 "#,
-        sso = sso_toml(&issuer),
+        sso = issuer.sso_toml(),
         url = issuer.url(),
     );
     let mirror = TestMirror::start_with(
@@ -290,11 +272,7 @@ refetch_interval = "1s"
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unverified_email_address_gets_no_session() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
-    let issuer = FakeIssuer::start(&ca).await;
-    issuer.register_client("provender-pages", "pages-client-secret");
-    let mirror = TestMirror::start_with_toml(&ca, &origin, &sso_toml(&issuer)).await;
-    let client = https_client_no_redirects(&ca);
+    let (_origin, issuer, mirror, client) = sso_mirror(&ca).await;
 
     for verified in [Some(false), None] {
         issuer.set_email_verified(verified);
@@ -308,31 +286,19 @@ async fn an_unverified_email_address_gets_no_session() {
         let page = got.text();
         assert!(page.contains("email_verified must be true"), "{page}");
         assert!(page.contains("absent counts as not verified"), "{page}");
-        assert!(
-            got.headers
-                .get_all("set-cookie")
-                .iter()
-                .all(|c| !c.to_str().unwrap().starts_with("provender_session=")),
-            "no session"
-        );
+        assert!(!sets_session(&got), "no session");
     }
     issuer.set_email_verified(Some(true));
     let got = sign_in(&client, &mirror, "alice@acme.example").await;
     assert_eq!(got.status, StatusCode::OK, "{}", got.text());
-    assert!(
-        got.headers
-            .get_all("set-cookie")
-            .iter()
-            .any(|c| c.to_str().unwrap().starts_with("provender_session=")),
-        "a verified address signs in"
-    );
+    assert!(sets_session(&got), "a verified address signs in");
     assert_eq!(issuer.exchanges(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_sec_fetch_site_the_sign_in_form_must_come_from_this_origin() {
     let ca = TestCa::new();
-    let origin = origin(&ca).await;
+    let origin = FakeOrigin::acme_foo(&ca).await;
     let token = "sign-on-token-0123456789abcdef";
     let toml = format!(
         "[auth]\ntokens = [\"{token}\"]\nurl_signing_key = \"{}\"\n",

@@ -961,6 +961,17 @@ mod tests {
         Package::imported(key.filename(), shasum, vec!["5.0".into()])
     }
 
+    /// An origin's answer announcing `size` whose body is what the returned sender sends,
+    /// ending cleanly when the sender is dropped.
+    fn channel_origin(size: Option<u64>) -> (tokio::sync::mpsc::Sender<Bytes>, OriginBody) {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let body = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (Ok(b), rx))
+        })
+        .boxed();
+        (tx, OriginBody { size, body })
+    }
+
     /// Starts a fill whose origin answers at once with what the returned sender sends; the
     /// body ends cleanly when the sender is dropped.
     fn start(
@@ -978,15 +989,7 @@ mod tests {
         size: usize,
         client: bool,
     ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-        let body = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok(b), rx))
-        })
-        .boxed();
-        let origin = OriginBody {
-            size: Some(size as u64),
-            body,
-        };
+        let (tx, origin) = channel_origin(Some(size as u64));
         let (fill, started) = s.mirror.fill_from(
             &s.key,
             pkg,
@@ -1066,15 +1069,7 @@ mod tests {
         announced: Option<u64>,
         max: u64,
     ) -> (tokio::sync::mpsc::Sender<Bytes>, Arc<Fill>) {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-        let body = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (Ok(b), rx))
-        })
-        .boxed();
-        let origin = OriginBody {
-            size: announced,
-            body,
-        };
+        let (tx, origin) = channel_origin(announced);
         let hold_back = HoldBack::Whole {
             max,
             key: "releases.max_build_size",

@@ -150,6 +150,26 @@ impl FakeIssuer {
         format!("https://{}", self.shared.host)
     }
 
+    /// `[auth]` signing people at acme.example in here, as the client `provender-pages` (see
+    /// [`register_client`](Self::register_client)), with [`host_toml`](Self::host_toml).
+    pub fn sso_toml(&self) -> String {
+        format!(
+            r#"[auth]
+url_signing_key = "{key}"
+
+[auth.single_sign_on]
+issuer = "{url}"
+client_id = "provender-pages"
+client_secret = "pages-client-secret"
+claims = {{ email = "*@acme.example" }}
+
+{hosts}"#,
+            key = "k".repeat(40),
+            url = self.url(),
+            hosts = self.host_toml(),
+        )
+    }
+
     /// The `[upstream.hosts]` table that sends provender here.
     pub fn host_toml(&self) -> String {
         format!(

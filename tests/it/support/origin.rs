@@ -376,6 +376,23 @@ impl FakeOrigin {
         FakeOrigin::launch(ca, hostnames, providers, None).await
     }
 
+    /// [`start`](Self::start) as the public registry
+    /// ([`REGISTRY`](crate::support::provender::REGISTRY)) with one provider, `acme/foo`
+    /// 1.0.0 for linux_amd64: the origin of tests about who may get it, not what it is.
+    pub async fn acme_foo(ca: &TestCa) -> FakeOrigin {
+        FakeOrigin::start(
+            ca,
+            &[crate::support::provender::REGISTRY],
+            vec![ProviderSpec::new(
+                "acme",
+                "foo",
+                &["1.0.0"],
+                &[("linux", "amd64")],
+            )],
+        )
+        .await
+    }
+
     /// Like [`start`](Self::start), and also a module registry serving `modules` (which may
     /// be empty: discovery still lists `modules.v1`, and the hostile packages are served).
     ///
