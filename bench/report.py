@@ -5,6 +5,7 @@
   report.py table RESULTS   -> bench/run.sh's figures (markdown) from "name value" lines
   report.py storage RESULTS -> bench/storage.sh's figures (markdown): object store against disk
   report.py streams RESULTS -> bench/streams.sh's figures (markdown): archive streams against nginx
+  report.py compare RESULTS -> bench/compare.sh's figures (markdown): two builds against nginx
 
 RESULTS holds one "name value" pair per line; a name given several times (repeated runs) is
 reported as the median of its values.
@@ -402,8 +403,61 @@ def streams(path):
     print("\n".join(out))
 
 
+def compare(path):
+    r, raw = load(path)
+
+    def cell(v, spec):
+        return "-" if v is None else format(v, spec)
+
+    def ratio(a, b):
+        return None if a is None or not b else a / b
+
+    out = ["### Warm metadata: CPU µs per request (wrk, HTTP/1.1 keep-alive over TLS 1.3)", "",
+           "| document | conns | nginx | before | after | before / nginx | after / nginx | goal | req/s nginx / before / after |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for doc, name in (("version", "`<version>.json`"), ("index", "`index.json`")):
+        for c in (64, 256):
+            k = f"meta.{doc}.c{c}"
+            n, b, a = (r.get(f"{k}.{s}.cpu_us") for s in ("nginx", "before", "after"))
+            if n is None:
+                continue
+            rps = " / ".join(cell(r.get(f"{k}.{s}.rps"), ".0f") for s in ("nginx", "before", "after"))
+            out.append(f"| {name} | {c} | {cell(n, '.1f')} | {cell(b, '.1f')} | {cell(a, '.1f')} "
+                       f"| {cell(ratio(b, n), '.2f')} | {cell(ratio(a, n), '.2f')} | ≤ 0.80 | {rps} |")
+    out += ["", "### Warm archive: aggregate MiB/s (CPU s/GiB)", "",
+            "| downloads | nginx | before | after | before / nginx | after / nginx | goal |",
+            "|---|---|---|---|---|---|---|"]
+    labels = {"h1": "4 on 4 HTTP/1.1 connections", "h2": "4 on 4 HTTP/2 connections",
+              "mux": "4 streams on one HTTP/2 connection"}
+    for fig, label in labels.items():
+        k = f"archive.{fig}"
+        m = {s: r.get(f"{k}.{s}.mibps") for s in ("nginx", "before", "after")}
+        c = {s: r.get(f"{k}.{s}.cpu_s") for s in ("nginx", "before", "after")}
+        if m["nginx"] is None:
+            continue
+        cells = " | ".join(f"{cell(m[s], '.0f')} ({cell(c[s], '.2f')})" for s in ("nginx", "before", "after"))
+        out.append(f"| {label} | {cells} | {cell(ratio(m['before'], m['nginx']), '.2f')} "
+                   f"| {cell(ratio(m['after'], m['nginx']), '.2f')} | ≥ 1.00 |")
+    d_total, d_ttfb = r.get("cold.direct.total"), r.get("cold.direct.ttfb")
+    if d_total is not None:
+        out += ["", "### Cold miss: the archive through an empty cache against a direct download", "",
+                "| | total s | first byte s | total / direct (goal ≤ 1.5) | first byte / direct (goal ≤ 2) "
+                "| provender CPU s (with the h1 pass) |",
+                "|---|---|---|---|---|---|",
+                f"| direct from the origin | {d_total:.3f} | {d_ttfb:.4f} | 1.00 | 1.00 | - |"]
+        for s in ("before", "after"):
+            t, f, cpu = r.get(f"cold.{s}.total"), r.get(f"cold.{s}.ttfb"), r.get(f"cold.{s}.cpu_s")
+            out.append(f"| {s} | {cell(t, '.3f')} | {cell(f, '.4f')} | {cell(ratio(t, d_total), '.2f')} "
+                       f"| {cell(ratio(f, d_ttfb), '.2f')} | {cell(cpu, '.2f')} |")
+    runs = len(raw.get("meta.version.c64.after.cpu_us", []))
+    out += ["", f"Medians of the runs ({runs} round(s) of wrk). Ratios are to nginx serving "
+            "`terraform providers mirror` output (metadata, archive) or to a direct download "
+            "from the same origin (cold miss). CPU: user + system time of the server's processes."]
+    print("\n".join(out))
+
+
 if __name__ == "__main__":
-    modes = {"wrk": wrk, "table": table, "storage": storage, "streams": streams}
+    modes = {"wrk": wrk, "table": table, "storage": storage, "streams": streams, "compare": compare}
     if len(sys.argv) != 3 or sys.argv[1] not in modes:
         sys.exit(__doc__)
     modes[sys.argv[1]](sys.argv[2])
