@@ -69,8 +69,13 @@ impl Hostname {
                 }
             }
         };
-        let ascii = idna::domain_to_ascii_strict(host)
-            .map_err(|_| err("not a valid internationalised domain name"))?;
+        let ascii = if is_plain_ldh(host) {
+            // What IDNA processing would return unchanged: no need to run it on every request.
+            host.to_owned()
+        } else {
+            idna::domain_to_ascii_strict(host)
+                .map_err(|_| err("not a valid internationalised domain name"))?
+        };
         if ascii.is_empty() || ascii.len() > MAX_HOST_LEN {
             return Err(err("must be 1 to 253 characters"));
         }
@@ -542,10 +547,23 @@ impl MirrorPath {
 
 /// Percent-decodes one path segment; the result must be UTF-8 without control characters or
 /// slashes (the part-specific parsers then apply their stricter rules).
+/// Whether `host` is lower-case letters, digits, dots and dashes only, with no label that has
+/// dashes in its third and fourth places (`xn--` and the like): a name IDNA's strict processing
+/// leaves as it is or refuses for reasons the checks after it repeat (lengths, empty labels,
+/// dashes at either end). Anything else goes through IDNA.
+fn is_plain_ldh(host: &str) -> bool {
+    host.bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && host.split('.').all(|label| label.get(2..4) != Some("--"))
+}
+
 fn decode_segment(what: &'static str, s: &str) -> Result<String, AddressError> {
-    let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
-    let text =
-        String::from_utf8(bytes).map_err(|_| AddressError::new(what, s, "not valid UTF-8"))?;
+    let text = if s.contains('%') {
+        let bytes: Vec<u8> = percent_encoding::percent_decode_str(s).collect();
+        String::from_utf8(bytes).map_err(|_| AddressError::new(what, s, "not valid UTF-8"))?
+    } else {
+        s.to_owned()
+    };
     if text
         .chars()
         .any(|c| c.is_control() || c == '/' || c == '\\')
@@ -1044,6 +1062,48 @@ mod tests {
             Hostname::parse("xn--bcher-kva.example").unwrap().as_str(),
             "xn--bcher-kva.example"
         );
+    }
+
+    #[test]
+    fn plain_hostnames_skip_idna_only_where_it_changes_nothing() {
+        let long = format!("{}.com", "a".repeat(64));
+        for host in [
+            "registry.terraform.io",
+            "a",
+            "1.2.3.4",
+            "a-b.example",
+            "ab--cd.example",
+            "xn--bcher-kva.example",
+            "xn--a.example",
+            "-a.com",
+            "a-.com",
+            "a..b",
+            ".a",
+            "a.",
+            ".",
+            long.as_str(),
+        ] {
+            let fast = is_plain_ldh(host);
+            let idna = idna::domain_to_ascii_strict(host);
+            if fast {
+                // Where IDNA would be skipped, it would have kept the name or refused it...
+                assert!(
+                    idna.as_deref().map_or(true, |a| a == host),
+                    "{host}: {idna:?}"
+                );
+                // ...and a name it refuses is refused all the same.
+                if idna.is_err() {
+                    assert!(Hostname::parse(host).is_err(), "{host}");
+                }
+            }
+            assert_eq!(
+                Hostname::parse(host).is_ok(),
+                idna.is_ok_and(|a| Hostname::parse(&a).is_ok()),
+                "{host}"
+            );
+        }
+        assert!(!is_plain_ldh("ab--cd.example") && !is_plain_ldh("xn--bcher-kva.example"));
+        assert!(!is_plain_ldh("Registry.Terraform.IO") && !is_plain_ldh("bücher.example"));
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub struct Identities {
     settings: Arc<Settings>,
     issuers: Issuers,
     core: Arc<Core>,
+    /// Who asks when authentication is off, or a route lets anyone in: made once, so a request
+    /// that needs no identity costs none.
+    anonymous: Principal,
 }
 
 /// A client whose credentials were accepted.
@@ -27,14 +30,15 @@ pub struct Principal {
     /// A named token's client (`[[auth.clients]]`), `token:<fingerprint>` for another of the
     /// mirror's tokens, `<issuer name>:<name claim>` for an ID token, `anonymous` when
     /// authentication is off.
-    pub name: String,
+    pub name: Arc<str>,
     /// The first `[[auth.rules]]` entry for it; none: it may do everything.
     pub rule: Option<Arc<Rule>>,
 }
 
 impl Principal {
     /// A client known by name, with the rule that applies to it.
-    pub fn named(name: String, settings: &Settings) -> Principal {
+    pub fn named(name: impl Into<Arc<str>>, settings: &Settings) -> Principal {
+        let name = name.into();
         let rule = settings.auth.rules.for_client(&name);
         Principal { name, rule }
     }
@@ -83,14 +87,23 @@ impl Identities {
     pub fn new(settings: Arc<Settings>, core: Arc<Core>) -> Identities {
         Identities {
             issuers: Issuers::new(&settings.auth.issuers),
+            anonymous: Principal::named("anonymous", &settings),
             settings,
             core,
         }
     }
 
+    /// The client of a request without credentials, where one may come without.
+    pub fn anonymous(&self) -> Principal {
+        self.anonymous.clone()
+    }
+
     /// Checks an `Authorization` header: one of the mirror's tokens, else an ID token.
     /// `Basic` credentials count as their password presented as a bearer token.
     pub async fn check(&self, authorization: Option<&[u8]>) -> Result<Principal, Denied> {
+        if !self.settings.auth.enabled() {
+            return Ok(self.anonymous());
+        }
         let basic = authorization.and_then(|v| credentials_of(v, "basic"));
         let from_basic;
         let authorization = match basic {

@@ -40,6 +40,34 @@ use super::respond::{
     denied_response, empty, error_response, json_response, moved_permanently, redirect, response,
 };
 
+/// Each route's series of the HTTP metrics, looked up once: finding a series by its label values
+/// (hashing them, under a lock) cost a metadata request more than counting it.
+struct RouteSeries {
+    /// `provender_http_request_duration_seconds`, by route.
+    duration: Vec<prometheus::Histogram>,
+    /// `provender_http_requests_total` with status 200, by route; other statuses are looked up.
+    ok: Vec<prometheus::IntCounter>,
+}
+
+impl RouteSeries {
+    fn new(metrics: &Metrics) -> RouteSeries {
+        RouteSeries {
+            duration: Route::ALL
+                .iter()
+                .map(|r| metrics.http_duration.with_label_values(&[r.as_str()]))
+                .collect(),
+            ok: Route::ALL
+                .iter()
+                .map(|r| {
+                    metrics
+                        .http_requests
+                        .with_label_values(&[r.as_str(), "200"])
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Shared state of the HTTP layer.
 pub struct App {
     settings: Arc<Settings>,
@@ -49,6 +77,7 @@ pub struct App {
     usage: Arc<crate::usage::Recorder>,
     site: Site,
     metrics: Arc<Metrics>,
+    series: RouteSeries,
     pub base_url: url::Url,
     /// Set once shutdown has begun: `/readyz` answers 503 so load balancers move away.
     draining: std::sync::atomic::AtomicBool,
@@ -74,6 +103,24 @@ enum Route {
 }
 
 impl Route {
+    /// Every route, in declaration order (so `route as usize` is its place here).
+    const ALL: [Route; 14] = [
+        Route::Index,
+        Route::Version,
+        Route::Archive,
+        Route::Module,
+        Route::Oci,
+        Route::Release,
+        Route::Discovery,
+        Route::Registry,
+        Route::Page,
+        Route::Api,
+        Route::Metrics,
+        Route::Health,
+        Route::Ready,
+        Route::Other,
+    ];
+
     fn as_str(self) -> &'static str {
         match self {
             Route::Index => "index",
@@ -119,6 +166,7 @@ impl App {
             identities,
             settings,
             mirror,
+            series: RouteSeries::new(&metrics),
             metrics,
             base_url,
             draining: Default::default(),
@@ -155,7 +203,7 @@ impl App {
     ) {
         self.metrics.client_download(&principal.name);
         self.usage.record(crate::usage::Use {
-            client: principal.name.clone(),
+            client: principal.name.to_string(),
             kind,
             address,
             version: version.to_string(),
@@ -226,21 +274,22 @@ impl App {
             *resp.body_mut() = empty();
         }
         let status = resp.status();
-        self.metrics
-            .http_requests
-            .with_label_values(&[route.as_str(), status.as_str()])
-            .inc();
-        self.metrics
-            .http_duration
-            .with_label_values(&[route.as_str()])
-            .observe(started.elapsed().as_secs_f64());
+        if status == StatusCode::OK {
+            self.series.ok[route as usize].inc();
+        } else {
+            self.metrics
+                .http_requests
+                .with_label_values(&[route.as_str(), status.as_str()])
+                .inc();
+        }
+        self.series.duration[route as usize].observe(started.elapsed().as_secs_f64());
         if self.settings.server.access_log {
             // The client a signed URL names, else the one the credentials name.
             let client = resp
                 .extensions()
                 .get::<Principal>()
                 .or(who.as_ref().ok())
-                .map_or("-", |p| p.name.as_str());
+                .map_or("-", |p| &*p.name);
             access_log(&req, &resp, route, peer, client, started);
         }
         Ok(resp)
@@ -330,6 +379,10 @@ impl App {
             );
         };
         let (route, result) = self.serve(req, rest, &principal).await;
+        if !self.settings.server.access_log {
+            return (route, result);
+        }
+        // For the access log: the client a signed URL names.
         let result = result.map(|mut resp| {
             resp.extensions_mut().insert(principal);
             resp
@@ -558,7 +611,7 @@ impl App {
         who: &Result<Principal, Denied>,
     ) -> Result<Principal, Denied> {
         let auth = &self.settings.auth;
-        let anyone = || Principal::named("anonymous".into(), &self.settings);
+        let anyone = || self.identities.anonymous();
         if !auth.enabled() {
             return Ok(anyone());
         }
@@ -870,4 +923,16 @@ fn access_log(
         user_agent = %header(&req.headers().get(header::USER_AGENT)),
         "request"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Route;
+
+    #[test]
+    fn each_route_is_at_its_place_in_all() {
+        for (i, route) in Route::ALL.iter().enumerate() {
+            assert_eq!(*route as usize, i, "{}", route.as_str());
+        }
+    }
 }
