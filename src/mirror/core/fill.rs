@@ -52,7 +52,6 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use futures_util::{FutureExt, StreamExt};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::cache::{Claim, Followed, Kind, LeaseGuard, Objects, StagedFile};
@@ -70,6 +69,10 @@ use crate::mirror::admission::{self, Expected, VerifiedArchive};
 const WRITE_CHUNK: usize = 64 * 1024;
 /// Largest piece a reader sends at once.
 const READ_CHUNK: usize = 256 * 1024;
+/// How many of the bytes last written to the staging file a fill also keeps in memory: readers
+/// that keep up with the download (the usual case) take them from there instead of reading them
+/// back from the file.
+const RECENT: usize = 4 * WRITE_CHUNK;
 /// How many bytes must be in before a response head goes out (see [`Fill::ready`]).
 const HEAD_START: u64 = WRITE_CHUNK as u64;
 /// How far readers trail the download until its SHA-256 is known to match: the end of a bad
@@ -249,6 +252,8 @@ pub struct Fill<K = ArchiveKey> {
     progress: watch::Sender<Progress>,
     /// Chunks that could not be written to disk, in order, starting at `on_disk`.
     memory: Mutex<Vec<Bytes>>,
+    /// The last chunks written to disk (at most [`RECENT`] bytes), each with its offset.
+    recent: Mutex<std::collections::VecDeque<(u64, Bytes)>>,
     /// For a background fill: the bandwidth it shares, until a client wants the archive.
     limit: Option<Arc<Bandwidth>>,
     /// Set when a client reads this fill (or, on a shared store, waits for it on another
@@ -275,6 +280,7 @@ impl<K: Send + Sync + 'static> Fill<K> {
             started_at: SystemTime::now(),
             progress: watch::channel(Progress::default()).0,
             memory: Mutex::new(Vec::new()),
+            recent: Mutex::new(std::collections::VecDeque::new()),
             wanted: Arc::new(AtomicBool::new(wanted)),
             limit,
             wake: tokio::sync::Notify::new(),
@@ -431,6 +437,10 @@ impl<K: Send + Sync + 'static> ReadState<K> {
                 if self.offset < p.on_disk.min(readable) {
                     let len = (p.on_disk.min(readable) - self.offset).min(READ_CHUNK as u64);
                     let offset = self.offset;
+                    if let Some(bytes) = self.fill.recent_piece(offset, len as usize) {
+                        self.offset += bytes.len() as u64;
+                        return Some(Ok(bytes));
+                    }
                     let read =
                         tokio::task::spawn_blocking(move || read_at(&file, offset, len as usize))
                             .await;
@@ -462,6 +472,30 @@ impl<K: Send + Sync + 'static> ReadState<K> {
 }
 
 impl<K> Fill<K> {
+    /// Up to `len` bytes at `offset` from the chunks last written to disk, if they still hold
+    /// it (at most one chunk's worth: readers come back for the rest).
+    fn recent_piece(&self, offset: u64, len: usize) -> Option<Bytes> {
+        let recent = self.recent.lock().expect("fill recent lock");
+        let (start, chunk) = recent
+            .iter()
+            .find(|(start, chunk)| *start <= offset && offset < start + chunk.len() as u64)?;
+        let from = (offset - start) as usize;
+        Some(chunk.slice(from..chunk.len().min(from + len)))
+    }
+
+    /// Keeps `chunk`, just written at `offset`, among the recent ones.
+    fn keep_recent(&self, offset: u64, chunk: Bytes) {
+        let mut recent = self.recent.lock().expect("fill recent lock");
+        recent.push_back((offset, chunk));
+        let mut kept: usize = recent.iter().map(|(_, c)| c.len()).sum();
+        while kept > RECENT {
+            let Some((_, dropped)) = recent.pop_front() else {
+                break;
+            };
+            kept -= dropped.len();
+        }
+    }
+
     /// The in-memory bytes starting `offset` bytes after the end of the on-disk part.
     fn memory_piece(&self, mut offset: u64) -> Bytes {
         let memory = self.memory.lock().expect("fill memory lock");
@@ -629,11 +663,12 @@ impl Core {
                 return Err(too_large(cap, Some(size)));
             }
         }
-        let (staged, mut file) = self
+        let (staged, file) = self
             .staging
             .create()
             .await
             .map_err(|e| Error::io("creating a staging file", e))?;
+        let file = Arc::new(file.into_std().await);
         let reader = std::fs::File::open(staged.path())
             .map_err(|e| Error::io("opening a staging file", e))?;
         let size_hint = download.size;
@@ -667,12 +702,12 @@ impl Core {
                 }
                 pending.extend_from_slice(&chunk);
                 if pending.len() >= WRITE_CHUNK {
-                    self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
+                    self.publish(fill, &file, pending.split().freeze(), &mut disk_ok)
                         .await?;
                 }
             }
             if !pending.is_empty() {
-                self.publish(fill, &mut file, pending.split().freeze(), &mut disk_ok)
+                self.publish(fill, &file, pending.split().freeze(), &mut disk_ok)
                     .await?;
             }
             let digest = hashing.digest();
@@ -690,10 +725,10 @@ impl Core {
                 "{key} was served but not cached: writing to the cache failed"
             )));
         }
-        file.sync_all()
+        tokio::task::spawn_blocking(move || file.sync_all())
             .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))
             .map_err(|e| self.write_failed(key, "syncing a staging file", e))?;
-        drop(file);
         Ok((staged, digest))
     }
 
@@ -885,18 +920,22 @@ impl Core {
     async fn publish<K: std::fmt::Display + Send + Sync + 'static>(
         &self,
         fill: &Fill<K>,
-        file: &mut tokio::fs::File,
+        file: &Arc<std::fs::File>,
         bytes: Bytes,
         disk_ok: &mut bool,
     ) -> Result<()> {
         if *disk_ok {
-            match async {
-                file.write_all(&bytes).await?;
-                file.flush().await
-            }
-            .await
-            {
+            // Written from the chunk itself on the blocking pool (tokio's `File` would copy it
+            // into a buffer of its own first).
+            let (writer, chunk) = (file.clone(), bytes.clone());
+            let written =
+                tokio::task::spawn_blocking(move || io::Write::write_all(&mut &*writer, &chunk))
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
+            match written {
                 Ok(()) => {
+                    let offset = fill.progress.borrow().on_disk;
+                    fill.keep_recent(offset, bytes.clone());
                     fill.update(|p| p.on_disk += bytes.len() as u64);
                     return Ok(());
                 }
@@ -1184,6 +1223,64 @@ mod tests {
         assert_eq!(info.sha256, pkg.shasum);
         assert_eq!(info.size, archive.len() as u64);
         assert!(crate::hash::is_h1(info.h1.as_str()));
+    }
+
+    #[tokio::test]
+    async fn readers_behind_the_recent_chunks_read_the_staging_file() {
+        let s = setup();
+        let archive = zip_of(&noise(3 * RECENT));
+        let pkg = package(&s.key, Sha256::of(&archive));
+        let (tx, fill) = start(&s, &pkg, archive.len());
+        let early = read(&fill);
+        let (head, tail) = archive.split_at(2 * RECENT);
+        for chunk in head.chunks(10_000) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        let mut progress = fill.progress.subscribe();
+        // Chunks are written once a chunk's worth is in: all but the last of the head.
+        let written = (head.len() - WRITE_CHUNK) as u64;
+        progress.wait_for(|p| p.on_disk >= written).await.unwrap();
+        // Its first bytes are no longer among the recent ones: it starts from the file.
+        assert!(fill.recent_piece(0, READ_CHUNK).is_none());
+        let late = read(&fill);
+        for chunk in tail.chunks(10_000) {
+            tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+        }
+        drop(tx);
+        for reader in [early, late] {
+            let (got, err) = reader.done.await.unwrap();
+            assert!(err.is_none(), "{err:?}");
+            assert!(got == archive, "every byte, in order");
+        }
+        fill.finished().await.unwrap();
+    }
+
+    #[test]
+    fn the_recent_chunks_are_bounded_and_sliced_at_any_offset() {
+        let fill: Fill<u8> = Fill::new(0, Sha256::of(b""), SignatureKind::Official, true, None);
+        let chunk = |n: u8| Bytes::from(vec![n; WRITE_CHUNK]);
+        for i in 0..(RECENT / WRITE_CHUNK + 2) {
+            fill.keep_recent((i * WRITE_CHUNK) as u64, chunk(i as u8));
+        }
+        let kept: usize = fill
+            .recent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, c)| c.len())
+            .sum();
+        assert_eq!(kept, RECENT, "the oldest chunks go");
+        assert!(fill.recent_piece(0, 10).is_none());
+        assert!(fill.recent_piece(2 * WRITE_CHUNK as u64 - 1, 10).is_none());
+        let at = 2 * WRITE_CHUNK as u64 + 5;
+        assert_eq!(fill.recent_piece(at, 10).unwrap(), vec![2u8; 10]);
+        // A piece ends with its chunk.
+        assert_eq!(
+            fill.recent_piece(at, READ_CHUNK).unwrap().len(),
+            WRITE_CHUNK - 5
+        );
+        let end = (RECENT / WRITE_CHUNK + 2) * WRITE_CHUNK;
+        assert!(fill.recent_piece(end as u64, 10).is_none());
     }
 
     #[tokio::test]
