@@ -3,9 +3,10 @@
 //!
 //! The first request for a missing archive starts a [`Fill`]: a task, detached from every
 //! client, that downloads the archive into a staging file while hashing it. Every request for the
-//! same archive while it runs (the first included) reads from that fill: bytes already on disk
-//! are read back from the staging file, then the reader waits for more. Memory per reader is one
-//! read buffer.
+//! same archive while it runs (the first included) reads from that fill: the last chunks written
+//! ([`RECENT`] bytes) are also kept in memory, where a reader that keeps up with the download
+//! takes them; a reader further behind reads them back from the staging file; then the reader
+//! waits for more. Memory per reader is one read buffer, per fill [`RECENT`] bytes.
 //!
 //! The expected SHA-256 is known before the download starts, but the bytes can only be judged
 //! once the last one is in. So **no reader gets what the fill holds back ([`HoldBack`]) before
