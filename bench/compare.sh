@@ -6,9 +6,10 @@
 #   bench/compare.sh BEFORE AFTER            full run: 128 MiB archive, 10 s wrk runs, 3 rounds
 #   bench/compare.sh --quick BEFORE AFTER    smoke run: 24 MiB archive, 3 s wrk runs, 1 round
 #
-# BEFORE and AFTER are each a provender binary or a git revision (built into the work directory
-# with `cargo build --release`, sharing this checkout's target directory); `HEAD` and the working
-# tree's build are the usual AFTER: `bench/compare.sh origin/main target/release/provender`.
+# BEFORE and AFTER are each a provender binary or a git revision (checked out in the work
+# directory and built with `cargo build --release` into target/compare/, which the first such
+# build fills with every dependency); the working tree's build is the usual AFTER:
+# `cargo build --release && bench/compare.sh origin/main target/release/provender`.
 #
 # Figures, each for nginx, BEFORE and AFTER:
 #   - warm metadata: CPU time of the server's processes per request, `<version>.json` and
@@ -63,8 +64,13 @@ build_side() { # name binary-or-revision
         src=$WORK/src-$1
         log "$1: building $2 ($(git rev-parse --short "$rev"))"
         git worktree add --quiet --detach "$src" "$rev"
-        CARGO_TARGET_DIR=$ROOT/target/compare cargo build --release --locked \
-            --manifest-path "$src/Cargo.toml" >&2
+        # A target directory of its own (the first build there builds every dependency), so
+        # that the checkout's own target/release/provender, perhaps the other side, stays.
+        if ! CARGO_TARGET_DIR=$ROOT/target/compare cargo build --release --locked \
+            --manifest-path "$src/Cargo.toml" >&2; then
+            git worktree remove --force "$src"
+            die "building $2 failed"
+        fi
         cp "$ROOT/target/compare/release/provender" "$WORK/provender-$1"
         git worktree remove --force "$src"
     fi
