@@ -21,6 +21,10 @@
 # Every answer is checked (status and size, no non-2xx under wrk). CI never runs this: a ratio is
 # a measurement, not a test.
 #
+# ROUNDS, if set, is how many rounds of the metadata figures to take (3; 1 with --quick).
+# BEFORE_ENV and AFTER_ENV, if set, are environment assignments (`NAME=value ...`) for that side's
+# server: the same build twice, e.g. `AFTER_ENV=TOKIO_WORKER_THREADS=1 bench/compare.sh B B`.
+#
 # Options:
 #   --out FILE   also write the table of figures to FILE
 #   --keep       keep the work directory (fixtures, configs, logs) and print its path
@@ -40,10 +44,11 @@ bench_option() {
 bench_args "$@"
 [ ${#SIDES[@]} = 2 ] || die "give two builds: BEFORE AFTER (a binary or a git revision; see --help)"
 
+# ROUNDS (of the metadata figures) may be given in the environment.
 if [ $QUICK = 1 ]; then
-    BIG_MIB=24 DURATION=3 ROUNDS=1 REPS=2 COLD_REPS=2
+    BIG_MIB=24 DURATION=3 ROUNDS=${ROUNDS:-1} REPS=2 COLD_REPS=2
 else
-    BIG_MIB=128 DURATION=10 ROUNDS=3 REPS=5 COLD_REPS=5
+    BIG_MIB=128 DURATION=10 ROUNDS=${ROUNDS:-3} REPS=5 COLD_REPS=5
 fi
 MID_MIB=1
 CONNS=(64 256)
@@ -78,7 +83,21 @@ build_side() { # name binary-or-revision
 }
 BEFORE_BIN=$(build_side before "${SIDES[0]}")
 AFTER_BIN=$(build_side after "${SIDES[1]}")
-REVISION="before ${SIDES[0]}, after ${SIDES[1]}"
+BEFORE_ENV=${BEFORE_ENV:-} AFTER_ENV=${AFTER_ENV:-}
+REVISION="before ${SIDES[0]}${BEFORE_ENV:+ with $BEFORE_ENV}, after ${SIDES[1]}${AFTER_ENV:+ with $AFTER_ENV}"
+# Starts a side's server (start_provender's arguments after the side) with that side's
+# environment assignments; sets STARTED.
+start_side() { # before|after config port log
+    local side=$1 kv assignments
+    shift
+    assignments=$BEFORE_ENV
+    [ "$side" = after ] && assignments=$AFTER_ENV
+    for kv in $assignments; do export "${kv?}"; done
+    PROVENDER=$BEFORE_BIN
+    [ "$side" = after ] && PROVENDER=$AFTER_BIN
+    start_provender "$@"
+    for kv in $assignments; do unset "${kv%%=*}"; done
+}
 
 bench_pki
 bench_origin "$BIG_MIB" "$MID_MIB"
@@ -124,11 +143,11 @@ declare -A URL PID
 URL[nginx]=https://127.0.0.1:$NGINX_PORT
 PID[nginx]=$NGINX_PID
 for side in before after; do
-    port=$BEFORE_PORT bin=$BEFORE_BIN
-    [ $side = after ] && port=$AFTER_PORT bin=$AFTER_BIN
+    port=$BEFORE_PORT
+    [ $side = after ] && port=$AFTER_PORT
     log "$side: provender on 127.0.0.1:$port"
     provender_conf "$WORK/$side.toml" "$port" "$WORK/cache-$side" "$ORIGIN_PORT"
-    PROVENDER=$bin start_provender "$WORK/$side.toml" "$port" "$WORK/$side.log"
+    start_side $side "$WORK/$side.toml" "$port" "$WORK/$side.log"
     PID[$side]=$STARTED
     URL[$side]=https://127.0.0.1:$port
     for v in "${SMALL_VERSIONS[@]}"; do fetch "${URL[$side]}/$HOST/bench/small/$v.json"; done
@@ -215,11 +234,9 @@ log "cold miss: $BIG_ZIP through an empty cache, $COLD_REPS run(s), against a di
 for rep in $(seq "$COLD_REPS"); do
     timed_download cold.direct "$ORIGIN/files/bench/big/1.0.0/$BIG_ZIP" "$BIG_BYTES"
     for side in before after; do
-        bin=$BEFORE_BIN
-        [ $side = after ] && bin=$AFTER_BIN
         rm -rf "$WORK/cache-cold"
         provender_conf "$WORK/cold.toml" "$COLD_PORT" "$WORK/cache-cold" "$ORIGIN_PORT"
-        PROVENDER=$bin start_provender "$WORK/cold.toml" "$COLD_PORT" "$WORK/cold-$side.log"
+        start_side $side "$WORK/cold.toml" "$COLD_PORT" "$WORK/cold-$side.log"
         pid=$STARTED
         # As the CLI does: the version list and version document first, then the archive.
         fetch "https://127.0.0.1:$COLD_PORT/$HOST/bench/big/index.json"
