@@ -611,6 +611,13 @@ impl<T: Tree> Unpacker<T> {
                 return Err(PackError::NoSubdir(sub.to_string()));
             }
         }
+        // The package as written holds a directory entry for every directory, also those an
+        // archive only implies by its file names (a zip or tar may list `a/b/c` alone): held to
+        // the same cap, so a package that is stored can be unpacked again under it (`import`,
+        // re-verification).
+        if self.tree.walk(&root)?.len() > self.limits.max_entries {
+            return Err(PackError::TooManyEntries(self.limits.max_entries));
+        }
         let files = write(&self.tree, &root)?;
         if files == 0 {
             return Err(PackError::Empty);
@@ -951,6 +958,77 @@ mod tests {
             pack(&tar_gz(&many), false),
             Err(PackError::TooManyEntries(100))
         ));
+    }
+
+    #[test]
+    fn directories_an_archive_only_implies_count_as_the_package_writes_them() {
+        // Files in directories the archive never lists: 60 entries read, 120 written.
+        let nested = |n: usize| -> Vec<(String, char, &str)> {
+            (0..n).map(|i| (format!("d{i}/f"), 'f', "x")).collect()
+        };
+        let as_entries = |v: &[(String, char, &'static str)]| -> Vec<u8> {
+            let refs: Vec<(&str, char, &str)> =
+                v.iter().map(|(n, k, c)| (n.as_str(), *k, *c)).collect();
+            tar_gz(&refs)
+        };
+        assert!(matches!(
+            pack(&as_entries(&nested(60)), false),
+            Err(PackError::TooManyEntries(100))
+        ));
+        // Within the cap as written (40 files, 80 entries): the package repacks to itself
+        // under the same limits, as `import` repacks it.
+        let (out, packed) = pack(&as_entries(&nested(40)), false).unwrap();
+        assert_eq!(packed.files, 40);
+        let (again, _) = pack(&out, false).unwrap();
+        assert!(again == out);
+    }
+
+    /// What `package_zip` found: a zip of a few files in directories it does not list, which
+    /// repacked into more entries than its cap, so the stored package failed to unpack again.
+    #[test]
+    fn the_fuzzed_zip_whose_package_did_not_repack() {
+        const INPUT: &[u8] = &[
+            0, 53, 0, 0, 255, 80, 75, 0, 0, 53, 0, 0, 225, 0, 0, 1, 42, 255, 255, 39, 255, 80, 75,
+            1, 2, 80, 75, 3, 4, 74, 252, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 48, 255,
+            173, 0, 0, 0, 0, 0, 43, 80, 140, 39, 255, 32, 0, 226, 4, 0, 0, 0, 217, 1, 47, 229, 47,
+            255, 100, 80, 1, 47, 242, 47, 75, 47, 47, 48, 47, 18, 47, 255, 47, 140, 47, 242, 47,
+            75, 47, 47, 48, 47, 12, 47, 80, 1, 47, 229, 47, 255, 100, 80, 1, 47, 242, 47, 75, 47,
+            47, 48, 47, 18, 47, 255, 47, 1, 47, 39, 47, 255, 100, 81, 1, 47, 242, 47, 75, 47, 39,
+            48, 47, 18, 47, 255, 47, 255, 48, 47, 18, 47, 255, 47, 140, 47, 242, 47, 75, 41, 47,
+            47, 48, 47, 12, 47, 80, 1, 47, 229, 47, 255, 100, 80, 1, 47, 242, 47, 75, 47, 47, 48,
+            47, 18, 47, 255, 47, 1, 47, 39, 47, 255, 100, 81, 1, 47, 242, 47, 75, 47, 39, 48, 47,
+            18, 47, 255, 47, 255, 18, 18, 255, 47, 255, 100, 80, 1, 47, 242, 47, 75, 47, 47, 48,
+            47, 18, 47, 255, 47, 1, 47, 39, 47, 255, 100, 80, 1, 47, 242, 48, 75, 47, 47, 47, 47,
+            18, 47, 255, 47, 255, 47, 75, 47, 47, 48, 213, 18, 47, 255, 47, 255, 18, 18, 255, 255,
+            100, 80, 1, 47, 242, 47, 255, 255, 255, 104, 80, 1, 47, 242, 47, 255, 104, 80, 1, 47,
+            242, 255, 255, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166,
+            166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166,
+            166, 166, 166, 166, 166, 166, 166, 255, 255, 203, 47, 173, 173, 173, 173, 173, 173,
+            173, 242, 47, 75, 47, 209, 203, 100, 80, 1, 47, 242, 209, 202, 0, 0, 0, 70, 1, 0, 0, 0,
+            0, 0, 0, 255, 63, 0, 4, 48, 40, 249, 3, 0, 80, 75, 5, 6, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0,
+            7, 201, 0, 0, 0, 0, 2, 0, 0, 65, 0, 0, 0, 248, 100, 18, 18, 255, 47, 255, 100, 80, 1,
+            47, 242, 47, 75, 47, 47, 48, 47, 18, 47, 255, 47, 1, 47, 39, 47, 255, 100, 80, 1, 47,
+            242, 48, 75, 47, 47, 47, 47, 18, 47, 255, 47, 255, 47, 75, 47, 47, 48, 213, 18, 47,
+            255, 47, 255, 18, 18, 255, 255, 100, 80, 1, 47, 242, 47, 255, 255, 255, 104, 80, 1, 47,
+            242, 47, 255, 104, 80, 1, 47, 242, 255, 255, 166, 166, 166, 166, 166, 166, 166, 166,
+            166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166,
+            166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 166, 255, 255, 203, 47,
+            173, 173, 173, 173, 173, 173, 173, 242, 47, 75, 47, 209, 203, 100, 80, 1, 47, 242, 209,
+            202, 0, 0, 0, 70, 1, 0, 0, 0, 0, 0, 0, 255, 63, 0, 4, 48, 40, 249, 3, 0, 80, 75, 5, 6,
+            0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 7, 201, 0, 0, 0, 0, 2, 0, 0, 65, 0, 0, 0, 248, 100, 250,
+            255, 0, 255, 255, 0, 255, 0, 255, 255, 0, 75,
+        ];
+        const FUZZ_LIMITS: PackLimits = PackLimits {
+            max_entries: 64,
+            max_unpacked: 1 << 20,
+        };
+        let mut out = Vec::new();
+        if repack_in_memory(INPUT, Format::Zip, false, None, FUZZ_LIMITS, &mut out).is_ok() {
+            let mut again = Vec::new();
+            repack_in_memory(&out, Format::TarGz, false, None, FUZZ_LIMITS, &mut again)
+                .expect("a stored package repacks under the limits it was made with");
+            assert!(again == out);
+        }
     }
 
     #[test]
