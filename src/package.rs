@@ -589,7 +589,7 @@ impl<T: Tree> Unpacker<T> {
         format: Format,
         strip_top: bool,
         subdir: Option<&str>,
-        write: impl FnOnce(&T, &Path) -> Result<usize, PackError>,
+        write: impl FnOnce(&T, &Path, Vec<(PathBuf, bool)>) -> Result<usize, PackError>,
     ) -> Result<Packed, PackError> {
         match format {
             Format::TarGz => {
@@ -615,10 +615,11 @@ impl<T: Tree> Unpacker<T> {
         // archive only implies by its file names (a zip or tar may list `a/b/c` alone): held to
         // the same cap, so a package that is stored can be unpacked again under it (`import`,
         // re-verification).
-        if self.tree.walk(&root)?.len() > self.limits.max_entries {
+        let entries = self.tree.walk(&root)?;
+        if entries.len() > self.limits.max_entries {
             return Err(PackError::TooManyEntries(self.limits.max_entries));
         }
-        let files = write(&self.tree, &root)?;
+        let files = write(&self.tree, &root, entries)?;
         if files == 0 {
             return Err(PackError::Empty);
         }
@@ -647,7 +648,7 @@ pub fn repack(
         format,
         strip_top,
         subdir,
-        |tree, root| write_tar_gz(tree, root, out),
+        |tree, root, entries| write_tar_gz(tree, root, entries, out),
     )
 }
 
@@ -668,7 +669,7 @@ pub fn zip_package(
         Format::TarGz,
         false,
         None,
-        |tree, root| write_zip(tree, root, out),
+        |tree, root, entries| write_zip(tree, root, entries, out),
     )
 }
 
@@ -687,20 +688,25 @@ pub fn repack_in_memory(
         format,
         strip_top,
         subdir,
-        |tree, root| write_tar_gz(tree, root, out),
+        |tree, root, entries| write_tar_gz(tree, root, entries, out),
     )
 }
 
-/// Writes the deterministic `.tar.gz` of the tree under `root`; returns how many files it
-/// holds.
-fn write_tar_gz(tree: &impl Tree, root: &Path, out: impl Write) -> Result<usize, PackError> {
+/// Writes the deterministic `.tar.gz` of the tree under `root` (its `entries`, as `Tree::walk`
+/// lists them); returns how many files it holds.
+fn write_tar_gz(
+    tree: &impl Tree,
+    root: &Path,
+    entries: Vec<(PathBuf, bool)>,
+    out: impl Write,
+) -> Result<usize, PackError> {
     let gz = flate2::GzBuilder::new()
         .mtime(0)
         .write(out, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     tar.mode(tar::HeaderMode::Deterministic);
     let mut files = 0;
-    for (rel, is_dir) in tree.walk(root)? {
+    for (rel, is_dir) in entries {
         let mut header = tar::Header::new_ustar();
         header.set_mtime(0);
         header.set_uid(0);
@@ -726,10 +732,12 @@ fn write_tar_gz(tree: &impl Tree, root: &Path, out: impl Write) -> Result<usize,
     Ok(files)
 }
 
-/// Writes the deterministic zip of the tree under `root`; returns how many files it holds.
+/// Writes the deterministic zip of the tree under `root` (its `entries`); returns how many files
+/// it holds.
 fn write_zip(
     tree: &impl Tree,
     root: &Path,
+    entries: Vec<(PathBuf, bool)>,
     out: impl Write + io::Seek,
 ) -> Result<usize, PackError> {
     let zip_error = |e: zip::result::ZipError| match e {
@@ -746,7 +754,7 @@ fn write_zip(
     };
     let mut zip = zip::ZipWriter::new(out);
     let mut files = 0;
-    for (rel, is_dir) in tree.walk(root)? {
+    for (rel, is_dir) in entries {
         let name = rel.to_string_lossy().replace('\\', "/");
         if is_dir {
             zip.add_directory(format!("{name}/"), options(0o755))
