@@ -107,31 +107,13 @@ ORIGIN=https://127.0.0.1:$ORIGIN_PORT
 
 # The static mirror: what `terraform providers mirror` writes for the small provider, with the
 # origin's big archive linked in at the place the same command would write it.
-TF_HOME=$WORK/tf-home
-mkdir -p "$TF_HOME/empty-certs"
-cat >"$TF_HOME/cli.tfrc" <<EOF
-host "$HOST" {
-  services = {
-    "providers.v1" = "$ORIGIN/v1/providers/"
-  }
-}
-EOF
+terraform_home "$ORIGIN"
 MIRROR=$WORK/mirror
 log "static mirror: terraform providers mirror of every version of the small provider"
 for v in "${SMALL_VERSIONS[@]}"; do
-    mkdir -p "$WORK/tf-$v"
-    cat >"$WORK/tf-$v/main.tf" <<EOF
-terraform {
-  required_providers {
-    small = { source = "$HOST/bench/small", version = "$v" }
-  }
-}
-EOF
-    env -i PATH="$PATH" HOME="$TF_HOME" TF_CLI_CONFIG_FILE="$TF_HOME/cli.tfrc" \
-        SSL_CERT_FILE="$CA" SSL_CERT_DIR="$TF_HOME/empty-certs" CHECKPOINT_DISABLE=1 \
-        timeout 600 "$TERRAFORM" -chdir="$WORK/tf-$v" providers mirror -platform=darwin_amd64 \
-        -platform=darwin_arm64 -platform=linux_amd64 -platform=linux_arm64 \
-        -platform=windows_amd64 "$MIRROR" >/dev/null
+    tf_config "$WORK/tf-$v" small "$v"
+    tf "$WORK/tf-$v" providers mirror -platform=darwin_amd64 -platform=darwin_arm64 \
+        -platform=linux_amd64 -platform=linux_arm64 -platform=windows_amd64 "$MIRROR" >/dev/null
 done
 mkdir -p "$MIRROR/$HOST/bench/big"
 ln "$WORK/origin/files/bench/big/1.0.0/$BIG_ZIP" "$MIRROR/$HOST/bench/big/$BIG_ZIP"
@@ -197,20 +179,6 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-# N downloads of URL multiplexed on one HTTP/2 connection; prints the aggregate MiB/s.
-multiplexed_download() { # url n bytes
-    local i t0 t1 args=() out
-    for i in $(seq "$2"); do args+=(-o /dev/null "$1"); done
-    t0=$(now)
-    out=$(curl -sSf --http2 --parallel --parallel-max "$2" --cacert "$CA" --max-time 600 \
-        -w '%{http_code} %{size_download} %{num_connects}\n' "${args[@]}") \
-        || die "a multiplexed download of $1 failed"
-    t1=$(now)
-    while read -r line; do check_answer "$1" "$3" "$line"; done <<<"$out"
-    [ "$(awk '{ n += $3 } END { print n }' <<<"$out")" = 1 ] \
-        || die "curl opened more than one connection for the multiplexed downloads of $1"
-    calc "$2 * $3 / 2**20 / ($t1 - $t0)"
-}
 log "warm archive: $BIG_ZIP ($((BIG_BYTES >> 20)) MiB), $REPS run(s) of each figure"
 for rep in $(seq "$REPS"); do
     for figure in h1 h2 mux; do

@@ -12,6 +12,8 @@
 #   bench_pki          throw-away CA and server certificate (CA, CERT, KEY)
 #   bench_origin       origin registry fixtures (BIG_ZIP, BIG_BYTES, BIG_SHA256, MID_...)
 #   start_origin ...   an nginx serving them
+#   terraform_home     a terraform CLI home pointed at the origin (then `tf`, `tf_config`), for
+#                      the static mirror nginx serves
 #
 # then start provender instances (provender_conf, start_provender, warm_provender) and measure
 # with run_wrk, parallel_download and timed_download, which check every answer: status 200
@@ -347,6 +349,45 @@ check_big() { # url
     [ "$got" = "$BIG_SHA256" ] || die "$1 answered other bytes than the origin's $BIG_ZIP (SHA-256 $got)"
 }
 
+
+# ---------------------------------------------------------------------------------------------
+# The terraform CLI, for the static mirror nginx serves (`terraform providers mirror`).
+# ---------------------------------------------------------------------------------------------
+# A CLI home whose configuration sends the registry host's provider traffic to ORIGIN (sets
+# TF_HOME); then `tf DIR ARGS...` runs $TERRAFORM there, and `tf_config DIR TYPE VERSION`
+# writes a configuration requiring one bench provider.
+terraform_home() { # origin-url
+    TF_HOME=$WORK/tf-home
+    mkdir -p "$TF_HOME/empty-certs"
+    cat >"$TF_HOME/cli.tfrc" <<EOF
+host "$HOST" {
+  services = {
+    "providers.v1" = "$1/v1/providers/"
+  }
+}
+EOF
+}
+tf() { # dir args...
+    local dir=$1
+    shift
+    env -i PATH="$PATH" HOME="$TF_HOME" TF_CLI_CONFIG_FILE="$TF_HOME/cli.tfrc" \
+        SSL_CERT_FILE="$CA" SSL_CERT_DIR="$TF_HOME/empty-certs" CHECKPOINT_DISABLE=1 \
+        TF_IN_AUTOMATION=1 timeout 600 "$TERRAFORM" -chdir="$dir" "$@"
+}
+tf_config() { # dir type version
+    mkdir -p "$1"
+    cat >"$1/main.tf" <<EOF
+terraform {
+  required_providers {
+    $2 = {
+      source  = "$HOST/bench/$2"
+      version = "$3"
+    }
+  }
+}
+EOF
+}
+
 # ---------------------------------------------------------------------------------------------
 # Measurements. Every answer is checked: a fast error page is not a fast server.
 # ---------------------------------------------------------------------------------------------
@@ -397,4 +438,18 @@ timed_download() { # name url bytes
     record "$1.ttfb" "$ttfb"
     record "$1.total" "$total"
     record "$1.mibps" "$(awk -v b="$speed" 'BEGIN { print b / 1048576 }')"
+}
+# N downloads of URL multiplexed on one HTTP/2 connection; prints the aggregate MiB/s.
+multiplexed_download() { # url n bytes
+    local i t0 t1 args=() out
+    for i in $(seq "$2"); do args+=(-o /dev/null "$1"); done
+    t0=$(now)
+    out=$(curl -sSf --http2 --parallel --parallel-max "$2" --cacert "$CA" --max-time 600 \
+        -w '%{http_code} %{size_download} %{num_connects}\n' "${args[@]}") \
+        || die "a multiplexed download of $1 failed"
+    t1=$(now)
+    while read -r line; do check_answer "$1" "$3" "$line"; done <<<"$out"
+    [ "$(awk '{ n += $3 } END { print n }' <<<"$out")" = 1 ] \
+        || die "curl opened more than one connection for the multiplexed downloads of $1"
+    calc "$2 * $3 / 2**20 / ($t1 - $t0)"
 }

@@ -75,35 +75,7 @@ LIMITED=https://127.0.0.1:$LIMITED_PORT
 # ---------------------------------------------------------------------------------------------
 # The static mirror: what `terraform providers mirror` writes, from the same origin.
 # ---------------------------------------------------------------------------------------------
-TF_HOME=$WORK/tf-home
-mkdir -p "$TF_HOME/empty-certs"
-cat >"$TF_HOME/cli.tfrc" <<EOF
-host "$HOST" {
-  services = {
-    "providers.v1" = "$ORIGIN/v1/providers/"
-  }
-}
-EOF
-tf() { # dir args...
-    local dir=$1
-    shift
-    env -i PATH="$PATH" HOME="$TF_HOME" TF_CLI_CONFIG_FILE="$TF_HOME/cli.tfrc" \
-        SSL_CERT_FILE="$CA" SSL_CERT_DIR="$TF_HOME/empty-certs" CHECKPOINT_DISABLE=1 \
-        TF_IN_AUTOMATION=1 timeout 600 "$TERRAFORM" -chdir="$dir" "$@"
-}
-tf_config() { # dir type version
-    mkdir -p "$1"
-    cat >"$1/main.tf" <<EOF
-terraform {
-  required_providers {
-    $2 = {
-      source  = "$HOST/bench/$2"
-      version = "$3"
-    }
-  }
-}
-EOF
-}
+terraform_home "$ORIGIN"
 MIRROR=$WORK/mirror
 log "static mirror: terraform providers mirror (small: every version; mid, big: linux_amd64)"
 for v in "${SMALL_VERSIONS[@]}"; do

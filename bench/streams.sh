@@ -51,20 +51,6 @@ for url in "$NGINX_ARCHIVE" "$PROVENDER_ARCHIVE"; do
         || die "$url does not answer over HTTP/2"
 done
 
-# N downloads of URL multiplexed on one HTTP/2 connection; prints the aggregate MiB/s.
-multiplexed_download() { # url n bytes
-    local i t0 t1 args=() out
-    for i in $(seq "$2"); do args+=(-o /dev/null "$1"); done
-    t0=$(now)
-    out=$(curl -sSf --http2 --parallel --parallel-max "$2" --cacert "$CA" --max-time 600 \
-        -w '%{http_code} %{size_download} %{num_connects}\n' "${args[@]}") \
-        || die "a multiplexed download of $1 failed"
-    t1=$(now)
-    while read -r line; do check_answer "$1" "$3" "$line"; done <<<"$out"
-    [ "$(awk '{ n += $3 } END { print n }' <<<"$out")" = 1 ] \
-        || die "curl opened more than one connection for the multiplexed downloads of $1"
-    calc "$2 * $3 / 2**20 / ($t1 - $t0)"
-}
 cpu_ticks() { # nginx|provender
     if [ "$1" = nginx ]; then cpu_ticks_of $(tree_pids "$NGINX_PID"); else cpu_ticks_of "$PROVENDER_PID"; fi
 }
