@@ -18,7 +18,7 @@ pub struct AddressError {
 }
 
 impl AddressError {
-    fn new(what: &'static str, value: &str, reason: &'static str) -> Self {
+    pub(crate) fn new(what: &'static str, value: &str, reason: &'static str) -> Self {
         // Keep hostile input from bloating logs and error bodies.
         let value: String = value.chars().take(80).collect();
         AddressError {
@@ -102,6 +102,77 @@ impl Hostname {
     /// The normalised form, e.g. `registry.terraform.io` or `example.com:8443`.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// Most `/`-separated parts of a git repository's path (`group/subgroup/project.git`).
+const MAX_REPO_SEGMENTS: usize = 8;
+/// Longest git repository path.
+const MAX_REPO_PATH_LEN: usize = 256;
+
+/// A git repository on an origin host, as the git door names it: `<host>/<path>`, the path as
+/// the client wrote it (`acme/modules.git` and `acme/modules` are two repositories, as they are
+/// two URLs). Each part is letters, digits, `.`, `_`, `-` and `~`, none starting with `.`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GitRepo {
+    pub host: Hostname,
+    path: String,
+}
+
+impl GitRepo {
+    /// `host` and `path` (without a leading `/`), checked.
+    pub fn new(host: &str, path: &str) -> Result<GitRepo, AddressError> {
+        let host = Hostname::parse(host)?;
+        let err = |reason| AddressError::new("git repository path", path, reason);
+        if path.is_empty() || path.len() > MAX_REPO_PATH_LEN {
+            return Err(err("must be 1 to 256 characters"));
+        }
+        let segments: Vec<&str> = path.split('/').collect();
+        if segments.len() > MAX_REPO_SEGMENTS {
+            return Err(err("may have at most 8 parts"));
+        }
+        for segment in &segments {
+            if segment.is_empty() || segment.starts_with('.') {
+                return Err(err("parts may not be empty or start with a dot"));
+            }
+            if !segment
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-~".contains(&b))
+            {
+                return Err(err(
+                    "may contain only letters, digits, '.', '_', '-', '~' and '/'",
+                ));
+            }
+        }
+        Ok(GitRepo {
+            host,
+            path: path.to_owned(),
+        })
+    }
+
+    /// `<host>/<path>`, as a `git::https://` source names it (without the scheme).
+    pub fn parse(source: &str) -> Result<GitRepo, AddressError> {
+        let (host, path) = source
+            .split_once('/')
+            .ok_or_else(|| AddressError::new("git repository", source, "expected <host>/<path>"))?;
+        GitRepo::new(host, path)
+    }
+
+    /// The repository's path on its host.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Where the origin serves it: `https://<host>/<path>`.
+    pub fn origin_url(&self) -> url::Url {
+        url::Url::parse(&format!("https://{}/{}", self.host, self.path))
+            .expect("a hostname and a checked path make a URL")
+    }
+}
+
+impl fmt::Display for GitRepo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.host, self.path)
     }
 }
 

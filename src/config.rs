@@ -31,6 +31,115 @@ pub struct Config {
     pub complete_hashes: CompleteHashesConfig,
     pub usage: crate::usage::UsageConfig,
     pub releases: ReleasesConfig,
+    pub git: GitConfig,
+}
+
+/// `[git]`: the read-through cache of git repositories that configurations call modules from
+/// directly (`git::https://...` sources).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GitConfig {
+    /// The hosts whose repositories may be fetched and served; empty: the git door is closed.
+    pub allowed_hosts: Vec<String>,
+    /// How long a repository is served from the cache before a client's `info/refs` makes
+    /// the mirror ask its origin for new commits again.
+    #[serde(with = "humantime_serde")]
+    pub refresh_after: Duration,
+    /// Most bytes one cached repository may take on disk.
+    pub max_repository_size: bytesize::ByteSize,
+    /// Most objects one cached repository may hold.
+    pub max_objects: u64,
+    /// Longest refresh from an origin.
+    #[serde(with = "humantime_serde")]
+    pub fetch_timeout: Duration,
+    /// Largest request body a client may send (its wants and haves).
+    pub max_request_size: bytesize::ByteSize,
+    /// Longest a client's fetch may take to be answered.
+    #[serde(with = "humantime_serde")]
+    pub serve_timeout: Duration,
+}
+
+impl Default for GitConfig {
+    fn default() -> Self {
+        GitConfig {
+            allowed_hosts: Vec::new(),
+            refresh_after: Duration::from_secs(60),
+            max_repository_size: bytesize::ByteSize::gib(2),
+            max_objects: 2_000_000,
+            fetch_timeout: Duration::from_secs(600),
+            max_request_size: bytesize::ByteSize::mib(16),
+            serve_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// `[git]`, validated.
+#[derive(Debug, Clone)]
+pub struct GitSettings {
+    pub allowed_hosts: Vec<Hostname>,
+    pub refresh_after: Duration,
+    /// Bounds on one refresh from an origin (`modules.git` is the program).
+    pub limits: crate::upstream::GitLimits,
+    /// `git.max_request_size`, in bytes.
+    pub max_request_size: u64,
+    pub serve_timeout: Duration,
+}
+
+impl GitSettings {
+    /// Whether repositories on `host` may be fetched and served.
+    pub fn host_allowed(&self, host: &Hostname) -> bool {
+        self.allowed_hosts.contains(host)
+    }
+}
+
+impl GitConfig {
+    /// `[git]`; `program` is `modules.git`.
+    fn validate(&self, program: &std::path::Path) -> Result<GitSettings, ConfigError> {
+        let mut allowed_hosts = Vec::new();
+        for (i, h) in self.allowed_hosts.iter().enumerate() {
+            let host = Hostname::parse(h)
+                .map_err(|e| invalid(format!("git.allowed_hosts[{i}]"), e.to_string()))?;
+            allowed_hosts.push(host);
+        }
+        for (key, size) in [
+            ("git.max_repository_size", self.max_repository_size),
+            ("git.max_request_size", self.max_request_size),
+        ] {
+            if size.as_u64() < 1024 {
+                return Err(invalid(key, "must be at least 1 KiB"));
+            }
+        }
+        if self.max_objects == 0 {
+            return Err(invalid("git.max_objects", "must be at least 1"));
+        }
+        for (key, value) in [
+            ("git.fetch_timeout", self.fetch_timeout),
+            ("git.serve_timeout", self.serve_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key, "must be longer than zero"));
+            }
+        }
+        Ok(GitSettings {
+            allowed_hosts,
+            refresh_after: self.refresh_after,
+            limits: crate::upstream::GitLimits {
+                program: program.to_path_buf(),
+                max_bytes: self.max_repository_size.as_u64(),
+                max_objects: self.max_objects,
+                // A cached repository is served as it is, never archived.
+                max_archive: 0,
+                timeout: self.fetch_timeout,
+            },
+            max_request_size: self.max_request_size.as_u64(),
+            serve_timeout: self.serve_timeout,
+        })
+    }
+
+    /// The hosts named, as written (they may have `upstream.hosts` entries).
+    fn hosts(&self) -> impl Iterator<Item = String> + '_ {
+        self.allowed_hosts.iter().map(|h| h.to_ascii_lowercase())
+    }
 }
 
 /// `[releases]`: a read-through mirror of the CLIs' own releases.
@@ -559,6 +668,8 @@ impl Default for UpstreamConfig {
 pub struct HostConfig {
     pub connect_to: Option<String>,
     pub token: Option<String>,
+    /// The user name sent with `token` to a git host (HTTP Basic); `x-access-token` if unset.
+    pub git_username: Option<String>,
     pub require_signature: Option<bool>,
     pub allow_http: bool,
 }
@@ -569,6 +680,7 @@ impl std::fmt::Debug for HostConfig {
         f.debug_struct("HostConfig")
             .field("connect_to", &self.connect_to)
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("git_username", &self.git_username)
             .field("require_signature", &self.require_signature)
             .field("allow_http", &self.allow_http)
             .finish()
@@ -697,9 +809,11 @@ impl Config {
         if self.releases.enabled {
             other_hosts.extend(self.releases.hosts());
         }
+        other_hosts.extend(self.git.hosts());
         let (upstream, trust) = self.upstream.validate(&other_hosts)?;
         let modules = self.modules.validate(&upstream)?;
         Ok(Settings {
+            git: self.git.validate(&modules.git.program)?,
             modules,
             server: self.server.validate()?,
             cache: self.cache.validate()?,
@@ -1121,7 +1235,7 @@ impl UpstreamConfig {
                 return Err(invalid(
                     &key,
                     format!(
-                        "{host} is not listed in upstream.allowed_hosts (nor the host of an auth.issuers entry)"
+                        "{host} is not listed in upstream.allowed_hosts (nor git.allowed_hosts, nor the host of an auth.issuers entry)"
                     ),
                 ));
             }
@@ -1139,11 +1253,22 @@ impl UpstreamConfig {
                     "must be a non-empty token without spaces or control characters",
                 ));
             }
+            if hc
+                .git_username
+                .as_deref()
+                .is_some_and(|u| u.is_empty() || u.chars().any(|c| c.is_control() || c == ':'))
+            {
+                return Err(invalid(
+                    format!("{key}.git_username"),
+                    "must be a non-empty name without ':' or control characters",
+                ));
+            }
             hosts.insert(
                 host,
                 HostSettings {
                     connect_to,
                     token: hc.token.clone(),
+                    git_username: hc.git_username.clone(),
                     require_signature: hc.require_signature,
                     allow_http: hc.allow_http,
                 },
@@ -1438,6 +1563,8 @@ pub struct Settings {
     pub usage: crate::usage::UsageSettings,
     /// The CLIs' own releases (`[releases]`).
     pub releases: ReleaseSettings,
+    /// The git cache (`[git]`).
+    pub git: GitSettings,
 }
 
 /// `[modules]`, validated.

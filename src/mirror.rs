@@ -4,7 +4,9 @@
 //! offline switch ([`Core::origin`]), version lists ([`crate::cache::Listings`]), verified version
 //! records, archive fills and the trust policy. Each protocol has a front-end over it:
 //! [`ProviderMirror`] (the network mirror and the registry facade), [`ModuleRegistry`] and
-//! [`OciRegistry`]. Bytes enter the cache only through [`admission`]. The operator commands and
+//! [`OciRegistry`], and [`GitMirror`] for git sources (whose repositories are git's own
+//! content-addressed stores, kept apart from the object store). Bytes enter the cache only
+//! through [`admission`]. The operator commands and
 //! re-verification work on a [`Core`] directly; the server holds a [`Mirror`], all of them
 //! together.
 //!
@@ -19,6 +21,7 @@ use crate::metrics::Metrics;
 pub mod admission;
 mod core;
 mod facade;
+mod git;
 mod modules;
 mod oci;
 mod providers;
@@ -26,6 +29,7 @@ mod releases;
 
 pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach};
 pub use facade::RegistryPackage;
+pub use git::{CachedRepo, GitBundled, GitMirror, GitProtocol, GitReady};
 pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};
 pub use providers::{ArchiveBody, ArchiveHead, ProviderMirror, Served};
@@ -44,6 +48,8 @@ pub struct Mirror {
     pub oci: Arc<OciRegistry>,
     /// The CLIs' own releases.
     pub releases: Arc<ReleaseMirror>,
+    /// The git cache, for `git::https://` module sources.
+    pub git: Arc<GitMirror>,
 }
 
 impl Mirror {
@@ -58,6 +64,7 @@ impl Mirror {
         let modules = ModuleRegistry::new(core.clone());
         Mirror {
             releases: ReleaseMirror::new(core.clone()),
+            git: GitMirror::new(core.clone()),
             oci: OciRegistry::new(core.clone(), providers.clone(), modules.clone()),
             modules,
             providers,

@@ -6,8 +6,9 @@
 //! token) decides. A client no rule matches may do everything, as without rules, so a site that
 //! wants a default writes a last rule with `clients = ["*"]`. Patterns are exact or globs (see
 //! [`Globs`]): `providers` match `hostname/namespace/type`, `modules`
-//! `hostname/namespace/name/system`; a rule without `providers` (or `modules`) allows all of
-//! them.
+//! `hostname/namespace/name/system`, `git` the repositories of the git door, `host/path` as a
+//! `git::https://` source names them (`github.com/acme/*`); a rule without `providers` (or
+//! `modules`, or `git`) allows all of them.
 
 use std::sync::Arc;
 
@@ -32,6 +33,9 @@ pub struct RuleConfig {
     /// The modules they may get (`hostname/namespace/name/system` patterns); all when absent.
     #[serde(default)]
     pub modules: Option<Patterns>,
+    /// The git repositories they may fetch (`host/path` patterns); all when absent.
+    #[serde(default)]
+    pub git: Option<Patterns>,
 }
 
 fn yes() -> bool {
@@ -47,6 +51,7 @@ pub struct Rule {
     pub fill: bool,
     providers: Option<Globs>,
     modules: Option<Globs>,
+    git: Option<Globs>,
 }
 
 /// The checked rules, in order.
@@ -93,6 +98,7 @@ impl RuleConfig {
                 .as_ref()
                 .map(|p| globs("modules", p))
                 .transpose()?,
+            git: self.git.as_ref().map(|p| globs("git", p)).transpose()?,
         })
     }
 }
@@ -133,6 +139,11 @@ impl Rule {
     /// Whether its clients may get the module `hostname/namespace/name/system`.
     pub fn allows_module(&self, addr: &str) -> bool {
         self.modules.as_ref().is_none_or(|g| g.is_match(addr))
+    }
+
+    /// Whether its clients may fetch the git repository `host/path`.
+    pub fn allows_git(&self, repo: &str) -> bool {
+        self.git.as_ref().is_none_or(|g| g.is_match(repo))
     }
 }
 

@@ -87,6 +87,47 @@ pub struct Manifest {
     /// The CLIs' own releases, each with the vendor's signed SHA256SUMS.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub releases: Vec<BundleRelease>,
+    /// Repositories of the git cache, each as one `git bundle`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub git: Vec<BundleGit>,
+}
+
+/// One repository of the git cache in a bundle: a `git bundle` of every reference it had, and
+/// those references, so that import can check the repository it makes is the one exported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleGit {
+    /// `host/path`, as the git door names it.
+    pub repo: String,
+    /// Path inside the bundle ([`git_path`]).
+    pub path: String,
+    pub size: u64,
+    /// SHA-256 of the `git bundle` file.
+    pub sha256: Sha256,
+    /// The branch `HEAD` names (`refs/heads/...`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
+    /// Every reference and the object it names.
+    pub refs: BTreeMap<String, String>,
+}
+
+/// Where git repositories live inside a bundle.
+pub const GIT_DIR: &str = "provender-git";
+
+/// Path of a git repository's `git bundle` inside a bundle: `provender-git/<host>/<path>.bundle`.
+pub fn git_path(repo: &crate::address::GitRepo) -> String {
+    format!("{GIT_DIR}/{repo}.bundle")
+}
+
+/// Parses a manifest git `repo` (`host/path`).
+pub fn parse_git_repo(repo: &str) -> Result<crate::address::GitRepo, BundleError> {
+    let parsed = crate::address::GitRepo::parse(repo).map_err(BundleError::manifest)?;
+    if parsed.to_string() != repo {
+        return Err(BundleError::manifest(format!(
+            "git repository {repo:?} is not in canonical host/path form"
+        )));
+    }
+    Ok(parsed)
 }
 
 /// One CLI release in a bundle: the vendor's SHA256SUMS and its signature, as published, and
@@ -325,6 +366,7 @@ impl Manifest {
 pub enum Expect {
     Archive { v: usize, a: usize },
     Module { m: usize },
+    Git { g: usize },
     ReleaseBuild { r: usize, z: usize },
     ReleaseSums { r: usize, signature: bool },
     Document(Vec<u8>),
@@ -367,6 +409,36 @@ impl Manifest {
             };
             return Err(BundleError::manifest(format!("{at}: {problem}")));
         }
+        let mut repos = BTreeSet::new();
+        for g in &manifest.git {
+            let at = format!("git repository {}", g.repo);
+            let repo = parse_git_repo(&g.repo)?;
+            if !repos.insert(repo.clone()) {
+                return Err(BundleError::manifest(format!("{at} is listed twice")));
+            }
+            if g.path != git_path(&repo) {
+                return Err(BundleError::manifest(format!(
+                    "{at}: path {:?} is not where the layout puts it",
+                    g.path
+                )));
+            }
+            let well_formed = |name: &str, id: &str| {
+                name.starts_with("refs/")
+                    && crate::upstream::valid_reference(name)
+                    && matches!(id.len(), 40 | 64)
+                    && id.bytes().all(|b| b.is_ascii_hexdigit())
+            };
+            if let Some((name, id)) = g.refs.iter().find(|(n, i)| !well_formed(n, i)) {
+                return Err(BundleError::manifest(format!(
+                    "{at}: reference {name:?} -> {id:?} is not a reference to an object id"
+                )));
+            }
+            if g.head.as_ref().is_some_and(|h| !g.refs.contains_key(h)) {
+                return Err(BundleError::manifest(format!(
+                    "{at}: HEAD names a reference it does not list"
+                )));
+            }
+        }
         let mut releases = BTreeSet::new();
         for r in &manifest.releases {
             if !releases.insert((r.cli, r.version.clone())) {
@@ -403,6 +475,9 @@ impl Manifest {
         }
         for (mi, m) in self.modules.iter().enumerate() {
             expected.insert(m.path.clone(), Expect::Module { m: mi });
+        }
+        for (gi, g) in self.git.iter().enumerate() {
+            expected.insert(g.path.clone(), Expect::Git { g: gi });
         }
         for (ri, r) in self.releases.iter().enumerate() {
             for (path, signature) in [(&r.sums_path, false), (&r.signature_path, true)] {
@@ -522,6 +597,7 @@ fn read_pinned(body: &mut impl Read, entry: &str, want: &Sha256) -> Result<Vec<u
 pub enum Payload<'a> {
     Archive(&'a BundleArchive, usize, usize),
     Module(&'a BundleModule, usize),
+    Git(&'a BundleGit, usize),
     ReleaseBuild(&'a BundleBuild, usize, usize),
 }
 
@@ -683,6 +759,11 @@ pub fn walk<E: std::fmt::Display>(
             .map_err(|e| BundleError::new(&name, e)),
             Expect::Module { m } => payload(
                 Payload::Module(&head_read.manifest.modules[m], m),
+                &mut member.body,
+            )
+            .map_err(|e| BundleError::new(&name, e)),
+            Expect::Git { g } => payload(
+                Payload::Git(&head_read.manifest.git[g], g),
                 &mut member.body,
             )
             .map_err(|e| BundleError::new(&name, e)),

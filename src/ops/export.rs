@@ -54,6 +54,11 @@ pub struct ExportArgs {
     /// either, else none).
     #[arg(long = "cli", value_name = "CLI[@CONSTRAINT]", requires = "bundle")]
     pub clis: Vec<String>,
+    /// Bundles only: export these repositories of the git cache, as HOST/PATH (repeatable;
+    /// default: every cached repository when no --provider, --module or --cli is given either,
+    /// else none).
+    #[arg(long = "git", value_name = "HOST/PATH", requires = "bundle", value_parser = crate::address::GitRepo::parse)]
+    pub git: Vec<crate::address::GitRepo>,
     /// Export only these platforms (repeatable; default: every cached platform).
     #[arg(long = "platform", short = 'p', value_parser = Platform::parse)]
     pub platforms: Vec<Platform>,
@@ -87,7 +92,7 @@ enum ExportError {
     Bundle(#[from] BundleError),
     #[error("{}: not a file name", .0.display())]
     NotAFileName(PathBuf),
-    /// A release could not be read from the cache: which, and why.
+    /// A release or git repository could not be read from the cache: which, and why.
     #[error("{what}: {problem}")]
     Release { what: String, problem: String },
 }
@@ -269,7 +274,8 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     let (mirror, _) = super::open_core(settings)?;
     let mut failed = Vec::new();
     // Without any filter, everything the cache holds; with some, what they name.
-    let everything = filters.is_empty() && module_filters.is_empty() && clis.is_empty();
+    let everything =
+        filters.is_empty() && module_filters.is_empty() && clis.is_empty() && args.git.is_empty();
     let bundle = args.bundle.is_some();
     let selection = if everything || !filters.is_empty() {
         select(&mirror, &filters, &args.platforms, &mut failed).await?
@@ -286,7 +292,30 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     } else {
         Vec::new()
     };
-    if selection.is_empty() && modules.is_empty() && releases.is_empty() && failed.is_empty() {
+    let git = crate::mirror::GitMirror::new(mirror.clone());
+    let repos: Vec<crate::mirror::CachedRepo> = if bundle && (everything || !args.git.is_empty()) {
+        let cached = git.cached();
+        for wanted in &args.git {
+            if !cached.iter().any(|c| &c.repo == wanted) {
+                failed.push((
+                    format!("git repository {wanted}"),
+                    "not in the git cache".into(),
+                ));
+            }
+        }
+        cached
+            .into_iter()
+            .filter(|c| everything || args.git.contains(&c.repo))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if selection.is_empty()
+        && modules.is_empty()
+        && releases.is_empty()
+        && repos.is_empty()
+        && failed.is_empty()
+    {
         return Err(usage(
             "nothing to export: the cache holds no archive matching the filters",
         ));
@@ -302,6 +331,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                 selection: &selection,
                 modules: &modules,
                 releases: &releases,
+                git: (&git, &repos),
             };
             write_bundle(&mirror, chosen, file, bytes, site_key).await
         }
@@ -329,6 +359,12 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
                 println!("  and {} module versions:", modules.len());
                 for m in &modules {
                     println!("  {}", m.key);
+                }
+            }
+            if !repos.is_empty() {
+                println!("  and {} git repositories:", repos.len());
+                for r in &repos {
+                    println!("  {}", r.repo);
                 }
             }
             if !releases.is_empty() {
@@ -448,6 +484,11 @@ struct Contents<'a> {
     selection: &'a Selection,
     modules: &'a [Listed<ModuleKind>],
     releases: &'a [ChosenRelease],
+    /// The git cache, and the repositories of it to carry.
+    git: (
+        &'a crate::mirror::GitMirror,
+        &'a [crate::mirror::CachedRepo],
+    ),
 }
 
 async fn write_bundle(
@@ -461,6 +502,7 @@ async fn write_bundle(
         selection,
         modules,
         releases,
+        git: (git, repos),
     } = chosen;
     // The manifest comes first, so gather everything it says before writing any archive.
     let mut manifest = Manifest {
@@ -483,7 +525,34 @@ async fn write_bundle(
             })
             .collect(),
         releases: Vec::new(),
+        git: Vec::new(),
     };
+    // Each git repository as one `git bundle`, made first: the manifest pins its bytes.
+    let scratch = mirror
+        .scratch_dir()
+        .map_err(ExportError::io("a scratch directory"))?;
+    let mut git_files = Vec::new();
+    for (n, cached) in repos.iter().enumerate() {
+        let file = scratch.path().join(format!("{n}.bundle"));
+        let bundled = git
+            .bundle_to(cached, &file)
+            .await
+            .map_err(|e| ExportError::Release {
+                what: format!("git repository {}", cached.repo),
+                problem: e.to_string(),
+            })?;
+        let Some(bundled) = bundled else { continue };
+        let entry = bundle::BundleGit {
+            repo: cached.repo.to_string(),
+            path: bundle::git_path(&cached.repo),
+            size: bundled.size,
+            sha256: bundled.sha256,
+            head: bundled.head,
+            refs: bundled.refs,
+        };
+        git_files.push((entry.clone(), file));
+        manifest.git.push(entry);
+    }
     let mut sums_files: Vec<(String, Vec<u8>)> = Vec::new();
     for ((addr, version), chosen) in selection {
         let record = mirror.meta().read_version(addr, version).await;
@@ -658,6 +727,21 @@ async fn write_bundle(
                 kind: "package",
             };
             append_checked(&mut tar, entry, object, what).await?;
+        }
+        for (entry, file) in &git_files {
+            let mut reader = tokio::fs::File::open(file)
+                .await
+                .map_err(ExportError::io(file.display()))?;
+            let sha = tar
+                .append(&entry.path, entry.size, &mut reader)
+                .await
+                .map_err(ExportError::io(&entry.repo))?;
+            if sha != entry.sha256 {
+                return Err(ExportError::Vanished(format!(
+                    "the git bundle of {} changed while it was written",
+                    entry.repo
+                )));
+            }
         }
         for (path, doc) in &sums_files {
             tar.append_bytes(path, doc).await.map_err(io)?;

@@ -104,6 +104,9 @@ enum ImportError {
     },
     #[error("unusable zip: {0}")]
     UnusableZip(#[from] HashError),
+    /// A git repository's bundle that git would not admit as the manifest describes it.
+    #[error("{0}")]
+    Git(String),
     #[error("the package {0}")]
     Package(#[from] crate::package::PackError),
     #[error("the package is not in the canonical form (packed again it is {repacked})")]
@@ -250,9 +253,15 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         versions: imports,
         modules,
         releases,
+        git,
     } = found;
     let shown = args.source.display();
-    if failed.is_empty() && imports.is_empty() && modules.is_empty() && releases.is_empty() {
+    if failed.is_empty()
+        && imports.is_empty()
+        && modules.is_empty()
+        && releases.is_empty()
+        && git.is_empty()
+    {
         failed.push((shown.to_string(), "holds no provider archive".into()));
     }
     if failed.is_empty() {
@@ -283,20 +292,25 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         let archives = admit(&mirror, imports).await?;
         let modules = admit_modules(&mirror, modules).await?;
         let releases = admit_releases(&mirror, releases).await?;
-        Ok::<_, ImportError>((archives, modules, releases))
+        let repos = admit_git(&mirror, git).await?;
+        Ok::<_, ImportError>((archives, modules, releases, repos))
     }
     .await;
-    let ((added, present), (modules_added, modules_present), (releases_added, releases_present)) =
-        match admitted {
-            Ok(r) => r,
-            Err(e) => {
-                println!("import from {shown} stopped: {e}");
-                println!(
-                    "archives admitted before the failure are complete; run the import again to finish"
-                );
-                return Ok(Outcome::Failed);
-            }
-        };
+    let (
+        (added, present),
+        (modules_added, modules_present),
+        (releases_added, releases_present),
+        repos,
+    ) = match admitted {
+        Ok(r) => r,
+        Err(e) => {
+            println!("import from {shown} stopped: {e}");
+            println!(
+                "archives admitted before the failure are complete; run the import again to finish"
+            );
+            return Ok(Outcome::Failed);
+        }
+    };
     let bytes: u64 = added.iter().map(|(_, s)| s).sum();
     println!(
         "import: {} added ({}), {} already present, from {shown}",
@@ -343,10 +357,48 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
             println!("  {r}");
         }
     }
+    if !repos.is_empty() {
+        println!("git repositories: {}", repos.len());
+        for r in &repos {
+            println!("  {r}");
+        }
+        if !repos
+            .iter()
+            .all(|r| mirror.settings().git.host_allowed(&r.host))
+        {
+            eprintln!(
+                "warning: git repositories on hosts outside git.allowed_hosts are in the cache \
+                 but will not be served until their hosts are allowed"
+            );
+        }
+    }
     for warning in warnings {
         eprintln!("warning: {warning}");
     }
     Ok(Outcome::Success)
+}
+
+/// Admits each git repository from its checked `git bundle` (`GitMirror::admit_bundle`: git
+/// verifies the objects, the references must be the manifest's).
+async fn admit_git(
+    mirror: &Arc<Core>,
+    repos: Vec<StagedGit>,
+) -> Result<Vec<crate::address::GitRepo>, ImportError> {
+    let git = crate::mirror::GitMirror::new(mirror.clone());
+    let mut admitted = Vec::new();
+    for r in repos {
+        let repo = bundle::parse_git_repo(&r.entry.repo).expect("checked by Manifest::parse");
+        git.admit_bundle(
+            &repo,
+            r.staged.path(),
+            r.entry.head.as_deref(),
+            &r.entry.refs,
+        )
+        .await
+        .map_err(|e| ImportError::Git(format!("git repository {repo}: {e}")))?;
+        admitted.push(repo);
+    }
+    Ok(admitted)
 }
 
 /// One module package that passed every check, waiting in the staging area.
@@ -549,6 +601,14 @@ struct Found {
     versions: Vec<VersionImport>,
     modules: Vec<VerifiedModule>,
     releases: Vec<VerifiedRelease>,
+    git: Vec<StagedGit>,
+}
+
+/// One git repository's `git bundle`, checked against the manifest, waiting in the staging
+/// area; git checks what is in it when it is admitted.
+struct StagedGit {
+    entry: bundle::BundleGit,
+    staged: StagedFile,
 }
 
 fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found, Option<Custody>) {
@@ -565,6 +625,7 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
     let mut staged: HashMap<(usize, usize), VerifiedArchive> = HashMap::new();
     let mut staged_modules: HashMap<usize, StagedFile> = HashMap::new();
     let mut staged_zips: HashMap<(usize, usize), StagedFile> = HashMap::new();
+    let mut staged_git: HashMap<usize, StagedFile> = HashMap::new();
     let mut problems = Vec::new();
     let walked = bundle::walk(
         reader,
@@ -583,6 +644,17 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
             bundle::Payload::Module(entry, m) => {
                 checker.bar.set_message(entry.path.clone());
                 staged_modules.insert(m, check_module(checker, body, entry)?);
+                Ok(())
+            }
+            bundle::Payload::Git(entry, g) => {
+                checker.bar.set_message(entry.path.clone());
+                let staged = stage(checker, body, Some(entry.size))?;
+                Expected {
+                    sha256: &entry.sha256,
+                    size: Some(entry.size),
+                }
+                .check(&staged.digest)?;
+                staged_git.insert(g, staged.file);
                 Ok(())
             }
             bundle::Payload::ReleaseBuild(entry, r, z) => {
@@ -651,10 +723,23 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
     if !failed.is_empty() {
         return (Found::default(), Some(custody));
     }
+    let git = head
+        .manifest
+        .git
+        .iter()
+        .enumerate()
+        .filter_map(|(gi, g)| {
+            Some(StagedGit {
+                entry: g.clone(),
+                staged: staged_git.remove(&gi)?,
+            })
+        })
+        .collect();
     let found = Found {
         versions: out,
         modules,
         releases,
+        git,
     };
     (found, Some(custody))
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::address::{ModuleAddr, ProviderAddr};
+use crate::address::{GitRepo, ModuleAddr, ProviderAddr};
 use crate::auth::jwt;
 use crate::auth::oidc::Issuers;
 use crate::auth::rules::Rule;
@@ -76,6 +76,17 @@ impl Principal {
         match &self.rule {
             Some(rule) if !rule.allows_module(&addr.to_string()) => Err(Error::Forbidden(format!(
                 "rule {} (auth.rules) does not let {} get module {addr}",
+                rule.name, self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether it may fetch a git repository: 403 naming the rule if not.
+    pub fn may_get_git(&self, repo: &GitRepo) -> Result<(), Error> {
+        match &self.rule {
+            Some(rule) if !rule.allows_git(&repo.to_string()) => Err(Error::Forbidden(format!(
+                "rule {} (auth.rules) does not let {} fetch git repository {repo}",
                 rule.name, self.name
             ))),
             _ => Ok(()),

@@ -30,6 +30,13 @@ pub(super) fn empty() -> Body {
         .boxed_unsync()
 }
 
+/// A body of `bytes`, whole.
+pub(super) fn full(bytes: Bytes) -> Body {
+    Full::new(bytes)
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
 pub(super) fn response(
     status: StatusCode,
     content_type: &'static str,

@@ -32,6 +32,7 @@ use crate::mirror::Mirror;
 use crate::mirror::{ArchiveBody, ArchiveHead, Reach, Served};
 use crate::records::releases::{Packing, Product, ReleaseFile};
 
+mod git;
 mod oci;
 
 use super::pages::{ReleaseFilesPage, ReleaseListPage};
@@ -92,6 +93,7 @@ enum Route {
     Module,
     Oci,
     Release,
+    Git,
     Discovery,
     Registry,
     Page,
@@ -104,13 +106,14 @@ enum Route {
 
 impl Route {
     /// Every route, in declaration order (so `route as usize` is its place here).
-    const ALL: [Route; 14] = [
+    const ALL: [Route; 15] = [
         Route::Index,
         Route::Version,
         Route::Archive,
         Route::Module,
         Route::Oci,
         Route::Release,
+        Route::Git,
         Route::Discovery,
         Route::Registry,
         Route::Page,
@@ -130,6 +133,7 @@ impl Route {
             Route::Module => "module",
             Route::Oci => "oci",
             Route::Release => "release",
+            Route::Git => "git",
             Route::Discovery => "discovery",
             Route::Page => "page",
             Route::Api => "api",
@@ -337,6 +341,10 @@ impl App {
                 route,
                 Ok(self.site.handle(req, body, rest, who, peer.ip()).await),
             );
+        }
+        // The git door takes POSTs (a fetch's wants and haves) and answers with git's challenge.
+        if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("git/")) {
+            return (Route::Git, self.git(req, body, rest, who).await);
         }
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));

@@ -962,15 +962,39 @@ pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
             .into(),
         text: hosts,
     });
+    if !settings.git.allowed_hosts.is_empty() {
+        let mut lines = String::new();
+        for git_host in &settings.git.allowed_hosts {
+            lines.push_str(&format!(
+                "git config --global url.\"{url}git/{git_host}/\".insteadOf \"https://{git_host}/\"\n"
+            ));
+        }
+        out.push(Snippet {
+            id: "git",
+            title: "Modules from git sources",
+            intro: "Run these once on each machine or CI job (a run step in GitHub Actions, \
+                    before_script in GitLab CI): git then fetches git::https:// module sources \
+                    from these hosts through this server, with no change to any .tf file."
+                .into(),
+            text: lines,
+        });
+    }
     if settings.auth.enabled() {
         out.push(Snippet {
             id: "credentials",
             title: "Credentials",
             intro: "This mirror asks for a token: put yours in place of the placeholder (or set \
-                    TF_TOKEN_ for the host). OpenTofu's OCI mirror reads oci_credentials."
+                    TF_TOKEN_ for the host). OpenTofu's OCI mirror reads oci_credentials; git \
+                    reads a netrc file or a credential helper."
                 .into(),
             text: format!(
-                "credentials \"{host}\" {{\n  token = \"<your token>\"\n}}\n\noci_credentials \"{host}\" {{\n  username = \"tofu\"\n  password = \"<your token>\"\n}}\n"
+                "credentials \"{host}\" {{\n  token = \"<your token>\"\n}}\n\noci_credentials \"{host}\" {{\n  username = \"tofu\"\n  password = \"<your token>\"\n}}\n{}",
+                if settings.git.allowed_hosts.is_empty() {
+                    String::new()
+                } else {
+                    let machine = base_url.host_str().unwrap_or("localhost");
+                    format!("\n# git, in ~/.netrc:\n# machine {machine} login git password <your token>\n")
+                }
             ),
         });
     }

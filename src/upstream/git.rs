@@ -542,14 +542,7 @@ impl Upstream {
                 &format!("{commit:?} is no commit id"),
             ));
         }
-        let counted = git.run(&["count-objects", "-v"], deadline, &url).await?;
-        let objects: u64 = counted
-            .lines()
-            .filter_map(|l| {
-                let (k, v) = l.split_once(": ")?;
-                matches!(k, "count" | "in-pack").then(|| v.trim().parse::<u64>().ok())?
-            })
-            .sum();
+        let objects = count_objects(&git, deadline, &url).await?;
         if objects > limits.max_objects {
             return Err(UpstreamError::TooLarge(format!(
                 "git {url}: {objects} objects, more than modules.max_git_objects ({})",
@@ -620,6 +613,172 @@ impl Upstream {
             }
         }
         Ok(found)
+    }
+}
+
+/// A cached repository brought up to date by [`Upstream::git_mirror`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirrored {
+    /// The branch the origin's `HEAD` names (`refs/heads/...`), if it names one.
+    pub head: Option<String>,
+}
+
+impl Upstream {
+    /// Brings the bare repository `repo` up to date with the origin at `url`: every branch
+    /// and tag, pruned, its `HEAD` pointing where the origin's does, under the same rules as
+    /// [`Upstream::git_fetch`] (address policy, no redirects, https only, settings off the
+    /// command line), within `limits` (the whole repository's bytes, its objects, a deadline).
+    /// The host's `token` from `[upstream.hosts]` goes to that host alone, as HTTP Basic.
+    ///
+    /// References move only when the whole fetch succeeded (`--atomic`); a fetch stopped
+    /// half-way leaves the repository as it was, apart from temporary files the next refresh
+    /// removes. A repository past `max_objects` after the fetch is reported as too large: the
+    /// caller drops it.
+    pub async fn git_mirror(
+        &self,
+        host: &Hostname,
+        url: &Url,
+        repo: &Path,
+        scratch: &Path,
+        limits: &GitLimits,
+    ) -> Result<Mirrored> {
+        let started = Instant::now();
+        let result = self
+            .git_mirror_inner(host, url, repo, scratch, limits)
+            .await;
+        self.observe(host, Operation::Git, started);
+        let outcome = match &result {
+            Ok(_) => Outcome::Ok,
+            Err(e) => e.outcome(),
+        };
+        self.count(host, Operation::Git, outcome);
+        result
+    }
+
+    async fn git_mirror_inner(
+        &self,
+        host: &Hostname,
+        url: &Url,
+        repo: &Path,
+        scratch: &Path,
+        limits: &GitLimits,
+    ) -> Result<Mirrored> {
+        let deadline = Instant::now() + limits.timeout;
+        let (mut git, url) = self.git_for(host, url, None, scratch, limits).await?;
+        if let Some(token) = &self.settings.host(host).token {
+            use base64::Engine as _;
+            let user = self
+                .settings
+                .host(host)
+                .git_username
+                .unwrap_or_else(|| "x-access-token".to_string());
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"));
+            git.config
+                .push(("http.extraHeader", format!("Authorization: Basic {basic}")));
+        }
+        git.repo = repo.to_path_buf();
+        std::fs::create_dir_all(repo)
+            .map_err(|e| failed(&url, "cache directory", &e.to_string()))?;
+        remove_leftovers(repo);
+        if !repo.join("HEAD").exists() {
+            // No template: no sample hooks, nothing in the repository but git's own.
+            git.run(
+                &["init", "--quiet", "--bare", "--template="],
+                deadline,
+                &url,
+            )
+            .await?;
+        }
+        let symref = git
+            .run(
+                &[
+                    "ls-remote",
+                    "--symref",
+                    "--end-of-options",
+                    url.as_str(),
+                    "HEAD",
+                ],
+                deadline,
+                &url,
+            )
+            .await?;
+        let head = symref.lines().find_map(|line| {
+            let target = line.strip_prefix("ref: ")?.strip_suffix("\tHEAD")?;
+            let branch = target.strip_prefix("refs/heads/")?;
+            valid_reference(branch).then(|| target.to_string())
+        });
+        git.run(
+            &[
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--no-tags",
+                "--atomic",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                url.as_str(),
+                "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*",
+            ],
+            deadline,
+            &url,
+        )
+        .await?;
+        let objects = count_objects(&git, deadline, &url).await?;
+        if objects > limits.max_objects {
+            return Err(UpstreamError::TooLarge(format!(
+                "git {url}: {objects} objects, more than git.max_objects ({})",
+                limits.max_objects
+            )));
+        }
+        if let Some(target) = &head {
+            // The origin's default branch, for clients that ask without a ref.
+            git.run(&["symbolic-ref", "HEAD", target], deadline, &url)
+                .await?;
+        }
+        Ok(Mirrored { head })
+    }
+}
+
+/// The objects in a repository, loose and packed.
+async fn count_objects(git: &Git, deadline: Instant, url: &Url) -> Result<u64> {
+    let counted = git.run(&["count-objects", "-v"], deadline, url).await?;
+    Ok(counted
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(": ")?;
+            matches!(k, "count" | "in-pack").then(|| v.trim().parse::<u64>().ok())?
+        })
+        .sum())
+}
+
+/// Removes what a git stopped half-way may have left in `repo`: temporary packs and lock
+/// files. Only one refresh of a repository runs at a time, so none of them is in use.
+fn remove_leftovers(repo: &Path) {
+    let pack = repo.join("objects").join("pack");
+    for entry in std::fs::read_dir(&pack).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("tmp_") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let is_lock = |path: &Path| path.extension().is_some_and(|e| e == "lock");
+    for entry in std::fs::read_dir(repo).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) && is_lock(&entry.path()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let mut stack = vec![repo.join("refs")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() && is_lock(&path) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                _ => {}
+            }
+        }
     }
 }
 

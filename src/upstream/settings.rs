@@ -77,6 +77,8 @@ impl UpstreamSettings {
 pub struct HostSettings {
     pub connect_to: Option<SocketAddr>,
     pub token: Option<String>,
+    /// The user name sent with `token` to a git host (HTTP Basic).
+    pub git_username: Option<String>,
     /// Overrides `upstream.require_signature` for this host.
     pub require_signature: Option<bool>,
     /// URLs on this host may use plain http.
@@ -88,6 +90,7 @@ impl std::fmt::Debug for HostSettings {
         f.debug_struct("HostSettings")
             .field("connect_to", &self.connect_to)
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("git_username", &self.git_username)
             .field("require_signature", &self.require_signature)
             .field("allow_http", &self.allow_http)
             .finish()

@@ -1,0 +1,518 @@
+//! The read-through git cache: bare copies of the origin repositories that configurations call
+//! modules from directly (`git::https://<host>/<path>` sources), served to git clients by
+//! `git upload-pack` (the smart HTTP protocol is `server::routes::git`'s).
+//!
+//! Each repository is kept at `<cache.dir>/git/<host>/<digest>.git`, the digest being the
+//! SHA-256 of its path (so no path a client sends becomes a file name, and no two
+//! repositories nest), with two files of provender's own inside: `provender-origin` (the
+//! repository's `<host>/<path>`, for listings) and `provender-refreshed` (when it last matched
+//! its origin, in Unix seconds). A repository **is cached** once `provender-refreshed` exists:
+//! it is written only after a whole refresh succeeded.
+//!
+//! A client's fetch starts with `info/refs`; that is when [`GitMirror::ready`] decides whether
+//! to ask the origin: a repository refreshed within `git.refresh_after` is served as it is;
+//! an older one is refreshed first (every branch and tag, pruned, `HEAD` as the origin has
+//! it; see `Upstream::git_mirror` for the rules the fetch runs under), one refresh per
+//! repository at a time however many clients ask. When the origin fails, a cached copy is
+//! served as it is (stale-if-error, as for version lists), and said so in the log. A client
+//! that may only read the cache (`fill = false`), or a mirror that is offline, gets the cached
+//! copy or a refusal, never an origin fetch.
+//!
+//! Everything a client sends after `info/refs` (protocol v2's `ls-refs` and `fetch`, protocol
+//! v0's negotiation) is answered by `git upload-pack --stateless-rpc` over the cached copy,
+//! which never reaches the origin: what a client sees is what the cache has.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::address::GitRepo;
+use crate::cache::Flights;
+use crate::error::{Error, Result};
+use crate::hash::Sha256;
+use crate::upstream::UpstreamError;
+
+use super::{Core, Reach};
+
+/// provender's file naming the repository a directory holds.
+const ORIGIN_FILE: &str = "provender-origin";
+/// provender's file saying when the repository last matched its origin (Unix seconds).
+const REFRESHED_FILE: &str = "provender-refreshed";
+/// Most bytes kept of what `git upload-pack` prints on standard error.
+const MAX_STDERR: usize = 8 * 1024;
+/// Largest piece of `git upload-pack`'s output sent at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Which git protocol a client speaks, from its `Git-Protocol` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitProtocol {
+    V0,
+    V2,
+}
+
+/// A cached repository, ready to be served.
+#[derive(Debug, Clone)]
+pub struct GitReady {
+    dir: PathBuf,
+}
+
+/// One cached repository, for listings.
+#[derive(Debug, Clone)]
+pub struct CachedRepo {
+    pub repo: GitRepo,
+    /// When it last matched its origin (Unix seconds).
+    pub refreshed: u64,
+    pub dir: PathBuf,
+}
+
+/// The git cache.
+pub struct GitMirror {
+    core: Arc<Core>,
+    /// `<cache.dir>/git`.
+    root: PathBuf,
+    refreshes: Flights<GitRepo, (), Error>,
+}
+
+impl GitMirror {
+    pub fn new(core: Arc<Core>) -> Arc<GitMirror> {
+        let root = core.settings().cache.dir.join("git");
+        Arc::new(GitMirror {
+            core,
+            root,
+            refreshes: Flights::default(),
+        })
+    }
+
+    /// Where `repo` is kept.
+    fn dir_of(&self, repo: &GitRepo) -> PathBuf {
+        let digest = Sha256::of(repo.path().as_bytes());
+        self.root
+            .join(repo.host.as_str().replace(':', "_"))
+            .join(format!("{}.git", &digest.as_str()[..32]))
+    }
+
+    /// When the copy at `dir` last matched its origin, if it is cached.
+    fn refreshed_at(dir: &Path) -> Option<u64> {
+        let text = std::fs::read_to_string(dir.join(REFRESHED_FILE)).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// The cached copy of `repo`, refreshed from its origin first when it is older than
+    /// `git.refresh_after` and `reach` allows (see the module header).
+    pub async fn ready(&self, repo: &GitRepo, reach: &Reach) -> Result<GitReady> {
+        self.allowed(repo)?;
+        let settings = &self.core.settings().git;
+        let dir = self.dir_of(repo);
+        let refreshed = Self::refreshed_at(&dir);
+        let now = crate::clock::now_secs();
+        if refreshed.is_some_and(|at| now.saturating_sub(at) < settings.refresh_after.as_secs()) {
+            return Ok(GitReady { dir });
+        }
+        let what = format!("git repository {repo}");
+        let may_fetch = reach
+            .check(&what)
+            .and_then(|()| self.core.origin(&what).map(|_| ()).map_err(Error::from));
+        if let Err(refused) = may_fetch {
+            return match refreshed {
+                Some(_) => Ok(GitReady { dir }),
+                None => Err(refused),
+            };
+        }
+        let (core, key, target) = (self.core.clone(), repo.clone(), dir.clone());
+        let (result, _) = self
+            .refreshes
+            .run(repo.clone(), move || refresh(core, key, target))
+            .await;
+        match (result, refreshed) {
+            (Ok(()), _) => Ok(GitReady { dir }),
+            // The origin failed: what the cache has is still good to serve.
+            (Err(e @ Error::Upstream(_)), Some(_)) if !is_too_large(&e) => {
+                tracing::warn!(repository = %repo, "serving the cached copy: {e}");
+                Ok(GitReady { dir })
+            }
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    /// The cached copy of `repo` as it is, for the requests after `info/refs` (which ask about
+    /// what it advertised, so no refresh); 404 if it is not cached.
+    pub fn cached_copy(&self, repo: &GitRepo) -> Result<GitReady> {
+        self.allowed(repo)?;
+        let dir = self.dir_of(repo);
+        match Self::refreshed_at(&dir) {
+            Some(_) => Ok(GitReady { dir }),
+            None => Err(Error::NotFound(format!(
+                "git repository {repo} is not cached: a fetch starts with info/refs"
+            ))),
+        }
+    }
+
+    fn allowed(&self, repo: &GitRepo) -> Result<()> {
+        if self.core.settings().git.host_allowed(&repo.host) {
+            return Ok(());
+        }
+        Err(Error::Forbidden(format!(
+            "git repositories on {} are not served here (git.allowed_hosts)",
+            repo.host
+        )))
+    }
+
+    /// The answer to `info/refs?service=git-upload-pack`: the references (protocol v0) or the
+    /// capabilities (v2), as `git upload-pack --advertise-refs` prints them.
+    pub async fn advertise(&self, ready: &GitReady, protocol: GitProtocol) -> Result<Bytes> {
+        let mut body = self.upload_pack(ready, protocol, true, Bytes::new())?;
+        let mut out = Vec::new();
+        while let Some(piece) = body.next().await {
+            out.extend_from_slice(&piece.map_err(|e| Error::io("git upload-pack", e))?);
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// `git upload-pack --stateless-rpc` over the cached copy, given one request of the
+    /// client's (its commands, or its wants and haves): its output, as it comes. The process is
+    /// stopped when the stream is dropped (the client went away) or after `git.serve_timeout`.
+    pub fn upload_pack(
+        &self,
+        ready: &GitReady,
+        protocol: GitProtocol,
+        advertise: bool,
+        request: Bytes,
+    ) -> Result<BoxStream<'static, io::Result<Bytes>>> {
+        let settings = &self.core.settings().git;
+        let home = self.root.join(".home");
+        std::fs::create_dir_all(&home).map_err(|e| Error::io("creating git's home", e))?;
+        let mut cmd = tokio::process::Command::new(&settings.limits.program);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        if protocol == GitProtocol::V2 {
+            cmd.env("GIT_PROTOCOL", "version=2");
+        }
+        cmd.args(["upload-pack", "--stateless-rpc", "--strict"]);
+        if advertise {
+            cmd.arg("--advertise-refs");
+        }
+        cmd.arg(&ready.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::io("starting git upload-pack", e))?;
+        let mut stdin = child.stdin.take().expect("piped");
+        tokio::spawn(async move {
+            // A client's request is at most `git.max_request_size`; git reads it all before it
+            // answers, and a write error means git stopped early (its status says why).
+            let _ = stdin.write_all(&request).await;
+        });
+        let stderr = child.stderr.take().expect("piped");
+        let stderr = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            let _ = stderr.take(MAX_STDERR as u64).read_to_end(&mut kept).await;
+            kept
+        });
+        let stdout = child.stdout.take().expect("piped");
+        let deadline = Instant::now() + settings.serve_timeout;
+        let state = Running {
+            child,
+            stdout,
+            stderr: Some(stderr),
+            deadline,
+            dir: ready.dir.clone(),
+        };
+        Ok(
+            futures_util::stream::unfold(Some(state), |state| async move {
+                let mut running = state?;
+                match running.next().await {
+                    Ok(Some(piece)) => Some((Ok(piece), Some(running))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(e), None)),
+                }
+            })
+            .boxed(),
+        )
+    }
+
+    /// Every cached repository.
+    pub fn cached(&self) -> Vec<CachedRepo> {
+        let mut found = Vec::new();
+        for host in std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for entry in std::fs::read_dir(host.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let dir = entry.path();
+                let Some(refreshed) = Self::refreshed_at(&dir) else {
+                    continue;
+                };
+                let Ok(origin) = std::fs::read_to_string(dir.join(ORIGIN_FILE)) else {
+                    continue;
+                };
+                if let Ok(repo) = GitRepo::parse(origin.trim()) {
+                    found.push(CachedRepo {
+                        repo,
+                        refreshed,
+                        dir,
+                    });
+                }
+            }
+        }
+        found.sort_by(|a, b| a.repo.cmp(&b.repo));
+        found
+    }
+}
+
+/// A cached repository written out as one `git bundle` ([`GitMirror::bundle_to`]).
+#[derive(Debug, Clone)]
+pub struct GitBundled {
+    pub size: u64,
+    pub sha256: Sha256,
+    /// The branch `HEAD` names, if any.
+    pub head: Option<String>,
+    /// Every reference the bundle holds, and the object it names.
+    pub refs: std::collections::BTreeMap<String, String>,
+}
+
+impl GitMirror {
+    /// Runs a local `git args` in `dir` (a cached repository), isolated like `upload-pack`;
+    /// what it printed, or why it failed.
+    async fn local_git(&self, dir: &Path, args: &[&str]) -> Result<String> {
+        let home = self.root.join(".home");
+        std::fs::create_dir_all(&home).map_err(|e| Error::io("creating git's home", e))?;
+        let out = tokio::process::Command::new(&self.core.settings().git.limits.program)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|e| Error::io("running git", e))?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            return Err(Error::unexpected(format!(
+                "git {} in {}: {}",
+                args.first().copied().unwrap_or_default(),
+                dir.display(),
+                said.trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Every reference of the repository at `dir`, and where its `HEAD` points.
+    async fn refs_of(
+        &self,
+        dir: &Path,
+    ) -> Result<(std::collections::BTreeMap<String, String>, Option<String>)> {
+        let listed = self
+            .local_git(dir, &["for-each-ref", "--format=%(objectname) %(refname)"])
+            .await?;
+        let refs = listed
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(id, name)| (name.to_string(), id.to_string()))
+            .collect::<std::collections::BTreeMap<_, _>>();
+        let head = self
+            .local_git(dir, &["symbolic-ref", "--quiet", "HEAD"])
+            .await
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| refs.contains_key(h));
+        Ok((refs, head))
+    }
+
+    /// Writes the cached `repo` as one `git bundle` of all its references to `out`; `None` if
+    /// it has no reference (git makes no empty bundle).
+    pub async fn bundle_to(&self, cached: &CachedRepo, out: &Path) -> Result<Option<GitBundled>> {
+        let (refs, head) = self.refs_of(&cached.dir).await?;
+        if refs.is_empty() {
+            return Ok(None);
+        }
+        let target = out.to_string_lossy().into_owned();
+        self.local_git(
+            &cached.dir,
+            &["bundle", "create", "--quiet", &target, "--all"],
+        )
+        .await?;
+        let bytes = tokio::fs::read(out)
+            .await
+            .map_err(|e| Error::io("reading a git bundle", e))?;
+        Ok(Some(GitBundled {
+            size: bytes.len() as u64,
+            sha256: Sha256::of(&bytes),
+            head,
+            refs,
+        }))
+    }
+
+    /// Admits `repo` from a `git bundle` whose bytes the caller checked against a manifest:
+    /// git verifies the bundle and every object it fetches from it, the repository must end up
+    /// with exactly the `refs` the manifest names, and `HEAD` is set to `head`. The repository
+    /// counts as cached (and refreshed now) only once all of that holds.
+    pub async fn admit_bundle(
+        &self,
+        repo: &GitRepo,
+        file: &Path,
+        head: Option<&str>,
+        refs: &std::collections::BTreeMap<String, String>,
+    ) -> Result<()> {
+        let dir = self.dir_of(repo);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating a git repository", e))?;
+        let _ = std::fs::remove_file(dir.join(REFRESHED_FILE));
+        if !dir.join("HEAD").exists() {
+            self.local_git(&dir, &["init", "--quiet", "--bare", "--template="])
+                .await?;
+        }
+        let bundle = file.to_string_lossy().into_owned();
+        self.local_git(&dir, &["bundle", "verify", "--quiet", &bundle])
+            .await?;
+        self.local_git(
+            &dir,
+            &[
+                "fetch",
+                "--quiet",
+                "--atomic",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                &bundle,
+                "+refs/heads/*:refs/heads/*",
+                "+refs/tags/*:refs/tags/*",
+            ],
+        )
+        .await?;
+        let (got, _) = self.refs_of(&dir).await?;
+        if let Some((name, id)) = refs.iter().find(|(name, id)| got.get(*name) != Some(*id)) {
+            return Err(Error::unexpected(format!(
+                "git repository {repo}: {name} is {} after the import, where the manifest says {id}",
+                got.get(name).map_or("missing", String::as_str)
+            )));
+        }
+        if let Some(head) = head {
+            self.local_git(&dir, &["symbolic-ref", "HEAD", head])
+                .await?;
+        }
+        record_refreshed(&dir, repo)
+    }
+}
+
+/// Marks the copy at `dir` as cached and matching its origin now.
+fn record_refreshed(dir: &Path, repo: &GitRepo) -> Result<()> {
+    std::fs::write(dir.join(ORIGIN_FILE), repo.to_string())
+        .and_then(|()| {
+            std::fs::write(
+                dir.join(REFRESHED_FILE),
+                crate::clock::now_secs().to_string(),
+            )
+        })
+        .map_err(|e| Error::io("recording a git refresh", e))
+}
+
+/// A running `git upload-pack` whose output is being sent.
+struct Running {
+    child: tokio::process::Child,
+    stdout: tokio::process::ChildStdout,
+    stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
+    deadline: Instant,
+    dir: PathBuf,
+}
+
+impl Running {
+    /// The next piece of output; `None` once git ended well, an error if it did not (the
+    /// client's body then ends in an error, not in a short pack taken for a whole one).
+    async fn next(&mut self) -> io::Result<Option<Bytes>> {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let read = tokio::time::timeout_at(self.deadline.into(), self.stdout.read(&mut buf));
+        let n = match read.await {
+            Ok(read) => read?,
+            Err(_) => {
+                let _ = self.child.kill().await;
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "git upload-pack took longer than git.serve_timeout",
+                ));
+            }
+        };
+        if n > 0 {
+            buf.truncate(n);
+            return Ok(Some(Bytes::from(buf)));
+        }
+        let status = tokio::time::timeout_at(self.deadline.into(), self.child.wait()).await;
+        let stderr = match self.stderr.take() {
+            Some(task) => task.await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        match status {
+            Ok(Ok(status)) if status.success() => Ok(None),
+            Ok(Ok(status)) => {
+                let said = String::from_utf8_lossy(&stderr);
+                tracing::info!(repository = %self.dir.display(), %status, "git upload-pack failed: {}", said.trim());
+                Err(io::Error::other(format!(
+                    "git upload-pack failed ({status})"
+                )))
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "git upload-pack took longer than git.serve_timeout",
+                ))
+            }
+        }
+    }
+}
+
+fn is_too_large(e: &Error) -> bool {
+    matches!(e, Error::Upstream(UpstreamError::TooLarge(_)))
+}
+
+/// One refresh of `repo` into `dir` from its origin (the work of a flight).
+async fn refresh(core: Arc<Core>, repo: GitRepo, dir: PathBuf) -> Result<()> {
+    let what = format!("git repository {repo}");
+    let upstream = core.origin(&what)?;
+    let scratch = core
+        .scratch_dir()
+        .map_err(|e| Error::io("creating a scratch directory", e))?;
+    let limits = &core.settings().git.limits;
+    let url = repo.origin_url();
+    match upstream
+        .git_mirror(&repo.host, &url, &dir, scratch.path(), limits)
+        .await
+    {
+        Ok(mirrored) => {
+            tracing::debug!(repository = %repo, head = ?mirrored.head, "git repository refreshed");
+            record_refreshed(&dir, &repo)
+        }
+        Err(e) => {
+            if matches!(e, UpstreamError::TooLarge(_)) {
+                // Past its bounds, the repository is not kept at all.
+                tracing::warn!(repository = %repo, "dropping the cached copy: {e}");
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            Err(e.into())
+        }
+    }
+}

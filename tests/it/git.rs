@@ -1,0 +1,402 @@
+//! The git door: `git::https://` module sources through the mirror, with the real `git` and
+//! the real `terraform` rewriting their URLs with git's own `insteadOf`, against a git origin
+//! served by `git http-backend` over HTTPS on loopback.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use tempfile::TempDir;
+
+use crate::support::origin::{FakeOrigin, ModuleSource, ModuleSpec};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
+use crate::support::{Terraform, https_client, within};
+
+/// The git origin's host name (reached through `connect_to`; it resolves nowhere).
+const GIT_HOST: &str = "git.example.test";
+
+async fn origin(ca: &TestCa) -> FakeOrigin {
+    FakeOrigin::start_with_modules(
+        ca,
+        &[REGISTRY, GIT_HOST],
+        vec![],
+        vec![
+            ModuleSpec::new("acme", "net", "aws", &["1.0.0", "1.1.0"]),
+            ModuleSpec::new("acme", "vpc", "aws", &["2.0.0"])
+                .source(ModuleSource::GitSubdir("modules/vpc".into())),
+        ],
+    )
+    .await
+}
+
+/// `[git]` allowing the origin's host, with `keys` added, and the host reached at the origin.
+fn git_toml(origin: &FakeOrigin, keys: &str) -> String {
+    format!(
+        "[git]\nallowed_hosts = [\"{GIT_HOST}\"]\n{keys}\n\n[upstream.hosts.\"{GIT_HOST}\"]\nconnect_to = \"{}\"\n",
+        origin.addr()
+    )
+}
+
+async fn mirror(ca: &TestCa, origin: &FakeOrigin, git_keys: &str, more: &str) -> TestMirror {
+    let toml = format!("{}\n{more}", git_toml(origin, git_keys));
+    TestMirror::start_with(
+        ca,
+        origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// The origin URL of a fixture repository, as a configuration writes it.
+fn origin_url(repo: &str) -> String {
+    format!("https://{GIT_HOST}/git/acme/{repo}")
+}
+
+/// A git configuration sending `https://GIT_HOST/` to the mirror and trusting the test CA.
+fn gitconfig(home: &Path, mirror: &TestMirror, ca_file: &Path) {
+    let text = format!(
+        "[url \"{}\"]\n\tinsteadOf = https://{GIT_HOST}/\n[http]\n\tsslCAInfo = {}\n",
+        mirror.url(&format!("git/{GIT_HOST}/")),
+        ca_file.display()
+    );
+    std::fs::write(home.join(".gitconfig"), text).unwrap();
+}
+
+/// A home for the `git` CLI, configured for `mirror`.
+struct GitHome {
+    dir: TempDir,
+}
+
+impl GitHome {
+    fn new(ca: &TestCa, mirror: &TestMirror) -> GitHome {
+        let dir = tempfile::Builder::new()
+            .prefix("provender-git-home-")
+            .tempdir()
+            .unwrap();
+        let ca_file = ca.write_ca(dir.path());
+        gitconfig(dir.path(), mirror, &ca_file);
+        GitHome { dir }
+    }
+
+    /// Runs `git args` in `cwd` without blocking the runtime; its output and success.
+    async fn git(&self, cwd: &Path, args: &[&str]) -> (bool, String) {
+        let home = self.dir.path().to_path_buf();
+        let cwd = cwd.to_path_buf();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        within(
+            "running git",
+            tokio::task::spawn_blocking(move || {
+                let out = Command::new("git")
+                    .args(&args)
+                    .current_dir(cwd)
+                    .env_clear()
+                    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                    .env("HOME", &home)
+                    .env("GIT_TERMINAL_PROMPT", "0")
+                    .env("GIT_CONFIG_NOSYSTEM", "1")
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("run git");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                (out.status.success(), text)
+            }),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// `git clone extra... url dest` in the home; panics unless it succeeds.
+    async fn clone(&self, url: &str, dest: &str, extra: &[&str]) -> String {
+        let mut args = vec!["clone", "--quiet"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[url, dest]);
+        let (ok, text) = self.git(self.dir.path(), &args).await;
+        assert!(ok, "git {args:?} failed:\n{text}");
+        let (ok, head) = self
+            .git(&self.dir.path().join(dest), &["rev-parse", "HEAD"])
+            .await;
+        assert!(ok, "{head}");
+        head.trim().to_owned()
+    }
+}
+
+/// The `VERSION` file of each module `terraform init` installed, by module key.
+fn installed_versions(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join(".terraform/modules/modules.json")).unwrap(),
+    )
+    .unwrap();
+    manifest["Modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["Key"] != "")
+        .map(|m| {
+            let module_dir = dir.join(m["Dir"].as_str().unwrap());
+            let version = std::fs::read_to_string(module_dir.join("VERSION"))
+                .unwrap_or_else(|e| panic!("{}: {e}", module_dir.display()));
+            (
+                m["Key"].as_str().unwrap().to_owned(),
+                version.trim().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Origin requests for `info/refs` of the repository `repo` so far.
+fn origin_refs_requests(origin: &FakeOrigin, repo: &str) -> usize {
+    origin
+        .requests()
+        .iter()
+        .filter(|r| r.path == format!("/git/acme/{repo}/info/refs"))
+        .count()
+}
+
+#[tokio::test]
+async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_the_origin_down() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    // Every client's info/refs asks the origin, so the second init below meets the outage.
+    let mut mirror = mirror(&ca, &origin, "refresh_after = \"0s\"", "").await;
+    let commit = origin.git_commit("acme", "net", "aws", "1.1.0");
+    let net = origin_url("terraform-aws-net.git");
+    let vpc = origin_url("terraform-aws-vpc.git");
+    let main_tf = format!(
+        "module \"tag\" {{\n  source = \"git::{net}?ref=v1.0.0\"\n}}\n\
+         module \"commit\" {{\n  source = \"git::{net}?ref={commit}\"\n}}\n\
+         module \"shallow\" {{\n  source = \"git::{net}?ref=v1.1.0&depth=1\"\n}}\n\
+         module \"subdir\" {{\n  source = \"git::{vpc}//modules/vpc?ref=v2.0.0\"\n}}\n\
+         module \"default_branch\" {{\n  source = \"git::{net}\"\n}}\n"
+    );
+    let want: std::collections::BTreeMap<String, String> = [
+        ("commit", "1.1.0"),
+        ("default_branch", "1.1.0"),
+        ("shallow", "1.1.0"),
+        ("subdir", "2.0.0"),
+        ("tag", "1.0.0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+
+    let init = |mirror: &TestMirror| {
+        let tf = Terraform::new(&ca, "");
+        gitconfig(tf.home(), mirror, tf.ca_file());
+        let root = crate::support::tf_config::root_module(&main_tf);
+        (tf, root)
+    };
+    let (tf, root) = init(&mirror);
+    tf.init(root.path()).await.assert_success();
+    assert_eq!(installed_versions(root.path()), want);
+    assert!(origin_refs_requests(&origin, "terraform-aws-net.git") > 0);
+
+    // The origin goes away: the cached copies are served as they are.
+    origin.stop().await;
+    let (tf, root) = init(&mirror);
+    tf.init(root.path()).await.assert_success();
+    assert_eq!(installed_versions(root.path()), want);
+    mirror.stop().await;
+}
+
+#[tokio::test]
+async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_share_one_refresh() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mut mirror = mirror(&ca, &origin, "refresh_after = \"1h\"", "").await;
+    let home = GitHome::new(&ca, &mirror);
+    let url = origin_url("terraform-aws-net.git");
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+
+    // Twenty clones at once: one refresh from the origin (its ls-remote and its fetch, each
+    // starting with one info/refs), every clone the same commit.
+    let clones = (0..20).map(|i| {
+        let (home, url) = (&home, url.clone());
+        async move { home.clone(&url, &format!("clone-{i}"), &[]).await }
+    });
+    let heads = futures_util::future::join_all(clones).await;
+    assert!(heads.iter().all(|h| *h == tip), "{heads:?}");
+    assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
+
+    // Protocol v0, a shallow clone of a tag, and a fetch in an existing clone.
+    let v0 = home.clone(&url, "v0", &["-c", "protocol.version=0"]).await;
+    assert_eq!(v0, tip);
+    let tag = origin.git_commit("acme", "net", "aws", "1.0.0");
+    let shallow = home
+        .clone(&url, "shallow", &["--depth", "1", "--branch", "v1.0.0"])
+        .await;
+    assert_eq!(shallow, tag);
+    for protocol in ["2", "0"] {
+        let (ok, text) = home
+            .git(
+                &home.dir.path().join("v0"),
+                &[
+                    "-c",
+                    &format!("protocol.version={protocol}"),
+                    "fetch",
+                    "origin",
+                    "--tags",
+                ],
+            )
+            .await;
+        assert!(ok, "fetch over protocol {protocol}: {text}");
+    }
+    // Nothing was fetched from the origin for these: the copy was fresh.
+    assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
+
+    // A push is refused, and so is a host that is not allowed.
+    let (ok, text) = home
+        .git(
+            &home.dir.path().join("v0"),
+            &["push", "origin", "HEAD:refs/heads/x"],
+        )
+        .await;
+    assert!(!ok && text.contains("403"), "{text}");
+    let client = https_client(&ca, &[]);
+    let other = crate::support::http::get(
+        &client,
+        &mirror.url("git/elsewhere.example/acme/x.git/info/refs?service=git-upload-pack"),
+    )
+    .await;
+    assert_eq!(other.status.as_u16(), 403, "{}", other.text());
+    assert!(
+        other.text().contains("git.allowed_hosts"),
+        "{}",
+        other.text()
+    );
+    mirror.stop().await;
+}
+
+#[tokio::test]
+async fn git_clients_need_a_token_and_a_rule_that_allows_the_repository() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let auth = "[[auth.clients]]\nname = \"reader\"\ntoken = \"tok-reader-0123456789abcdef\"\n\n\
+                [[auth.clients]]\nname = \"other\"\ntoken = \"tok-other-0123456789abcdef\"\n\n\
+                [[auth.rules]]\nname = \"other-repos\"\nclients = [\"other\"]\ngit = [\"elsewhere.example/*\"]\n";
+    let mut mirror = mirror(&ca, &origin, "", auth).await;
+    let home = GitHome::new(&ca, &mirror);
+    let url = origin_url("terraform-aws-net.git");
+
+    // No credentials: 401 with the Basic challenge git answers with its credential helper.
+    let client = https_client(&ca, &[]);
+    let refs = mirror.url(&format!(
+        "git/{GIT_HOST}/git/acme/terraform-aws-net.git/info/refs?service=git-upload-pack"
+    ));
+    let bare = crate::support::http::get(&client, &refs).await;
+    assert_eq!(bare.status.as_u16(), 401);
+    assert_eq!(
+        bare.headers
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some("Basic realm=\"provender\"")
+    );
+    let (ok, text) = home
+        .git(home.dir.path(), &["clone", &url, "anonymous"])
+        .await;
+    assert!(!ok, "{text}");
+
+    // A token as the password of Basic credentials, as a credential helper gives it.
+    let with_token = |user_token: &str| {
+        mirror.url(&format!("git/{GIT_HOST}/")).replacen(
+            "https://",
+            &format!("https://{user_token}@"),
+            1,
+        )
+    };
+    let reader = format!(
+        "{}git/acme/terraform-aws-net.git",
+        with_token("git:tok-reader-0123456789abcdef")
+    );
+    let (ok, text) = home
+        .git(home.dir.path(), &["clone", &reader, "reader"])
+        .await;
+    assert!(ok, "{text}");
+    let other = format!(
+        "{}git/acme/terraform-aws-net.git",
+        with_token("git:tok-other-0123456789abcdef")
+    );
+    let (ok, text) = home.git(home.dir.path(), &["clone", &other, "other"]).await;
+    assert!(!ok && text.contains("403"), "{text}");
+    mirror.stop().await;
+}
+
+#[tokio::test]
+async fn a_cache_only_client_gets_what_is_cached_and_an_endless_origin_is_bounded() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let auth = "[[auth.clients]]\nname = \"ci\"\ntoken = \"tok-ci-0123456789abcdef\"\n\n\
+                [[auth.clients]]\nname = \"filler\"\ntoken = \"tok-fill-0123456789abcdef\"\n\n\
+                [[auth.rules]]\nname = \"readers\"\nclients = [\"ci\"]\nfill = false\n";
+    let mut mirror = mirror(
+        &ca,
+        &origin,
+        "refresh_after = \"0s\"\nmax_repository_size = \"4 MiB\"",
+        auth,
+    )
+    .await;
+    let home = GitHome::new(&ca, &mirror);
+    let base = |token: &str| {
+        mirror.url(&format!("git/{GIT_HOST}/git/acme/")).replacen(
+            "https://",
+            &format!("https://git:{token}@"),
+            1,
+        )
+    };
+    let net = format!("{}terraform-aws-net.git", base("tok-ci-0123456789abcdef"));
+    let (ok, text) = home.git(home.dir.path(), &["clone", &net, "early"]).await;
+    assert!(!ok && text.contains("403"), "not cached yet: {text}");
+    let filled = format!("{}terraform-aws-net.git", base("tok-fill-0123456789abcdef"));
+    home.clone(&filled, "filled", &[]).await;
+    let before = origin_refs_requests(&origin, "terraform-aws-net.git");
+    home.clone(&net, "cached", &[]).await;
+    assert_eq!(
+        origin_refs_requests(&origin, "terraform-aws-net.git"),
+        before,
+        "a cache-only client never makes the mirror ask the origin"
+    );
+
+    // A repository whose pack never ends: the refresh stops at git.max_repository_size and
+    // nothing of it is kept or served.
+    let endless = mirror
+        .url(&format!("git/{GIT_HOST}/git/endless.git"))
+        .replacen("https://", "https://git:tok-fill-0123456789abcdef@", 1);
+    let (ok, text) = home
+        .git(home.dir.path(), &["clone", &endless, "endless"])
+        .await;
+    assert!(!ok, "{text}");
+    assert!(
+        origin.endless_git_bytes_sent() < 64 * 1024 * 1024,
+        "the mirror stopped reading: {} bytes sent",
+        origin.endless_git_bytes_sent()
+    );
+    let kept: Vec<_> = walk(&mirror.cache_dir.join("git"))
+        .into_iter()
+        .filter(|p| p.ends_with("provender-origin"))
+        .filter(|p| std::fs::read_to_string(p).unwrap().contains("endless"))
+        .collect();
+    assert!(kept.is_empty(), "{kept:?}");
+    mirror.stop().await;
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
