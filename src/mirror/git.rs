@@ -322,6 +322,31 @@ impl GitMirror {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The commit `reference` (a branch, tag or commit; `HEAD` when none) names in the cached
+    /// copy.
+    pub async fn resolve(&self, ready: &GitReady, reference: Option<&str>) -> Result<String> {
+        let reference = reference.unwrap_or("HEAD");
+        if !crate::upstream::valid_reference(reference) {
+            return Err(Error::NotFound(format!(
+                "{reference:?} is not a valid git reference"
+            )));
+        }
+        let wanted = format!("{reference}^{{commit}}");
+        self.local_git(
+            &ready.dir,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &wanted,
+            ],
+        )
+        .await
+        .map(|id| id.trim().to_string())
+        .map_err(|_| Error::NotFound(format!("no branch, tag or commit {reference}")))
+    }
+
     /// Every reference of the repository at `dir`, and where its `HEAD` points.
     async fn refs_of(
         &self,

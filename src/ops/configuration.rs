@@ -56,6 +56,50 @@ const MAX_DEPTH: usize = 64;
 pub struct Configuration {
     pub providers: Vec<Wanted>,
     pub modules: Vec<WantedModule>,
+    /// Direct git sources (`git::https://...`, `github.com/...`), one entry per call.
+    pub git: Vec<WantedGit>,
+}
+
+/// A git repository a configuration calls a module from directly.
+#[derive(Debug, Clone)]
+pub struct WantedGit {
+    pub repo: crate::address::GitRepo,
+    /// The `ref` the source names, if any.
+    pub reference: Option<String>,
+    /// Where the call is, for messages.
+    pub from: String,
+}
+
+/// The repository and `ref` of a direct git source as go-getter reads it: `git::https://...`
+/// (a `//subdir` and a query after the path), or GitHub's shorthand `github.com/org/repo`.
+pub fn git_source(source: &str) -> Option<(crate::address::GitRepo, Option<String>)> {
+    let (url, shorthand) = match source.strip_prefix("git::") {
+        Some(rest) => (rest.strip_prefix("https://")?.to_string(), false),
+        None if source.starts_with("github.com/") => (source.to_string(), true),
+        None => return None,
+    };
+    let (path, query) = match url.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (url.as_str(), None),
+    };
+    // `//` after the host separates the repository from a subdirectory in it.
+    let (host, rest) = path.split_once('/')?;
+    let repo_path = rest.split("//").next()?;
+    let repo_path = if shorthand {
+        // go-getter's GitHub detector takes the first two parts and adds `.git`.
+        let mut parts = repo_path.splitn(3, '/');
+        let (org, name) = (parts.next()?, parts.next()?);
+        format!("{org}/{}.git", name.trim_end_matches(".git"))
+    } else {
+        repo_path.to_string()
+    };
+    let repo = crate::address::GitRepo::new(host, &repo_path).ok()?;
+    let reference = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("ref="))
+        .map(str::to_string);
+    Some((repo, reference))
 }
 
 /// A registry module a configuration calls.
@@ -91,6 +135,7 @@ pub fn read_configuration_with(
     let installed = installed_modules(&data_dir)?;
     let mut found: BTreeMap<ProviderAddr, Wanted> = BTreeMap::new();
     let mut modules = Vec::new();
+    let mut git = Vec::new();
     // (module key as in modules.json, directory, the package it is in, the call that reached it)
     let mut pending: Vec<(String, PathBuf, Option<PathBuf>, Option<String>)> = vec![(
         String::new(),
@@ -136,6 +181,13 @@ pub fn read_configuration_with(
                 ))
                 .via(&via)
             };
+            if let Some((repo, reference)) = git_source(&call.source) {
+                git.push(WantedGit {
+                    repo,
+                    reference,
+                    from: file.display().to_string(),
+                });
+            }
             let (child_dir, child_package) = match local_path(&call.source) {
                 Some(relative) => {
                     let child = dir.join(&relative);
@@ -199,6 +251,7 @@ pub fn read_configuration_with(
     Ok(Configuration {
         providers: found.into_values().collect(),
         modules,
+        git,
     })
 }
 
@@ -1262,6 +1315,36 @@ module "inner" { source = "../inner" }
             "s3::https://s3.amazonaws.com/bucket/vpc.zip",
         ] {
             assert_eq!(long(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn direct_git_sources_name_their_repository_and_ref() {
+        let read = |s: &str| git_source(s).map(|(repo, r)| (repo.to_string(), r));
+        assert_eq!(
+            read("git::https://github.com/acme/modules.git//vpc?ref=v1.4.0"),
+            Some(("github.com/acme/modules.git".into(), Some("v1.4.0".into())))
+        );
+        assert_eq!(
+            read("git::https://gitlab.example.com/group/sub/infra?depth=1&ref=main"),
+            Some((
+                "gitlab.example.com/group/sub/infra".into(),
+                Some("main".into())
+            ))
+        );
+        assert_eq!(
+            read("github.com/acme/modules//vpc"),
+            Some(("github.com/acme/modules.git".into(), None))
+        );
+        for other in [
+            "git::ssh://git@github.com/acme/modules.git",
+            "git@github.com:acme/modules.git",
+            "git::https://github.com/../etc?ref=x",
+            "https://example.com/vpc.zip",
+            "acme/vpc/aws",
+            "./local",
+        ] {
+            assert_eq!(read(other), None, "{other}");
         }
     }
 

@@ -50,12 +50,12 @@ pub fn read_input(path: &Path, tool: Tool) -> Result<Configuration, InputError> 
             .collect();
         Ok(Configuration {
             providers,
-            modules: Vec::new(),
+            ..Configuration::default()
         })
     } else if name.ends_with(".toml") || name.ends_with(".json") {
         Ok(Configuration {
             providers: read_list(path, tool)?,
-            modules: Vec::new(),
+            ..Configuration::default()
         })
     } else {
         Err(InputError::new(
@@ -112,6 +112,7 @@ pub fn read_all(
         let read = read_input(p, tool)?;
         out.providers.extend(read.providers);
         out.modules.extend(read.modules);
+        out.git.extend(read.git);
     }
     for p in providers {
         out.providers.push(parse_provider_arg(p, tool)?);

@@ -428,6 +428,53 @@ pub(super) async fn read_package(
     .map_err(SeedError::ModuleConfiguration)
 }
 
+/// Brings the git cache's copy of each repository the configurations call modules from up to
+/// date (as a client's `info/refs` would), and checks that each call's `ref` is in it. Returns
+/// a line per repository; failures, naming the call, go to `failed`.
+async fn seed_git(
+    mirror: &Mirror,
+    wanted: &[super::configuration::WantedGit],
+    failed: &mut Vec<(String, String)>,
+) -> Vec<String> {
+    let mut done = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for w in wanted {
+        let what = format!(
+            "git repository {}{} ({})",
+            w.repo,
+            w.reference
+                .as_deref()
+                .map_or(String::new(), |r| format!(" ref {r}")),
+            w.from
+        );
+        let ready = match mirror
+            .git
+            .ready(&w.repo, &crate::mirror::Reach::Origin)
+            .await
+        {
+            Ok(ready) => ready,
+            Err(e) => {
+                failed.push((what, e.to_string()));
+                continue;
+            }
+        };
+        match mirror.git.resolve(&ready, w.reference.as_deref()).await {
+            Ok(commit) => {
+                if seen.insert(w.repo.clone()) {
+                    done.push(format!(
+                        "{} ({} at {})",
+                        w.repo,
+                        w.reference.as_deref().unwrap_or("HEAD"),
+                        &commit[..12.min(commit.len())]
+                    ));
+                }
+            }
+            Err(e) => failed.push((what, e.to_string())),
+        }
+    }
+    done
+}
+
 /// Runs `provender seed`.
 pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
@@ -444,7 +491,11 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
             "--cli needs the release mirror: set [releases] enabled = true in the configuration",
         ));
     }
-    if inputs.providers.is_empty() && inputs.modules.is_empty() && clis.is_empty() {
+    if inputs.providers.is_empty()
+        && inputs.modules.is_empty()
+        && inputs.git.is_empty()
+        && clis.is_empty()
+    {
         return Err(usage(
             "nothing to seed: give configuration directories, lock files, provider lists, \
              --provider, --module or --cli",
@@ -458,6 +509,7 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     }
     let mut failed = Vec::new();
     let (more, modules) = fetch_modules(&registries, inputs.modules, tool, &mut failed).await;
+    let git = seed_git(&registries, &inputs.git, &mut failed).await;
     let mut wanted = inputs.providers;
     wanted.extend(more);
     seed_releases(&registries, &clis, &platforms, &mut failed).await;
@@ -483,6 +535,12 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
                     println!("  module {label} ({})", human_bytes(*size));
                 }
             }
+        }
+    }
+    if !git.is_empty() {
+        println!("git repositories: {} up to date", git.len());
+        for line in &git {
+            println!("  {line}");
         }
     }
     let bytes = |list: &[(Job, u64)]| list.iter().map(|(_, s)| s).sum::<u64>();

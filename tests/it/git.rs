@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 
 use tempfile::TempDir;
 
+use crate::support::cli;
 use crate::support::origin::{FakeOrigin, ModuleSource, ModuleSpec};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
@@ -166,6 +167,9 @@ async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_th
     // Every client's info/refs asks the origin, so the second init below meets the outage.
     let mut mirror = mirror(&ca, &origin, "refresh_after = \"0s\"", "").await;
     let commit = origin.git_commit("acme", "net", "aws", "1.1.0");
+    let origin_addr = origin.addr();
+    // The sealed server below needs an origin to be configured against; it never reaches it.
+    let origin_stub = FakeOrigin::start(&ca, &[REGISTRY], vec![]).await;
     let net = origin_url("terraform-aws-net.git");
     let vpc = origin_url("terraform-aws-vpc.git");
     let main_tf = format!(
@@ -197,12 +201,104 @@ async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_th
     assert_eq!(installed_versions(root.path()), want);
     assert!(origin_refs_requests(&origin, "terraform-aws-net.git") > 0);
 
+    // `seed` follows the configuration's git sources into a cache of its own.
+    let seeding = tempfile::tempdir().unwrap();
+    let seed_cfg = cli::config_file(
+        seeding.path(),
+        "seed.toml",
+        &seeding.path().join("cache"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let mut text = std::fs::read_to_string(&seed_cfg).unwrap();
+    text.push_str(&git_toml(&origin, ""));
+    std::fs::write(&seed_cfg, text).unwrap();
+    let seeded = cli::provender(&[
+        "seed",
+        "--config",
+        cli::path_str(&seed_cfg),
+        cli::path_str(root.path()),
+    ])
+    .await;
+    seeded.ok();
+    assert!(
+        seeded.out().contains("git repositories: 2 up to date"),
+        "{}",
+        seeded.out()
+    );
+
     // The origin goes away: the cached copies are served as they are.
     origin.stop().await;
     let (tf, root) = init(&mirror);
     tf.init(root.path()).await.assert_success();
     assert_eq!(installed_versions(root.path()), want);
+
+    // Across an air gap: a signed bundle of the git cache, imported by a sealed server that
+    // has never seen the origin, serves the same init.
+    let work = tempfile::tempdir().unwrap();
+    let exporting = cli::config_file(
+        work.path(),
+        "export.toml",
+        &mirror.cache_dir,
+        origin_addr,
+        &ca,
+        "",
+    );
+    let bundle = work.path().join("git.bundle.tar");
+    let exported = cli::provender(&[
+        "export",
+        "--config",
+        cli::path_str(&exporting),
+        "--bundle",
+        cli::path_str(&bundle),
+    ])
+    .await;
+    exported.ok();
+    assert!(
+        exported.out().contains("2 git repositories"),
+        "{}",
+        exported.out()
+    );
     mirror.stop().await;
+    let sealed_cache = work.path().join("sealed-cache");
+    let sealed = cli::sealed_config(work.path(), "sealed.toml", &sealed_cache, &ca);
+    let imported = cli::import(cli::path_str(&sealed), &bundle).await;
+    imported.ok();
+    assert!(
+        imported.out().contains("git repositories: 2"),
+        "{}",
+        imported.out()
+    );
+    let toml = format!("[git]\nallowed_hosts = [\"{GIT_HOST}\"]\n");
+    let mut sealed_mirror = TestMirror::start_with(
+        &ca,
+        &origin_stub,
+        MirrorOptions {
+            cache_dir: Some(&sealed_cache),
+            extra_upstream: "offline = true",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let (tf, root) = init(&sealed_mirror);
+    tf.init(root.path()).await.assert_success();
+    assert_eq!(installed_versions(root.path()), want);
+
+    // A bundle whose git bundle was changed is refused whole, and leaves the cache unchanged.
+    let tampered = work.path().join("tampered.tar");
+    let target = format!("provender-git/{GIT_HOST}/git/acme/terraform-aws-net.git.bundle");
+    cli::tamper(&bundle, &tampered, &target, |bytes| {
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+    });
+    let other_cache = work.path().join("other-cache");
+    let other = cli::sealed_config(work.path(), "other.toml", &other_cache, &ca);
+    let refused = cli::import(cli::path_str(&other), &tampered).await;
+    refused.fails(1);
+    assert!(!other_cache.join("git").exists() || walk(&other_cache.join("git")).is_empty());
+    sealed_mirror.stop().await;
 }
 
 #[tokio::test]
