@@ -45,6 +45,10 @@ use super::{Core, Reach};
 const ORIGIN_FILE: &str = "provender-origin";
 /// provender's file saying when the repository last matched its origin (Unix seconds).
 const REFRESHED_FILE: &str = "provender-refreshed";
+/// provender's file saying when a client last fetched from the repository (Unix seconds).
+const USED_FILE: &str = "provender-used";
+/// How often a repository's last use is written, at most.
+const USE_RESOLUTION_SECS: u64 = 60;
 /// Most bytes kept of what `git upload-pack` prints on standard error.
 const MAX_STDERR: usize = 8 * 1024;
 /// Largest piece of `git upload-pack`'s output sent at once.
@@ -69,6 +73,11 @@ pub struct CachedRepo {
     pub repo: GitRepo,
     /// When it last matched its origin (Unix seconds).
     pub refreshed: u64,
+    /// When a client last fetched from it, or it was refreshed or imported if later (Unix
+    /// seconds): what `prune` goes by.
+    pub last_used: u64,
+    /// Bytes on disk.
+    pub size: u64,
     pub dir: PathBuf,
 }
 
@@ -100,8 +109,27 @@ impl GitMirror {
 
     /// When the copy at `dir` last matched its origin, if it is cached.
     fn refreshed_at(dir: &Path) -> Option<u64> {
-        let text = std::fs::read_to_string(dir.join(REFRESHED_FILE)).ok()?;
-        text.trim().parse().ok()
+        read_secs(&dir.join(REFRESHED_FILE))
+    }
+
+    /// Notes that a client fetched from the copy (at most once a minute per repository).
+    pub fn record_use(&self, ready: &GitReady) {
+        let now = crate::clock::now_secs();
+        let file = ready.dir.join(USED_FILE);
+        if read_secs(&file).is_some_and(|at| now.saturating_sub(at) < USE_RESOLUTION_SECS) {
+            return;
+        }
+        if let Err(e) = std::fs::write(&file, now.to_string()) {
+            tracing::debug!(repository = %ready.dir.display(), "cannot record a use: {e}");
+        }
+    }
+
+    /// Removes a cached repository: first what makes it cached, so no client is served half
+    /// of it, then the rest.
+    pub fn remove(&self, cached: &CachedRepo) -> Result<()> {
+        std::fs::remove_file(cached.dir.join(REFRESHED_FILE))
+            .and_then(|()| std::fs::remove_dir_all(&cached.dir))
+            .map_err(|e| Error::io("removing a git repository", e))
     }
 
     /// The cached copy of `repo`, refreshed from its origin first when it is older than
@@ -265,9 +293,12 @@ impl GitMirror {
                     continue;
                 };
                 if let Ok(repo) = GitRepo::parse(origin.trim()) {
+                    let used = read_secs(&dir.join(USED_FILE)).unwrap_or_default();
                     found.push(CachedRepo {
                         repo,
                         refreshed,
+                        last_used: used.max(refreshed),
+                        size: crate::fsio::dir_size(&dir),
                         dir,
                     });
                 }
@@ -441,6 +472,11 @@ impl GitMirror {
         }
         record_refreshed(&dir, repo)
     }
+}
+
+/// Unix seconds written in `file`, if it holds them.
+fn read_secs(file: &Path) -> Option<u64> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
 }
 
 /// Marks the copy at `dir` as cached and matching its origin now.

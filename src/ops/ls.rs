@@ -3,7 +3,8 @@
 //! community, unsigned, unverified), and its last use (when it was last served or, if later,
 //! stored: what `provender prune` goes by); then one line per cached module version, with its
 //! last use, how it was obtained (`origin`, `signed_bundle`, `unverified`) and where it came
-//! from (for git sources, the commit the reference resolved to).
+//! from (for git sources, the commit the reference resolved to); then one line per repository
+//! of the git cache, with its size, when it last matched its origin, and its last use.
 
 use std::time::SystemTime;
 
@@ -85,7 +86,18 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
         .await
         .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the release store: {e}")))?;
     releases.sort_by(|a, b| a.key.cmp(&b.key));
+    let repos = crate::mirror::GitMirror::new(mirror.clone()).cached();
+    let secs = |s: u64| Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s));
     if args.json {
+        let git_objects = repos.iter().map(|r| {
+            serde_json::json!({
+                "kind": "git",
+                "repository": r.repo.to_string(),
+                "size": r.size,
+                "refreshed": when(secs(r.refreshed)),
+                "last_used": when(secs(r.last_used)),
+            })
+        });
         let release_objects = releases.iter().map(|r| {
             serde_json::json!({
                 "kind": "release",
@@ -132,6 +144,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             })
             .chain(module_objects)
             .chain(release_objects)
+            .chain(git_objects)
             .collect();
         println!(
             "{}",
@@ -190,6 +203,22 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             .collect();
         print_table(&header, &rows);
     }
+    if !repos.is_empty() {
+        println!();
+        let header = ["GIT REPOSITORY", "SIZE", "REFRESHED", "LAST USED"].map(String::from);
+        let rows: Vec<[String; 4]> = repos
+            .iter()
+            .map(|r| {
+                [
+                    r.repo.to_string(),
+                    human_bytes(r.size),
+                    when(secs(r.refreshed)),
+                    when(secs(r.last_used)),
+                ]
+            })
+            .collect();
+        print_table(&header, &rows);
+    }
     let versions: std::collections::BTreeSet<_> = entries
         .iter()
         .map(|e| (&e.key.addr, &e.key.version))
@@ -215,6 +244,13 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
             "{} CLI release files, {}",
             releases.len(),
             human_bytes(releases.iter().map(|r| r.size).sum())
+        );
+    }
+    if !repos.is_empty() {
+        println!(
+            "{} git repositories, {}",
+            repos.len(),
+            human_bytes(repos.iter().map(|r| r.size).sum())
         );
     }
     Ok(Outcome::Success)

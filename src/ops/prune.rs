@@ -1,5 +1,5 @@
-//! `provender prune`: remove the provider versions, module versions and CLI releases the cache
-//! has not used for a while, keeping whatever given lock files, configurations, lists or
+//! `provender prune`: remove the provider versions, module versions, CLI releases and git
+//! repositories the cache has not used for a while, keeping whatever given lock files, configurations, lists or
 //! `--keep-cli` pin.
 //!
 //! - **Used** means served to a client, or stored (fetched from an origin, or imported). Every
@@ -28,6 +28,10 @@
 //!   list is the origin's and is left to its own refresh.
 //!   The OCI documents under `oci/` stay: they are small, and describe what the origin
 //!   published rather than what the cache holds.
+//! - **A git repository** goes when no client fetched from it, and it was neither refreshed
+//!   nor imported, within `--unused-for` (its `provender-used` and `provender-refreshed`
+//!   files), unless a `--keep` configuration calls a module from it. Its `provender-refreshed`
+//!   goes first, so no client is served half of it.
 //! - `--dry-run` decides the same way, prints the same table marked as a dry run, and changes
 //!   nothing.
 //! - `--unused-for` must be longer than zero (a typo must not empty the cache); a bad or
@@ -135,6 +139,7 @@ enum Pinned {
     Provider(ProviderAddr, Version),
     Module(ModuleAddr, Version),
     Release(Product, Version),
+    Git(crate::address::GitRepo),
 }
 
 impl std::fmt::Display for Pinned {
@@ -143,6 +148,7 @@ impl std::fmt::Display for Pinned {
             Pinned::Provider(addr, version) => write!(f, "{addr} {version}"),
             Pinned::Module(addr, version) => write!(f, "module {addr} {version}"),
             Pinned::Release(cli, version) => write!(f, "{cli} {version} (CLI release)"),
+            Pinned::Git(repo) => write!(f, "git repository {repo}"),
         }
     }
 }
@@ -165,6 +171,10 @@ impl Pinned {
                 "cli": cli.as_str(),
                 "version": version.to_string(),
             }),
+            Pinned::Git(repo) => serde_json::json!({
+                "kind": "git",
+                "repository": repo.to_string(),
+            }),
         }
     }
 }
@@ -185,6 +195,8 @@ enum Removal {
         version: Version,
         zips: Vec<Listed<ReleaseKind>>,
     },
+    /// A repository of the git cache.
+    Git(crate::mirror::CachedRepo),
 }
 
 impl Removal {
@@ -193,6 +205,7 @@ impl Removal {
             Removal::Provider { archives, .. } => archives.iter().map(|a| a.size).sum(),
             Removal::Module(m) => m.size,
             Removal::Release { zips, .. } => zips.iter().map(|z| z.size).sum(),
+            Removal::Git(r) => r.size,
         }
     }
 }
@@ -291,6 +304,23 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
         }
         zips.sort_by(|a, b| a.key.cmp(&b.key));
         plan.push(Removal::Release { cli, version, zips });
+    }
+
+    // A git repository goes when no client fetched from it (and it was neither refreshed nor
+    // imported) within --unused-for, unless a kept configuration calls a module from it.
+    let git = crate::mirror::GitMirror::new(mirror.clone());
+    let cutoff_secs = cutoff
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for r in git.cached() {
+        if r.last_used >= cutoff_secs {
+            continue;
+        }
+        if keep.git.iter().any(|w| w.repo == r.repo) {
+            pinned.push(Pinned::Git(r.repo));
+            continue;
+        }
+        plan.push(Removal::Git(r));
     }
 
     // Who used what is about to go, as far as the servers' usage counts go back.
@@ -405,6 +435,7 @@ async fn remove(
 ) -> Vec<Removal> {
     let mut removed = Vec::new();
     let releases = ReleaseMirror::new(mirror.clone());
+    let git = crate::mirror::GitMirror::new(mirror.clone());
     for item in plan {
         match item {
             Removal::Provider {
@@ -442,6 +473,10 @@ async fn remove(
                     });
                 }
             }
+            Removal::Git(r) => match git.remove(&r) {
+                Ok(()) => removed.push(Removal::Git(r)),
+                Err(e) => failed.push((format!("git repository {}", r.repo), e.to_string())),
+            },
             Removal::Module(m) => {
                 let what = m.key.to_string();
                 if let Err(e) = mirror.modules().remove(&m.key).await {
@@ -590,6 +625,14 @@ impl Report<'_> {
                         "-".into(),
                     ]
                 })),
+                Removal::Git(r) => rows.push([
+                    format!("git {}", r.repo),
+                    "-".into(),
+                    "-".into(),
+                    human_bytes(r.size),
+                    when(SystemTime::UNIX_EPOCH + Duration::from_secs(r.last_used)),
+                    "-".into(),
+                ]),
                 Removal::Module(m) => rows.push([
                     format!("module {}", m.key.addr),
                     m.key.version.to_string(),
@@ -646,7 +689,7 @@ impl Report<'_> {
             .iter()
             .map(|r| match r {
                 Removal::Provider { archives, .. } => archives.len(),
-                Removal::Module(_) | Removal::Release { .. } => 0,
+                Removal::Module(_) | Removal::Release { .. } | Removal::Git(_) => 0,
             })
             .sum();
         let freed = if self.dry_run {
@@ -658,6 +701,14 @@ impl Report<'_> {
         let releases = match releases {
             0 => String::new(),
             n => format!(" and {}", plural(n, "CLI release", "CLI releases")),
+        };
+        // Git repositories likewise.
+        let releases = match count(|r| matches!(r, Removal::Git(_))) {
+            0 => releases,
+            n => format!(
+                "{releases} and {}",
+                plural(n, "git repository", "git repositories")
+            ),
         };
         println!(
             "{title}: {} of {} and {}{releases} unused for {} {verb}, {freed}",
@@ -716,6 +767,12 @@ impl Report<'_> {
                         })
                     })
                     .collect(),
+                Removal::Git(r) => vec![serde_json::json!({
+                    "kind": "git",
+                    "repository": r.repo.to_string(),
+                    "size": r.size,
+                    "last_used": when(SystemTime::UNIX_EPOCH + Duration::from_secs(r.last_used)),
+                })],
                 Removal::Module(m) => vec![serde_json::json!({
                     "kind": "module",
                     "module": m.key.addr.to_string(),

@@ -140,22 +140,6 @@ fn is_commit_id(s: &str) -> bool {
     matches!(s.len(), 40 | 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Bytes under `dir`, recursively.
-fn dir_size(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(m) if m.is_dir() => stack.push(entry.path()),
-                Ok(m) => total += m.len(),
-                Err(_) => {}
-            }
-        }
-    }
-    total
-}
-
 /// Copies `from` to `to` until it ends; `Ok(None)` once more than `max` bytes came.
 async fn copy_capped(
     from: &mut (impl AsyncRead + Unpin),
@@ -282,7 +266,7 @@ impl Git {
                 tokio::select! {
                     done = &mut copying => break done,
                     _ = ticker.tick() => {
-                        if dir_size(&self.repo) > self.limits.max_bytes {
+                        if crate::fsio::dir_size(&self.repo) > self.limits.max_bytes {
                             let _ = child.kill().await;
                             return Err(UpstreamError::TooLarge(format!(
                                 "git {url}: the repository grew past modules.max_git_size ({} bytes)",

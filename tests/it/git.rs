@@ -346,6 +346,77 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
     // Nothing was fetched from the origin for these: the copy was fresh.
     assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
 
+    // `ls` lists the cached repositories; `prune` removes one no client used lately, and
+    // keeps one a kept configuration calls a module from.
+    home.clone(&origin_url("terraform-aws-vpc.git"), "vpc", &[])
+        .await;
+    let cfg = cli::config_file(
+        home.dir.path(),
+        "ops.toml",
+        &mirror.cache_dir,
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let listed = cli::provender(&["ls", "--json", "--config", cli::path_str(&cfg)]).await;
+    listed.ok();
+    let repos: Vec<String> = serde_json::from_str::<serde_json::Value>(&listed.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "git")
+        .map(|o| o["repository"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        repos,
+        [
+            format!("{GIT_HOST}/git/acme/terraform-aws-net.git"),
+            format!("{GIT_HOST}/git/acme/terraform-aws-vpc.git")
+        ]
+    );
+    let kept = crate::support::tf_config::root_module(&format!(
+        "module \"net\" {{\n  source = \"git::{url}?ref=v1.0.0\"\n}}\n"
+    ));
+    std::fs::create_dir_all(kept.path().join(".terraform/modules")).unwrap();
+    std::fs::write(
+        kept.path().join(".terraform/modules/modules.json"),
+        format!(
+            r#"{{"Modules":[{{"Key":"","Source":"","Dir":"."}},{{"Key":"net","Source":"git::{url}?ref=v1.0.0","Dir":".terraform/modules/net"}}]}}"#
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(kept.path().join(".terraform/modules/net")).unwrap();
+    // Last uses are kept in whole seconds.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let pruned = cli::provender(&[
+        "prune",
+        "--config",
+        cli::path_str(&cfg),
+        "--unused-for",
+        "1s",
+        "--keep",
+        cli::path_str(kept.path()),
+    ])
+    .await;
+    pruned.ok();
+    assert!(
+        pruned.out().contains("1 git repository") && pruned.out().contains("kept by --keep"),
+        "{}",
+        pruned.out()
+    );
+    let listed = cli::provender(&["ls", "--json", "--config", cli::path_str(&cfg)]).await;
+    assert!(
+        !listed.stdout.contains("terraform-aws-vpc.git"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed.stdout.contains("terraform-aws-net.git"),
+        "{}",
+        listed.stdout
+    );
+
     // A push is refused, and so is a host that is not allowed.
     let (ok, text) = home
         .git(

@@ -144,6 +144,7 @@ impl App {
             GitRequest::Refs => {
                 let ready = git.ready(&repo, &principal.reach()).await?;
                 let advertised = git.advertise(&ready, protocol).await?;
+                git.record_use(&ready);
                 let body = match protocol {
                     // v0 clients expect the service line git's own server sends first.
                     GitProtocol::V0 => {
