@@ -55,6 +55,8 @@ pub struct Snapshot {
     pub choices: Choices,
     /// Every cached module version, by address then newest version first.
     pub modules: Vec<ModuleEntry>,
+    /// Every repository of the git cache, by host and path.
+    pub git: Vec<modules::GitRepoEntry>,
     /// Objects under `quarantine/`.
     pub quarantined: Vec<String>,
     /// Cached CLI releases, by CLI (none when `[releases]` is off).
@@ -144,6 +146,7 @@ impl Catalogue {
             summaries,
             choices,
             modules: modules::scan(&self.core).await?,
+            git: modules::scan_git(&self.core),
             quarantined: status::quarantined(&self.core).await?,
             releases: releases::scan(&self.core).await?,
         })
@@ -200,7 +203,8 @@ impl Catalogue {
 
     /// The cached module versions a query selects.
     pub async fn modules(self: &Arc<Self>, query: &ModuleQuery) -> Result<ModuleList> {
-        Ok(ModuleList::of(&self.snapshot().await?.modules, query))
+        let snapshot = self.snapshot().await?;
+        Ok(ModuleList::of(&snapshot.modules, &snapshot.git, query))
     }
 
     /// Who fetched which versions in a period (the store's usage counts, read now).

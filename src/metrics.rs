@@ -200,6 +200,9 @@ pub struct Metrics {
     pub hash_job_bytes: IntCounter,
     pub hash_job_dropped: IntCounter,
     pub usage_dropped: IntCounter,
+    /// Git cache refreshes by outcome: `ok`, `stale` (the origin failed; the cached copy was
+    /// served), `failed` (nothing cached to serve instead).
+    pub git_refreshes: IntCounterVec,
     pub hash_duration: Histogram,
     pub tls_not_after: IntGauge,
     pub tls_reloads: IntCounterVec,
@@ -363,6 +366,14 @@ impl Metrics {
                 "Archive bytes the background hash job downloaded.",
             )
             .unwrap(),
+            git_refreshes: IntCounterVec::new(
+                Opts::new(
+                    "provender_git_refreshes_total",
+                    "Refreshes of the git cache's repositories from their origins, by outcome: ok, stale (the origin failed and the cached copy was served), failed.",
+                ),
+                &["outcome"],
+            )
+            .unwrap(),
             usage_dropped: IntCounter::new(
                 "provender_usage_dropped_total",
                 "Uses not counted because this process already counts usage.max_entries (client, version) pairs today.",
@@ -442,6 +453,7 @@ impl Metrics {
         r.register(Box::new(m.hash_job_bytes.clone())).unwrap();
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
         r.register(Box::new(m.usage_dropped.clone())).unwrap();
+        r.register(Box::new(m.git_refreshes.clone())).unwrap();
         r.register(Box::new(m.client_downloads.clone())).unwrap();
         r.register(Box::new(m.local_tier.requests.clone())).unwrap();
         r.register(Box::new(m.local_tier.evictions.clone()))

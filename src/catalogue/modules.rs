@@ -1,5 +1,6 @@
 //! The module view: every cached module version, where its package came from (for git sources
-//! the commit the reference resolved to), its size and last use.
+//! the commit the reference resolved to), its size and last use; and the git cache's
+//! repositories, for direct `git::https://` sources.
 
 use serde::Serialize;
 
@@ -32,6 +33,31 @@ pub struct ModuleEntry {
     pub last_used: u64,
 }
 
+/// One repository of the git cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct GitRepoEntry {
+    /// `github.com/acme/modules.git`.
+    pub repository: String,
+    pub size: u64,
+    /// When it last matched its origin.
+    pub refreshed: u64,
+    pub last_used: u64,
+}
+
+/// Every repository of the git cache.
+pub(super) fn scan_git(core: &std::sync::Arc<Core>) -> Vec<GitRepoEntry> {
+    crate::mirror::GitMirror::new(core.clone())
+        .cached()
+        .into_iter()
+        .map(|r| GitRepoEntry {
+            repository: r.repo.to_string(),
+            size: r.size,
+            refreshed: r.refreshed,
+            last_used: r.last_used,
+        })
+        .collect()
+}
+
 /// What the modules page and `GET -/api/v1/modules` are asked for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModuleQuery {
@@ -58,12 +84,19 @@ pub struct ModuleList {
     /// How many module versions the cache holds.
     pub total: usize,
     pub modules: Vec<ModuleEntry>,
+    /// The git cache's repositories the query selects.
+    pub git: Vec<GitRepoEntry>,
 }
 
 impl ModuleList {
-    pub(super) fn of(all: &[ModuleEntry], query: &ModuleQuery) -> ModuleList {
+    pub(super) fn of(all: &[ModuleEntry], git: &[GitRepoEntry], query: &ModuleQuery) -> ModuleList {
         let q = query.q.to_lowercase();
         ModuleList {
+            git: git
+                .iter()
+                .filter(|r| q.is_empty() || r.repository.to_lowercase().contains(&q))
+                .cloned()
+                .collect(),
             api_version: API_VERSION,
             total: all.len(),
             modules: all

@@ -154,18 +154,32 @@ impl GitMirror {
             };
         }
         let (core, key, target) = (self.core.clone(), repo.clone(), dir.clone());
-        let (result, _) = self
+        let (result, leader) = self
             .refreshes
             .run(repo.clone(), move || refresh(core, key, target))
             .await;
+        // One count per refresh, by the caller that started it.
+        let counted = |outcome: &str| {
+            if leader {
+                let refreshes = &self.core.metrics().git_refreshes;
+                refreshes.with_label_values(&[outcome]).inc();
+            }
+        };
         match (result, refreshed) {
-            (Ok(()), _) => Ok(GitReady { dir }),
+            (Ok(()), _) => {
+                counted("ok");
+                Ok(GitReady { dir })
+            }
             // The origin failed: what the cache has is still good to serve.
             (Err(e @ Error::Upstream(_)), Some(_)) if !is_too_large(&e) => {
+                counted("stale");
                 tracing::warn!(repository = %repo, "serving the cached copy: {e}");
                 Ok(GitReady { dir })
             }
-            (Err(e), _) => Err(e),
+            (Err(e), _) => {
+                counted("failed");
+                Err(e)
+            }
         }
     }
 

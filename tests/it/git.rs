@@ -234,6 +234,12 @@ async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_th
     tf.init(root.path()).await.assert_success();
     assert_eq!(installed_versions(root.path()), want);
 
+    let metrics = mirror.metrics(&https_client(&ca, &[])).await;
+    assert!(
+        crate::support::sample(&metrics, "provender_git_refreshes_total{outcome=\"stale\"}") > 0,
+        "{metrics}"
+    );
+
     // Across an air gap: a signed bundle of the git cache, imported by a sealed server that
     // has never seen the origin, serves the same init.
     let work = tempfile::tempdir().unwrap();
@@ -417,6 +423,28 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
         listed.stdout
     );
 
+    // The modules page and its API list what the git cache holds.
+    let client = https_client(&ca, &[]);
+    let api = crate::support::http::get(&client, &mirror.url("-/api/v1/modules")).await;
+    assert_eq!(api.status.as_u16(), 200);
+    let listed: Vec<String> = api.json()["git"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["repository"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        listed,
+        [format!("{GIT_HOST}/git/acme/terraform-aws-net.git")]
+    );
+    let page = crate::support::http::get(&client, &mirror.url("-/modules")).await;
+    assert!(
+        page.text().contains("Git repositories")
+            && page.text().contains("git/acme/terraform-aws-net.git"),
+        "{}",
+        page.text()
+    );
+
     // A push is refused, and so is a host that is not allowed.
     let (ok, text) = home
         .git(
@@ -425,7 +453,6 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
         )
         .await;
     assert!(!ok && text.contains("403"), "{text}");
-    let client = https_client(&ca, &[]);
     let other = crate::support::http::get(
         &client,
         &mirror.url("git/elsewhere.example/acme/x.git/info/refs?service=git-upload-pack"),
