@@ -580,6 +580,22 @@ fn stage(
     )?)
 }
 
+/// Stages a bundle entry whose size and SHA-256 the manifest pins, and checks them.
+fn stage_pinned(
+    checker: &Checker,
+    reader: &mut dyn Read,
+    size: u64,
+    sha256: &Sha256,
+) -> Result<StagedFile, ImportError> {
+    let staged = stage(checker, reader, Some(size))?;
+    Expected {
+        sha256,
+        size: Some(size),
+    }
+    .check(&staged.digest)?;
+    Ok(staged.file)
+}
+
 /// Who vouches for a bundle, from its head: refused outright when a trusted site's signature
 /// does not verify, and when no trusted site signed it unless `--allow-unverified` is given.
 fn custody(rules: &Rules, head: &Head) -> Result<Custody, ImportError> {
@@ -648,24 +664,14 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
             }
             bundle::Payload::Git(entry, g) => {
                 checker.bar.set_message(entry.path.clone());
-                let staged = stage(checker, body, Some(entry.size))?;
-                Expected {
-                    sha256: &entry.sha256,
-                    size: Some(entry.size),
-                }
-                .check(&staged.digest)?;
-                staged_git.insert(g, staged.file);
+                let file = stage_pinned(checker, body, entry.size, &entry.sha256)?;
+                staged_git.insert(g, file);
                 Ok(())
             }
             bundle::Payload::ReleaseBuild(entry, r, z) => {
                 checker.bar.set_message(entry.path.clone());
-                let staged = stage(checker, body, Some(entry.size))?;
-                Expected {
-                    sha256: &entry.sha256,
-                    size: Some(entry.size),
-                }
-                .check(&staged.digest)?;
-                staged_zips.insert((r, z), staged.file);
+                let file = stage_pinned(checker, body, entry.size, &entry.sha256)?;
+                staged_zips.insert((r, z), file);
                 Ok(())
             }
         },

@@ -334,10 +334,18 @@ impl Upstream {
         workdir: &Path,
         limits: &GitLimits,
     ) -> Result<GitFetch> {
+        let fetch = self.git_fetch_inner(host, url, reference, workdir, limits);
+        self.counted_git(host, fetch).await
+    }
+
+    /// Runs one git operation on `host`'s origin, timed and counted as `Operation::Git`.
+    async fn counted_git<T>(
+        &self,
+        host: &Hostname,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
         let started = Instant::now();
-        let result = self
-            .git_fetch_inner(host, url, reference, workdir, limits)
-            .await;
+        let result = work.await;
         self.observe(host, Operation::Git, started);
         let outcome = match &result {
             Ok(_) => Outcome::Ok,
@@ -626,17 +634,8 @@ impl Upstream {
         scratch: &Path,
         limits: &GitLimits,
     ) -> Result<Mirrored> {
-        let started = Instant::now();
-        let result = self
-            .git_mirror_inner(host, url, repo, scratch, limits)
-            .await;
-        self.observe(host, Operation::Git, started);
-        let outcome = match &result {
-            Ok(_) => Outcome::Ok,
-            Err(e) => e.outcome(),
-        };
-        self.count(host, Operation::Git, outcome);
-        result
+        let refresh = self.git_mirror_inner(host, url, repo, scratch, limits);
+        self.counted_git(host, refresh).await
     }
 
     async fn git_mirror_inner(
