@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use tempfile::TempDir;
 
 use crate::support::cli;
-use crate::support::origin::{FakeOrigin, ModuleSource, ModuleSpec};
+use crate::support::origin::{DEEP_TREE, FakeOrigin, ModuleSource, ModuleSpec, OPTION_BRANCH};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror};
 use crate::support::{Terraform, https_client, within};
@@ -32,14 +32,25 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
 
 /// `[git]` allowing the origin's host, with `keys` added, and the host reached at the origin.
 fn git_toml(origin: &FakeOrigin, keys: &str) -> String {
+    git_toml_with(origin, keys, "")
+}
+
+/// [`git_toml`], with `host_keys` added to the host's `[upstream.hosts]` table.
+fn git_toml_with(origin: &FakeOrigin, keys: &str, host_keys: &str) -> String {
     format!(
-        "[git]\nallowed_hosts = [\"{GIT_HOST}\"]\n{keys}\n\n[upstream.hosts.\"{GIT_HOST}\"]\nconnect_to = \"{}\"\n",
+        "[git]\nallowed_hosts = [\"{GIT_HOST}\"]\n{keys}\n\n[upstream.hosts.\"{GIT_HOST}\"]\nconnect_to = \"{}\"\n{host_keys}\n",
         origin.addr()
     )
 }
 
 async fn mirror(ca: &TestCa, origin: &FakeOrigin, git_keys: &str, more: &str) -> TestMirror {
-    let toml = format!("{}\n{more}", git_toml(origin, git_keys));
+    mirror_with(ca, origin, &git_toml(origin, git_keys), more).await
+}
+
+/// A mirror with `git` (the `[git]` and host tables) and `more` (whole tables) in its
+/// configuration.
+async fn mirror_with(ca: &TestCa, origin: &FakeOrigin, git: &str, more: &str) -> TestMirror {
+    let toml = format!("{git}\n{more}");
     TestMirror::start_with(
         ca,
         origin,
@@ -311,7 +322,13 @@ async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_th
 async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_share_one_refresh() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
-    let mut mirror = mirror(&ca, &origin, "refresh_after = \"1h\"", "").await;
+    // A private origin's token goes to it, as git sends credentials.
+    let git = git_toml_with(
+        &origin,
+        "refresh_after = \"1h\"",
+        "token = \"origin-secret-0123456789\"\ngit_username = \"bot\"",
+    );
+    let mut mirror = mirror_with(&ca, &origin, &git, "").await;
     let home = GitHome::new(&ca, &mirror);
     let url = origin_url("terraform-aws-net.git");
     let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
@@ -325,6 +342,23 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
     let heads = futures_util::future::join_all(clones).await;
     assert!(heads.iter().all(|h| *h == tip), "{heads:?}");
     assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
+    let basic = {
+        use base64::Engine as _;
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode("bot:origin-secret-0123456789");
+        format!("Basic {encoded}")
+    };
+    let git_requests: Vec<_> = origin
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/git/"))
+        .collect();
+    assert!(
+        git_requests
+            .iter()
+            .all(|r| r.authorization.as_deref() == Some(basic.as_str())),
+        "every request to the git origin carries its token"
+    );
 
     // Protocol v0, a shallow clone of a tag, and a fetch in an existing clone.
     let v0 = home.clone(&url, "v0", &["-c", "protocol.version=0"]).await;
@@ -522,7 +556,7 @@ async fn git_clients_need_a_token_and_a_rule_that_allows_the_repository() {
 }
 
 #[tokio::test]
-async fn a_cache_only_client_gets_what_is_cached_and_an_endless_origin_is_bounded() {
+async fn a_cache_only_client_gets_what_is_cached_and_hostile_origins_are_bounded() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
     let auth = "[[auth.clients]]\nname = \"ci\"\ntoken = \"tok-ci-0123456789abcdef\"\n\n\
@@ -570,12 +604,47 @@ async fn a_cache_only_client_gets_what_is_cached_and_an_endless_origin_is_bounde
         "the mirror stopped reading: {} bytes sent",
         origin.endless_git_bytes_sent()
     );
+    // Branches named like options, and an origin HEAD naming one: data to git, never its
+    // arguments.
+    let hostile = mirror
+        .url(&format!("git/{GIT_HOST}/git/hostile-refs.git"))
+        .replacen("https://", "https://git:tok-fill-0123456789abcdef@", 1);
+    for protocol in ["2", "0"] {
+        let dest = format!("hostile-v{protocol}");
+        let version = format!("protocol.version={protocol}");
+        let (ok, text) = home
+            .git(home.dir.path(), &["-c", &version, "clone", &hostile, &dest])
+            .await;
+        assert!(ok, "{text}");
+        let (ok, branches) = home
+            .git(&home.dir.path().join(&dest), &["branch", "-r"])
+            .await;
+        assert!(
+            ok && branches.contains(&format!("origin/{OPTION_BRANCH}"))
+                && branches.contains("origin/-x"),
+            "{branches}"
+        );
+    }
+
+    // A tree deeper than git walks: the refresh fails and nothing of it is kept.
+    let deep = mirror
+        .url(&format!("git/{GIT_HOST}/git/deep.git"))
+        .replacen("https://", "https://git:tok-fill-0123456789abcdef@", 1);
+    let (ok, text) = home.git(home.dir.path(), &["clone", &deep, "deep"]).await;
+    assert!(!ok, "{DEEP_TREE} levels deep: {text}");
+
     let kept: Vec<_> = walk(&mirror.cache_dir.join("git"))
         .into_iter()
         .filter(|p| p.ends_with("provender-origin"))
-        .filter(|p| std::fs::read_to_string(p).unwrap().contains("endless"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect();
-    assert!(kept.is_empty(), "{kept:?}");
+    assert!(
+        kept.iter().any(|r| r.contains("hostile-refs"))
+            && !kept
+                .iter()
+                .any(|r| r.contains("endless") || r.contains("deep")),
+        "{kept:?}"
+    );
     mirror.stop().await;
 }
 

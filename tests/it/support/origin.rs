@@ -66,6 +66,8 @@ use super::within;
 mod git;
 mod modules;
 
+pub use git::{DEEP_TREE, OPTION_BRANCH};
+
 pub use modules::{
     DownloadAnswer, ENDLESS_GIT_REF, GZIP_BOMB_UNPACKED, HostileModule, LONG_NAME_BOMB_DECLARED,
     ModuleSource, ModuleSpec, ZIP_BOMB_UNPACKED,

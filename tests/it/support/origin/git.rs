@@ -7,7 +7,9 @@
 //! commit IDs are the same in every run. A repository `endless.git` (one commit, tag
 //! [`ENDLESS_GIT_REF`]) backs [`HostileModule::EndlessGit`] and [`HostileModule::OptionRef`];
 //! `treebomb.git` backs [`HostileModule::TreeBombGit`]: a commit of five objects whose tree
-//! names one 1 MiB blob of zeros 64 × 64 × 64 times, 256 GiB once archived.
+//! names one 1 MiB blob of zeros 64 × 64 × 64 times, 256 GiB once archived. For the git door:
+//! `hostile-refs.git`, whose branches and `HEAD` are named like options, and `deep.git`, a tree
+//! deeper than git walks.
 //!
 //! Requests under `/git/` run `git http-backend` with the CGI environment (`PATH_INFO`,
 //! `QUERY_STRING`, `REQUEST_METHOD`, `CONTENT_TYPE`, `CONTENT_LENGTH`, `HTTP_GIT_PROTOCOL`,
@@ -41,6 +43,12 @@ const IDENTITY: &str = "provender test <test@provender.invalid>";
 /// endless for a test, and small enough for `git index-pack` to accept the header (2^32-1
 /// overflows its arithmetic at once).
 const ENDLESS_PACK_OBJECTS: u32 = 100_000;
+
+/// A branch of `hostile-refs.git` named like an option of `git fetch`.
+pub const OPTION_BRANCH: &str = "--upload-pack=x";
+
+/// How deep the one file of `deep.git` lies.
+pub const DEEP_TREE: usize = 5000;
 
 /// The largest request body the git server reads (fetch requests are a few KiB).
 const MAX_REQUEST_BODY: usize = 16 * 1024 * 1024;
@@ -131,6 +139,8 @@ impl GitRepos {
         );
         repos.fast_import(&endless, &stream);
         repos.tree_bomb();
+        repos.hostile_refs();
+        repos.deep_tree();
         repos.state.lock().expect("git state").commits = commits;
         repos
     }
@@ -259,6 +269,58 @@ impl GitRepos {
             .write_all(b"[uploadpack]\n\tallowReachableSHA1InWant = true\n")
             .expect("write repository config");
         repo
+    }
+
+    /// `hostile-refs.git`: one commit on `main`, also the branches [`OPTION_BRANCH`] and
+    /// `-x`, which its `HEAD` names: names a careless server would hand git as options.
+    fn hostile_refs(&self) {
+        let repo = self.init("hostile-refs.git");
+        let mut stream = Vec::new();
+        let files = BTreeMap::from([("main.tf".to_owned(), b"# hostile refs\n".to_vec())]);
+        fast_import_commit(
+            &mut stream,
+            1,
+            super::modules::MTIME,
+            "refs\n",
+            None,
+            &files,
+        );
+        for branch in [OPTION_BRANCH, "-x"] {
+            stream.extend_from_slice(format!("reset refs/heads/{branch}\nfrom :1\n\n").as_bytes());
+        }
+        self.fast_import(&repo, &stream);
+        let mut command = self.git();
+        command
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(["symbolic-ref", "HEAD", "refs/heads/-x"]);
+        self.run(command, b"");
+    }
+
+    /// `deep.git`: one commit whose only file lies [`DEEP_TREE`] directories down, more than
+    /// git's own `core.maxTreeDepth` lets it walk; this origin's configuration raises that limit
+    /// for itself, so it serves the commit.
+    fn deep_tree(&self) {
+        let repo = self.init("deep.git");
+        let path = format!("{}f", "a/".repeat(DEEP_TREE));
+        let files = BTreeMap::from([(path, b"deep\n".to_vec())]);
+        let mut stream = Vec::new();
+        fast_import_commit(
+            &mut stream,
+            1,
+            super::modules::MTIME,
+            "deep\n",
+            None,
+            &files,
+        );
+        self.fast_import(&repo, &stream);
+        let mut config = std::fs::OpenOptions::new()
+            .append(true)
+            .open(repo.join("config"))
+            .expect("open repository config");
+        config
+            .write_all(b"[core]\n\tmaxTreeDepth = 1000000\n")
+            .expect("write repository config");
     }
 
     /// `treebomb.git`: one blob of 1 MiB of zeros, a tree naming it 64 times, a tree naming that
