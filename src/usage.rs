@@ -107,6 +107,9 @@ impl UsageConfig {
 pub enum Kind {
     Provider,
     Module,
+    /// A fetch from a repository of the git cache (its version is `-`: a fetch names no one
+    /// reference).
+    Git,
 }
 
 impl Kind {
@@ -114,6 +117,7 @@ impl Kind {
         match self {
             Kind::Provider => "provider",
             Kind::Module => "module",
+            Kind::Git => "git",
         }
     }
 }
@@ -123,7 +127,8 @@ impl Kind {
 pub struct Use {
     pub client: String,
     pub kind: Kind,
-    /// `hostname/namespace/type`, or `hostname/namespace/name/system` for a module.
+    /// `hostname/namespace/type`, `hostname/namespace/name/system` for a module, `host/path`
+    /// for a git repository.
     pub address: String,
     pub version: String,
 }

@@ -507,7 +507,8 @@ async fn git_clients_need_a_token_and_a_rule_that_allows_the_repository() {
     let origin = origin(&ca).await;
     let auth = "[[auth.clients]]\nname = \"reader\"\ntoken = \"tok-reader-0123456789abcdef\"\n\n\
                 [[auth.clients]]\nname = \"other\"\ntoken = \"tok-other-0123456789abcdef\"\n\n\
-                [[auth.rules]]\nname = \"other-repos\"\nclients = [\"other\"]\ngit = [\"elsewhere.example/*\"]\n";
+                [[auth.rules]]\nname = \"other-repos\"\nclients = [\"other\"]\ngit = [\"elsewhere.example/*\"]\n\n\
+                [usage]\nflush_interval = \"1s\"\n";
     let mut mirror = mirror(&ca, &origin, "", auth).await;
     let home = GitHome::new(&ca, &mirror);
     let url = origin_url("terraform-aws-net.git");
@@ -546,6 +547,21 @@ async fn git_clients_need_a_token_and_a_rule_that_allows_the_repository() {
         .git(home.dir.path(), &["clone", &reader, "reader"])
         .await;
     assert!(ok, "{text}");
+    // The fetch counts as the reader's use of the repository.
+    let repo = format!("{GIT_HOST}/git/acme/terraform-aws-net.git");
+    let used = crate::support::poll(std::time::Duration::from_secs(15), async || {
+        let got = client
+            .get(mirror.url("-/api/v1/usage?days=0"))
+            .bearer_auth("tok-reader-0123456789abcdef")
+            .send()
+            .await
+            .ok()?;
+        let doc: serde_json::Value = serde_json::from_slice(&got.bytes().await.ok()?).ok()?;
+        doc.to_string().contains(&repo).then_some(doc)
+    })
+    .await;
+    let used = used.expect("the git fetch reached the usage counts");
+    assert!(used.to_string().contains("\"git\""), "{used}");
     let other = format!(
         "{}git/acme/terraform-aws-net.git",
         with_token("git:tok-other-0123456789abcdef")

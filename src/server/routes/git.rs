@@ -145,6 +145,12 @@ impl App {
                 let ready = git.ready(&repo, &principal.reach()).await?;
                 let advertised = git.advertise(&ready, protocol).await?;
                 git.record_use(&ready);
+                self.usage.record(crate::usage::Use {
+                    client: principal.name.to_string(),
+                    kind: crate::usage::Kind::Git,
+                    address: repo.to_string(),
+                    version: "-".into(),
+                });
                 let body = match protocol {
                     // v0 clients expect the service line git's own server sends first.
                     GitProtocol::V0 => {
