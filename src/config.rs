@@ -57,6 +57,8 @@ pub struct GitConfig {
     /// Longest a client's fetch may take to be answered.
     #[serde(with = "humantime_serde")]
     pub serve_timeout: Duration,
+    /// Most `git upload-pack` processes at once; more requests wait for a turn.
+    pub max_concurrent_serves: usize,
 }
 
 impl Default for GitConfig {
@@ -69,6 +71,7 @@ impl Default for GitConfig {
             fetch_timeout: Duration::from_secs(600),
             max_request_size: bytesize::ByteSize::mib(16),
             serve_timeout: Duration::from_secs(600),
+            max_concurrent_serves: 16,
         }
     }
 }
@@ -83,6 +86,7 @@ pub struct GitSettings {
     /// `git.max_request_size`, in bytes.
     pub max_request_size: u64,
     pub serve_timeout: Duration,
+    pub max_concurrent_serves: usize,
 }
 
 impl GitSettings {
@@ -112,6 +116,9 @@ impl GitConfig {
         if self.max_objects == 0 {
             return Err(invalid("git.max_objects", "must be at least 1"));
         }
+        if self.max_concurrent_serves == 0 {
+            return Err(invalid("git.max_concurrent_serves", "must be at least 1"));
+        }
         for (key, value) in [
             ("git.fetch_timeout", self.fetch_timeout),
             ("git.serve_timeout", self.serve_timeout),
@@ -130,9 +137,12 @@ impl GitConfig {
                 // A cached repository is served as it is, never archived.
                 max_archive: 0,
                 timeout: self.fetch_timeout,
+                size_key: "git.max_repository_size",
+                timeout_key: "git.fetch_timeout",
             },
             max_request_size: self.max_request_size.as_u64(),
             serve_timeout: self.serve_timeout,
+            max_concurrent_serves: self.max_concurrent_serves,
         })
     }
 
@@ -1442,6 +1452,8 @@ impl ModulesConfig {
                         .saturating_mul(crate::upstream::TAR_OVERHEAD_PER_ENTRY),
                 ),
                 timeout: self.git_timeout,
+                size_key: "modules.max_git_size",
+                timeout_key: "modules.git_timeout",
             },
         })
     }

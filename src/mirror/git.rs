@@ -53,6 +53,8 @@ const USE_RESOLUTION_SECS: u64 = 60;
 const MAX_STDERR: usize = 8 * 1024;
 /// Largest piece of `git upload-pack`'s output sent at once.
 const READ_CHUNK: usize = 64 * 1024;
+/// How long a failed `git upload-pack`'s last words are waited for.
+const STDERR_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Which git protocol a client speaks, from its `Git-Protocol` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,15 +89,21 @@ pub struct GitMirror {
     /// `<cache.dir>/git`.
     root: PathBuf,
     refreshes: Flights<GitRepo, (), Error>,
+    /// Turns for `git upload-pack` processes (`git.max_concurrent_serves`).
+    serving: Arc<tokio::sync::Semaphore>,
 }
 
 impl GitMirror {
     pub fn new(core: Arc<Core>) -> Arc<GitMirror> {
         let root = core.settings().cache.dir.join("git");
+        let serving = Arc::new(tokio::sync::Semaphore::new(
+            core.settings().git.max_concurrent_serves,
+        ));
         Arc::new(GitMirror {
             core,
             root,
             refreshes: Flights::default(),
+            serving,
         })
     }
 
@@ -124,12 +132,11 @@ impl GitMirror {
         }
     }
 
-    /// Removes a cached repository: first what makes it cached, so no client is served half
-    /// of it, then the rest.
-    pub fn remove(&self, cached: &CachedRepo) -> Result<()> {
-        std::fs::remove_file(cached.dir.join(REFRESHED_FILE))
-            .and_then(|()| std::fs::remove_dir_all(&cached.dir))
-            .map_err(|e| Error::io("removing a git repository", e))
+    /// Removes a cached repository (waiting for a refresh or import of it to end): first what
+    /// makes it cached, so no client is served half of it, then the rest.
+    pub async fn remove(&self, cached: &CachedRepo) -> Result<()> {
+        let _locked = lock_repo(&cached.dir).await?;
+        remove_repo(&cached.dir).map_err(|e| Error::io("removing a git repository", e))
     }
 
     /// The cached copy of `repo`, refreshed from its origin first when it is older than
@@ -209,7 +216,9 @@ impl GitMirror {
     /// The answer to `info/refs?service=git-upload-pack`: the references (protocol v0) or the
     /// capabilities (v2), as `git upload-pack --advertise-refs` prints them.
     pub async fn advertise(&self, ready: &GitReady, protocol: GitProtocol) -> Result<Bytes> {
-        let mut body = self.upload_pack(ready, protocol, true, Bytes::new())?;
+        let mut body = self
+            .upload_pack(ready, protocol, true, Bytes::new())
+            .await?;
         let mut out = Vec::new();
         while let Some(piece) = body.next().await {
             out.extend_from_slice(&piece.map_err(|e| Error::io("git upload-pack", e))?);
@@ -218,9 +227,11 @@ impl GitMirror {
     }
 
     /// `git upload-pack --stateless-rpc` over the cached copy, given one request of the
-    /// client's (its commands, or its wants and haves): its output, as it comes. The process is
-    /// stopped when the stream is dropped (the client went away) or after `git.serve_timeout`.
-    pub fn upload_pack(
+    /// client's (its commands, or its wants and haves): its output, as it comes. At most
+    /// `git.max_concurrent_serves` run at once (more wait for a turn); each is stopped when the
+    /// stream is dropped (the client went away) or at `git.serve_timeout`, whether or not the
+    /// client reads.
+    pub async fn upload_pack(
         &self,
         ready: &GitReady,
         protocol: GitProtocol,
@@ -228,15 +239,13 @@ impl GitMirror {
         request: Bytes,
     ) -> Result<BoxStream<'static, io::Result<Bytes>>> {
         let settings = &self.core.settings().git;
-        let home = self.root.join(".home");
-        std::fs::create_dir_all(&home).map_err(|e| Error::io("creating git's home", e))?;
-        let mut cmd = tokio::process::Command::new(&settings.limits.program);
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null");
+        let permit = self
+            .serving
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let mut cmd = self.isolated_git()?;
         if protocol == GitProtocol::V2 {
             cmd.env("GIT_PROTOCOL", "version=2");
         }
@@ -265,12 +274,34 @@ impl GitMirror {
             kept
         });
         let stdout = child.stdout.take().expect("piped");
+        // The watchdog owns the process: it reports how it ended, or stops it at the deadline or
+        // once the stream is gone (`stop` dropped), and holds the turn until then.
         let deadline = Instant::now() + settings.serve_timeout;
+        let (ended, status) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _turn = permit;
+            let outcome = tokio::select! {
+                status = child.wait() => status,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    let _ = child.kill().await;
+                    Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "git upload-pack took longer than git.serve_timeout",
+                    ))
+                }
+                _ = stopped => {
+                    let _ = child.kill().await;
+                    Err(io::Error::other("the client went away"))
+                }
+            };
+            let _ = ended.send(outcome);
+        });
         let state = Running {
-            child,
             stdout,
+            status: Some(status),
             stderr: Some(stderr),
-            deadline,
+            _stop: stop,
             dir: ready.dir.clone(),
         };
         Ok(
@@ -284,6 +315,25 @@ impl GitMirror {
             })
             .boxed(),
         )
+    }
+
+    /// A `git` command isolated from the machine: no system or user configuration (an empty
+    /// `HOME`), no prompts; repositories are trusted whoever owns them (an `import` run by
+    /// another user than the server's), which only configuration from the environment can say.
+    fn isolated_git(&self) -> Result<tokio::process::Command> {
+        let home = self.root.join(".home");
+        std::fs::create_dir_all(&home).map_err(|e| Error::io("creating git's home", e))?;
+        let mut cmd = tokio::process::Command::new(&self.core.settings().git.limits.program);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "safe.directory")
+            .env("GIT_CONFIG_VALUE_0", "*");
+        Ok(cmd)
     }
 
     /// Every cached repository.
@@ -338,15 +388,8 @@ impl GitMirror {
     /// Runs a local `git args` in `dir` (a cached repository), isolated like `upload-pack`;
     /// what it printed, or why it failed.
     async fn local_git(&self, dir: &Path, args: &[&str]) -> Result<String> {
-        let home = self.root.join(".home");
-        std::fs::create_dir_all(&home).map_err(|e| Error::io("creating git's home", e))?;
-        let out = tokio::process::Command::new(&self.core.settings().git.limits.program)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        let out = self
+            .isolated_git()?
             .arg("-C")
             .arg(dir)
             .args(args)
@@ -417,8 +460,8 @@ impl GitMirror {
     /// Writes the cached `repo` as one `git bundle` of all its references to `out`; `None` if
     /// it has no reference (git makes no empty bundle).
     pub async fn bundle_to(&self, cached: &CachedRepo, out: &Path) -> Result<Option<GitBundled>> {
-        let (refs, head) = self.refs_of(&cached.dir).await?;
-        if refs.is_empty() {
+        let (current, head) = self.refs_of(&cached.dir).await?;
+        if current.is_empty() {
             return Ok(None);
         }
         let target = out.to_string_lossy().into_owned();
@@ -427,12 +470,36 @@ impl GitMirror {
             &["bundle", "create", "--quiet", &target, "--all"],
         )
         .await?;
-        let bytes = tokio::fs::read(out)
-            .await
-            .map_err(|e| Error::io("reading a git bundle", e))?;
+        // The references are the bundle's own, whatever a refresh changed meanwhile.
+        let listed = self
+            .local_git(&cached.dir, &["bundle", "list-heads", &target])
+            .await?;
+        let refs: std::collections::BTreeMap<String, String> = listed
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, name)| name.starts_with("refs/"))
+            .map(|(id, name)| (name.to_string(), id.to_string()))
+            .collect();
+        let head = head.filter(|h| refs.contains_key(h));
+        let file = out.to_path_buf();
+        let digest = tokio::task::spawn_blocking(move || -> io::Result<crate::hash::Digest> {
+            let mut hashing = crate::hash::Hashing::bare();
+            let mut reader = std::fs::File::open(&file)?;
+            let mut buf = vec![0u8; READ_CHUNK];
+            loop {
+                let n = io::Read::read(&mut reader, &mut buf)?;
+                if n == 0 {
+                    return Ok(hashing.digest());
+                }
+                hashing.update(&buf[..n]).map_err(io::Error::other)?;
+            }
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
+        .map_err(|e| Error::io("reading a git bundle", e))?;
         Ok(Some(GitBundled {
-            size: bytes.len() as u64,
-            sha256: Sha256::of(&bytes),
+            size: digest.size,
+            sha256: digest.sha256,
             head,
             refs,
         }))
@@ -450,8 +517,8 @@ impl GitMirror {
         refs: &std::collections::BTreeMap<String, String>,
     ) -> Result<()> {
         let dir = self.dir_of(repo);
+        let _locked = lock_repo(&dir).await?;
         std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating a git repository", e))?;
-        let _ = std::fs::remove_file(dir.join(REFRESHED_FILE));
         if !dir.join("HEAD").exists() {
             self.local_git(&dir, &["init", "--quiet", "--bare", "--template="])
                 .await?;
@@ -465,6 +532,7 @@ impl GitMirror {
                 "fetch",
                 "--quiet",
                 "--atomic",
+                "--prune",
                 "--no-write-fetch-head",
                 "--end-of-options",
                 &bundle,
@@ -474,10 +542,16 @@ impl GitMirror {
         )
         .await?;
         let (got, _) = self.refs_of(&dir).await?;
-        if let Some((name, id)) = refs.iter().find(|(name, id)| got.get(*name) != Some(*id)) {
+        if &got != refs {
+            let differs = refs
+                .iter()
+                .find(|(name, id)| got.get(*name) != Some(*id))
+                .map(|(name, _)| name)
+                .or_else(|| got.keys().find(|name| !refs.contains_key(*name)));
             return Err(Error::unexpected(format!(
-                "git repository {repo}: {name} is {} after the import, where the manifest says {id}",
-                got.get(name).map_or("missing", String::as_str)
+                "git repository {repo}: after the import its references are not the manifest's \
+                 ({} differs)",
+                differs.map_or("one", String::as_str)
             )));
         }
         if let Some(head) = head {
@@ -495,22 +569,20 @@ fn read_secs(file: &Path) -> Option<u64> {
 
 /// Marks the copy at `dir` as cached and matching its origin now.
 fn record_refreshed(dir: &Path, repo: &GitRepo) -> Result<()> {
-    std::fs::write(dir.join(ORIGIN_FILE), repo.to_string())
-        .and_then(|()| {
-            std::fs::write(
-                dir.join(REFRESHED_FILE),
-                crate::clock::now_secs().to_string(),
-            )
-        })
+    let now = crate::clock::now_secs().to_string();
+    crate::fsio::write_atomic(&dir.join(ORIGIN_FILE), repo.to_string().as_bytes())
+        .and_then(|()| crate::fsio::write_atomic(&dir.join(REFRESHED_FILE), now.as_bytes()))
         .map_err(|e| Error::io("recording a git refresh", e))
 }
 
 /// A running `git upload-pack` whose output is being sent.
 struct Running {
-    child: tokio::process::Child,
     stdout: tokio::process::ChildStdout,
+    /// How the process ended, from its watchdog.
+    status: Option<tokio::sync::oneshot::Receiver<io::Result<std::process::ExitStatus>>>,
     stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
-    deadline: Instant,
+    /// Dropped with the stream: the watchdog then stops the process.
+    _stop: tokio::sync::oneshot::Sender<()>,
     dir: PathBuf,
 }
 
@@ -519,44 +591,34 @@ impl Running {
     /// client's body then ends in an error, not in a short pack taken for a whole one).
     async fn next(&mut self) -> io::Result<Option<Bytes>> {
         let mut buf = vec![0u8; READ_CHUNK];
-        let read = tokio::time::timeout_at(self.deadline.into(), self.stdout.read(&mut buf));
-        let n = match read.await {
-            Ok(read) => read?,
-            Err(_) => {
-                let _ = self.child.kill().await;
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "git upload-pack took longer than git.serve_timeout",
-                ));
-            }
-        };
+        let n = self.stdout.read(&mut buf).await?;
         if n > 0 {
             buf.truncate(n);
             return Ok(Some(Bytes::from(buf)));
         }
-        let status = tokio::time::timeout_at(self.deadline.into(), self.child.wait()).await;
-        let stderr = match self.stderr.take() {
-            Some(task) => task.await.unwrap_or_default(),
+        let status = match self.status.take() {
+            Some(ended) => ended
+                .await
+                .unwrap_or_else(|_| Err(io::Error::other("git upload-pack's watchdog ended")))?,
+            None => return Ok(None),
+        };
+        if status.success() {
+            return Ok(None);
+        }
+        // What git said, if it said it in time (a child of it may hold the pipe open).
+        let said = match self.stderr.take() {
+            Some(task) => tokio::time::timeout(STDERR_GRACE, task)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default(),
             None => Vec::new(),
         };
-        match status {
-            Ok(Ok(status)) if status.success() => Ok(None),
-            Ok(Ok(status)) => {
-                let said = String::from_utf8_lossy(&stderr);
-                tracing::info!(repository = %self.dir.display(), %status, "git upload-pack failed: {}", said.trim());
-                Err(io::Error::other(format!(
-                    "git upload-pack failed ({status})"
-                )))
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "git upload-pack took longer than git.serve_timeout",
-                ))
-            }
-        }
+        let said = String::from_utf8_lossy(&said);
+        tracing::info!(repository = %self.dir.display(), %status, "git upload-pack failed: {}", said.trim());
+        Err(io::Error::other(format!(
+            "git upload-pack failed ({status})"
+        )))
     }
 }
 
@@ -568,6 +630,7 @@ fn is_too_large(e: &Error) -> bool {
 async fn refresh(core: Arc<Core>, repo: GitRepo, dir: PathBuf) -> Result<()> {
     let what = format!("git repository {repo}");
     let upstream = core.origin(&what)?;
+    let _locked = lock_repo(&dir).await?;
     let scratch = core
         .scratch_dir()
         .map_err(|e| Error::io("creating a scratch directory", e))?;
@@ -585,9 +648,46 @@ async fn refresh(core: Arc<Core>, repo: GitRepo, dir: PathBuf) -> Result<()> {
             if matches!(e, UpstreamError::TooLarge(_)) {
                 // Past its bounds, the repository is not kept at all.
                 tracing::warn!(repository = %repo, "dropping the cached copy: {e}");
+                let _ = remove_repo(&dir);
+            } else if GitMirror::refreshed_at(&dir).is_none() {
+                // A first fetch that failed leaves nothing: the repository was never served.
                 let _ = std::fs::remove_dir_all(&dir);
             }
             Err(e.into())
         }
     }
+}
+
+/// An exclusive lock on the repository at `dir` (the file `<dir>.lock` beside it), held until
+/// dropped: refreshes, imports and removals of one repository take turns, also across
+/// processes (a server, `seed`, `import` and `prune` on one cache).
+async fn lock_repo(dir: &Path) -> Result<std::fs::File> {
+    let parent = dir
+        .parent()
+        .expect("a repository lies in a host's directory");
+    std::fs::create_dir_all(parent).map_err(|e| Error::io("creating the git cache", e))?;
+    let path = dir.with_extension("lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(file)
+    })
+    .await
+    .unwrap_or_else(|e| Err(io::Error::other(e)))
+    .map_err(|e| Error::io("locking a git repository", e))
+}
+
+/// Removes the repository at `dir`: first what makes it cached, so no client is served half
+/// of it, then the rest.
+fn remove_repo(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(REFRESHED_FILE)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::remove_dir_all(dir)
 }

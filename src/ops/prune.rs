@@ -473,7 +473,7 @@ async fn remove(
                     });
                 }
             }
-            Removal::Git(r) => match git.remove(&r) {
+            Removal::Git(r) => match git.remove(&r).await {
                 Ok(()) => removed.push(Removal::Git(r)),
                 Err(e) => failed.push((format!("git repository {}", r.repo), e.to_string())),
             },

@@ -63,6 +63,9 @@ pub struct GitLimits {
     /// take ([`TAR_OVERHEAD_PER_ENTRY`]).
     pub max_archive: u64,
     pub timeout: Duration,
+    /// The settings errors name for `max_bytes` and `timeout`.
+    pub size_key: &'static str,
+    pub timeout_key: &'static str,
 }
 
 /// A fetched commit: its id and a `git archive` tar of its tree.
@@ -269,7 +272,8 @@ impl Git {
                         if crate::fsio::dir_size(&self.repo) > self.limits.max_bytes {
                             let _ = child.kill().await;
                             return Err(UpstreamError::TooLarge(format!(
-                                "git {url}: the repository grew past modules.max_git_size ({} bytes)",
+                                "git {url}: the repository grew past {} ({} bytes)",
+                                self.limits.size_key,
                                 self.limits.max_bytes
                             )));
                         }
@@ -316,8 +320,8 @@ impl Git {
 
     fn timed_out(&self, url: &Url) -> UpstreamError {
         UpstreamError::Timeout(format!(
-            "git {url}: not done within modules.git_timeout ({:?})",
-            self.limits.timeout
+            "git {url}: not done within {} ({:?})",
+            self.limits.timeout_key, self.limits.timeout
         ))
     }
 }
@@ -659,19 +663,8 @@ impl Upstream {
             git.config
                 .push(("http.extraHeader", format!("Authorization: Basic {basic}")));
         }
-        git.repo = repo.to_path_buf();
-        std::fs::create_dir_all(repo)
-            .map_err(|e| failed(&url, "cache directory", &e.to_string()))?;
-        remove_leftovers(repo);
-        if !repo.join("HEAD").exists() {
-            // No template: no sample hooks, nothing in the repository but git's own.
-            git.run(
-                &["init", "--quiet", "--bare", "--template="],
-                deadline,
-                &url,
-            )
-            .await?;
-        }
+        // Ask the origin first (from the scratch repository): a path it does not have leaves
+        // nothing in the cache.
         let symref = git
             .run(
                 &[
@@ -685,6 +678,24 @@ impl Upstream {
                 &url,
             )
             .await?;
+        // The fetch may not start git's housekeeping, which would outlive its deadline.
+        git.config.push(("gc.auto", "0".to_string()));
+        git.config.push(("maintenance.auto", "false".to_string()));
+        // The cache's repositories may belong to another user (an `import` run as root).
+        git.config.push(("safe.directory", "*".to_string()));
+        git.repo = repo.to_path_buf();
+        std::fs::create_dir_all(repo)
+            .map_err(|e| failed(&url, "cache directory", &e.to_string()))?;
+        remove_leftovers(repo);
+        if !repo.join("HEAD").exists() {
+            // No template: no sample hooks, nothing in the repository but git's own.
+            git.run(
+                &["init", "--quiet", "--bare", "--template="],
+                deadline,
+                &url,
+            )
+            .await?;
+        }
         let head = symref.lines().find_map(|line| {
             let target = line.strip_prefix("ref: ")?.strip_suffix("\tHEAD")?;
             let branch = target.strip_prefix("refs/heads/")?;
@@ -736,7 +747,8 @@ async fn count_objects(git: &Git, deadline: Instant, url: &Url) -> Result<u64> {
 }
 
 /// Removes what a git stopped half-way may have left in `repo`: temporary packs and lock
-/// files. Only one refresh of a repository runs at a time, so none of them is in use.
+/// files. The caller holds the repository's lock (refreshes, imports and removals of it take
+/// turns, across processes), so none of them is in use.
 fn remove_leftovers(repo: &Path) {
     let pack = repo.join("objects").join("pack");
     for entry in std::fs::read_dir(&pack).into_iter().flatten().flatten() {
@@ -848,6 +860,8 @@ mod tests {
                 max_objects: 1,
                 max_archive: 1,
                 timeout: Duration::from_secs(1),
+                size_key: "modules.max_git_size",
+                timeout_key: "modules.git_timeout",
             },
             repo: PathBuf::from("repo.git"),
             home: PathBuf::from("home"),

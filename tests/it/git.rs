@@ -649,18 +649,24 @@ async fn a_cache_only_client_gets_what_is_cached_and_hostile_origins_are_bounded
     let (ok, text) = home.git(home.dir.path(), &["clone", &deep, "deep"]).await;
     assert!(!ok, "{DEEP_TREE} levels deep: {text}");
 
-    let kept: Vec<_> = walk(&mirror.cache_dir.join("git"))
-        .into_iter()
-        .filter(|p| p.ends_with("provender-origin"))
-        .map(|p| std::fs::read_to_string(p).unwrap())
+    // Only whole repositories are left: every directory is one that was served.
+    let host_dir = mirror.cache_dir.join("git").join(GIT_HOST);
+    let dirs: Vec<_> = std::fs::read_dir(&host_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
         .collect();
+    let origins: Vec<String> = dirs
+        .iter()
+        .map(|d| std::fs::read_to_string(d.join("provender-origin")).unwrap_or_default())
+        .collect();
+    assert_eq!(dirs.len(), 2, "{origins:?}");
     assert!(
-        kept.iter().any(|r| r.contains("hostile-refs"))
-            && !kept
-                .iter()
-                .any(|r| r.contains("endless") || r.contains("deep")),
-        "{kept:?}"
+        origins.iter().any(|r| r.contains("hostile-refs"))
+            && origins.iter().any(|r| r.contains("terraform-aws-net")),
+        "{origins:?}"
     );
+    assert!(dirs.iter().all(|d| d.join("provender-refreshed").is_file()));
     mirror.stop().await;
 }
 
@@ -678,4 +684,91 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
+}
+
+#[tokio::test]
+async fn the_door_answers_as_git_s_own_server_does() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let mut mirror = mirror(&ca, &origin, "", "").await;
+    let client = https_client(&ca, &[]);
+    let repo = mirror.url(&format!("git/{GIT_HOST}/git/acme/terraform-aws-net.git"));
+    let refs = format!("{repo}/info/refs?service=git-upload-pack");
+    let get = |protocol: Option<&'static str>| {
+        let mut req = client.get(&refs);
+        if let Some(p) = protocol {
+            req = req.header("Git-Protocol", p);
+        }
+        async move {
+            let got = req.send().await.unwrap();
+            let kind = got.headers()["content-type"].to_str().unwrap().to_owned();
+            (got.status().as_u16(), kind, got.bytes().await.unwrap())
+        }
+    };
+    // Before info/refs, a fetch request finds nothing cached.
+    let early = client
+        .post(format!("{repo}/git-upload-pack"))
+        .body("0000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(early.status().as_u16(), 404);
+
+    let (status, kind, v0) = get(None).await;
+    assert_eq!(
+        (status, kind.as_str()),
+        (200, "application/x-git-upload-pack-advertisement")
+    );
+    assert!(
+        v0.starts_with(b"001e# service=git-upload-pack\n0000"),
+        "{v0:?}"
+    );
+    assert!(String::from_utf8_lossy(&v0).contains("refs/heads/main"));
+    let (status, _, v2) = get(Some("version=2")).await;
+    assert_eq!(status, 200);
+    assert!(v2.starts_with(b"000eversion 2\n"), "{v2:?}");
+
+    // A v2 ls-refs, gzip-encoded as git sends large requests.
+    let gzip = |bytes: &[u8]| {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, bytes).unwrap();
+        enc.finish().unwrap()
+    };
+    let post = |body: Vec<u8>, encoding: &'static str| {
+        client
+            .post(format!("{repo}/git-upload-pack"))
+            .header("Git-Protocol", "version=2")
+            .header("Content-Type", "application/x-git-upload-pack-request")
+            .header("Content-Encoding", encoding)
+            .body(body)
+            .send()
+    };
+    let listed = post(gzip(b"0014command=ls-refs\n0000"), "gzip")
+        .await
+        .unwrap();
+    assert_eq!(listed.status().as_u16(), 200);
+    assert_eq!(
+        listed.headers()["content-type"],
+        "application/x-git-upload-pack-result"
+    );
+    let text = listed.text().await.unwrap();
+    assert!(
+        text.contains("refs/heads/main") && text.contains("refs/tags/v1.1.0"),
+        "{text}"
+    );
+    // A small body that inflates past git.max_request_size, and an encoding git never sends.
+    let bomb = post(gzip(&vec![0u8; 17 << 20]), "gzip").await.unwrap();
+    assert_eq!(bomb.status().as_u16(), 413);
+    let odd = post(b"0000".to_vec(), "br").await.unwrap();
+    assert_eq!(odd.status().as_u16(), 400);
+    // The dumb protocol and pushes are not served.
+    let dumb = client.get(format!("{repo}/HEAD")).send().await.unwrap();
+    assert_eq!(dumb.status().as_u16(), 404);
+    let push = client
+        .get(format!("{repo}/info/refs?service=git-receive-pack"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(push.status().as_u16(), 403);
+    mirror.stop().await;
 }

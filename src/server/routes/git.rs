@@ -171,7 +171,7 @@ impl App {
                 // what the cache has (a cache-only client's reach is checked by `ready`).
                 let ready = git.cached_copy(&repo)?;
                 let request = self.git_request(req, body).await?;
-                self.upload_pack(&ready, protocol, request)
+                self.upload_pack(&ready, protocol, request).await
             }
             GitRequest::Push => unreachable!("refused above"),
         }
@@ -188,7 +188,17 @@ impl App {
         let collected = Limited::new(body, max as usize)
             .collect()
             .await
-            .map_err(|_| too_large())?
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    too_large()
+                } else {
+                    Error::BadRequest(AddressError::new(
+                        "git request",
+                        "(body)",
+                        "could not be read to its end",
+                    ))
+                }
+            })?
             .to_bytes();
         let encoding = req
             .headers()
@@ -223,7 +233,7 @@ impl App {
     }
 
     /// Streams `git upload-pack`'s answer to one request.
-    fn upload_pack(
+    async fn upload_pack(
         &self,
         ready: &GitReady,
         protocol: GitProtocol,
@@ -232,11 +242,9 @@ impl App {
         let output = self
             .mirror
             .git
-            .upload_pack(ready, protocol, false, request)?;
-        let served = self.metrics.archive_bytes_served.clone();
-        let stream = output
-            .inspect_ok(move |chunk| served.inc_by(chunk.len() as u64))
-            .map_ok(Frame::data);
+            .upload_pack(ready, protocol, false, request)
+            .await?;
+        let stream = output.map_ok(Frame::data);
         Ok(git_response(
             "application/x-git-upload-pack-result",
             BodyExt::boxed_unsync(StreamBody::new(stream)),
