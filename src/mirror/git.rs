@@ -7,7 +7,9 @@
 //! repositories nest), with two files of provender's own inside: `provender-origin` (the
 //! repository's `<host>/<path>`, for listings) and `provender-refreshed` (when it last matched
 //! its origin, in Unix seconds). A repository **is cached** once `provender-refreshed` exists:
-//! it is written only after a whole refresh succeeded.
+//! it is written only after a whole refresh succeeded. A refresh that failed is remembered for
+//! `cache.not_found_ttl`, so clients asking meanwhile do not make the mirror ask that origin
+//! again.
 //!
 //! A client's fetch starts with `info/refs`; that is when [`GitMirror::ready`] decides whether
 //! to ask the origin: a repository refreshed within `git.refresh_after` is served as it is;
@@ -91,6 +93,10 @@ pub struct GitMirror {
     refreshes: Flights<GitRepo, (), Error>,
     /// Turns for `git upload-pack` processes (`git.max_concurrent_serves`).
     serving: Arc<tokio::sync::Semaphore>,
+    /// The last failed refresh of each repository, and when: for `cache.not_found_ttl` no
+    /// client makes the mirror ask that origin again (a repository it does not have, an
+    /// outage), whatever a client asks.
+    failures: std::sync::Mutex<std::collections::HashMap<GitRepo, (Instant, Error)>>,
 }
 
 impl GitMirror {
@@ -104,6 +110,7 @@ impl GitMirror {
             root,
             refreshes: Flights::default(),
             serving,
+            failures: Default::default(),
         })
     }
 
@@ -160,33 +167,46 @@ impl GitMirror {
                 None => Err(refused),
             };
         }
-        let (core, key, target) = (self.core.clone(), repo.clone(), dir.clone());
-        let (result, leader) = self
-            .refreshes
-            .run(repo.clone(), move || refresh(core, key, target))
-            .await;
-        // One count per refresh, by the caller that started it.
-        let counted = |outcome: &str| {
-            if leader {
-                let refreshes = &self.core.metrics().git_refreshes;
-                refreshes.with_label_values(&[outcome]).inc();
+        let recent_failure = {
+            let mut failures = self.failures.lock().expect("git failures lock");
+            let ttl = self.core.settings().cache.not_found_ttl;
+            failures.retain(|_, (at, _)| at.elapsed() < ttl);
+            failures.get(repo).map(|(_, e)| e.clone())
+        };
+        let result = match recent_failure {
+            Some(e) => Err(e),
+            None => {
+                let (core, key, target) = (self.core.clone(), repo.clone(), dir.clone());
+                let (result, leader) = self
+                    .refreshes
+                    .run(repo.clone(), move || refresh(core, key, target))
+                    .await;
+                if leader {
+                    let outcome = match &result {
+                        Ok(()) => "ok",
+                        Err(e @ Error::Upstream(_)) if refreshed.is_some() && !is_too_large(e) => {
+                            "stale"
+                        }
+                        Err(_) => "failed",
+                    };
+                    let refreshes = &self.core.metrics().git_refreshes;
+                    refreshes.with_label_values(&[outcome]).inc();
+                    if let Err(e) = &result {
+                        let mut failures = self.failures.lock().expect("git failures lock");
+                        failures.insert(repo.clone(), (Instant::now(), e.clone()));
+                    }
+                }
+                result
             }
         };
         match (result, refreshed) {
-            (Ok(()), _) => {
-                counted("ok");
-                Ok(GitReady { dir })
-            }
+            (Ok(()), _) => Ok(GitReady { dir }),
             // The origin failed: what the cache has is still good to serve.
             (Err(e @ Error::Upstream(_)), Some(_)) if !is_too_large(&e) => {
-                counted("stale");
                 tracing::warn!(repository = %repo, "serving the cached copy: {e}");
                 Ok(GitReady { dir })
             }
-            (Err(e), _) => {
-                counted("failed");
-                Err(e)
-            }
+            (Err(e), _) => Err(e),
         }
     }
 

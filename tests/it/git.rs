@@ -648,6 +648,24 @@ async fn a_cache_only_client_gets_what_is_cached_and_hostile_origins_are_bounded
         .replacen("https://", "https://git:tok-fill-0123456789abcdef@", 1);
     let (ok, text) = home.git(home.dir.path(), &["clone", &deep, "deep"]).await;
     assert!(!ok, "{DEEP_TREE} levels deep: {text}");
+    // The failure is remembered (cache.not_found_ttl): asking again does not reach the origin.
+    let deep_refs = || {
+        origin
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/git/deep.git/info/refs")
+            .count()
+    };
+    let asked = deep_refs();
+    let (ok, _) = home
+        .git(home.dir.path(), &["clone", &deep, "deep-again"])
+        .await;
+    assert!(!ok);
+    assert_eq!(
+        deep_refs(),
+        asked,
+        "no second refresh within cache.not_found_ttl"
+    );
 
     // Only whole repositories are left: every directory is one that was served.
     let host_dir = mirror.cache_dir.join("git").join(GIT_HOST);
