@@ -471,6 +471,15 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
         listed,
         [format!("{GIT_HOST}/git/acme/terraform-aws-net.git")]
     );
+    let start = crate::support::http::get(&client, &mirror.url("")).await;
+    assert!(
+        start.text().contains(".insteadOf")
+            && start
+                .text()
+                .contains(&format!("{}git/{GIT_HOST}/", mirror.url(""))),
+        "the start page gives the insteadOf line: {}",
+        start.text()
+    );
     let page = crate::support::http::get(&client, &mirror.url("-/modules")).await;
     assert!(
         page.text().contains("Git repositories")
