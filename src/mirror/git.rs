@@ -356,6 +356,43 @@ impl GitMirror {
         Ok(cmd)
     }
 
+    /// Directories of repositories that never finished a first refresh or import (the process
+    /// stopped during it), last changed before `before`: never served, only `prune` removes them.
+    pub fn unfinished(&self, before: std::time::SystemTime) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for host in std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for entry in std::fs::read_dir(host.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let dir = entry.path();
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t < before);
+                if dir.is_dir() && Self::refreshed_at(&dir).is_none() && old {
+                    found.push(dir);
+                }
+            }
+        }
+        found
+    }
+
+    /// Removes a directory [`GitMirror::unfinished`] found, once no refresh or import of it
+    /// runs.
+    pub async fn remove_unfinished(&self, dir: &Path) -> Result<()> {
+        let _locked = lock_repo(dir).await?;
+        if Self::refreshed_at(dir).is_some() {
+            return Ok(());
+        }
+        std::fs::remove_dir_all(dir).map_err(|e| Error::io("removing a git repository", e))
+    }
+
     /// Every cached repository.
     pub fn cached(&self) -> Vec<CachedRepo> {
         let mut found = Vec::new();

@@ -31,7 +31,8 @@
 //! - **A git repository** goes when no client fetched from it, and it was neither refreshed
 //!   nor imported, within `--unused-for` (its `provender-used` and `provender-refreshed`
 //!   files), unless a `--keep` configuration calls a module from it. Its `provender-refreshed`
-//!   goes first, so no client is served half of it.
+//!   goes first, so no client is served half of it. A repository directory a stopped first
+//!   fetch left (never served) goes once it is as old as `--unused-for`.
 //! - `--dry-run` decides the same way, prints the same table marked as a dry run, and changes
 //!   nothing.
 //! - `--unused-for` must be longer than zero (a typo must not empty the cache); a bad or
@@ -321,6 +322,18 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
             continue;
         }
         plan.push(Removal::Git(r));
+    }
+
+    // What a stopped first fetch left (never served) goes too, when it is as old.
+    let unfinished = if args.dry_run {
+        Vec::new()
+    } else {
+        git.unfinished(cutoff)
+    };
+    for dir in &unfinished {
+        if let Err(e) = git.remove_unfinished(dir).await {
+            tracing::warn!("{}: {e}", dir.display());
+        }
     }
 
     // Who used what is about to go, as far as the servers' usage counts go back.

@@ -427,6 +427,14 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
     )
     .unwrap();
     std::fs::create_dir_all(kept.path().join(".terraform/modules/net")).unwrap();
+    // What a first fetch stopped with its process would leave: never served, pruned as old.
+    let unfinished = mirror
+        .cache_dir
+        .join("git")
+        .join(GIT_HOST)
+        .join("unfinished.git");
+    std::fs::create_dir_all(&unfinished).unwrap();
+    std::fs::write(unfinished.join("HEAD"), "ref: refs/heads/main\n").unwrap();
     // Last uses are kept in whole seconds.
     tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
     let pruned = cli::provender(&[
@@ -444,6 +452,10 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
         pruned.out().contains("1 git repository") && pruned.out().contains("kept by --keep"),
         "{}",
         pruned.out()
+    );
+    assert!(
+        !unfinished.exists(),
+        "an unfinished repository directory is pruned"
     );
     let listed = cli::provender(&["ls", "--json", "--config", cli::path_str(&cfg)]).await;
     assert!(
