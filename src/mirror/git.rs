@@ -359,28 +359,30 @@ impl GitMirror {
     /// Directories of repositories that never finished a first refresh or import (the process
     /// stopped during it), last changed before `before`: never served, only `prune` removes them.
     pub fn unfinished(&self, before: std::time::SystemTime) -> Vec<PathBuf> {
-        let mut found = Vec::new();
-        for host in std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for entry in std::fs::read_dir(host.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let dir = entry.path();
-                let old = entry
+        self.repo_dirs()
+            .filter(|dir| {
+                let old = dir
                     .metadata()
                     .and_then(|m| m.modified())
                     .is_ok_and(|t| t < before);
-                if dir.is_dir() && Self::refreshed_at(&dir).is_none() && old {
-                    found.push(dir);
-                }
-            }
-        }
-        found
+                dir.is_dir() && Self::refreshed_at(dir).is_none() && old
+            })
+            .collect()
+    }
+
+    /// Every entry of a host's directory in the git cache (repositories, their lock files).
+    fn repo_dirs(&self) -> impl Iterator<Item = PathBuf> {
+        let hosts = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten();
+        hosts.flat_map(|host| {
+            let entries = std::fs::read_dir(host.path())
+                .into_iter()
+                .flatten()
+                .flatten();
+            entries.map(|entry| entry.path())
+        })
     }
 
     /// Removes a directory [`GitMirror::unfinished`] found, once no refresh or import of it
@@ -396,33 +398,22 @@ impl GitMirror {
     /// Every cached repository.
     pub fn cached(&self) -> Vec<CachedRepo> {
         let mut found = Vec::new();
-        for host in std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            for entry in std::fs::read_dir(host.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let dir = entry.path();
-                let Some(refreshed) = Self::refreshed_at(&dir) else {
-                    continue;
-                };
-                let Ok(origin) = std::fs::read_to_string(dir.join(ORIGIN_FILE)) else {
-                    continue;
-                };
-                if let Ok(repo) = GitRepo::parse(origin.trim()) {
-                    let used = read_secs(&dir.join(USED_FILE)).unwrap_or_default();
-                    found.push(CachedRepo {
-                        repo,
-                        refreshed,
-                        last_used: used.max(refreshed),
-                        size: crate::fsio::dir_size(&dir),
-                        dir,
-                    });
-                }
+        for dir in self.repo_dirs() {
+            let Some(refreshed) = Self::refreshed_at(&dir) else {
+                continue;
+            };
+            let Ok(origin) = std::fs::read_to_string(dir.join(ORIGIN_FILE)) else {
+                continue;
+            };
+            if let Ok(repo) = GitRepo::parse(origin.trim()) {
+                let used = read_secs(&dir.join(USED_FILE)).unwrap_or_default();
+                found.push(CachedRepo {
+                    repo,
+                    refreshed,
+                    last_used: used.max(refreshed),
+                    size: crate::fsio::dir_size(&dir),
+                    dir,
+                });
             }
         }
         found.sort_by(|a, b| a.repo.cmp(&b.repo));

@@ -360,6 +360,15 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
         "every request to the git origin carries its token"
     );
 
+    // The same clone over each HTTP version git's curl speaks.
+    for version in ["HTTP/1.1", "HTTP/2"] {
+        let dest = format!("over-{}", version.replace('/', "-"));
+        let head = home
+            .clone(&url, &dest, &["-c", &format!("http.version={version}")])
+            .await;
+        assert_eq!(head, tip, "{version}");
+    }
+
     // Protocol v0, a shallow clone of a tag, and a fetch in an existing clone.
     let v0 = home.clone(&url, "v0", &["-c", "protocol.version=0"]).await;
     assert_eq!(v0, tip);
