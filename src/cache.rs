@@ -26,6 +26,9 @@
 //! releases/<product>/<version>/<product>_<version>_SHA256SUMS[.sig]  its checksum list, signature
 //! releases/<product>/<version>/<product>_<version>_<os>_<arch>.zip[.json]  a release zip, record
 //! leases/<object key>                                               a replica fetching that object
+//! published/providers/<host>/<namespace>/<type>/<version>.json      a published provider version
+//! published/modules/<host>/<namespace>/<name>/<system>/<version>.json  a published module version
+//! audit/<YYYY-MM-DD>/<unix time>-<kind>-<version>.json              an operator's removal of one
 //! usage/<YYYY-MM-DD>/<process>.json                                 one process's usage counts
 //! ```
 //!
@@ -39,6 +42,7 @@ mod listing;
 mod local_tier;
 mod meta;
 mod objects;
+mod published;
 mod staging;
 
 pub use budget::{Budget, Budgeted, Lease};
@@ -54,6 +58,7 @@ pub use objects::{
     ArchiveKind, Archives, Kind, Listed, ModuleKind, ModuleZipKind, ModuleZips, Modules, Objects,
     Opened, ReleaseKind,
 };
+pub use published::{Claimed, Publications, publication_key};
 pub use staging::{ScratchDir, StagedFile, Staging};
 
 /// How many changes a store has seen from this process: a view built at one count is stale at

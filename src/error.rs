@@ -61,6 +61,9 @@ pub enum Error {
     /// The cache's store failed (a full disk, an unreachable bucket).
     #[error("{0}")]
     Storage(#[from] crate::storage::StorageError),
+    /// A publication refused (a malformed release, a conflict with a published version).
+    #[error("{0}")]
+    Publish(#[from] crate::records::publish::PublishError),
     /// Our own fault: disk I/O, a bug.
     #[error("{0}")]
     Internal(#[from] Internal),
@@ -228,6 +231,9 @@ impl RefusalKind {
             Refusal::BelowMinTrust { .. } | Refusal::UnverifiedModule { .. } => {
                 return RefusalKind::Policy(PolicyRule::MinTrust);
             }
+            Refusal::NotPublished { .. } | Refusal::NotPrivate { .. } => {
+                return RefusalKind::Policy(PolicyRule::PrivateNamespace);
+            }
         })
     }
 }
@@ -280,6 +286,7 @@ impl Error {
             Error::Policy(_) => StatusCode::FORBIDDEN,
             Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Storage(e) => e.status(),
+            Error::Publish(e) => e.status(),
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -303,6 +310,7 @@ impl Error {
                 "storage_unavailable"
             }
             Error::Storage(_) => "storage_error",
+            Error::Publish(e) => e.code(),
             Error::Internal(_) => "internal_error",
         }
     }

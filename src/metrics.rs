@@ -76,6 +76,8 @@ label_values! {
     pub enum PolicyRule {
         /// `upstream.min_trust`.
         MinTrust = "min_trust",
+        /// `publishing.namespaces`: a private namespace admits only what was published here.
+        PrivateNamespace = "private_namespace",
     }
 }
 
@@ -203,6 +205,8 @@ pub struct Metrics {
     /// Git cache refreshes by outcome: `ok`, `stale` (the origin failed; the cached copy was
     /// served), `failed` (nothing cached to serve instead).
     pub git_refreshes: IntCounterVec,
+    /// Versions published to the private namespaces, by kind.
+    pub publications: IntCounterVec,
     pub hash_duration: Histogram,
     pub tls_not_after: IntGauge,
     pub tls_reloads: IntCounterVec,
@@ -374,6 +378,14 @@ impl Metrics {
                 &["outcome"],
             )
             .unwrap(),
+            publications: IntCounterVec::new(
+                Opts::new(
+                    "provender_publications_total",
+                    "Versions published to the private namespaces, by kind (provider, module); publishing the same files again is not counted.",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
             usage_dropped: IntCounter::new(
                 "provender_usage_dropped_total",
                 "Uses not counted because this process already counts usage.max_entries (client, version) pairs today.",
@@ -454,6 +466,10 @@ impl Metrics {
         r.register(Box::new(m.hash_job_dropped.clone())).unwrap();
         r.register(Box::new(m.usage_dropped.clone())).unwrap();
         r.register(Box::new(m.git_refreshes.clone())).unwrap();
+        r.register(Box::new(m.publications.clone())).unwrap();
+        for kind in ["provider", "module"] {
+            m.publications.with_label_values(&[kind]);
+        }
         r.register(Box::new(m.client_downloads.clone())).unwrap();
         r.register(Box::new(m.local_tier.requests.clone())).unwrap();
         r.register(Box::new(m.local_tier.evictions.clone()))
@@ -508,6 +524,11 @@ impl Metrics {
         self.cache_lookups
             .with_label_values(&[kind.as_str(), result.as_str()])
             .inc();
+    }
+
+    /// Counts one version published.
+    pub fn publication(&self, kind: crate::records::publish::PublishedKind) {
+        self.publications.with_label_values(&[kind.as_str()]).inc();
     }
 
     /// Counts one verification failure.

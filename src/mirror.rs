@@ -25,6 +25,7 @@ mod git;
 mod modules;
 mod oci;
 mod providers;
+mod publish;
 mod releases;
 
 pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach};
@@ -33,6 +34,7 @@ pub use git::{CachedRepo, GitBundled, GitMirror, GitProtocol, GitReady};
 pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};
 pub use providers::{ArchiveBody, ArchiveHead, ProviderMirror, Served};
+pub use publish::{Outcome, Publisher, Upload};
 pub use releases::{
     ReleaseMirror, store_release, stored_checksums, stored_record, verify_release_sums,
 };
@@ -50,6 +52,8 @@ pub struct Mirror {
     pub releases: Arc<ReleaseMirror>,
     /// The git cache, for `git::https://` module sources.
     pub git: Arc<GitMirror>,
+    /// Publishing to the private namespaces.
+    pub publisher: Publisher,
 }
 
 impl Mirror {
@@ -65,6 +69,7 @@ impl Mirror {
         Mirror {
             releases: ReleaseMirror::new(core.clone()),
             git: GitMirror::new(core.clone()),
+            publisher: Publisher::new(core.clone()),
             oci: OciRegistry::new(core.clone(), providers.clone(), modules.clone()),
             modules,
             providers,

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub mod oci;
+pub mod publish;
 pub mod releases;
 
 use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
@@ -70,16 +71,21 @@ pub enum SignatureKind {
     Partner,
     /// Signed by HashiCorp's own key.
     Official,
+    /// Published to this registry by one of its own publishers and signed with its provider
+    /// signing key (a private namespace, `[publishing]`): the organisation's own word, admitted
+    /// whatever `upstream.min_trust` says.
+    Private,
 }
 
 impl SignatureKind {
     /// Every level, weakest first.
-    pub const ALL: [SignatureKind; 5] = [
+    pub const ALL: [SignatureKind; 6] = [
         SignatureKind::Unverified,
         SignatureKind::Unsigned,
         SignatureKind::Community,
         SignatureKind::Partner,
         SignatureKind::Official,
+        SignatureKind::Private,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +95,7 @@ impl SignatureKind {
             SignatureKind::Community => "community",
             SignatureKind::Partner => "partner",
             SignatureKind::Official => "official",
+            SignatureKind::Private => "private",
         }
     }
 }
@@ -112,7 +119,7 @@ impl std::str::FromStr for SignatureKind {
 
 /// A trust level's name that is none of [`SignatureKind`]'s (e.g. in `upstream.min_trust`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not one of unverified, unsigned, community, partner, official")]
+#[error("{0:?} is not one of unverified, unsigned, community, partner, official, private")]
 pub struct UnknownTrustLevel(pub String);
 
 /// The verified signature of one version (the weakest, if its packages use several SHA256SUMS).
@@ -471,6 +478,8 @@ pub enum ModuleSource {
         reference: Option<String>,
         commit: String,
     },
+    /// Published to this registry (see [`publish::Publication`] for who and when).
+    Published,
 }
 
 /// Identifies one cached module version: its package and its record.
@@ -529,6 +538,9 @@ pub enum ModuleTrust {
     /// Fetched by this mirror from the origin registry's download answer.
     #[default]
     Origin,
+    /// Published to this registry (a private namespace, `[publishing]`) by a publisher whose
+    /// rule allowed it.
+    Private,
 }
 
 impl ModuleTrust {
@@ -537,6 +549,7 @@ impl ModuleTrust {
             ModuleTrust::Unverified => "unverified",
             ModuleTrust::SignedBundle => "signed_bundle",
             ModuleTrust::Origin => "origin",
+            ModuleTrust::Private => "private",
         }
     }
 }

@@ -36,7 +36,14 @@
 //! (and with it `seed` and `lock`) when it builds a version record, and `import` for every
 //! bundle. [`TrustPolicy::admit`] applies the operator's rules to a classified archive (the
 //! HashiCorp pin, `upstream.min_trust`), wherever an archive is admitted or served.
+//!
+//! **Private namespaces** (`[publishing]`, [`PrivateNamespaces`]) are the organisation's own:
+//! their versions are published to this registry, never fetched, and their SHA256SUMS is signed
+//! with the registry's provider signing key ([`signer::RegistryKey`]). A verified signature over
+//! a private provider's SHA256SUMS is classified [`SignatureKind::Private`], and only that level
+//! is admitted for a private namespace, nor anywhere else.
 
+pub mod signer;
 pub mod site;
 
 use std::collections::BTreeMap;
@@ -93,6 +100,27 @@ pub enum TrustError {
         "a release's SHA256SUMS must be signed by {owner}'s pinned key, but it is signed by key {issuer}"
     )]
     ReleaseNotPinned { owner: Owner, issuer: String },
+}
+
+/// Checks that armored text holds at least one usable OpenPGP public key.
+pub fn check_keys(armor: &str) -> Result<(), KeyError> {
+    Keyring::parse(armor).map(|_| ())
+}
+
+/// Checks a detached signature over `data` against a set of armored public keys (a private
+/// namespace's publishers' keys, `publishing.namespaces.<ns>.keys`). Returns the long ID of the
+/// key that signed.
+pub fn check_detached(armored_keys: &str, data: &[u8], signature: &[u8]) -> Result<String, TrustError> {
+    let ring = Keyring::parse(armored_keys)
+        .map_err(|reason| TrustError::BadSigningKey { index: 0, reason })?;
+    let sig = parse_detached(signature)?;
+    match ring.check(&sig, data) {
+        Check::Verified(key_id) => Ok(key_id),
+        Check::Invalid(key_id, reason) => Err(TrustError::BadSignature { key_id, reason }),
+        Check::UnknownIssuer => Err(TrustError::UnknownIssuer {
+            issuer: issuer_of(&sig),
+        }),
+    }
 }
 
 /// Public keys parsed from armored text.
@@ -409,6 +437,36 @@ pub struct TrustPolicy {
     pub require_signature_for: BTreeMap<Hostname, bool>,
     /// The weakest level admitted or served; `None`: every level.
     pub min_trust: Option<SignatureKind>,
+    /// The namespaces published here rather than fetched.
+    pub private: PrivateNamespaces,
+}
+
+/// The namespaces of this registry's own hostname that are published here (`[publishing]`):
+/// the organisation's own providers and modules, never fetched from an origin.
+#[derive(Debug, Clone, Default)]
+pub struct PrivateNamespaces {
+    /// The hostname sources name them under (`publishing.hostname`).
+    pub hostname: Option<Hostname>,
+    /// Lowercase namespace names.
+    pub namespaces: std::collections::BTreeSet<String>,
+}
+
+impl PrivateNamespaces {
+    /// Whether `namespace` under `hostname` is private.
+    pub fn contains(&self, hostname: &Hostname, namespace: &str) -> bool {
+        self.hostname.as_ref() == Some(hostname)
+            && self.namespaces.contains(&namespace.to_ascii_lowercase())
+    }
+
+    /// Whether a provider is in a private namespace.
+    pub fn has_provider(&self, addr: &ProviderAddr) -> bool {
+        self.contains(&addr.hostname, &addr.namespace)
+    }
+
+    /// Whether a module is in a private namespace.
+    pub fn has_module(&self, addr: &ModuleAddr) -> bool {
+        self.contains(&addr.hostname, &addr.namespace)
+    }
 }
 
 impl Default for TrustPolicy {
@@ -417,6 +475,7 @@ impl Default for TrustPolicy {
             require_signature: true,
             require_signature_for: BTreeMap::new(),
             min_trust: None,
+            private: PrivateNamespaces::default(),
         }
     }
 }
@@ -463,6 +522,16 @@ pub enum Refusal {
          unverified module packages"
     )]
     UnverifiedModule { addr: String, min: SignatureKind },
+    #[error(
+        "{addr} is in a private namespace (publishing.namespaces): only what was published here \
+         and signed with the registry's key is admitted, and this is {kind}"
+    )]
+    NotPublished { addr: String, kind: String },
+    #[error(
+        "{addr} is recorded as published here, but its namespace is not private \
+         (publishing.namespaces)"
+    )]
+    NotPrivate { addr: String },
 }
 
 impl Refusal {
@@ -470,7 +539,10 @@ impl Refusal {
     pub fn is_policy(&self) -> bool {
         matches!(
             self,
-            Refusal::BelowMinTrust { .. } | Refusal::UnverifiedModule { .. }
+            Refusal::BelowMinTrust { .. }
+                | Refusal::UnverifiedModule { .. }
+                | Refusal::NotPublished { .. }
+                | Refusal::NotPrivate { .. }
         )
     }
 }
@@ -488,6 +560,21 @@ impl TrustPolicy {
     /// a provider of a pinned namespace ([`pinned_owner`]) only with its owner's signature,
     /// anything only at `upstream.min_trust` or above.
     pub fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), Refusal> {
+        match (self.private.has_provider(addr), kind == SignatureKind::Private) {
+            (true, true) => return Ok(()),
+            (true, false) => {
+                return Err(Refusal::NotPublished {
+                    addr: addr.to_string(),
+                    kind: kind.to_string(),
+                });
+            }
+            (false, true) => {
+                return Err(Refusal::NotPrivate {
+                    addr: addr.to_string(),
+                });
+            }
+            (false, false) => {}
+        }
         if let Some(owner) = pinned_owner(addr)
             && kind != SignatureKind::Official
         {
@@ -511,6 +598,21 @@ impl TrustPolicy {
     /// carry no signatures, so `upstream.min_trust` (any level above `unverified`) refuses only
     /// those imported unverified.
     pub fn admit_module(&self, addr: &ModuleAddr, trust: ModuleTrust) -> Result<(), Refusal> {
+        match (self.private.has_module(addr), trust == ModuleTrust::Private) {
+            (true, true) => return Ok(()),
+            (true, false) => {
+                return Err(Refusal::NotPublished {
+                    addr: addr.to_string(),
+                    kind: trust.to_string(),
+                });
+            }
+            (false, true) => {
+                return Err(Refusal::NotPrivate {
+                    addr: addr.to_string(),
+                });
+            }
+            (false, false) => {}
+        }
         match self.min_trust {
             Some(min) if min > SignatureKind::Unverified && trust == ModuleTrust::Unverified => {
                 Err(Refusal::UnverifiedModule {
@@ -553,7 +655,17 @@ impl TrustPolicy {
             }
         }
         let trust = match verifier.verify(addr, sums, signature, &keys) {
+            // What the registry itself signed for a private namespace: the one level admitted
+            // there (`admit`). Its keys are the registry's own (publishing writes them), or a
+            // trusted site's for what `import` carries over an air gap.
+            Ok(trust) if self.private.has_provider(addr) => Trust {
+                kind: SignatureKind::Private,
+                key_id: trust.key_id,
+            },
             Ok(trust) => trust,
+            Err(TrustError::NoKeys) if self.private.has_provider(addr) => {
+                return Err(Refusal::NoKeys);
+            }
             Err(TrustError::NoKeys) if self.signature_required(&addr.hostname) => {
                 return Err(Refusal::NoKeys);
             }

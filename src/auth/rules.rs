@@ -9,6 +9,11 @@
 //! `hostname/namespace/name/system`, `git` the repositories of the git door, `host/path` as a
 //! `git::https://` source names them (`github.com/acme/*`); a rule without `providers` (or
 //! `modules`, or `git`) allows all of them.
+//!
+//! `publish` is the other way round: what its clients may publish to the private namespaces
+//! (`[publishing]`), as `namespace/type` for providers and `namespace/name/system` for modules
+//! (`acme/*` is all of acme's); a rule without `publish`, and a client no rule matches, may
+//! publish nothing.
 
 use std::sync::Arc;
 
@@ -36,6 +41,10 @@ pub struct RuleConfig {
     /// The git repositories they may fetch (`host/path` patterns); all when absent.
     #[serde(default)]
     pub git: Option<Patterns>,
+    /// What they may publish (`namespace/type`, `namespace/name/system` patterns); nothing
+    /// when absent.
+    #[serde(default)]
+    pub publish: Option<Patterns>,
 }
 
 fn yes() -> bool {
@@ -52,6 +61,7 @@ pub struct Rule {
     providers: Option<Globs>,
     modules: Option<Globs>,
     git: Option<Globs>,
+    publish: Option<Globs>,
 }
 
 /// The checked rules, in order.
@@ -99,6 +109,11 @@ impl RuleConfig {
                 .map(|p| globs("modules", p))
                 .transpose()?,
             git: self.git.as_ref().map(|p| globs("git", p)).transpose()?,
+            publish: self
+                .publish
+                .as_ref()
+                .map(|p| globs("publish", p))
+                .transpose()?,
         })
     }
 }
@@ -144,6 +159,11 @@ impl Rule {
     /// Whether its clients may fetch the git repository `host/path`.
     pub fn allows_git(&self, repo: &str) -> bool {
         self.git.as_ref().is_none_or(|g| g.is_match(repo))
+    }
+
+    /// Whether its clients may publish `namespace/type` or `namespace/name/system`.
+    pub fn allows_publish(&self, what: &str) -> bool {
+        self.publish.as_ref().is_some_and(|g| g.is_match(what))
     }
 }
 

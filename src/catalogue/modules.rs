@@ -127,6 +127,7 @@ pub(super) async fn scan(core: &Core) -> Result<Vec<ModuleEntry>> {
                     reference,
                     commit,
                 } => ("git", url.clone(), reference.clone(), Some(commit.clone())),
+                ModuleSource::Published => ("published", String::new(), None, None),
             };
             Some(ModuleEntry {
                 address: entry.key.addr.to_string(),

@@ -30,8 +30,9 @@ use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, Metrics};
 use crate::records::releases::ReleaseKey;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, ModuleVersions, Package, SumsRef, VersionRecord,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef, VersionRecord,
 };
+use crate::records::publish::PublishedKind;
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
@@ -108,6 +109,8 @@ pub struct Core {
     pub(self) hash_queue: std::sync::OnceLock<hash_job::HashQueue>,
     /// Set when the server shuts down: held fills are let go.
     pub(self) draining: tokio::sync::watch::Sender<bool>,
+    /// What was published to the private namespaces, and their version lists.
+    pub(super) publications: crate::cache::Publications,
 }
 
 impl Core {
@@ -177,7 +180,9 @@ impl Core {
             metrics.clone(),
         );
         let in_flight = metrics.fills_in_flight.clone();
+        let publications = crate::cache::Publications::new(storage.clone(), c.index_ttl);
         Ok(Arc::new(Core {
+            publications,
             settings,
             upstream,
             metrics,
@@ -344,6 +349,12 @@ impl Core {
         self: &Arc<Self>,
         key: &ArchiveKey,
     ) -> Result<(Package, SignatureKind)> {
+        if self.is_private(&key.addr) {
+            return Err(Error::NotFound(format!(
+                "archive {key} is not in the store (a published version keeps every archive it \
+                 was published with)"
+            )));
+        }
         self.origin(format!("archive {key}"))?;
         let rec = self
             .version_record(&key.addr, &key.version, &Reach::Origin)
@@ -393,6 +404,9 @@ impl Core {
         reach: &Reach,
     ) -> Result<Arc<IndexRecord>> {
         self.check_host(addr)?;
+        if self.is_private(addr) {
+            return self.published_versions(addr).await;
+        }
         if let Reach::CacheOnly(_) = reach {
             return self.cached_versions(addr, reach).await;
         }
@@ -560,8 +574,46 @@ impl Core {
         self.archives.open(key).await.map_err(Error::from)
     }
 
+    /// Whether a provider is in a private namespace: published here, never fetched.
+    pub fn is_private(&self, addr: &ProviderAddr) -> bool {
+        self.settings.trust.private.has_provider(addr)
+    }
+
+    /// What was published to the private namespaces.
+    pub fn publications(&self) -> &crate::cache::Publications {
+        &self.publications
+    }
+
+    /// A private provider's version list: its publications that are published and not yanked.
+    async fn published_versions(&self, addr: &ProviderAddr) -> Result<Arc<IndexRecord>> {
+        let all = self
+            .publications
+            .of(PublishedKind::Provider, &addr.to_string())
+            .await?;
+        let versions: Vec<IndexVersion> = all
+            .iter()
+            .filter(|p| p.listed())
+            .map(|p| IndexVersion {
+                version: p.version.clone(),
+                protocols: p.protocols.clone(),
+                platforms: p.platforms.clone(),
+            })
+            .collect();
+        if versions.is_empty() {
+            return Err(Error::NotFound(format!(
+                "no version of {addr} is published here"
+            )));
+        }
+        Ok(Arc::new(IndexRecord {
+            fetched_at: crate::clock::now_secs(),
+            found: true,
+            versions,
+            rendered: Default::default(),
+        }))
+    }
+
     pub(super) fn check_host(&self, addr: &ProviderAddr) -> Result<()> {
-        if self.settings.upstream.host_allowed(&addr.hostname) {
+        if self.settings.upstream.host_allowed(&addr.hostname) || self.is_private(addr) {
             Ok(())
         } else {
             Err(Error::NotFound(format!(
@@ -581,6 +633,9 @@ impl Core {
         reach: &Reach,
     ) -> Result<Arc<VersionRecord>> {
         let key = (addr.clone(), version.clone());
+        if self.is_private(addr) {
+            return self.published_version(addr, version).await;
+        }
         let cache_only = matches!(reach, Reach::CacheOnly(_));
         let rec = match self.meta.versions.get(&key).await {
             Some(rec)
@@ -611,6 +666,36 @@ impl Core {
         if !cache_only {
             self.want_hashes(addr, version, &rec);
         }
+        Ok(rec)
+    }
+
+    /// A published version's record: from memory or the store, never from an origin (yanked
+    /// versions too: whoever names one still gets it).
+    async fn published_version(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        version: &Version,
+    ) -> Result<Arc<VersionRecord>> {
+        let rec = match self.meta.versions.get(&(addr.clone(), version.clone())).await {
+            Some(rec) => rec,
+            None => {
+                let Some(rec) = self.meta.read_version(addr, version).await else {
+                    return Err(Error::NotFound(format!(
+                        "{addr} {version} is not published here"
+                    )));
+                };
+                let rec = Arc::new(rec);
+                self.meta
+                    .versions
+                    .insert((addr.clone(), version.clone()), rec.clone())
+                    .await;
+                rec
+            }
+        };
+        self.settings
+            .trust
+            .admit(addr, rec.weakest_trust())
+            .map_err(|r| self.refused(addr, version, r, "version"))?;
         Ok(rec)
     }
 

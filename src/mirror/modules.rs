@@ -30,6 +30,7 @@ use crate::cache::Flights;
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, VerificationReason};
 use crate::records::oci::ModuleZip;
+use crate::records::publish::PublishedKind;
 use crate::records::{ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
 
@@ -66,7 +67,7 @@ impl ModuleRegistry {
     }
 
     pub(super) fn check_module_host(&self, addr: &ModuleAddr) -> Result<()> {
-        if self.core.settings().upstream.host_allowed(&addr.hostname) {
+        if self.core.settings().upstream.host_allowed(&addr.hostname) || self.is_private(addr) {
             Ok(())
         } else {
             Err(Error::NotFound(format!(
@@ -98,6 +99,9 @@ impl ModuleRegistry {
     /// A module's versions: the origin's list, or for a cache-only request those in the store.
     pub async fn version_numbers(&self, addr: &ModuleAddr, reach: &Reach) -> Result<Vec<Version>> {
         self.check_module_host(addr)?;
+        if self.is_private(addr) {
+            return self.published_versions(addr).await;
+        }
         match reach {
             Reach::Origin => {
                 let rec = self.module_version_list(addr).await?;
@@ -110,6 +114,31 @@ impl ModuleRegistry {
             }
             Reach::CacheOnly(_) => self.cached_module_versions(addr, reach).await,
         }
+    }
+
+    /// Whether a module is in a private namespace: published here, never fetched.
+    pub fn is_private(&self, addr: &ModuleAddr) -> bool {
+        self.core.settings().trust.private.has_module(addr)
+    }
+
+    /// A private module's versions: its publications that are published and not yanked.
+    async fn published_versions(&self, addr: &ModuleAddr) -> Result<Vec<Version>> {
+        let all = self
+            .core
+            .publications()
+            .of(PublishedKind::Module, &addr.to_string())
+            .await?;
+        let versions: Vec<Version> = all
+            .iter()
+            .filter(|p| p.listed())
+            .map(|p| p.version.clone())
+            .collect();
+        if versions.is_empty() {
+            return Err(Error::NotFound(format!(
+                "no version of module {addr} is published here"
+            )));
+        }
+        Ok(versions)
     }
 
     /// The versions of a module whose packages are in the store (one listing, no origin).
@@ -458,6 +487,11 @@ impl ModuleRegistry {
             self.admit_module(addr, version, &rec)?;
             self.check_ref_later(addr, version, &rec);
             return Ok(rec);
+        }
+        if self.is_private(addr) {
+            return Err(Error::NotFound(format!(
+                "module {addr} {version} is not published here"
+            )));
         }
         reach.check(format!("module {addr} {version}"))?;
         self.core.origin(format!("module {addr} {version}"))?;

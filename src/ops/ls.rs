@@ -64,6 +64,7 @@ pub async fn run(args: LsArgs) -> Result<Outcome, OpsError> {
                     crate::records::ModuleSource::Git { url, commit, .. } => {
                         format!("git {url} @ {commit}")
                     }
+                    crate::records::ModuleSource::Published => "published here".to_string(),
                 },
                 None => "(no record: not served)".to_string(),
             };

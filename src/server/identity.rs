@@ -92,6 +92,22 @@ impl Principal {
             _ => Ok(()),
         }
     }
+
+    /// Whether it may publish `what` (`namespace/type` or `namespace/name/system`): only a
+    /// client whose rule's `publish` patterns match it may. 403 naming the rule if not.
+    pub fn may_publish(&self, what: &str) -> Result<(), Error> {
+        match &self.rule {
+            Some(rule) if rule.allows_publish(what) => Ok(()),
+            Some(rule) => Err(Error::Forbidden(format!(
+                "rule {} (auth.rules) does not let {} publish {what} (its publish patterns)",
+                rule.name, self.name
+            ))),
+            None => Err(Error::Forbidden(format!(
+                "no rule (auth.rules) lets {} publish {what}",
+                self.name
+            ))),
+        }
+    }
 }
 
 impl Identities {

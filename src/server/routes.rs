@@ -34,6 +34,7 @@ use crate::records::releases::{Packing, Product, ReleaseFile};
 
 mod git;
 mod oci;
+mod publish;
 
 use super::pages::{ReleaseFilesPage, ReleaseListPage};
 pub use super::respond::Body;
@@ -330,6 +331,13 @@ impl App {
         if path == base || path == base.trim_end_matches('/') {
             let answer = self.site.handle(req, body, "", who, peer.ip()).await;
             return (Route::Page, Ok(answer));
+        }
+        if let Some(rest) = path
+            .strip_prefix(base)
+            .and_then(|r| r.strip_prefix("-/api/v1/"))
+            .filter(|r| r.starts_with("publish/") || *r == "publications")
+        {
+            return (Route::Api, self.publish(req, body, rest, who).await);
         }
         if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("-/")) {
             let route = if rest.starts_with("api/") {
@@ -681,13 +689,19 @@ impl App {
     }
 
     /// A registry path below `v1/providers/` or `v1/modules/` whose hostname segment is `-`
-    /// (what this server's own discovery document names) with the origin registry of its
-    /// namespace put in its place (`modules.aliases`, else `modules.default_registry`).
+    /// (what this server's own discovery document names) with the registry of its namespace
+    /// put in its place: this one's own hostname for a private namespace
+    /// (`publishing.namespaces`), else the origin registry (`modules.aliases`, else
+    /// `modules.default_registry`).
     fn unalias(&self, path: &str) -> String {
         match path.strip_prefix("-/") {
             Some(rest) => {
                 let namespace = rest.split('/').next().unwrap_or_default();
-                let origin = self.settings.modules.origin_of(namespace);
+                let private = &self.settings.trust.private;
+                let origin = match &private.hostname {
+                    Some(own) if private.contains(own, namespace) => own,
+                    _ => self.settings.modules.origin_of(namespace),
+                };
                 format!("{origin}/{rest}")
             }
             None => path.to_string(),

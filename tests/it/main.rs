@@ -21,6 +21,7 @@ mod ops;
 mod origin_smoke;
 mod pages;
 mod prune;
+mod publishing;
 mod release_pages;
 mod releases;
 mod replicas;

@@ -80,9 +80,10 @@ impl OciError {
             Error::Policy(_) => "DENIED",
             Error::TooManySignIns(_) => "TOOMANYREQUESTS",
             Error::Upstream(_) | Error::Storage(_) => "UNAVAILABLE",
-            Error::Verification(_) | Error::InsufficientStorage(_) | Error::Internal(_) => {
-                "UNKNOWN"
-            }
+            Error::Verification(_)
+            | Error::InsufficientStorage(_)
+            | Error::Internal(_)
+            | Error::Publish(_) => "UNKNOWN",
         };
         OciError::new(e.status(), code, e.to_string())
     }

@@ -50,6 +50,18 @@ pub struct MirrorOptions<'a> {
     /// The background complete-hashes job: off (`None`, so that origin request counts are
     /// the clients' own), or on with these `[complete_hashes]` keys.
     pub hash_job: Option<&'a str>,
+    /// Listen here instead of on a free port chosen at bind time (for a configuration that
+    /// must name its own port, such as `publishing.hostname`; see [`free_port`]).
+    pub listen: Option<&'a str>,
+}
+
+/// A port nobody listens on now (bound and let go), for a server that must know its port
+/// before it starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 impl TestMirror {
@@ -98,7 +110,7 @@ impl TestMirror {
             ca,
             dir.path(),
             &cache_dir,
-            "127.0.0.1:0",
+            opts.listen.unwrap_or("127.0.0.1:0"),
             opts.connect_to.unwrap_or(origin.addr()),
             &opts,
         );

@@ -1,0 +1,192 @@
+//! The records of what was published to this registry ([`Publication`]), one object per
+//! version under `published/<kind>/<address>/<version>.json`, and the version lists of private
+//! namespaces made from them.
+//!
+//! A private namespace has no origin: its version list is the publications that are published
+//! and not yanked, read from the store (one listing and one read per version) and kept in
+//! memory for `cache.index_ttl`, so a replica sees another's publication within that time and
+//! its own at once ([`Publications::forget`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::address::Version;
+use crate::records::publish::{Publication, PublishedKind};
+use crate::storage::{Key, Result, Storage, StorageError};
+
+/// What claiming a version found.
+#[derive(Debug)]
+pub enum Claimed {
+    /// The claim is this caller's.
+    Claimed,
+    /// A publication of the version exists already.
+    Exists(Publication),
+}
+
+/// The publication records in the store.
+pub struct Publications {
+    storage: Arc<dyn Storage>,
+    /// Every publication of one address, by `<kind>/<address>`.
+    lists: moka::future::Cache<String, Arc<Vec<Publication>>>,
+}
+
+fn kind_dir(kind: PublishedKind) -> &'static str {
+    match kind {
+        PublishedKind::Provider => "providers",
+        PublishedKind::Module => "modules",
+    }
+}
+
+/// The prefix of an address's publications.
+fn prefix(kind: PublishedKind, address: &str) -> Key {
+    Key::new(
+        ["published", kind_dir(kind)]
+            .into_iter()
+            .chain(address.split('/')),
+    )
+}
+
+/// The key of one version's publication.
+pub fn publication_key(kind: PublishedKind, address: &str, version: &Version) -> Key {
+    let file = format!("{version}.json");
+    Key::new(
+        ["published", kind_dir(kind)]
+            .into_iter()
+            .chain(address.split('/'))
+            .chain([file.as_str()]),
+    )
+}
+
+fn parse(key: &Key, bytes: &[u8]) -> Result<Publication> {
+    serde_json::from_slice(bytes).map_err(|e| StorageError::Failed {
+        store: "publications".into(),
+        key: key.to_string(),
+        message: format!("not a publication record: {e}"),
+    })
+}
+
+impl Publications {
+    /// Lists are kept in memory for `ttl`.
+    pub fn new(storage: Arc<dyn Storage>, ttl: Duration) -> Publications {
+        Publications {
+            storage,
+            lists: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ttl.max(Duration::from_secs(1)))
+                .build(),
+        }
+    }
+
+    /// One version's publication, read from the store.
+    pub async fn get(
+        &self,
+        kind: PublishedKind,
+        address: &str,
+        version: &Version,
+    ) -> Result<Option<Publication>> {
+        let key = publication_key(kind, address, version);
+        match self.storage.read(&key).await? {
+            Some(bytes) => parse(&key, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims a version for `publication` (state `pending`): a conditional create, so that of
+    /// two publishers of one version (on any replica, where the store honours conditional
+    /// creates) one claims it and the other finds its record.
+    pub async fn claim(&self, publication: &Publication) -> Result<Claimed> {
+        let key = publication_key(
+            publication.kind,
+            &publication.address,
+            &publication.version,
+        );
+        let bytes = Bytes::from(serde_json::to_vec_pretty(publication).expect("records serialise"));
+        if self.storage.create(&key, bytes).await? {
+            return Ok(Claimed::Claimed);
+        }
+        match self.storage.read(&key).await? {
+            Some(found) => Ok(Claimed::Exists(parse(&key, &found)?)),
+            // Removed in between: the caller may try again.
+            None => Err(StorageError::Failed {
+                store: "publications".into(),
+                key: key.to_string(),
+                message: "the publication vanished while it was being claimed".into(),
+            }),
+        }
+    }
+
+    /// Writes a publication over its claim (published, yanked).
+    pub async fn put(&self, publication: &Publication) -> Result<()> {
+        let key = publication_key(
+            publication.kind,
+            &publication.address,
+            &publication.version,
+        );
+        let bytes = Bytes::from(serde_json::to_vec_pretty(publication).expect("records serialise"));
+        self.storage.write(&key, bytes).await?;
+        self.forget(publication.kind, &publication.address).await;
+        Ok(())
+    }
+
+    /// Deletes a version's publication record.
+    pub async fn remove(
+        &self,
+        kind: PublishedKind,
+        address: &str,
+        version: &Version,
+    ) -> Result<bool> {
+        let removed = self
+            .storage
+            .delete(&publication_key(kind, address, version))
+            .await?;
+        self.forget(kind, address).await;
+        Ok(removed)
+    }
+
+    /// Drops the list of an address kept in memory.
+    pub async fn forget(&self, kind: PublishedKind, address: &str) {
+        self.lists
+            .invalidate(&format!("{}/{address}", kind_dir(kind)))
+            .await;
+    }
+
+    /// Every publication of an address (any state), oldest version first; kept in memory for
+    /// the lists' time to live.
+    pub async fn of(&self, kind: PublishedKind, address: &str) -> Result<Arc<Vec<Publication>>> {
+        let cache_key = format!("{}/{address}", kind_dir(kind));
+        if let Some(found) = self.lists.get(&cache_key).await {
+            return Ok(found);
+        }
+        let mut found = self.read_all(&prefix(kind, address)).await?;
+        found.retain(|p| p.kind == kind && p.address == address);
+        found.sort_by(|a, b| a.version.cmp(&b.version));
+        let found = Arc::new(found);
+        self.lists.insert(cache_key, found.clone()).await;
+        Ok(found)
+    }
+
+    /// Every publication in the store (pages, export), by address and version.
+    pub async fn all(&self) -> Result<Vec<Publication>> {
+        let mut found = self.read_all(&Key::new(["published"])).await?;
+        found.sort_by(|a, b| (a.kind.as_str(), &a.address, &a.version).cmp(&(b.kind.as_str(), &b.address, &b.version)));
+        Ok(found)
+    }
+
+    async fn read_all(&self, prefix: &Key) -> Result<Vec<Publication>> {
+        let mut out = Vec::new();
+        for meta in self.storage.list(prefix).await? {
+            if !meta.key.as_str().ends_with(".json") {
+                continue;
+            }
+            if let Some(bytes) = self.storage.read(&meta.key).await? {
+                match parse(&meta.key, &bytes) {
+                    Ok(p) => out.push(p),
+                    Err(e) => tracing::warn!("ignoring an unreadable publication: {e}"),
+                }
+            }
+        }
+        Ok(out)
+    }
+}

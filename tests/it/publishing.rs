@@ -1,0 +1,525 @@
+//! Publishing the organisation's own providers and modules to private namespaces under the
+//! mirror's own hostname: a GitHub-Actions-shaped ID token publishes a provider release (the
+//! files GoReleaser makes) under its rule and is refused outside it, a person's token
+//! publishes a module; the real `terraform init` and `terraform providers lock` install and
+//! lock the published provider (its SHA256SUMS signature checked by terraform against the
+//! registry's own key, found through service discovery) and module beside a public provider
+//! through the mirror, then `-lockfile=readonly` agrees. Publishing the same files again
+//! changes nothing, other files get 409 and change nothing; a yanked version is no longer
+//! offered, but whoever names it still gets it. Hostile publications are refused with a clear
+//! 4xx and leave nothing behind.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::http::send;
+use crate::support::issuer::FakeIssuer;
+use crate::support::origin::{FakeOrigin, HostileModule, ProviderSpec};
+use crate::support::pki::TestCa;
+use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, free_port};
+use crate::support::tf_config::{self, local_platform};
+use crate::support::{Terraform, https_client};
+
+const AUDIENCE: &str = "https://mirror.example.com";
+const PUBLISHER: &str = "platform-team-token-0123456789abcdef";
+const READER: &str = "reader-token-0123456789abcdef01234567";
+
+/// A GitHub Actions job's claims in `repository`, valid for five minutes.
+fn github(repository: &str) -> Value {
+    let now = provender::clock::now_secs();
+    json!({
+        "sub": format!("repo:{repository}:ref:refs/tags/v1.1.0"),
+        "aud": AUDIENCE,
+        "ref": "refs/tags/v1.1.0",
+        "repository": repository,
+        "repository_owner": repository.split('/').next().unwrap(),
+        "workflow": "release",
+        "event_name": "push",
+        "ref_type": "tag",
+        "runner_environment": "github-hosted",
+        "iat": now,
+        "nbf": now,
+        "exp": now + 300,
+    })
+}
+
+struct Setup {
+    ca: TestCa,
+    origin: FakeOrigin,
+    issuer: FakeIssuer,
+    mirror: TestMirror,
+    /// `127.0.0.1:<port>`: the mirror's own hostname, under which `acme` is private.
+    host: String,
+    _keys: tempfile::TempDir,
+}
+
+async fn setup(extra_publishing: &str) -> Setup {
+    let ca = TestCa::new();
+    let platforms = tf_config::local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")]);
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "1.1.0"], &platforms),
+            ProviderSpec::new("acme", "bar", &["2.0.0"], &platforms),
+        ],
+        vec![],
+    )
+    .await;
+    let issuer = FakeIssuer::start(&ca).await;
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("provider-signing.asc");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_provender"))
+        .args(["keygen", "--provider-signing", "--output"])
+        .arg(&key_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = free_port();
+    // Terraform wants a dot in a module registry's hostname; an IP address has dots.
+    let host = format!("127.0.0.1:{port}");
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{signing}"
+
+[[auth.clients]]
+name = "platform"
+token = "{PUBLISHER}"
+
+[[auth.clients]]
+name = "reader"
+token = "{READER}"
+
+[[auth.issuers]]
+name = "github"
+issuer = "{url}"
+audiences = ["{AUDIENCE}"]
+claims = {{ repository_owner = "acme" }}
+
+[[auth.rules]]
+name = "provider-releases"
+clients = ["github:repo:acme/terraform-provider-foo:*"]
+publish = ["acme/foo"]
+
+[[auth.rules]]
+name = "platform"
+clients = ["platform"]
+publish = ["acme/*"]
+
+[[auth.rules]]
+name = "everyone"
+clients = ["*"]
+
+[publishing]
+hostname = "{host}"
+signing_key = "{key}"
+{extra_publishing}
+
+[publishing.namespaces.acme]
+
+{hosts}"#,
+        signing = "k".repeat(40),
+        url = issuer.url(),
+        key = key_file.display(),
+        hosts = issuer.host_toml(),
+    );
+    let listen = format!("127.0.0.1:{port}");
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &toml,
+            listen: Some(&listen),
+            ..Default::default()
+        },
+    )
+    .await;
+    Setup {
+        ca,
+        origin,
+        issuer,
+        mirror,
+        host,
+        _keys: keys,
+    }
+}
+
+/// A tar stream of `(name, bytes)` files, as `tar -cf - <files>` makes it.
+fn tar_of(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, &bytes[..]).unwrap();
+    }
+    tar.into_inner().unwrap()
+}
+
+/// A provider release of `acme/foo` `version` as GoReleaser lays it out, made from the
+/// origin's zips (renamed nothing: the names are the same), with a manifest.
+fn release(origin: &FakeOrigin, version: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut sums = String::new();
+    for (os, arch) in tf_config::local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")]) {
+        let name = origin.filename("acme", "foo", version, os, arch);
+        let bytes = origin.archive("acme", "foo", version, os, arch);
+        sums.push_str(&format!("{}  {name}\n", sha256(&bytes)));
+        files.push((name, bytes));
+    }
+    let manifest = br#"{"version":1,"metadata":{"protocol_versions":["5.0"]}}"#.to_vec();
+    let manifest_name = format!("terraform-provider-foo_{version}_manifest.json");
+    sums.push_str(&format!("{}  {manifest_name}\n", sha256(&manifest)));
+    files.push((manifest_name, manifest));
+    files.push((
+        format!("terraform-provider-foo_{version}_SHA256SUMS"),
+        sums.into_bytes(),
+    ));
+    files
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    provender::hash::Sha256::of(bytes).to_string()
+}
+
+/// A module's `.tar.gz` with `main.tf` holding `body`.
+fn module_tgz(body: &str) -> Vec<u8> {
+    let tar = tar_of(&[("main.tf".into(), body.as_bytes().to_vec())]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tar).unwrap();
+    gz.finish().unwrap()
+}
+
+impl Setup {
+    async fn put(&self, path: &str, token: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let client = https_client(&self.ca, &[]);
+        let got = send(
+            "publish",
+            client
+                .put(self.mirror.url(&format!("-/api/v1/publish/{path}")))
+                .bearer_auth(token)
+                .body(body),
+        )
+        .await;
+        let json = serde_json::from_slice(&got.body).unwrap_or(Value::Null);
+        (got.status, json)
+    }
+
+    async fn post(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        let client = https_client(&self.ca, &[]);
+        let got = send(
+            "publish",
+            client
+                .post(self.mirror.url(&format!("-/api/v1/publish/{path}")))
+                .bearer_auth(token),
+        )
+        .await;
+        (got.status, serde_json::from_slice(&got.body).unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Vec<u8>) {
+        let client = https_client(&self.ca, &[]);
+        let got = send(
+            "get",
+            client.get(self.mirror.url(path)).bearer_auth(READER),
+        )
+        .await;
+        (got.status, got.body.to_vec())
+    }
+
+    /// The CLI configuration: everything through the mirror (the network mirror for public
+    /// providers at `init`, the registry facade for `providers lock`'s), the mirror's own
+    /// hostname found by service discovery and installed from directly (Terraform's network
+    /// mirror client cannot name a provider whose hostname has a port), and the reader's
+    /// token for it.
+    fn cli(&self) -> String {
+        let url = format!("https://{}{}", self.host, self.mirror.url.path());
+        let host = &self.host;
+        format!(
+            r#"provider_installation {{
+  network_mirror {{
+    url     = "{url}"
+    exclude = ["{host}/*/*"]
+  }}
+  direct {{
+    include = ["{host}/*/*"]
+  }}
+}}
+host "{REGISTRY}" {{
+  services = {{
+    "providers.v1" = "{url}v1/providers/{REGISTRY}/"
+  }}
+}}
+credentials "{host}" {{
+  token = "{READER}"
+}}
+credentials "{REGISTRY}" {{
+  token = "{READER}"
+}}
+"#
+        )
+    }
+
+    fn main_tf(&self) -> String {
+        format!(
+            r#"terraform {{
+  required_providers {{
+    foo = {{ source = "{host}/acme/foo", version = "~> 1.0" }}
+    bar = {{ source = "acme/bar" }}
+  }}
+}}
+
+module "vpc" {{
+  source  = "{host}/acme/vpc/aws"
+  version = "~> 1.4"
+}}
+"#,
+            host = self.host
+        )
+    }
+}
+
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    crate::support::provender::files_under(dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn published_providers_and_modules_install_lock_and_stay_immutable() {
+    let s = setup("").await;
+    let ci = s
+        .issuer
+        .token(&github("acme/terraform-provider-foo"));
+
+    // CI publishes two releases with its ID token; a person publishes a module.
+    for version in ["1.0.0", "1.1.0"] {
+        let (status, body) = s
+            .put(
+                &format!("providers/acme/foo/{version}"),
+                &ci,
+                tar_of(&release(&s.origin, version)),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["status"], "published");
+        assert_eq!(
+            body["publication"]["published_by"],
+            "github:repo:acme/terraform-provider-foo:ref:refs/tags/v1.1.0"
+        );
+    }
+    // The job's rule names acme/foo only.
+    let (status, body) = s
+        .put("modules/acme/vpc/aws/1.4.0", &ci, module_tgz("# vpc\n"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.to_string().contains("provider-releases"), "{body}");
+    let (status, body) = s
+        .put(
+            "modules/acme/vpc/aws/1.4.0",
+            PUBLISHER,
+            module_tgz("output \"name\" {\n  value = \"vpc\"\n}\n"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A namespace that is not private, and a reader without publish rights.
+    let (status, _) = s
+        .put("modules/other/vpc/aws/1.0.0", PUBLISHER, module_tgz("#\n"))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = s
+        .put("modules/acme/vpc/aws/1.5.0", READER, module_tgz("#\n"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // The same files again: nothing changes. Other files: 409, nothing changes.
+    let (status, body) = s
+        .put("providers/acme/foo/1.1.0", &ci, tar_of(&release(&s.origin, "1.1.0")))
+        .await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("unchanged")));
+    let mut other = release(&s.origin, "1.0.0");
+    for f in &mut other {
+        f.0 = f.0.replace("1.0.0", "1.1.0");
+    }
+    let sums = other
+        .iter()
+        .filter(|f| !f.0.ends_with("SHA256SUMS"))
+        .map(|f| format!("{}  {}\n", sha256(&f.1), f.0))
+        .collect::<String>();
+    other.last_mut().unwrap().1 = sums.into_bytes();
+    let before = files_under(&s.mirror.cache_dir);
+    let (status, body) = s.put("providers/acme/foo/1.1.0", &ci, tar_of(&other)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "conflict");
+    let (status, _) = s
+        .put("modules/acme/vpc/aws/1.4.0", PUBLISHER, module_tgz("# changed\n"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(files_under(&s.mirror.cache_dir), before, "a conflict changes nothing");
+
+    // The real terraform: init through the network mirror, lock through discovery and the
+    // registry protocol (verifying the registry's signature), then readonly.
+    let tf = Terraform::new(&s.ca, &s.cli());
+    let dir = tf_config::root_module(&s.main_tf());
+    tf.init(dir.path()).await.assert_success();
+    let lock = std::fs::read_to_string(dir.path().join(".terraform.lock.hcl")).unwrap();
+    assert!(
+        lock.contains(&format!("provider \"{}/acme/foo\"", s.host)) && lock.contains("1.1.0"),
+        "{lock}"
+    );
+    let out = tf
+        .run(
+            dir.path(),
+            &[
+                "providers",
+                "lock",
+                "-platform=linux_amd64",
+                "-platform=darwin_arm64",
+            ],
+        )
+        .await;
+    out.assert_success();
+    assert!(
+        out.combined().contains(&format!("{}/acme/foo", s.host)),
+        "{}",
+        out.combined()
+    );
+    let lock = std::fs::read_to_string(dir.path().join(".terraform.lock.hcl")).unwrap();
+    for (os, arch) in [("linux", "amd64"), ("darwin", "arm64")] {
+        let zh = format!("zh:{}", s.origin.sha256_hex("acme", "foo", "1.1.0", os, arch));
+        assert!(lock.contains(&zh), "{zh} in {lock}");
+    }
+    let _ = std::fs::remove_dir_all(dir.path().join(".terraform"));
+    tf.run(dir.path(), &["init", "-lockfile=readonly"])
+        .await
+        .assert_success();
+    let installed = dir.path().join(".terraform/modules/vpc/main.tf");
+    assert!(std::fs::read_to_string(installed).unwrap().contains("vpc"));
+
+    // The registry's signature verifies under the key it lists, and the record says private.
+    let (status, doc) = s
+        .get(&format!("v1/providers/{}/acme/foo/1.1.0/download/linux/amd64", s.host))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let doc: Value = serde_json::from_slice(&doc).unwrap();
+    let keys = doc["signing_keys"]["gpg_public_keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{doc}");
+
+    // Yanked: a new init takes 1.0.0; whoever names 1.1.0 still gets it.
+    let (status, body) = s.post("providers/acme/foo/1.1.0/yank?reason=broken", PUBLISHER).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["publication"]["yanked"]["reason"], "broken");
+    let fresh = tf_config::root_module(&s.main_tf());
+    tf.init(fresh.path()).await.assert_success();
+    let lock = std::fs::read_to_string(fresh.path().join(".terraform.lock.hcl")).unwrap();
+    assert!(lock.contains("version     = \"1.0.0\""), "{lock}");
+    let (os, arch) = local_platform();
+    let (status, _) = s
+        .get(&format!("./{}/acme/foo/1.1.0.json", s.host))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let name = s.origin.filename("acme", "foo", "1.1.0", os, arch);
+    let (status, bytes) = s
+        .get(&format!("./{}/acme/foo/{name}", s.host))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(bytes, s.origin.archive("acme", "foo", "1.1.0", os, arch));
+
+    // Every publication is recorded: who, when, what.
+    let (status, list) = s.get("-/api/v1/publications").await;
+    assert_eq!(status, StatusCode::OK);
+    let list: Value = serde_json::from_slice(&list).unwrap();
+    assert_eq!(list["publications"].as_array().unwrap().len(), 3, "{list}");
+    let metrics = send(
+        "metrics",
+        https_client(&s.ca, &[])
+            .get(s.mirror.root_url("/metrics"))
+            .bearer_auth(READER),
+    )
+    .await;
+    let metrics = String::from_utf8(metrics.body).unwrap();
+    assert_eq!(
+        crate::support::sample(&metrics, "provender_publications_total{kind=\"provider\"}"),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_publications_get_a_clear_4xx_and_leave_nothing() {
+    let s = setup("max_upload_size = \"3MiB\"\n\n[modules]\nmax_unpacked_size = \"16MiB\"").await;
+    let published = || files_under(&s.mirror.cache_dir.join("published"));
+    let archives = || files_under(&s.mirror.cache_dir.join("archives"));
+
+    // A zip named for another version.
+    let mut wrong = release(&s.origin, "1.0.0");
+    wrong.push((
+        s.origin.filename("acme", "foo", "1.1.0", "linux", "amd64"),
+        s.origin.archive("acme", "foo", "1.1.0", "linux", "amd64"),
+    ));
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0", PUBLISHER, tar_of(&wrong))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("1.1.0"), "{body}");
+
+    // A SHA256SUMS that lists other files.
+    let mut listing_more = release(&s.origin, "1.0.0");
+    let sums = listing_more.last_mut().unwrap();
+    sums.1.extend_from_slice(format!("{}  terraform-provider-foo_1.0.0_windows_amd64.zip\n", "0".repeat(64)).as_bytes());
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0", PUBLISHER, tar_of(&listing_more))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("windows_amd64"), "{body}");
+
+    // A zip whose bytes are not what SHA256SUMS lists, and one that is not a zip at all.
+    let mut altered = release(&s.origin, "1.0.0");
+    altered[0].1[100] ^= 0xff;
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0", PUBLISHER, tar_of(&altered))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // A publisher's signature where the namespace has no keys to check it with.
+    let mut signed = release(&s.origin, "1.0.0");
+    signed.push((
+        "terraform-provider-foo_1.0.0_SHA256SUMS.sig".into(),
+        b"not a signature".to_vec(),
+    ));
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0", PUBLISHER, tar_of(&signed))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // Module archives: a bomb, a path out of the tree, a link out of the tree.
+    for (hostile, expect) in [
+        (HostileModule::GzipBomb, StatusCode::BAD_REQUEST),
+        (HostileModule::DotDot, StatusCode::BAD_REQUEST),
+        (HostileModule::Symlink, StatusCode::BAD_REQUEST),
+        (HostileModule::ZipBomb, StatusCode::BAD_REQUEST),
+    ] {
+        let (status, body) = s
+            .put(
+                "modules/acme/vpc/aws/1.0.0",
+                PUBLISHER,
+                s.origin.hostile_archive(hostile),
+            )
+            .await;
+        assert_eq!(status, expect, "{hostile:?}: {body}");
+        assert!(body["error"]["message"].as_str().is_some(), "{body}");
+    }
+    // Too large an upload: 413 before it is all read.
+    let (status, body) = s
+        .put("modules/acme/vpc/aws/1.0.0", PUBLISHER, vec![7u8; 4 << 20])
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+
+    assert!(published().is_empty(), "{:?}", published());
+    assert!(archives().is_empty(), "{:?}", archives());
+    assert!(s.mirror.staging_files().is_empty(), "{:?}", s.mirror.staging_files());
+    // And the version lists know nothing.
+    let (status, _) = s.get(&format!("./{}/acme/foo/index.json", s.host)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
