@@ -58,7 +58,7 @@ pub use objects::{
     ArchiveKind, Archives, Kind, Listed, ModuleKind, ModuleZipKind, ModuleZips, Modules, Objects,
     Opened, ReleaseKind,
 };
-pub use published::{Claimed, Publications, publication_key};
+pub use published::{Audit, Claimed, Publications, publication_key};
 pub use staging::{ScratchDir, StagedFile, Staging};
 
 /// How many changes a store has seen from this process: a view built at one count is stale at

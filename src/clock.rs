@@ -18,6 +18,14 @@ pub fn unix_secs(t: std::time::SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// The UTC day (`YYYY-MM-DD`) of a time.
+pub fn day_of(t: std::time::SystemTime) -> String {
+    let secs = unix_secs(t) / 86_400 * 86_400;
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()[..10]
+        .to_string()
+}
+
 /// Where the current time comes from.
 pub trait Clock: Send + Sync + 'static {
     /// Seconds since the Unix epoch.

@@ -7,7 +7,10 @@
 //! - `ls` and `verify`: list the cache; re-hash it and quarantine what no longer matches;
 //! - `prune`: remove provider and module versions not used for a given time, keeping what lock
 //!   files, configurations or lists pin;
-//! - `keygen`: a site key that signs bundles, so that importers know who made them.
+//! - `keygen`: a site key that signs bundles, so that importers know who made them (or the
+//!   registry's provider signing key);
+//! - `publish`: a client of a registry's publishing API; `unpublish`: an operator's removal of a
+//!   published version, with an audit record.
 //!
 //! Every command opens the same [`Core`](crate::mirror::Core) as `serve` (same `--config`, cache directory,
 //! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
@@ -29,6 +32,7 @@ pub mod lock;
 pub mod lockfile;
 pub mod ls;
 pub mod prune;
+pub mod publish;
 pub mod seed;
 pub mod usage;
 pub mod verify;
@@ -94,6 +98,12 @@ pub enum OpsCommand {
     Keygen(keygen::KeygenArgs),
     /// Show which clients fetched which provider and module versions, per the servers' counts.
     Usage(usage::UsageArgs),
+    /// Publish a provider release or a module version to a registry's private namespaces
+    /// (through its API, with a token or a CI system's ID token), or yank one.
+    Publish(publish::PublishArgs),
+    /// Remove a published version for good, leaving an audit record (an operator's command:
+    /// it works on the store).
+    Unpublish(publish::UnpublishArgs),
 }
 
 /// The options every operator command shares.
@@ -121,6 +131,8 @@ pub fn run(command: OpsCommand) -> ExitCode {
             OpsCommand::Prune(a) => prune::run(a).await,
             OpsCommand::Keygen(a) => keygen::run(a),
             OpsCommand::Usage(a) => usage::run(a).await,
+            OpsCommand::Publish(a) => publish::run(a).await,
+            OpsCommand::Unpublish(a) => publish::unpublish(a).await,
         }
     });
     match outcome {

@@ -147,13 +147,7 @@ struct Counted {
     count: u64,
 }
 
-/// The UTC day (`YYYY-MM-DD`) of a time.
-pub fn day_of(t: SystemTime) -> String {
-    let secs = crate::clock::unix_secs(t) / 86_400 * 86_400;
-    humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-        .to_string()[..10]
-        .to_string()
-}
+pub use crate::clock::day_of;
 
 /// Counts uses and writes them to the store.
 pub struct Recorder {

@@ -16,6 +16,19 @@ use crate::address::Version;
 use crate::records::publish::{Publication, PublishedKind};
 use crate::storage::{Key, Result, Storage, StorageError};
 
+/// An operator's removal of a published version: what it was, who removed it, when, why.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Audit {
+    /// `unpublish`.
+    pub action: String,
+    pub by: String,
+    /// Unix seconds.
+    pub at: u64,
+    pub reason: String,
+    /// The publication as it was.
+    pub publication: Publication,
+}
+
 /// What claiming a version found.
 #[derive(Debug)]
 pub enum Claimed {
@@ -172,6 +185,39 @@ impl Publications {
         let mut found = self.read_all(&Key::new(["published"])).await?;
         found.sort_by(|a, b| (a.kind.as_str(), &a.address, &a.version).cmp(&(b.kind.as_str(), &b.address, &b.version)));
         Ok(found)
+    }
+
+    /// Keeps an audit record (an operator's removal of a publication) under
+    /// `audit/<YYYY-MM-DD>/<unix time>-<digest>.json`, never overwriting one.
+    pub async fn audit(&self, record: &Audit) -> Result<()> {
+        let day = crate::clock::day_of(std::time::UNIX_EPOCH + Duration::from_secs(record.at));
+        let id = crate::hash::Sha256::of(
+            format!("{}/{}/{}", record.publication.address, record.publication.version, record.at)
+                .as_bytes(),
+        );
+        let key = Key::new([
+            "audit".to_string(),
+            day,
+            format!("{}-{}.json", record.at, &id.to_string()[..16]),
+        ]);
+        let bytes = Bytes::from(serde_json::to_vec_pretty(record).expect("records serialise"));
+        self.storage.create(&key, bytes).await?;
+        Ok(())
+    }
+
+    /// Every audit record, oldest first.
+    pub async fn audits(&self) -> Result<Vec<Audit>> {
+        let mut out = Vec::new();
+        for meta in self.storage.list(&Key::new(["audit"])).await? {
+            if let Some(bytes) = self.storage.read(&meta.key).await? {
+                match serde_json::from_slice::<Audit>(&bytes) {
+                    Ok(a) => out.push(a),
+                    Err(e) => tracing::warn!(key = %meta.key, "ignoring an unreadable audit record: {e}"),
+                }
+            }
+        }
+        out.sort_by_key(|a| a.at);
+        Ok(out)
     }
 
     async fn read_all(&self, prefix: &Key) -> Result<Vec<Publication>> {

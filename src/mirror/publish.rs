@@ -481,6 +481,63 @@ impl Publisher {
         Ok(publication)
     }
 
+    /// Removes a published version (an operator's decision, never a publisher's): first an
+    /// audit record saying what it was, who removes it and why, then its publication (which
+    /// unlists it), its version record, and its bytes.
+    pub async fn unpublish(
+        &self,
+        kind: PublishedKind,
+        address: &str,
+        version: &Version,
+        by: &str,
+        reason: &str,
+    ) -> Result<crate::cache::Audit> {
+        let what = format!("{} {address} {version}", kind.as_str());
+        let publications = self.core.publications();
+        let publication = publications
+            .get(kind, address, version)
+            .await?
+            .ok_or(PublishError::NotPublished(what.clone()))?;
+        let audit = crate::cache::Audit {
+            action: "unpublish".into(),
+            by: by.to_string(),
+            at: crate::clock::now_secs(),
+            reason: reason.to_string(),
+            publication: publication.clone(),
+        };
+        publications.audit(&audit).await?;
+        publications.remove(kind, address, version).await?;
+        match kind {
+            PublishedKind::Provider => {
+                let addr = publication.provider().ok_or_else(|| {
+                    Error::unexpected(format!("{what}: not a provider address"))
+                })?;
+                self.core.meta().remove_version(&addr, version).await?;
+                for platform in &publication.platforms {
+                    let key = ArchiveKey {
+                        addr: addr.clone(),
+                        version: version.clone(),
+                        platform: platform.clone(),
+                    };
+                    if let Some(info) = self.core.archives().record(&key).await? {
+                        self.core.archives().remove(&key).await?;
+                        self.core.archive_removed(&key, info.size);
+                    }
+                }
+            }
+            PublishedKind::Module => {
+                let addr = publication.module().ok_or_else(|| {
+                    Error::unexpected(format!("{what}: not a module address"))
+                })?;
+                let key = crate::records::ModuleKey::new(&addr, version);
+                self.core.modules().remove(&key).await?;
+                self.core.module_zips().remove(&key).await?;
+            }
+        }
+        tracing::warn!(kind = kind.as_str(), address, %version, by, reason, "unpublished");
+        Ok(audit)
+    }
+
     /// A publisher's own signature over SHA256SUMS: checked against the namespace's keys when
     /// given (and required when the namespace says so). Returns the key that signed.
     fn publisher_signature(

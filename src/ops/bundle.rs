@@ -90,6 +90,10 @@ pub struct Manifest {
     /// Repositories of the git cache, each as one `git bundle`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub git: Vec<BundleGit>,
+    /// The publication records of the published versions it carries (private namespaces):
+    /// who published each, when, and its digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publications: Vec<crate::records::publish::Publication>,
 }
 
 /// One repository of the git cache in a bundle: a `git bundle` of every reference it had, and

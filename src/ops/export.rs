@@ -24,6 +24,7 @@ use crate::mirror::stored_checksums;
 use crate::records::releases::{
     Product, ReleaseKey, ReleaseZip, signature_filename, sums_filename,
 };
+use crate::records::publish::PublishedKind;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey};
 use crate::storage::StorageError;
 use crate::trust::site::SiteKey;
@@ -510,6 +511,7 @@ async fn write_bundle(
         format_version: bundle::FORMAT_VERSION,
         created_at: crate::clock::now_secs(),
         versions: Vec::new(),
+        publications: Vec::new(),
         modules: modules
             .iter()
             .filter_map(|m| {
@@ -664,6 +666,31 @@ async fn write_bundle(
         release_files.push((entry.sums_path.clone(), sums));
         release_files.push((entry.signature_path.clone(), signature));
         manifest.releases.push(entry);
+    }
+    // The publication of each published version it carries, so that the importing registry
+    // lists and shows it as this one does.
+    let carried: Vec<(PublishedKind, String, Version)> = manifest
+        .versions
+        .iter()
+        .map(|v| (PublishedKind::Provider, v.source.clone(), v.version.clone()))
+        .chain(
+            manifest
+                .modules
+                .iter()
+                .map(|m| (PublishedKind::Module, m.source.clone(), m.version.clone())),
+        )
+        .collect();
+    for (kind, address, version) in carried {
+        let found = mirror
+            .publications()
+            .get(kind, &address, &version)
+            .await
+            .map_err(ExportError::store(format_args!(
+                "reading the publication of {address} {version}"
+            )))?;
+        if let Some(p) = found.filter(|p| p.state == crate::records::publish::State::Published) {
+            manifest.publications.push(p);
+        }
     }
     let documents = manifest.mirror_documents()?;
     let manifest_bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");

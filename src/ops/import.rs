@@ -43,6 +43,7 @@ use crate::records::{
     ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, Package, SumsRef, docs,
 };
 use crate::trust::site::{Custody, CustodyError, SitePublicKey};
+use crate::records::publish::{Publication, PublishedKind};
 use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
 
 /// `provender import`
@@ -107,6 +108,9 @@ enum ImportError {
     /// A git repository's bundle that git would not admit as the manifest describes it.
     #[error("{0}")]
     Git(String),
+    /// What is already in the cache says otherwise (a version published with other files).
+    #[error("{0}")]
+    Conflict(String),
     #[error("the package {0}")]
     Package(#[from] crate::package::PackError),
     #[error("the package is not in the canonical form (packed again it is {repacked})")]
@@ -254,6 +258,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         modules,
         releases,
         git,
+        publications,
     } = found;
     let shown = args.source.display();
     if failed.is_empty()
@@ -268,6 +273,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         failed.extend(conflicts(&mirror, &imports).await);
         failed.extend(module_conflicts(&mirror, &modules).await);
         failed.extend(release_conflicts(&mirror, &releases).await);
+        failed.extend(publication_conflicts(&mirror, &publications).await);
     }
     if !failed.is_empty() {
         println!("import: nothing imported from {shown}; the cache is unchanged");
@@ -293,6 +299,10 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         let modules = admit_modules(&mirror, modules).await?;
         let releases = admit_releases(&mirror, releases).await?;
         let repos = admit_git(&mirror, git).await?;
+        let published = admit_publications(&mirror, publications).await?;
+        if published > 0 {
+            println!("publications recorded: {published}");
+        }
         Ok::<_, ImportError>((archives, modules, releases, repos))
     }
     .await;
@@ -509,7 +519,10 @@ async fn admit_modules(
 fn unserved(settings: &crate::config::Settings, imports: &[VersionImport]) -> Vec<String> {
     let hosts: BTreeSet<String> = imports
         .iter()
-        .filter(|v| !settings.upstream.host_allowed(&v.addr.hostname))
+        .filter(|v| {
+            !settings.upstream.host_allowed(&v.addr.hostname)
+                && !settings.trust.private.has_provider(&v.addr)
+        })
         .map(|v| v.addr.hostname.to_string())
         .collect();
     let platforms: BTreeSet<String> = imports
@@ -618,6 +631,8 @@ struct Found {
     modules: Vec<VerifiedModule>,
     releases: Vec<VerifiedRelease>,
     git: Vec<StagedGit>,
+    /// The publications of the published versions it carries.
+    publications: Vec<Publication>,
 }
 
 /// One git repository's `git bundle`, checked against the manifest, waiting in the staging
@@ -710,6 +725,10 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
         // site's word counts, and so does its saying that it had the package unverified.
         let mut record = m.record.clone();
         record.trust = match &custody {
+            // A published module stays published: `check_publications` requires its record.
+            Custody::Trusted(_) if checker.rules.trust.private.has_module(&addr) => {
+                ModuleTrust::Private
+            }
             Custody::Trusted(_) if record.trust != ModuleTrust::Unverified => {
                 ModuleTrust::SignedBundle
             }
@@ -741,13 +760,141 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
             })
         })
         .collect();
+    let publications = check_publications(checker, head, &custody, &out, &modules, &shown, failed);
+    if !failed.is_empty() {
+        return (Found::default(), Some(custody));
+    }
     let found = Found {
         versions: out,
         modules,
         releases,
         git,
+        publications,
     };
     (found, Some(custody))
+}
+
+/// The published versions a bundle carries: only from a trusted site, only into a namespace
+/// that is private here too, each with its publication record, and only for what the bundle
+/// holds (a publication record without its version, or a version of a private namespace
+/// without its record, is refused).
+fn check_publications(
+    checker: &Checker,
+    head: &Head,
+    custody: &Custody,
+    versions: &[VersionImport],
+    modules: &[VerifiedModule],
+    shown: &str,
+    failed: &mut Failures,
+) -> Vec<Publication> {
+    let private = &checker.rules.trust.private;
+    let listed = &head.manifest.publications;
+    let has = |kind: PublishedKind, address: &str, version: &Version| {
+        listed
+            .iter()
+            .any(|p| p.kind == kind && p.address == address && &p.version == version)
+    };
+    let mut fail = |what: String, why: &str| failed.push((format!("{shown}: {what}"), why.into()));
+    let carried = versions
+        .iter()
+        .filter(|v| private.has_provider(&v.addr))
+        .map(|v| (PublishedKind::Provider, v.addr.to_string(), &v.version))
+        .chain(
+            modules
+                .iter()
+                .filter(|m| private.has_module(&m.addr))
+                .map(|m| (PublishedKind::Module, m.addr.to_string(), &m.version)),
+        );
+    for (kind, address, version) in carried {
+        if !matches!(custody, Custody::Trusted(_)) {
+            fail(
+                format!("{address} {version}"),
+                "published versions of a private namespace are admitted only from a bundle \
+                 signed by a site in bundles.trusted_keys",
+            );
+        } else if !has(kind, &address, version) {
+            fail(
+                format!("{address} {version}"),
+                "is in a private namespace here, but the bundle has no publication record for it",
+            );
+        }
+    }
+    let mut out = Vec::new();
+    for p in listed {
+        let here = match p.kind {
+            PublishedKind::Provider => p.provider().is_some_and(|a| private.has_provider(&a)),
+            PublishedKind::Module => p.module().is_some_and(|a| private.has_module(&a)),
+        };
+        let carried = match p.kind {
+            PublishedKind::Provider => versions
+                .iter()
+                .any(|v| v.addr.to_string() == p.address && v.version == p.version),
+            PublishedKind::Module => modules
+                .iter()
+                .any(|m| m.addr.to_string() == p.address && m.version == p.version),
+        };
+        if !here {
+            fail(
+                format!("publication of {} {}", p.address, p.version),
+                "its namespace is not private here (publishing.namespaces)",
+            );
+        } else if !carried {
+            fail(
+                format!("publication of {} {}", p.address, p.version),
+                "the bundle does not carry the version it records",
+            );
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
+/// Publications this registry has already with another digest.
+async fn publication_conflicts(mirror: &Arc<Core>, publications: &[Publication]) -> Failures {
+    let mut out = Vec::new();
+    for p in publications {
+        match mirror.publications().get(p.kind, &p.address, &p.version).await {
+            Ok(Some(have)) if have.digest != p.digest => out.push((
+                format!("{} {}", p.address, p.version),
+                format!(
+                    "is published here with other files (digest {}; the bundle's is {})",
+                    have.digest, p.digest
+                ),
+            )),
+            Ok(_) => {}
+            Err(e) => out.push((p.address.clone(), format!("reading the cache: {e}"))),
+        }
+    }
+    out
+}
+
+/// Records the publications, once their versions are in: claimed as the exporting site
+/// recorded them (an identical one kept here is left alone).
+async fn admit_publications(
+    mirror: &Arc<Core>,
+    publications: Vec<Publication>,
+) -> Result<usize, ImportError> {
+    let mut added = 0;
+    for p in publications {
+        let what = format!("{} {}", p.address, p.version);
+        match mirror
+            .publications()
+            .claim(&p)
+            .await
+            .map_err(ImportError::store(&what))?
+        {
+            crate::cache::Claimed::Claimed => added += 1,
+            crate::cache::Claimed::Exists(have) if have.digest == p.digest => {}
+            crate::cache::Claimed::Exists(_) => {
+                return Err(ImportError::Conflict(format!(
+                    "{what} was published here with other files meanwhile"
+                )));
+            }
+        }
+        mirror.publications().forget(p.kind, &p.address).await;
+    }
+    Ok(added)
 }
 
 /// One CLI release that passed every check: its record, the vendor's SHA256SUMS and

@@ -250,6 +250,18 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     };
     pin_modules(&mirror, &modules, keep.modules, tool, &mut pins).await?;
 
+    // Published versions are the organisation's own: only `unpublish` removes them.
+    let published: std::collections::HashSet<(String, Version)> = mirror
+        .publications()
+        .all()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("listing the publications: {e}")))?
+        .into_iter()
+        .map(|p| (p.address, p.version))
+        .collect();
+    let is_published = |address: String, version: &Version| {
+        published.contains(&(address, version.clone()))
+    };
     let mut versions: BTreeMap<(ProviderAddr, Version), Vec<Listed<ArchiveKind>>> = BTreeMap::new();
     for a in archives {
         versions
@@ -261,7 +273,8 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     let mut pinned = Vec::new();
     for ((addr, version), mut archives) in versions {
         let last_use = archives.iter().map(Listed::last_use).max();
-        if last_use.is_none_or(|used| used >= cutoff) {
+        if last_use.is_none_or(|used| used >= cutoff) || is_published(addr.to_string(), &version)
+        {
             continue;
         }
         if pins.keeps_provider(&addr, &version) {
@@ -278,7 +291,7 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     let mut modules = modules;
     modules.sort_by(|a, b| a.key.cmp(&b.key));
     for m in modules {
-        if m.last_use() >= cutoff {
+        if m.last_use() >= cutoff || is_published(m.key.addr.to_string(), &m.key.version) {
             continue;
         }
         if pins.keeps_module(&m.key.addr, &m.key.version) {

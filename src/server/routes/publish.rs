@@ -124,8 +124,14 @@ impl App {
             if !matches!(*req.method(), Method::GET | Method::HEAD) {
                 return Err(Error::MethodNotAllowed);
             }
-            let all = self.mirror.core().publications().all().await?;
-            let body = serde_json::json!({ "api_version": 1, "publications": all });
+            let publications = self.mirror.core().publications();
+            let all = publications.all().await?;
+            let removed = publications.audits().await?;
+            let body = serde_json::json!({
+                "api_version": 1,
+                "publications": all,
+                "removed": removed,
+            });
             return Ok(json_response(
                 StatusCode::OK,
                 serde_json::to_vec(&body).expect("records serialise"),
