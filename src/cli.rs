@@ -37,7 +37,7 @@ enum Command {
         config: Option<PathBuf>,
     },
     #[command(flatten)]
-    Ops(crate::ops::OpsCommand),
+    Ops(Box<crate::ops::OpsCommand>),
 }
 
 /// Entry point of the binary.
@@ -51,7 +51,7 @@ pub fn main() -> ExitCode {
         Command::Ops(command) => {
             // Operator commands print their own summary; keep routine log lines out of it.
             init_logging("warn", cli.log_format);
-            crate::ops::run(command)
+            crate::ops::run(*command)
         }
     }
 }

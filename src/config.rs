@@ -106,8 +106,9 @@ impl PublishingConfig {
             return Ok((Default::default(), PublishSettings::default()));
         }
         let hostname = match &self.hostname {
-            Some(h) => Hostname::parse(h)
-                .map_err(|e| invalid("publishing.hostname", e.to_string()))?,
+            Some(h) => {
+                Hostname::parse(h).map_err(|e| invalid("publishing.hostname", e.to_string()))?
+            }
             None => {
                 let url = server.public_url();
                 let host = match url.port() {
@@ -154,7 +155,10 @@ impl PublishingConfig {
                     )
                 })?;
                 crate::trust::check_keys(&text).map_err(|e| {
-                    invalid(format!("{key}.keys[{i}]"), format!("{}: {e}", path.display()))
+                    invalid(
+                        format!("{key}.keys[{i}]"),
+                        format!("{}: {e}", path.display()),
+                    )
                 })?;
                 armor.push_str(&text);
                 armor.push('\n');
@@ -187,9 +191,8 @@ impl PublishingConfig {
                 format!("cannot read {}: {e}", path.display()),
             )
         })?;
-        let signing_key = crate::trust::signer::RegistryKey::from_armor(&text).map_err(|e| {
-            invalid("publishing.signing_key", format!("{}: {e}", path.display()))
-        })?;
+        let signing_key = crate::trust::signer::RegistryKey::from_armor(&text)
+            .map_err(|e| invalid("publishing.signing_key", format!("{}: {e}", path.display())))?;
         if self.max_upload_size.as_u64() < 1024 {
             return Err(invalid(
                 "publishing.max_upload_size",

@@ -110,7 +110,11 @@ pub fn check_keys(armor: &str) -> Result<(), KeyError> {
 /// Checks a detached signature over `data` against a set of armored public keys (a private
 /// namespace's publishers' keys, `publishing.namespaces.<ns>.keys`). Returns the long ID of the
 /// key that signed.
-pub fn check_detached(armored_keys: &str, data: &[u8], signature: &[u8]) -> Result<String, TrustError> {
+pub fn check_detached(
+    armored_keys: &str,
+    data: &[u8],
+    signature: &[u8],
+) -> Result<String, TrustError> {
     let ring = Keyring::parse(armored_keys)
         .map_err(|reason| TrustError::BadSigningKey { index: 0, reason })?;
     let sig = parse_detached(signature)?;
@@ -560,7 +564,10 @@ impl TrustPolicy {
     /// a provider of a pinned namespace ([`pinned_owner`]) only with its owner's signature,
     /// anything only at `upstream.min_trust` or above.
     pub fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), Refusal> {
-        match (self.private.has_provider(addr), kind == SignatureKind::Private) {
+        match (
+            self.private.has_provider(addr),
+            kind == SignatureKind::Private,
+        ) {
             (true, true) => return Ok(()),
             (true, false) => {
                 return Err(Refusal::NotPublished {

@@ -35,7 +35,7 @@ pub enum Claimed {
     /// The claim is this caller's.
     Claimed,
     /// A publication of the version exists already.
-    Exists(Publication),
+    Exists(Box<Publication>),
 }
 
 /// The publication records in the store.
@@ -110,17 +110,13 @@ impl Publications {
     /// two publishers of one version (on any replica, where the store honours conditional
     /// creates) one claims it and the other finds its record.
     pub async fn claim(&self, publication: &Publication) -> Result<Claimed> {
-        let key = publication_key(
-            publication.kind,
-            &publication.address,
-            &publication.version,
-        );
+        let key = publication_key(publication.kind, &publication.address, &publication.version);
         let bytes = Bytes::from(serde_json::to_vec_pretty(publication).expect("records serialise"));
         if self.storage.create(&key, bytes).await? {
             return Ok(Claimed::Claimed);
         }
         match self.storage.read(&key).await? {
-            Some(found) => Ok(Claimed::Exists(parse(&key, &found)?)),
+            Some(found) => Ok(Claimed::Exists(Box::new(parse(&key, &found)?))),
             // Removed in between: the caller may try again.
             None => Err(StorageError::Failed {
                 store: "publications".into(),
@@ -132,11 +128,7 @@ impl Publications {
 
     /// Writes a publication over its claim (published, yanked).
     pub async fn put(&self, publication: &Publication) -> Result<()> {
-        let key = publication_key(
-            publication.kind,
-            &publication.address,
-            &publication.version,
-        );
+        let key = publication_key(publication.kind, &publication.address, &publication.version);
         let bytes = Bytes::from(serde_json::to_vec_pretty(publication).expect("records serialise"));
         self.storage.write(&key, bytes).await?;
         self.forget(publication.kind, &publication.address).await;
@@ -183,7 +175,13 @@ impl Publications {
     /// Every publication in the store (pages, export), by address and version.
     pub async fn all(&self) -> Result<Vec<Publication>> {
         let mut found = self.read_all(&Key::new(["published"])).await?;
-        found.sort_by(|a, b| (a.kind.as_str(), &a.address, &a.version).cmp(&(b.kind.as_str(), &b.address, &b.version)));
+        found.sort_by(|a, b| {
+            (a.kind.as_str(), &a.address, &a.version).cmp(&(
+                b.kind.as_str(),
+                &b.address,
+                &b.version,
+            ))
+        });
         Ok(found)
     }
 
@@ -192,8 +190,11 @@ impl Publications {
     pub async fn audit(&self, record: &Audit) -> Result<()> {
         let day = crate::clock::day_of(std::time::UNIX_EPOCH + Duration::from_secs(record.at));
         let id = crate::hash::Sha256::of(
-            format!("{}/{}/{}", record.publication.address, record.publication.version, record.at)
-                .as_bytes(),
+            format!(
+                "{}/{}/{}",
+                record.publication.address, record.publication.version, record.at
+            )
+            .as_bytes(),
         );
         let key = Key::new([
             "audit".to_string(),
@@ -212,7 +213,9 @@ impl Publications {
             if let Some(bytes) = self.storage.read(&meta.key).await? {
                 match serde_json::from_slice::<Audit>(&bytes) {
                     Ok(a) => out.push(a),
-                    Err(e) => tracing::warn!(key = %meta.key, "ignoring an unreadable audit record: {e}"),
+                    Err(e) => {
+                        tracing::warn!(key = %meta.key, "ignoring an unreadable audit record: {e}")
+                    }
                 }
             }
         }

@@ -28,11 +28,12 @@ use crate::cache::{
 use crate::config::Settings;
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, Metrics};
+use crate::records::publish::PublishedKind;
 use crate::records::releases::ReleaseKey;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef, VersionRecord,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef,
+    VersionRecord,
 };
-use crate::records::publish::PublishedKind;
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
 
@@ -676,7 +677,12 @@ impl Core {
         addr: &ProviderAddr,
         version: &Version,
     ) -> Result<Arc<VersionRecord>> {
-        let rec = match self.meta.versions.get(&(addr.clone(), version.clone())).await {
+        let rec = match self
+            .meta
+            .versions
+            .get(&(addr.clone(), version.clone()))
+            .await
+        {
             Some(rec) => rec,
             None => {
                 let Some(rec) = self.meta.read_version(addr, version).await else {

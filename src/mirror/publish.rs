@@ -113,9 +113,13 @@ impl Publisher {
         admission::stage_stream(self.core.staging(), body, Some(limit))
             .await
             .map_err(|e| match e {
-                BodyError::Admit(AdmitError::TooLarge(_)) => PublishError::TooLarge { limit }.into(),
+                BodyError::Admit(AdmitError::TooLarge(_)) => {
+                    PublishError::TooLarge { limit }.into()
+                }
                 BodyError::Admit(e) => Error::from(e),
-                BodyError::Body(e) => PublishError::Tar(format!("the upload broke off: {e}")).into(),
+                BodyError::Body(e) => {
+                    PublishError::Tar(format!("the upload broke off: {e}")).into()
+                }
             })
     }
 
@@ -170,12 +174,15 @@ impl Publisher {
                 if out.iter().any(|u| u.name == name) {
                     return Err(PublishError::Duplicate { name }.into());
                 }
-                let staged = admission::stage_read(&runtime, &staging, &mut member.body, Some(left))
-                    .map_err(|e| match e {
-                        AdmitError::TooLarge(_) => PublishError::TooLarge { limit }.into(),
-                        AdmitError::Source(e) => PublishError::Tar(format!("{name}: {e}")).into(),
-                        other => Error::from(other),
-                    })?;
+                let staged =
+                    admission::stage_read(&runtime, &staging, &mut member.body, Some(left))
+                        .map_err(|e| match e {
+                            AdmitError::TooLarge(_) => PublishError::TooLarge { limit }.into(),
+                            AdmitError::Source(e) => {
+                                PublishError::Tar(format!("{name}: {e}")).into()
+                            }
+                            other => Error::from(other),
+                        })?;
                 left -= staged.digest.size;
                 out.push(Upload { name, staged });
             }
@@ -246,7 +253,10 @@ impl Publisher {
         let digest = digest_of(&published);
         let what = format!("{addr} {version}");
         let address = addr.to_string();
-        if let Some(done) = self.already(PublishedKind::Provider, &address, version, &digest, &what).await? {
+        if let Some(done) = self
+            .already(PublishedKind::Provider, &address, version, &digest, &what)
+            .await?
+        {
             return Ok(done);
         }
 
@@ -272,9 +282,10 @@ impl Publisher {
         }
 
         // The registry signs SHA256SUMS; the record lists its key; the one trust gate checks it.
-        let key = settings.publishing.signing_key.as_ref().ok_or_else(|| {
-            Error::unexpected("publishing.signing_key is not loaded".to_string())
-        })?;
+        let key =
+            settings.publishing.signing_key.as_ref().ok_or_else(|| {
+                Error::unexpected("publishing.signing_key is not loaded".to_string())
+            })?;
         let registry_sig = key
             .sign(&sums)
             .map_err(|e| Error::unexpected(format!("signing {sums_name}: {e}")))?;
@@ -405,7 +416,10 @@ impl Publisher {
         let digest = digest_of(std::slice::from_ref(&file));
         let what = format!("module {addr} {version}");
         let address = addr.to_string();
-        if let Some(done) = self.already(PublishedKind::Module, &address, version, &digest, &what).await? {
+        if let Some(done) = self
+            .already(PublishedKind::Module, &address, version, &digest, &what)
+            .await?
+        {
             return Ok(done);
         }
         let mut publication = Publication {
@@ -441,8 +455,7 @@ impl Publisher {
                 fetched_at: crate::clock::now_secs(),
                 trust: ModuleTrust::Private,
             };
-            admission::commit_module(self.core.modules(), addr, version, staged.file, &rec)
-                .await?;
+            admission::commit_module(self.core.modules(), addr, version, staged.file, &rec).await?;
         }
         publication.state = State::Published;
         self.core.publications().put(&publication).await?;
@@ -509,9 +522,9 @@ impl Publisher {
         publications.remove(kind, address, version).await?;
         match kind {
             PublishedKind::Provider => {
-                let addr = publication.provider().ok_or_else(|| {
-                    Error::unexpected(format!("{what}: not a provider address"))
-                })?;
+                let addr = publication
+                    .provider()
+                    .ok_or_else(|| Error::unexpected(format!("{what}: not a provider address")))?;
                 self.core.meta().remove_version(&addr, version).await?;
                 for platform in &publication.platforms {
                     let key = ArchiveKey {
@@ -526,9 +539,9 @@ impl Publisher {
                 }
             }
             PublishedKind::Module => {
-                let addr = publication.module().ok_or_else(|| {
-                    Error::unexpected(format!("{what}: not a module address"))
-                })?;
+                let addr = publication
+                    .module()
+                    .ok_or_else(|| Error::unexpected(format!("{what}: not a module address")))?;
                 let key = crate::records::ModuleKey::new(&addr, version);
                 self.core.modules().remove(&key).await?;
                 self.core.module_zips().remove(&key).await?;
@@ -593,17 +606,13 @@ impl Publisher {
     async fn claim(&self, publication: &Publication, what: &str) -> Result<Option<Outcome>> {
         match self.core.publications().claim(publication).await? {
             Claimed::Claimed => Ok(None),
-            Claimed::Exists(have) => judge(have, &publication.digest, what),
+            Claimed::Exists(have) => judge(*have, &publication.digest, what),
         }
     }
 }
 
 /// An existing publication against a new one's digest.
-fn judge(
-    have: Publication,
-    digest: &crate::hash::Sha256,
-    what: &str,
-) -> Result<Option<Outcome>> {
+fn judge(have: Publication, digest: &crate::hash::Sha256, what: &str) -> Result<Option<Outcome>> {
     if have.digest != *digest {
         return Err(PublishError::Conflict {
             what: what.to_string(),
@@ -797,7 +806,19 @@ mod tests {
     fn a_manifest_names_protocol_versions() {
         let ok = br#"{"version":1,"metadata":{"protocol_versions":["6.0"]}}"#;
         assert_eq!(protocols_of("m", ok).unwrap(), vec!["6.0"]);
-        assert!(protocols_of("m", br#"{"version":2,"metadata":{"protocol_versions":["6.0"]}}"#).is_err());
-        assert!(protocols_of("m", br#"{"version":1,"metadata":{"protocol_versions":["x"]}}"#).is_err());
+        assert!(
+            protocols_of(
+                "m",
+                br#"{"version":2,"metadata":{"protocol_versions":["6.0"]}}"#
+            )
+            .is_err()
+        );
+        assert!(
+            protocols_of(
+                "m",
+                br#"{"version":1,"metadata":{"protocol_versions":["x"]}}"#
+            )
+            .is_err()
+        );
     }
 }

@@ -21,10 +21,10 @@ use crate::cache::{ArchiveKind, Listed, ModuleKind, Opened};
 use crate::constraints::Constraints;
 use crate::mirror::Core;
 use crate::mirror::stored_checksums;
+use crate::records::publish::PublishedKind;
 use crate::records::releases::{
     Product, ReleaseKey, ReleaseZip, signature_filename, sums_filename,
 };
-use crate::records::publish::PublishedKind;
 use crate::records::{ArchiveInfo, ArchiveKey, ModuleKey};
 use crate::storage::StorageError;
 use crate::trust::site::SiteKey;

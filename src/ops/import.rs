@@ -38,12 +38,12 @@ use crate::cache::{StagedFile, Staging};
 use crate::hash::{H1, HashError, HashLimits, Hashing, Sha256};
 use crate::mirror::admission::{self, AdmitError, Expected, Staged, VerifiedArchive};
 use crate::mirror::{Core, ReleaseMirror, store_release, stored_record, verify_release_sums};
+use crate::records::publish::{Publication, PublishedKind};
 use crate::records::releases::{ReleaseKey, ReleaseRecord, ReleaseZip, sums_filename};
 use crate::records::{
     ArchiveInfo, ArchiveKey, IndexVersion, ModuleKey, ModuleTrust, Package, SumsRef, docs,
 };
 use crate::trust::site::{Custody, CustodyError, SitePublicKey};
-use crate::records::publish::{Publication, PublishedKind};
 use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
 
 /// `provender import`
@@ -854,7 +854,11 @@ fn check_publications(
 async fn publication_conflicts(mirror: &Arc<Core>, publications: &[Publication]) -> Failures {
     let mut out = Vec::new();
     for p in publications {
-        match mirror.publications().get(p.kind, &p.address, &p.version).await {
+        match mirror
+            .publications()
+            .get(p.kind, &p.address, &p.version)
+            .await
+        {
             Ok(Some(have)) if have.digest != p.digest => out.push((
                 format!("{} {}", p.address, p.version),
                 format!(

@@ -27,7 +27,11 @@ pub struct KeygenArgs {
     #[arg(long)]
     pub provider_signing: bool,
     /// The key's user ID, with --provider-signing.
-    #[arg(long, value_name = "TEXT", default_value = "provender provider signing key")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "provender provider signing key"
+    )]
     pub user_id: String,
 }
 

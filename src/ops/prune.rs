@@ -259,9 +259,8 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
         .into_iter()
         .map(|p| (p.address, p.version))
         .collect();
-    let is_published = |address: String, version: &Version| {
-        published.contains(&(address, version.clone()))
-    };
+    let is_published =
+        |address: String, version: &Version| published.contains(&(address, version.clone()));
     let mut versions: BTreeMap<(ProviderAddr, Version), Vec<Listed<ArchiveKind>>> = BTreeMap::new();
     for a in archives {
         versions
@@ -273,8 +272,7 @@ pub async fn run(args: PruneArgs) -> Result<Outcome, OpsError> {
     let mut pinned = Vec::new();
     for ((addr, version), mut archives) in versions {
         let last_use = archives.iter().map(Listed::last_use).max();
-        if last_use.is_none_or(|used| used >= cutoff) || is_published(addr.to_string(), &version)
-        {
+        if last_use.is_none_or(|used| used >= cutoff) || is_published(addr.to_string(), &version) {
             continue;
         }
         if pins.keeps_provider(&addr, &version) {

@@ -8,7 +8,8 @@
 //!   (GoReleaser's `artifacts.json`, binaries, ...) is left out;
 //! - `publish module NS/NAME/SYSTEM VERSION SOURCE`: a directory (packed as it is, `.git` and
 //!   `.terraform` left out, links kept as links for the registry to judge), an archive
-//!   (`.tar.gz`, `.tgz`, `.tar`, `.zip`), or a git repository URL, whose tag `v<VERSION>` (else
+//!   (`.tar.gz`, `.tgz`, `.tar`, `.zip`), or a git repository URL (`https://`, `ssh://`,
+//!   `git@`, `file://`, optionally with go-getter's `git::`), whose tag `v<VERSION>` (else
 //!   `<VERSION>`, or `--ref`) is archived with the local `git` and its credentials;
 //! - `publish yank provider|module ADDRESS VERSION`: withdraw a version from its list.
 //!
@@ -82,9 +83,8 @@ pub async fn run(args: PublishArgs) -> Result<Outcome, OpsError> {
     let token = match &args.token_file {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| usage(format!("--token-file {}: {e}", path.display())))?,
-        None => std::env::var("PROVENDER_TOKEN").map_err(|_| {
-            usage("no credentials: set PROVENDER_TOKEN or pass --token-file")
-        })?,
+        None => std::env::var("PROVENDER_TOKEN")
+            .map_err(|_| usage("no credentials: set PROVENDER_TOKEN or pass --token-file"))?,
     };
     let token = token.trim().to_string();
     let client = client(args.ca_file.as_deref())?;
@@ -195,7 +195,9 @@ fn release_tar(dir: &Path) -> Result<(String, String, Vec<u8>), OpsError> {
         .and_then(|s| s.strip_suffix("_SHA256SUMS"))
         .unwrap_or_default();
     let Some((ty, version)) = stem.split_once('_') else {
-        return Err(usage(format!("{sums}: not terraform-provider-<type>_<version>_SHA256SUMS")));
+        return Err(usage(format!(
+            "{sums}: not terraform-provider-<type>_<version>_SHA256SUMS"
+        )));
     };
     let prefix = format!("terraform-provider-{ty}_{version}_");
     let mut tar = tar::Builder::new(Vec::new());
@@ -216,7 +218,11 @@ fn release_tar(dir: &Path) -> Result<(String, String, Vec<u8>), OpsError> {
 }
 
 /// A module version's archive from `source` (see the module documentation).
-fn module_archive(source: &str, version: &str, reference: Option<&str>) -> Result<Vec<u8>, OpsError> {
+fn module_archive(
+    source: &str,
+    version: &str,
+    reference: Option<&str>,
+) -> Result<Vec<u8>, OpsError> {
     let path = Path::new(source);
     if path.is_dir() {
         return tar_gz_dir(path);
@@ -225,7 +231,10 @@ fn module_archive(source: &str, version: &str, reference: Option<&str>) -> Resul
         return std::fs::read(path).map_err(|e| usage(format!("{source}: {e}")));
     }
     let url = source.strip_prefix("git::").unwrap_or(source);
-    if !(url.starts_with("https://") || url.starts_with("ssh://") || url.starts_with("git@")) {
+    let git_url = ["https://", "ssh://", "file://", "git@"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme));
+    if !git_url {
         return Err(usage(format!(
             "{source}: not a directory, an archive file or a git repository URL"
         )));
@@ -240,7 +249,15 @@ fn module_archive(source: &str, version: &str, reference: Option<&str>) -> Resul
     let mut tried = Vec::new();
     for reference in &candidates {
         let out = std::process::Command::new("git")
-            .args(["clone", "--quiet", "--depth", "1", "--branch", reference, "--end-of-options"])
+            .args([
+                "clone",
+                "--quiet",
+                "--depth",
+                "1",
+                "--branch",
+                reference,
+                "--end-of-options",
+            ])
             .arg(url)
             .arg(&repo)
             .output()
@@ -292,7 +309,8 @@ fn tar_gz_dir(dir: &Path) -> Result<Vec<u8>, OpsError> {
                 tar.append_dir(&rel, entry.path()).map_err(fail)?;
                 stack.push(rel);
             } else {
-                tar.append_path_with_name(entry.path(), &rel).map_err(fail)?;
+                tar.append_path_with_name(entry.path(), &rel)
+                    .map_err(fail)?;
             }
         }
     }
@@ -329,10 +347,12 @@ pub struct UnpublishArgs {
 pub async fn unpublish(args: UnpublishArgs) -> Result<Outcome, OpsError> {
     let settings = super::load_settings(&args.common)?;
     let Some(host) = settings.trust.private.hostname.clone() else {
-        return Err(usage("this registry has no private namespaces (publishing.namespaces)"));
+        return Err(usage(
+            "this registry has no private namespaces (publishing.namespaces)",
+        ));
     };
-    let version = crate::address::Version::parse(&args.version)
-        .map_err(|e| usage(e.to_string()))?;
+    let version =
+        crate::address::Version::parse(&args.version).map_err(|e| usage(e.to_string()))?;
     let (kind, address) = match args.kind.as_str() {
         "provider" => {
             let Some((ns, ty)) = args.address.split_once('/') else {
@@ -340,7 +360,10 @@ pub async fn unpublish(args: UnpublishArgs) -> Result<Outcome, OpsError> {
             };
             let addr = crate::address::ProviderAddr::new(host.as_str(), ns, ty)
                 .map_err(|e| usage(e.to_string()))?;
-            (crate::records::publish::PublishedKind::Provider, addr.to_string())
+            (
+                crate::records::publish::PublishedKind::Provider,
+                addr.to_string(),
+            )
         }
         _ => {
             let parts: Vec<&str> = args.address.split('/').collect();
@@ -352,7 +375,10 @@ pub async fn unpublish(args: UnpublishArgs) -> Result<Outcome, OpsError> {
             };
             let addr = crate::address::ModuleAddr::new(host.as_str(), ns, name, system)
                 .map_err(|e| usage(e.to_string()))?;
-            (crate::records::publish::PublishedKind::Module, addr.to_string())
+            (
+                crate::records::publish::PublishedKind::Module,
+                addr.to_string(),
+            )
         }
     };
     let (core, _) = super::open_core(settings)?;

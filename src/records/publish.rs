@@ -215,7 +215,10 @@ mod tests {
         let a = [file("a.zip", 1), file("b.zip", 2)];
         let b = [file("b.zip", 2), file("a.zip", 1)];
         assert_eq!(digest_of(&a), digest_of(&b));
-        assert_ne!(digest_of(&a), digest_of(&[file("a.zip", 1), file("b.zip", 3)]));
+        assert_ne!(
+            digest_of(&a),
+            digest_of(&[file("a.zip", 1), file("b.zip", 3)])
+        );
         assert_ne!(digest_of(&a), digest_of(&[file("a.zip", 1)]));
     }
 }

@@ -57,6 +57,11 @@ struct Setup {
 }
 
 async fn setup(extra_publishing: &str) -> Setup {
+    setup_with(extra_publishing, "").await
+}
+
+/// [`setup`], with keys for `[publishing.namespaces.acme]`.
+async fn setup_with(extra_publishing: &str, acme: &str) -> Setup {
     let ca = TestCa::new();
     let platforms = tf_config::local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")]);
     let origin = FakeOrigin::start_with_modules(
@@ -77,7 +82,11 @@ async fn setup(extra_publishing: &str) -> Setup {
         .arg(&key_file)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let port = free_port();
     // Terraform wants a dot in a module registry's hostname; an IP address has dots.
     let host = format!("127.0.0.1:{port}");
@@ -119,6 +128,7 @@ signing_key = "{key}"
 {extra_publishing}
 
 [publishing.namespaces.acme]
+{acme}
 
 {hosts}"#,
         signing = "k".repeat(40),
@@ -182,6 +192,21 @@ fn release(origin: &FakeOrigin, version: &str) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// The release of `from` under the name of `to`: other files for `to`, consistently listed.
+fn relabelled(origin: &FakeOrigin, from: &str, to: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files = release(origin, from);
+    for f in &mut files {
+        f.0 = f.0.replace(from, to);
+    }
+    let sums = files
+        .iter()
+        .filter(|f| !f.0.ends_with("SHA256SUMS"))
+        .map(|f| format!("{}  {}\n", sha256(&f.1), f.0))
+        .collect::<String>();
+    files.last_mut().unwrap().1 = sums.into_bytes();
+    files
+}
+
 fn sha256(bytes: &[u8]) -> String {
     provender::hash::Sha256::of(bytes).to_string()
 }
@@ -218,16 +243,15 @@ impl Setup {
                 .bearer_auth(token),
         )
         .await;
-        (got.status, serde_json::from_slice(&got.body).unwrap_or(Value::Null))
+        (
+            got.status,
+            serde_json::from_slice(&got.body).unwrap_or(Value::Null),
+        )
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Vec<u8>) {
         let client = https_client(&self.ca, &[]);
-        let got = send(
-            "get",
-            client.get(self.mirror.url(path)).bearer_auth(READER),
-        )
-        .await;
+        let got = send("get", client.get(self.mirror.url(path)).bearer_auth(READER)).await;
         (got.status, got.body.to_vec())
     }
 
@@ -290,9 +314,7 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread")]
 async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     let s = setup("").await;
-    let ci = s
-        .issuer
-        .token(&github("acme/terraform-provider-foo"));
+    let ci = s.issuer.token(&github("acme/terraform-provider-foo"));
 
     // CI publishes two releases with its ID token; a person publishes a module.
     for version in ["1.0.0", "1.1.0"] {
@@ -336,28 +358,34 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
 
     // The same files again: nothing changes. Other files: 409, nothing changes.
     let (status, body) = s
-        .put("providers/acme/foo/1.1.0", &ci, tar_of(&release(&s.origin, "1.1.0")))
+        .put(
+            "providers/acme/foo/1.1.0",
+            &ci,
+            tar_of(&release(&s.origin, "1.1.0")),
+        )
         .await;
-    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("unchanged")));
-    let mut other = release(&s.origin, "1.0.0");
-    for f in &mut other {
-        f.0 = f.0.replace("1.0.0", "1.1.0");
-    }
-    let sums = other
-        .iter()
-        .filter(|f| !f.0.ends_with("SHA256SUMS"))
-        .map(|f| format!("{}  {}\n", sha256(&f.1), f.0))
-        .collect::<String>();
-    other.last_mut().unwrap().1 = sums.into_bytes();
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("unchanged"))
+    );
+    let other = relabelled(&s.origin, "1.0.0", "1.1.0");
     let before = files_under(&s.mirror.cache_dir);
     let (status, body) = s.put("providers/acme/foo/1.1.0", &ci, tar_of(&other)).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "conflict");
     let (status, _) = s
-        .put("modules/acme/vpc/aws/1.4.0", PUBLISHER, module_tgz("# changed\n"))
+        .put(
+            "modules/acme/vpc/aws/1.4.0",
+            PUBLISHER,
+            module_tgz("# changed\n"),
+        )
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
-    assert_eq!(files_under(&s.mirror.cache_dir), before, "a conflict changes nothing");
+    assert_eq!(
+        files_under(&s.mirror.cache_dir),
+        before,
+        "a conflict changes nothing"
+    );
 
     // The real terraform: init through the network mirror, lock through discovery and the
     // registry protocol (verifying the registry's signature), then readonly.
@@ -388,7 +416,10 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     );
     let lock = std::fs::read_to_string(dir.path().join(".terraform.lock.hcl")).unwrap();
     for (os, arch) in [("linux", "amd64"), ("darwin", "arm64")] {
-        let zh = format!("zh:{}", s.origin.sha256_hex("acme", "foo", "1.1.0", os, arch));
+        let zh = format!(
+            "zh:{}",
+            s.origin.sha256_hex("acme", "foo", "1.1.0", os, arch)
+        );
         assert!(lock.contains(&zh), "{zh} in {lock}");
     }
     let _ = std::fs::remove_dir_all(dir.path().join(".terraform"));
@@ -400,7 +431,10 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
 
     // The registry's signature verifies under the key it lists, and the record says private.
     let (status, doc) = s
-        .get(&format!("v1/providers/{}/acme/foo/1.1.0/download/linux/amd64", s.host))
+        .get(&format!(
+            "v1/providers/{}/acme/foo/1.1.0/download/linux/amd64",
+            s.host
+        ))
         .await;
     assert_eq!(status, StatusCode::OK);
     let doc: Value = serde_json::from_slice(&doc).unwrap();
@@ -408,7 +442,9 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     assert_eq!(keys.len(), 1, "{doc}");
 
     // Yanked: a new init takes 1.0.0; whoever names 1.1.0 still gets it.
-    let (status, body) = s.post("providers/acme/foo/1.1.0/yank?reason=broken", PUBLISHER).await;
+    let (status, body) = s
+        .post("providers/acme/foo/1.1.0/yank?reason=broken", PUBLISHER)
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["publication"]["yanked"]["reason"], "broken");
     let fresh = tf_config::root_module(&s.main_tf());
@@ -416,14 +452,10 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     let lock = std::fs::read_to_string(fresh.path().join(".terraform.lock.hcl")).unwrap();
     assert!(lock.contains("version     = \"1.0.0\""), "{lock}");
     let (os, arch) = local_platform();
-    let (status, _) = s
-        .get(&format!("./{}/acme/foo/1.1.0.json", s.host))
-        .await;
+    let (status, _) = s.get(&format!("./{}/acme/foo/1.1.0.json", s.host)).await;
     assert_eq!(status, StatusCode::OK);
     let name = s.origin.filename("acme", "foo", "1.1.0", os, arch);
-    let (status, bytes) = s
-        .get(&format!("./{}/acme/foo/{name}", s.host))
-        .await;
+    let (status, bytes) = s.get(&format!("./{}/acme/foo/{name}", s.host)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(bytes, s.origin.archive("acme", "foo", "1.1.0", os, arch));
 
@@ -467,7 +499,13 @@ async fn hostile_publications_get_a_clear_4xx_and_leave_nothing() {
     // A SHA256SUMS that lists other files.
     let mut listing_more = release(&s.origin, "1.0.0");
     let sums = listing_more.last_mut().unwrap();
-    sums.1.extend_from_slice(format!("{}  terraform-provider-foo_1.0.0_windows_amd64.zip\n", "0".repeat(64)).as_bytes());
+    sums.1.extend_from_slice(
+        format!(
+            "{}  terraform-provider-foo_1.0.0_windows_amd64.zip\n",
+            "0".repeat(64)
+        )
+        .as_bytes(),
+    );
     let (status, body) = s
         .put("providers/acme/foo/1.0.0", PUBLISHER, tar_of(&listing_more))
         .await;
@@ -518,8 +556,273 @@ async fn hostile_publications_get_a_clear_4xx_and_leave_nothing() {
 
     assert!(published().is_empty(), "{:?}", published());
     assert!(archives().is_empty(), "{:?}", archives());
-    assert!(s.mirror.staging_files().is_empty(), "{:?}", s.mirror.staging_files());
+    assert!(
+        s.mirror.staging_files().is_empty(),
+        "{:?}",
+        s.mirror.staging_files()
+    );
     // And the version lists know nothing.
     let (status, _) = s.get(&format!("./{}/acme/foo/index.json", s.host)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Runs `git` in `dir` with a fixed identity.
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=ci", "-c", "user.email=ci@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_a_sealed_site() {
+    use crate::support::cli::{self, path_str, provender};
+    let work = tempfile::tempdir().unwrap();
+    let armor = work.path().join("acme-release.asc");
+    std::fs::write(&armor, crate::support::origin::signing_key_armor()).unwrap();
+    let s = setup_with("", &format!("keys = [\"{}\"]", armor.display())).await;
+    let ci = s.issuer.token(&github("acme/terraform-provider-foo"));
+
+    // Two publishers race for 1.1.0 with other files: one publishes, the other gets 409, and
+    // what is served is the winner's.
+    let (first, second) = tokio::join!(
+        s.put(
+            "providers/acme/foo/1.1.0",
+            PUBLISHER,
+            tar_of(&release(&s.origin, "1.1.0"))
+        ),
+        s.put(
+            "providers/acme/foo/1.1.0",
+            PUBLISHER,
+            tar_of(&relabelled(&s.origin, "1.0.0", "1.1.0"))
+        ),
+    );
+    let mut statuses = [first.0, second.0];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
+    let winner = if first.0 == StatusCode::CREATED {
+        &first.1
+    } else {
+        &second.1
+    };
+    let (os, arch) = local_platform();
+    let name = s.origin.filename("acme", "foo", "1.1.0", os, arch);
+    let listed = winner["publication"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name.as_str())
+        .unwrap()["sha256"]
+        .clone();
+    let (status, bytes) = s.get(&format!("./{}/acme/foo/{name}", s.host)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json!(sha256(&bytes)), listed);
+
+    // A publisher's own signature: by a key of the namespace's, kept; by another, refused.
+    let files = release(&s.origin, "1.0.0");
+    let sums = files.last().unwrap().1.clone();
+    let sig = "terraform-provider-foo_1.0.0_SHA256SUMS.sig".to_string();
+    let mut forged = files.clone();
+    forged.push((
+        sig.clone(),
+        crate::support::origin::sign_detached(&sums, true),
+    ));
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0", &ci, tar_of(&forged))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("publisher signature"), "{body}");
+    // GoReleaser's directory, with what else it holds, published by `provender publish`.
+    let dist = work.path().join("dist");
+    std::fs::create_dir(&dist).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dist.join(name), bytes).unwrap();
+    }
+    std::fs::write(
+        dist.join(&sig),
+        crate::support::origin::sign_detached(&sums, false),
+    )
+    .unwrap();
+    std::fs::write(dist.join("artifacts.json"), "[]").unwrap();
+    std::fs::write(dist.join("terraform-provider-foo_v1.0.0"), "binary").unwrap();
+    let ca = s.ca.write_ca(work.path());
+    let ci_token = work.path().join("ci.token");
+    std::fs::write(&ci_token, &ci).unwrap();
+    let server = s.mirror.url.to_string();
+    let common = [
+        "--server",
+        &server,
+        "--ca-file",
+        path_str(&ca),
+        "--token-file",
+    ];
+    let run = provender(
+        &[
+            &[
+                "publish",
+                "provider",
+                path_str(&dist),
+                "--namespace",
+                "acme",
+            ][..],
+            &common,
+            &[path_str(&ci_token)],
+        ]
+        .concat(),
+    )
+    .await;
+    run.ok();
+    assert!(run.stdout.contains("published: provider"), "{}", run.out());
+
+    // A module from a git tag, by a person.
+    let repo = work.path().join("vpc");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::write(
+        repo.join("main.tf"),
+        "output \"name\" {\n  value = \"vpc-2\"\n}\n",
+    )
+    .unwrap();
+    git(&repo, &["init", "--quiet"]);
+    git(&repo, &["add", "main.tf"]);
+    git(&repo, &["commit", "--quiet", "-m", "vpc"]);
+    git(&repo, &["tag", "v2.0.0"]);
+    let person = work.path().join("person.token");
+    std::fs::write(&person, PUBLISHER).unwrap();
+    let source = format!("git::file://{}", repo.display());
+    provender(
+        &[
+            &["publish", "module", "acme/vpc/aws", "2.0.0", &source][..],
+            &common,
+            &[path_str(&person)],
+        ]
+        .concat(),
+    )
+    .await
+    .ok();
+    let (_, list) = s.get("-/api/v1/publications").await;
+    let list: Value = serde_json::from_slice(&list).unwrap();
+    let foo100 = list["publications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["version"] == "1.0.0")
+        .unwrap()
+        .clone();
+    assert_eq!(foo100["publisher_key"], s.origin.key_id(), "{foo100}");
+    assert_eq!(list["publications"].as_array().unwrap().len(), 3, "{list}");
+
+    // A bundle carries them to a sealed site, which answers for the mirror's hostname alone.
+    let a_cfg = cli::config_file(
+        work.path(),
+        "a.toml",
+        &s.mirror.cache_dir,
+        s.origin.addr(),
+        &s.ca,
+        "",
+    );
+    let bundle = work.path().join("site.bundle");
+    cli::export_bundle(path_str(&a_cfg), &bundle).await;
+    let b_cache = work.path().join("b-cache");
+    let b_key = work.path().join("b-signing.asc");
+    provender(&["keygen", "--provider-signing", "--output", path_str(&b_key)])
+        .await
+        .ok();
+    let publishing = format!(
+        "[publishing]\nhostname = \"{}\"\nsigning_key = \"{}\"\n\n[publishing.namespaces.acme]\n",
+        s.host,
+        b_key.display()
+    );
+    let b_cfg = cli::config_file(
+        work.path(),
+        "b.toml",
+        &b_cache,
+        "127.0.0.1:9".parse().unwrap(),
+        &s.ca,
+        &format!("offline = true\n\n{publishing}"),
+    );
+    let imported = cli::import(path_str(&b_cfg), &bundle).await;
+    imported.ok();
+    assert!(
+        imported.stdout.contains("publications recorded: 3"),
+        "{}",
+        imported.out()
+    );
+    let mut a = s.mirror;
+    a.stop().await;
+    let sealed = TestMirror::start_with(
+        &s.ca,
+        &s.origin,
+        MirrorOptions {
+            cache_dir: Some(&b_cache),
+            extra_upstream: "offline = true",
+            extra_toml: &publishing,
+            ..Default::default()
+        },
+    )
+    .await;
+    let url = sealed.url.as_str();
+    let host = &s.host;
+    let cli_config = format!(
+        "provider_installation {{\n  direct {{}}\n}}\nhost \"{host}\" {{\n  services = {{\n    \"providers.v1\" = \"{url}v1/providers/{host}/\"\n    \"modules.v1\" = \"{url}v1/modules/{host}/\"\n  }}\n}}\n"
+    );
+    let dir = tf_config::root_module(&format!(
+        "terraform {{\n  required_providers {{\n    foo = {{ source = \"{host}/acme/foo\" }}\n  }}\n}}\n\nmodule \"vpc\" {{\n  source  = \"{host}/acme/vpc/aws\"\n  version = \"2.0.0\"\n}}\n"
+    ));
+    let out = Terraform::new(&s.ca, &cli_config).init(dir.path()).await;
+    out.assert_success();
+    assert!(out.combined().contains("key ID"), "{}", out.combined());
+    let lock = std::fs::read_to_string(dir.path().join(".terraform.lock.hcl")).unwrap();
+    assert!(lock.contains("1.1.0"), "{lock}");
+    let client = https_client(&s.ca, &[]);
+    let got = send(
+        "publications",
+        client.get(sealed.url("-/api/v1/publications")),
+    )
+    .await;
+    let list: Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(list["publications"].as_array().unwrap().len(), 3, "{list}");
+
+    // Prune keeps published versions however long unused; unpublish removes one, on record.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    provender(&["prune", "--config", path_str(&b_cfg), "--unused-for", "1s"])
+        .await
+        .ok();
+    let archives = files_under(&b_cache.join("archives"));
+    assert!(
+        archives
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with(".zip")),
+        "{archives:?}"
+    );
+    provender(&[
+        "unpublish",
+        "--config",
+        path_str(&b_cfg),
+        "module",
+        "acme/vpc/aws",
+        "2.0.0",
+        "--reason",
+        "leaked a secret",
+        "--by",
+        "ops",
+    ])
+    .await
+    .ok();
+    let got = send(
+        "publications",
+        client.get(sealed.url("-/api/v1/publications")),
+    )
+    .await;
+    let list: Value = serde_json::from_slice(&got.body).unwrap();
+    assert_eq!(list["publications"].as_array().unwrap().len(), 2, "{list}");
+    assert_eq!(list["removed"][0]["reason"], "leaked a secret", "{list}");
+    assert_eq!(list["removed"][0]["by"], "ops", "{list}");
+    assert!(
+        files_under(&b_cache.join("modules"))
+            .iter()
+            .all(|p| !p.to_string_lossy().contains("2.0.0"))
+    );
 }

@@ -102,7 +102,10 @@ fn parse(
 /// The JSON of a publication answer.
 fn answer(status: StatusCode, outcome: &str, publication: &Publication) -> Response<Body> {
     let body = serde_json::json!({ "status": outcome, "publication": publication });
-    json_response(status, serde_json::to_vec(&body).expect("records serialise"))
+    json_response(
+        status,
+        serde_json::to_vec(&body).expect("records serialise"),
+    )
 }
 
 impl App {
