@@ -93,6 +93,16 @@ pub struct Key {
     safe: bool,
 }
 
+/// Whether `store` refuses a second [`Storage::create`] of one key (Garage, for one, answers
+/// 200 and overwrites), asked with a throw-away object at `probe`.
+pub async fn creates_enforced(store: &dyn Storage, probe: &Key) -> bool {
+    let body = Bytes::from_static(b"{}");
+    let first = store.create(probe, body.clone()).await;
+    let second = store.create(probe, body).await;
+    let _ = store.delete(probe).await;
+    matches!((first, second), (Ok(true), Ok(false)))
+}
+
 /// Whether `s` may be one segment of a key.
 fn safe_segment(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\\', '\0'])

@@ -151,11 +151,8 @@ impl Leases {
             .enforced
             .get_or_init(|| async {
                 let probe = Key::new([ROOT, &format!(".probe-{}", self.holder)]);
-                let body = Bytes::from_static(b"{}");
-                let first = self.store.create(&probe, body.clone()).await;
-                let second = self.store.create(&probe, body).await;
-                let _ = self.store.delete(&probe).await;
-                let enforced = matches!((first, second), (Ok(true), Ok(false)));
+                let enforced =
+                    crate::storage::creates_enforced(self.store.as_ref(), &probe).await;
                 if enforced {
                     tracing::info!(store = %self.store.describe(), "the store enforces conditional creates: replicas that miss the same archive fetch it once between them");
                 } else {

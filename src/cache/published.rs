@@ -6,6 +6,11 @@
 //! and not yanked, read from the store (one listing and one read per version) and kept in
 //! memory for `cache.index_ttl`, so a replica sees another's publication within that time and
 //! its own at once ([`Publications::forget`]).
+//!
+//! A version is claimed by creating its record conditionally. On a store that does not
+//! enforce conditional creates (Garage overwrites), a claim reads first, writes a record that
+//! carries a token of its own, waits [`SETTLE`], and reads it back: of two publishers whose
+//! writes met, the one whose record is there goes on and the other finds it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,9 +43,15 @@ pub enum Claimed {
     Exists(Box<Publication>),
 }
 
+/// How long a claim on a store that does not enforce conditional creates waits before it
+/// reads its record back: far longer than the read-then-write of another claim.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
 /// The publication records in the store.
 pub struct Publications {
     storage: Arc<dyn Storage>,
+    /// Whether the store refuses a second create of one key, once probed.
+    enforced: tokio::sync::OnceCell<bool>,
     /// Every publication of one address, by `<kind>/<address>`.
     lists: moka::future::Cache<String, Arc<Vec<Publication>>>,
 }
@@ -72,6 +83,11 @@ pub fn publication_key(kind: PublishedKind, address: &str, version: &Version) ->
     )
 }
 
+/// 16 random bytes.
+fn rand_token() -> [u8; 16] {
+    rand::random()
+}
+
 fn parse(key: &Key, bytes: &[u8]) -> Result<Publication> {
     serde_json::from_slice(bytes).map_err(|e| StorageError::Failed {
         store: "publications".into(),
@@ -85,6 +101,7 @@ impl Publications {
     pub fn new(storage: Arc<dyn Storage>, ttl: Duration) -> Publications {
         Publications {
             storage,
+            enforced: tokio::sync::OnceCell::new(),
             lists: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(ttl.max(Duration::from_secs(1)))
@@ -111,9 +128,45 @@ impl Publications {
     /// creates) one claims it and the other finds its record.
     pub async fn claim(&self, publication: &Publication) -> Result<Claimed> {
         let key = publication_key(publication.kind, &publication.address, &publication.version);
-        let bytes = Bytes::from(serde_json::to_vec_pretty(publication).expect("records serialise"));
+        let enforced = *self
+            .enforced
+            .get_or_init(|| async {
+                let probe = Key::new([
+                    "published".to_string(),
+                    format!(".probe-{}", hex::encode(rand_token())),
+                ]);
+                crate::storage::creates_enforced(self.storage.as_ref(), &probe).await
+            })
+            .await;
+        let mut publication = publication.clone();
+        if !enforced {
+            if let Some(found) = self.storage.read(&key).await? {
+                return Ok(Claimed::Exists(Box::new(parse(&key, &found)?)));
+            }
+            publication.claim = hex::encode(rand_token());
+        }
+        let bytes =
+            Bytes::from(serde_json::to_vec_pretty(&publication).expect("records serialise"));
         if self.storage.create(&key, bytes).await? {
-            return Ok(Claimed::Claimed);
+            if enforced {
+                return Ok(Claimed::Claimed);
+            }
+            tokio::time::sleep(SETTLE).await;
+            return match self.storage.read(&key).await? {
+                Some(found) => {
+                    let found = parse(&key, &found)?;
+                    if found.claim == publication.claim {
+                        Ok(Claimed::Claimed)
+                    } else {
+                        Ok(Claimed::Exists(Box::new(found)))
+                    }
+                }
+                None => Err(StorageError::Failed {
+                    store: "publications".into(),
+                    key: key.to_string(),
+                    message: "the publication vanished while it was being claimed".into(),
+                }),
+            };
         }
         match self.storage.read(&key).await? {
             Some(found) => Ok(Claimed::Exists(Box::new(parse(&key, &found)?))),

@@ -341,6 +341,7 @@ impl Publisher {
             published_at: crate::clock::now_secs(),
             publisher_key,
             yanked: None,
+            claim: String::new(),
         };
         if let Some(done) = self.claim(&publication, &what).await? {
             return Ok(done);
@@ -435,6 +436,7 @@ impl Publisher {
             published_at: crate::clock::now_secs(),
             publisher_key: None,
             yanked: None,
+            claim: String::new(),
         };
         if let Some(done) = self.claim(&publication, &what).await? {
             return Ok(done);

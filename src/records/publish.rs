@@ -70,6 +70,10 @@ pub struct Publication {
     pub publisher_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub yanked: Option<Yank>,
+    /// The token of the publisher's claim, on a store that does not enforce conditional
+    /// creates (see `cache::Publications::claim`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub claim: String,
 }
 
 /// What was published.

@@ -158,7 +158,7 @@ signing_key = "{key}"
 }
 
 /// A tar stream of `(name, bytes)` files, as `tar -cf - <files>` makes it.
-fn tar_of(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+pub(crate) fn tar_of(files: &[(String, Vec<u8>)]) -> Vec<u8> {
     let mut tar = tar::Builder::new(Vec::new());
     for (name, bytes) in files {
         let mut header = tar::Header::new_gnu();
@@ -172,7 +172,7 @@ fn tar_of(files: &[(String, Vec<u8>)]) -> Vec<u8> {
 
 /// A provider release of `acme/foo` `version` as GoReleaser lays it out, made from the
 /// origin's zips (renamed nothing: the names are the same), with a manifest.
-fn release(origin: &FakeOrigin, version: &str) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn release(origin: &FakeOrigin, version: &str) -> Vec<(String, Vec<u8>)> {
     let mut files = Vec::new();
     let mut sums = String::new();
     for (os, arch) in tf_config::local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")]) {
@@ -193,7 +193,7 @@ fn release(origin: &FakeOrigin, version: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 /// The release of `from` under the name of `to`: other files for `to`, consistently listed.
-fn relabelled(origin: &FakeOrigin, from: &str, to: &str) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn relabelled(origin: &FakeOrigin, from: &str, to: &str) -> Vec<(String, Vec<u8>)> {
     let mut files = release(origin, from);
     for f in &mut files {
         f.0 = f.0.replace(from, to);
@@ -207,12 +207,12 @@ fn relabelled(origin: &FakeOrigin, from: &str, to: &str) -> Vec<(String, Vec<u8>
     files
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     provender::hash::Sha256::of(bytes).to_string()
 }
 
 /// A module's `.tar.gz` with `main.tf` holding `body`.
-fn module_tgz(body: &str) -> Vec<u8> {
+pub(crate) fn module_tgz(body: &str) -> Vec<u8> {
     let tar = tar_of(&[("main.tf".into(), body.as_bytes().to_vec())]);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&tar).unwrap();

@@ -695,3 +695,142 @@ async fn replicas_on_a_store_with_conditional_creates_fetch_a_missed_archive_onc
         "B waited for the lease to stand still before taking it over"
     );
 }
+
+/// Two replicas publishing one version with other files at the same moment, on a store that
+/// does not enforce conditional creates: one publication, the same archive from both, and
+/// the other publisher told so; what one replica publishes the other serves, at every door.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_publishing_one_version_at_once_end_with_one_publication() {
+    use crate::publishing::{module_tgz, relabelled, release, sha256, tar_of};
+    use crate::support::http::send;
+    use http::StatusCode;
+    let garage = Garage::start("provender-publish");
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let work = tempfile::tempdir().unwrap();
+    let key = work.path().join("signing.asc");
+    provender(&["keygen", "--provider-signing", "--output", path_str(&key)])
+        .await
+        .ok();
+    const TOKEN: &str = "platform-team-token-0123456789";
+    const HOST: &str = "registry.acme.test";
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{signing}"
+
+[[auth.clients]]
+name = "platform"
+token = "{TOKEN}"
+
+[[auth.rules]]
+name = "platform"
+clients = ["platform"]
+publish = ["acme/*"]
+
+[publishing]
+hostname = "{HOST}"
+signing_key = "{key}"
+
+[publishing.namespaces.acme]
+"#,
+        signing = "k".repeat(40),
+        key = key.display(),
+    );
+    let (a, _) = replica_with(
+        &ca,
+        &work.path().join("a"),
+        origin.addr(),
+        &garage,
+        "",
+        &toml,
+    );
+    let (b, _) = replica_with(
+        &ca,
+        &work.path().join("b"),
+        origin.addr(),
+        &garage,
+        "",
+        &toml,
+    );
+    let client = https_client(&ca, &[]);
+    let put = |replica: &ServerProcess, path: &str, body: Vec<u8>| {
+        let req = client
+            .put(replica.url(&format!("-/api/v1/publish/{path}")))
+            .bearer_auth(TOKEN)
+            .body(body);
+        async move {
+            let got = send("publish", req).await;
+            let json: serde_json::Value = serde_json::from_slice(&got.body).unwrap_or_default();
+            (got.status, json)
+        }
+    };
+    let (first, second) = tokio::join!(
+        put(
+            &a,
+            "providers/acme/foo/1.1.0",
+            tar_of(&release(&origin, "1.1.0"))
+        ),
+        put(
+            &b,
+            "providers/acme/foo/1.1.0",
+            tar_of(&relabelled(&origin, "1.0.0", "1.1.0"))
+        ),
+    );
+    let mut statuses = [first.0, second.0];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::CREATED, StatusCode::CONFLICT],
+        "{first:?} {second:?}"
+    );
+    let winner = if first.0 == StatusCode::CREATED {
+        &first.1
+    } else {
+        &second.1
+    };
+    let (os, arch) = tf_config::local_platform();
+    let name = origin.filename("acme", "foo", "1.1.0", os, arch);
+    let listed = winner["publication"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name.as_str())
+        .unwrap()["sha256"]
+        .clone();
+    for replica in [&a, &b] {
+        let got = send(
+            "archive",
+            client
+                .get(replica.url(&format!("{HOST}/acme/foo/{name}")))
+                .bearer_auth(TOKEN),
+        )
+        .await;
+        assert_eq!(got.status, StatusCode::OK);
+        assert_eq!(serde_json::json!(sha256(&got.body)), listed);
+    }
+
+    // Published on A, listed on B, at the network mirror, the module registry and OCI.
+    let (status, body) = put(&a, "modules/acme/vpc/aws/1.0.0", module_tgz("# vpc\n")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for path in [
+        format!("{HOST}/acme/foo/index.json"),
+        format!("v1/modules/{HOST}/acme/vpc/aws/versions"),
+    ] {
+        let got = send("list", client.get(b.url(&path)).bearer_auth(TOKEN)).await;
+        assert_eq!(got.status, StatusCode::OK, "{path}");
+        let text = String::from_utf8(got.body).unwrap();
+        assert!(
+            text.contains("1.1.0") || text.contains("1.0.0"),
+            "{path}: {text}"
+        );
+    }
+    let got = send(
+        "tags",
+        client
+            .get(b.root_url(&format!("/v2/{HOST}/acme/foo/tags/list")))
+            .bearer_auth(TOKEN),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&got.body).contains("1.1.0"));
+}
