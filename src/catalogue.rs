@@ -16,6 +16,7 @@
 mod lockfile;
 mod modules;
 mod providers;
+mod published;
 mod releases;
 mod status;
 mod usage;
@@ -34,6 +35,7 @@ pub use providers::{
     Choices, PlatformEntry, Provider, ProviderEntry, ProviderList, ProviderQuery, ProviderSummary,
     VersionEntry, VersionView,
 };
+pub use published::{Namespace, PublishedEntry, PublishedList};
 pub use releases::{CachedRelease, CachedZip, ListSummary, ProductReleases, ReleaseCatalogue};
 pub use status::{CacheUse, ConfigSummary, HashQueue, OriginStatus, Status};
 pub use usage::{PERIODS, UsageList, UsageQuery};
@@ -212,6 +214,18 @@ impl Catalogue {
         let since = query.first_day(SystemTime::now());
         let rows = crate::usage::read(&**self.core.archives().storage(), since.as_deref()).await?;
         Ok(UsageList::of(rows, query, since))
+    }
+
+    /// What was published to the private namespaces (the store's records, read now).
+    pub async fn published(self: &Arc<Self>) -> Result<PublishedList> {
+        let publications = self.core.publications();
+        let private = &self.core.settings().trust.private;
+        Ok(PublishedList::of(
+            private.hostname.as_ref().map(ToString::to_string),
+            private.namespaces.iter().cloned(),
+            publications.all().await?,
+            publications.audits().await?,
+        ))
     }
 
     /// The CLI releases in the cache.

@@ -209,6 +209,13 @@ impl UsagePage<'_> {
 }
 
 #[derive(Template)]
+#[template(path = "published.html")]
+pub struct PublishedPage<'a> {
+    pub chrome: Chrome,
+    pub list: &'a crate::catalogue::PublishedList,
+}
+
+#[derive(Template)]
 #[template(path = "status.html")]
 pub struct StatusPage<'a> {
     pub chrome: Chrome,

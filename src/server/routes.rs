@@ -335,7 +335,7 @@ impl App {
         if let Some(rest) = path
             .strip_prefix(base)
             .and_then(|r| r.strip_prefix("-/api/v1/"))
-            .filter(|r| r.starts_with("publish/") || *r == "publications")
+            .filter(|r| r.starts_with("publish/"))
         {
             return (Route::Api, self.publish(req, body, rest, who).await);
         }

@@ -32,8 +32,8 @@ use hyper::body::Incoming;
 
 use super::identity::Principal;
 use super::pages::{
-    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, ReleasesPage, SignInPage,
-    SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
+    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, PublishedPage,
+    ReleasesPage, SignInPage, SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
 use super::respond::{
     Body, error_headers, error_response, json_response, response, see_other, unauthorized,
@@ -372,6 +372,13 @@ impl Site {
                 query: &parsed,
             });
         }
+        if rest == "published" {
+            let list = self.catalogue.published().await?;
+            return html(PublishedPage {
+                chrome: self.chrome("Published", "published", signed_in),
+                list: &list,
+            });
+        }
         if rest == "status" {
             let status = self.catalogue.status().await?;
             return html(StatusPage {
@@ -407,6 +414,7 @@ impl Site {
             "status" => return json(&c.status().await?),
             "usage" => return json(&c.usage(&UsageQuery::parse(query)).await?),
             "releases" => return json(&c.releases().await?),
+            "publications" => return json(&c.published().await?),
             _ => {}
         }
         if let Some(path) = path.strip_prefix("providers/") {
@@ -837,6 +845,7 @@ fn api_index() -> serde_json::Value {
             "status": "status",
             "usage": "usage?q=&days=30",
             "releases": "releases",
+            "publications": "publications",
         }
     })
 }

@@ -459,6 +459,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         format!("-/providers/{version}"),
         "-/modules".into(),
         "-/usage".into(),
+        "-/published".into(),
         "-/status".into(),
         "-/ca.pem".into(),
         "-/nothing-here".into(),
@@ -471,6 +472,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         format!("-/api/v1/providers/{version}/lock?platform=linux_amd64"),
         "-/api/v1/modules".into(),
         "-/api/v1/usage?days=0".into(),
+        "-/api/v1/publications".into(),
         "-/api/v1/status".into(),
     ];
     let forged = "provender_session=eyJpZCI6IngiLCJzdWJqZWN0IjoidG9rZW46MCIsImV4cGlyZXMiOjk5OTk5OTk5OTl9.AAAA";

@@ -825,4 +825,16 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
             .iter()
             .all(|p| !p.to_string_lossy().contains("2.0.0"))
     );
+
+    // The published page, in a real browser: each namespace, who published what, the removal.
+    let browser = crate::support::browser::Browser::start().await;
+    browser.goto(&sealed.url("-/published")).await;
+    crate::pages::check_page(&browser, &sealed, "published").await;
+    let table = browser.text("#main").await;
+    assert!(
+        table.contains("github:repo:acme/terraform-provider-foo") && table.contains("platform"),
+        "{table}"
+    );
+    assert!(table.contains("leaked a secret"), "{table}");
+    browser.close().await;
 }

@@ -6,8 +6,9 @@
 //! - `PUT` (or `POST`) `publish/modules/<namespace>/<name>/<system>/<version>`: the body is
 //!   the module's archive (`.tar.gz`, `.tar` or `.zip`);
 //! - `POST publish/<providers|modules>/<address>/<version>/yank[?reason=...]`: withdraws a
-//!   version from its version list;
-//! - `GET publications`: every publication (who, when, what digest, yanked or not).
+//!   version from its version list.
+//!
+//! What was published is shown by the site (`-/published`, `-/api/v1/publications`).
 //!
 //! Bodies are streamed to the staging area within `publishing.max_upload_size`. The client
 //! authenticates as at every door (a token, or a CI system's ID token) and its rule's
@@ -109,8 +110,7 @@ fn answer(status: StatusCode, outcome: &str, publication: &Publication) -> Respo
 }
 
 impl App {
-    /// A request under `<base>-/api/v1/publish/` or `<base>-/api/v1/publications`; `rest` is
-    /// the part after `v1/`.
+    /// A request under `<base>-/api/v1/publish/`; `rest` is the part after `v1/`.
     pub(super) async fn publish(
         &self,
         req: &Request<()>,
@@ -123,23 +123,6 @@ impl App {
             Err(denied) => return Ok(denied_response(&denied)),
         };
         let publisher = &self.mirror.publisher;
-        if rest == "publications" {
-            if !matches!(*req.method(), Method::GET | Method::HEAD) {
-                return Err(Error::MethodNotAllowed);
-            }
-            let publications = self.mirror.core().publications();
-            let all = publications.all().await?;
-            let removed = publications.audits().await?;
-            let body = serde_json::json!({
-                "api_version": 1,
-                "publications": all,
-                "removed": removed,
-            });
-            return Ok(json_response(
-                StatusCode::OK,
-                serde_json::to_vec(&body).expect("records serialise"),
-            ));
-        }
         let Some(hostname) = publisher.hostname() else {
             return Err(Error::NotFound(
                 "this registry has no private namespaces (publishing.namespaces)".into(),
