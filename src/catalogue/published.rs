@@ -87,7 +87,7 @@ impl PublishedList {
                         (p.published_at, entry)
                     })
                     .collect();
-                entries.sort_by(|a, b| b.0.cmp(&a.0));
+                entries.sort_by_key(|e| std::cmp::Reverse(e.0));
                 Namespace {
                     name,
                     entries: entries.into_iter().map(|(_, e)| e).collect(),

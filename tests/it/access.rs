@@ -125,8 +125,16 @@ async fn readers_get_what_the_platform_team_let_into_the_cache_and_nothing_else(
         .await
         .assert_success();
 
-    // A reader sees 1.0.0 alone, though the origin has 2.0.0, and installs it.
-    let index = get(format!("{foo}/index.json"), CI_TOKEN).await;
+    // A reader sees 1.0.0 alone, though the origin has 2.0.0, and installs it. (The archive
+    // is committed just after its last byte reached terraform: wait for that.)
+    let mut index = get(format!("{foo}/index.json"), CI_TOKEN).await;
+    for _ in 0..100 {
+        if index.status == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        index = get(format!("{foo}/index.json"), CI_TOKEN).await;
+    }
     assert_eq!(index.status, StatusCode::OK, "{}", index.text());
     let listed: Vec<String> = index.json()["versions"]
         .as_object()
