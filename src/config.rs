@@ -678,10 +678,16 @@ impl Default for UpstreamConfig {
 pub struct HostConfig {
     pub connect_to: Option<String>,
     pub token: Option<String>,
+    /// A file holding the token, read for every request (a projected workload identity token).
+    pub token_file: Option<PathBuf>,
     /// The user name sent with `token` to a git host (HTTP Basic); `x-access-token` if unset.
     pub git_username: Option<String>,
     pub require_signature: Option<bool>,
     pub allow_http: bool,
+    /// Another mirror (a site's centre) asked in this origin's place.
+    pub via: Option<String>,
+    /// `"origin"`: ask the origin itself when the centre does not answer; `"none"` (default).
+    pub fallback: Option<String>,
 }
 
 // Tokens never appear in `Debug` output (and so in no log line that prints settings).
@@ -690,11 +696,63 @@ impl std::fmt::Debug for HostConfig {
         f.debug_struct("HostConfig")
             .field("connect_to", &self.connect_to)
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("token_file", &self.token_file)
             .field("git_username", &self.git_username)
             .field("require_signature", &self.require_signature)
             .field("allow_http", &self.allow_http)
+            .field("via", &self.via)
+            .field("fallback", &self.fallback)
             .finish()
     }
+}
+
+/// `upstream.hosts.*.via` and `fallback` of the table `key`, for origin `host` (`None`: for
+/// every origin, as `provender seed --from` gives it).
+pub fn parse_via(
+    key: &str,
+    host: Option<&Hostname>,
+    via: &str,
+    fallback: Option<&str>,
+) -> Result<crate::upstream::Via, ConfigError> {
+    let via_key = format!("{key}.via");
+    let mut url = url::Url::parse(via).map_err(|e| invalid(&via_key, format!("not a URL: {e}")))?;
+    if url.scheme() != "https" {
+        return Err(invalid(&via_key, "must be an https:// URL"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            &via_key,
+            "must not carry credentials: give the centre's token in its own [upstream.hosts] table",
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(&via_key, "must have no query or fragment"));
+    }
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    let centre = crate::address::authority(&url)
+        .and_then(|a| Hostname::parse(&a).ok())
+        .ok_or_else(|| invalid(&via_key, "has no usable host name"))?;
+    if Some(&centre) == host {
+        return Err(invalid(&via_key, "names the origin itself"));
+    }
+    let fallback_to_origin = match fallback {
+        None | Some("none") => false,
+        Some("origin") => true,
+        Some(other) => {
+            return Err(invalid(
+                format!("{key}.fallback"),
+                format!("must be \"origin\" or \"none\", not {other:?}"),
+            ));
+        }
+    };
+    Ok(crate::upstream::Via {
+        url,
+        host: centre,
+        fallback_to_origin,
+    })
 }
 
 /// `upstream.proxy` as written, parsed in `validate()` so that no error quotes it: it may hold
@@ -1238,16 +1296,55 @@ impl UpstreamConfig {
             );
         }
         let mut hosts = BTreeMap::new();
+        // The centres some hosts go through (`via`): their own tables hold their credentials.
+        let mut vias = BTreeMap::new();
         for (name, hc) in &u.hosts {
             let key = format!("upstream.hosts.{name:?}");
             let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
-            if !allowed_hosts.contains(&host) && !issuer_hosts.iter().any(|h| h == host.as_str()) {
+            match (&hc.via, &hc.fallback) {
+                (Some(via), fallback) => {
+                    vias.insert(
+                        host.clone(),
+                        parse_via(&key, Some(&host), via, fallback.as_deref())?,
+                    );
+                }
+                (None, Some(_)) => {
+                    return Err(invalid(
+                        format!("{key}.fallback"),
+                        "applies only to a host with a via",
+                    ));
+                }
+                (None, None) => {}
+            }
+        }
+        for (name, hc) in &u.hosts {
+            let key = format!("upstream.hosts.{name:?}");
+            let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
+            let centre = vias.values().any(|v| v.host == host);
+            if !allowed_hosts.contains(&host)
+                && !issuer_hosts.iter().any(|h| h == host.as_str())
+                && !centre
+            {
                 return Err(invalid(
                     &key,
                     format!(
-                        "{host} is not listed in upstream.allowed_hosts (nor git.allowed_hosts, nor the host of an auth.issuers entry)"
+                        "{host} is not listed in upstream.allowed_hosts (nor git.allowed_hosts, nor the host of an auth.issuers entry, nor the via of another host)"
                     ),
                 ));
+            }
+            if hc.token.is_some() && hc.token_file.is_some() {
+                return Err(invalid(
+                    format!("{key}.token_file"),
+                    "give either token or token_file, not both",
+                ));
+            }
+            if let Some(path) = &hc.token_file {
+                if let Err(e) = std::fs::metadata(path) {
+                    return Err(invalid(
+                        format!("{key}.token_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    ));
+                }
             }
             let connect_to = match &hc.connect_to {
                 Some(addr) => Some(parse_connect_to(&format!("{key}.connect_to"), addr)?),
@@ -1273,11 +1370,14 @@ impl UpstreamConfig {
                     "must be a non-empty name without ':' or control characters",
                 ));
             }
+            let via = vias.get(&host).cloned();
             hosts.insert(
                 host,
                 HostSettings {
                     connect_to,
                     token: hc.token.clone(),
+                    token_file: hc.token_file.clone(),
+                    via,
                     git_username: hc.git_username.clone(),
                     require_signature: hc.require_signature,
                     allow_http: hc.allow_http,

@@ -27,7 +27,13 @@ pub struct ArchiveDownload {
 impl Upstream {
     /// Lists a provider's versions. `Ok(None)`: the origin has no such provider.
     pub async fn versions(&self, addr: &ProviderAddr) -> Result<Option<VersionList>> {
-        let base = self.service_base(&addr.hostname, "providers.v1").await?;
+        self.at_service(&addr.hostname, "providers.v1", |base| {
+            self.versions_at(addr, base)
+        })
+        .await
+    }
+
+    async fn versions_at(&self, addr: &ProviderAddr, base: Url) -> Result<Option<VersionList>> {
         let url = join(
             &base,
             &format!("{}/{}/versions", addr.namespace, addr.type_),
@@ -59,7 +65,19 @@ impl Upstream {
         version: &Version,
         platform: &Platform,
     ) -> Result<Option<Package>> {
-        let base = self.service_base(&addr.hostname, "providers.v1").await?;
+        self.at_service(&addr.hostname, "providers.v1", |base| {
+            self.download_info_at(addr, version, platform, base)
+        })
+        .await
+    }
+
+    async fn download_info_at(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+        base: Url,
+    ) -> Result<Option<Package>> {
         let path = format!(
             "{}/{}/{}/download/{}/{}",
             addr.namespace, addr.type_, version, platform.os, platform.arch
@@ -129,16 +147,17 @@ impl Upstream {
                     .and_then(|v| v.parse::<u64>().ok())),
                 status => Err(UpstreamError::status_of(op, &url, status)),
             });
-        self.observe(host, op, started);
+        let peer = self.peer(host, &url);
+        self.observe(peer, op, started);
         self.count(
-            host,
+            peer,
             op,
             match &result {
                 Ok(_) => Outcome::Ok,
                 Err(e) => e.outcome(),
             },
         );
-        self.record_health(host, started, &result);
+        self.record_health(peer, started, &result);
         result
     }
 
@@ -174,7 +193,8 @@ impl Upstream {
         let result = self
             .send(host, op, &url, self.settings.archive_timeout)
             .await;
-        self.observe(host, op, started);
+        let peer = self.peer(host, &url);
+        self.observe(peer, op, started);
         let checked = result.and_then(|resp| {
             if resp.status() != reqwest::StatusCode::OK {
                 return Err(UpstreamError::status_of(op, &url, resp.status()));
@@ -189,13 +209,13 @@ impl Upstream {
         let resp = match checked {
             Ok(resp) => resp,
             Err(e) => {
-                self.count(host, op, e.outcome());
-                self.record_health::<()>(host, started, &Err(e.clone()));
+                self.count(peer, op, e.outcome());
+                self.record_health::<()>(peer, started, &Err(e.clone()));
                 return Err(e);
             }
         };
-        self.count(host, op, Outcome::Ok);
-        self.record_health(host, started, &Ok(()));
+        self.count(peer, op, Outcome::Ok);
+        self.record_health(peer, started, &Ok(()));
         let size = resp.content_length();
         Ok(ArchiveDownload {
             size,
