@@ -16,6 +16,7 @@
 //! - `provender seed --from <centre>` fills a cache from the centre, with the same checks.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -27,7 +28,7 @@ use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under, write_config};
 use crate::support::static_server::StaticServer;
 use crate::support::tf_config::{self, local_platform, root_module};
-use crate::support::{Terraform, https_client, sample};
+use crate::support::{Terraform, https_client, poll, sample};
 
 /// The edge's bearer token at the centre, as a workload identity file would hold it.
 const EDGE_TOKEN: &str = "edge-site-workload-token-0123456789";
@@ -42,19 +43,23 @@ fn centre_auth() -> String {
     )
 }
 
-/// The edge's tables: `registry.terraform.io` (reachable only at a closed port) and the
-/// release host go via `centre`; the centre's token comes from `token_file`. `more` is added
-/// to the registry's table.
-fn edge_toml(centre: &url::Url, token_file: &Path, more: &str) -> String {
+/// The edge's tables: `registry.terraform.io` (reachable only at a closed port) and, with
+/// `releases`, the release host go via `centre`; the centre's token comes from `token_file`.
+/// `more` is added to the registry's table.
+fn edge_toml(centre: &url::Url, token_file: &Path, more: &str, releases: bool) -> String {
     let centre_host = format!(
         "{}:{}",
         centre.host_str().unwrap(),
         centre.port_or_known_default().unwrap()
     );
+    let release_host = if releases {
+        format!("[upstream.hosts.\"localhost\"]\nvia = \"{centre}\"\n")
+    } else {
+        String::new()
+    };
     format!(
         "[upstream.hosts.\"{REGISTRY}\"]\nvia = \"{centre}\"\nconnect_to = \"127.0.0.1:9\"\n{more}\n\n\
-         [upstream.hosts.\"{centre_host}\"]\ntoken_file = \"{token}\"\n\n\
-         [upstream.hosts.\"localhost\"]\nvia = \"{centre}\"\n",
+         [upstream.hosts.\"{centre_host}\"]\ntoken_file = \"{token}\"\n\n{release_host}",
         token = token_file.display(),
     )
 }
@@ -70,7 +75,10 @@ async fn edge(
 ) -> TestMirror {
     let token_file = dir.join("edge-token");
     std::fs::write(&token_file, format!("{EDGE_TOKEN}\n")).unwrap();
-    let toml = format!("{}\n{releases}", edge_toml(centre, &token_file, more));
+    let toml = format!(
+        "{}\n{releases}",
+        edge_toml(centre, &token_file, more, !releases.is_empty())
+    );
     TestMirror::start_with(
         ca,
         origin,
@@ -215,4 +223,184 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
     assert_eq!(got.status, 200);
     assert_eq!(sha256_hex(&got.body), sha256_hex(&zip));
     assert_eq!(origin.count(RequestKind::Archive), 1);
+}
+
+/// What a hostile centre does with one version's download answer.
+enum Lie {
+    /// The genuine answer; the archive's bytes altered.
+    AlteredArchive,
+    /// Another version's signed files (filename, shasum, SHA256SUMS and signature).
+    OtherVersion(&'static str),
+    /// The genuine SHA256SUMS signed by a key the answer does not list.
+    UnlistedKey,
+    /// The genuine answer with a false `h1:` in the `packages` extension.
+    FalseH1,
+    /// The genuine answer, files and key (of a namespace pinned to another key).
+    Genuine,
+}
+
+/// Writes, under `root`, a centre's registry facade for `REGISTRY/<ns>/foo` `version` on
+/// `platform` as `lie` has it, from the origin's genuine files.
+fn hostile_facade(root: &Path, origin: &FakeOrigin, ns: &str, version: &str, lie: Lie) {
+    let (os, arch) = local_platform();
+    let files = root.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let named = match lie {
+        Lie::OtherVersion(other) => other,
+        _ => version,
+    };
+    let filename = origin.filename(ns, "foo", named, os, arch);
+    let mut archive = origin.archive(ns, "foo", named, os, arch);
+    if let Lie::AlteredArchive = lie {
+        let at = archive.len() / 2;
+        archive[at] ^= 0x55;
+    }
+    let sums = origin.shasums(ns, "foo", named);
+    let signature = match lie {
+        Lie::UnlistedKey => sign_detached(&sums, true),
+        _ => origin.shasums_signature(ns, "foo", named),
+    };
+    // Each version's files apart (under the version asked for).
+    let prefix = format!("{ns}_{version}_");
+    std::fs::write(files.join(format!("{prefix}{filename}")), &archive).unwrap();
+    std::fs::write(files.join(format!("{prefix}SHA256SUMS")), &sums).unwrap();
+    std::fs::write(files.join(format!("{prefix}SHA256SUMS.sig")), &signature).unwrap();
+    let mut answer = serde_json::json!({
+        "protocols": ["5.0"], "os": os, "arch": arch, "filename": filename,
+        "download_url": format!("/files/{prefix}{filename}"),
+        "shasum": origin.sha256_hex(ns, "foo", named, os, arch),
+        "shasums_url": format!("/files/{prefix}SHA256SUMS"),
+        "shasums_signature_url": format!("/files/{prefix}SHA256SUMS.sig"),
+        "signing_keys": {"gpg_public_keys": [{
+            "key_id": origin.key_id(), "ascii_armor": origin.public_key_armor(),
+        }]},
+    });
+    if let Lie::FalseH1 = lie {
+        // Another archive's h1: a statement the edge can check once it has the archive.
+        let other = origin.h1_zip(ns, "foo", "1.0.0", os, arch);
+        answer["packages"] = serde_json::json!({ format!("{os}_{arch}"): {"hashes": [other]} });
+    }
+    let provider = root.join(format!("v1/providers/{REGISTRY}/{ns}/foo"));
+    let download = provider.join(format!("{version}/download/{os}"));
+    std::fs::create_dir_all(&download).unwrap();
+    std::fs::write(download.join(arch), serde_json::to_vec(&answer).unwrap()).unwrap();
+    // The version list: every version written so far.
+    let list = provider.join("versions");
+    let mut versions: Value = std::fs::read(&list)
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap_or_else(|_| serde_json::json!({"versions": []}));
+    versions["versions"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "version": version, "protocols": ["5.0"],
+            "platforms": [{"os": os, "arch": arch}],
+        }));
+    std::fs::write(&list, serde_json::to_vec(&versions).unwrap()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_centre_is_refused_at_the_edge_and_nothing_is_kept() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let (os, arch) = local_platform();
+    // Only the fixtures' genuine signed files are used: nothing asks this origin anything.
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![
+            ProviderSpec::new("acme", "foo", &["1.0.0", "3.0.0", "4.0.0"], &[(os, arch)]),
+            ProviderSpec::new("hashicorp", "foo", &["1.0.0"], &[(os, arch)]),
+        ],
+    )
+    .await;
+    let root = work.path().join("hostile");
+    hostile_facade(&root, &origin, "acme", "1.0.0", Lie::AlteredArchive);
+    hostile_facade(&root, &origin, "acme", "2.0.0", Lie::OtherVersion("1.0.0"));
+    hostile_facade(&root, &origin, "acme", "3.0.0", Lie::UnlistedKey);
+    hostile_facade(&root, &origin, "acme", "4.0.0", Lie::FalseH1);
+    hostile_facade(&root, &origin, "hashicorp", "1.0.0", Lie::Genuine);
+    let hostile = StaticServer::start(&ca, &root);
+    let centre = url::Url::parse(&hostile.url()).unwrap();
+    let edge = edge(&ca, &origin, &centre, work.path(), "", "").await;
+    let c = https_client(&ca, &[]);
+    let platform = format!("{os}_{arch}");
+    let version_doc = |ns: &str, v: &str| edge.url(&format!("{REGISTRY}/{ns}/foo/{v}.json"));
+    let archive = |ns: &str, v: &str| {
+        edge.url(&format!(
+            "{REGISTRY}/{ns}/foo/terraform-provider-foo_{v}_{platform}.zip"
+        ))
+    };
+
+    // Altered bytes: the signed metadata passes, the archive does not.
+    let got = get(&c, &version_doc("acme", "1.0.0")).await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    let got = c.get(archive("acme", "1.0.0")).send().await.unwrap();
+    let status = got.status();
+    let body = got.bytes().await;
+    assert!(
+        status == 502 || body.is_err(),
+        "an altered archive never arrives whole ({status})"
+    );
+
+    // Another version's signed files, a signature by an unlisted key, a pinned namespace
+    // signed by another key: each version is refused before any archive is fetched.
+    for (ns, v, why) in [
+        ("acme", "2.0.0", "another version"),
+        ("acme", "3.0.0", "signature"),
+        ("hashicorp", "1.0.0", "pinned"),
+    ] {
+        let got = get(&c, &version_doc(ns, v)).await;
+        let body = String::from_utf8_lossy(&got.body).to_string();
+        assert_eq!(got.status, 502, "{ns}/foo {v} ({why}): {body}");
+        let got = get(&c, &archive(ns, v)).await;
+        assert_eq!(got.status, 502, "{ns}/foo {v} ({why})");
+        assert!(version_record(&edge.cache_dir, ns, "foo", v).is_none());
+    }
+    // Refused on their signed files: their archives were never even asked for.
+    let asked = hostile.access_log();
+    for refused in [
+        "acme_2.0.0_terraform",
+        "acme_3.0.0_terraform",
+        "hashicorp_1.0.0_terraform",
+    ] {
+        assert!(!asked.contains(refused), "{refused}: {asked}");
+    }
+    assert!(
+        edge.cached_archives().is_empty(),
+        "nothing hostile is kept: {:?}",
+        edge.cached_archives()
+    );
+
+    // A false h1: is only a hint: the computed one is served, the lie counted.
+    let got = get(&c, &archive("acme", "4.0.0")).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.body, origin.archive("acme", "foo", "4.0.0", os, arch));
+    let computed = origin.h1_zip("acme", "foo", "4.0.0", os, arch);
+    // The record takes the archive's h1: once it is committed, just after the response.
+    let hashes = poll(Duration::from_secs(10), async || {
+        let doc = get(&c, &version_doc("acme", "4.0.0")).await.json();
+        let hashes = doc["archives"][&platform]["hashes"].to_string();
+        hashes.contains(&computed).then_some(hashes)
+    })
+    .await
+    .expect("the computed h1: is listed");
+    assert!(
+        !hashes.contains(&origin.h1_zip("acme", "foo", "1.0.0", os, arch)),
+        "{hashes}"
+    );
+    let metrics = edge.metrics(&c).await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "provender_verification_failures_total{reason=\"reported_h1_mismatch\"}"
+        ),
+        1
+    );
+    assert_eq!(edge.cached_archives().len(), 1);
+    assert!(
+        edge.staging_files().is_empty(),
+        "{:?}",
+        edge.staging_files()
+    );
 }
