@@ -177,6 +177,50 @@ impl Upstream {
         .await
     }
 
+    /// [`archive`](Self::archive) of a provider package. When `url` is on its host's centre
+    /// (`via`), the centre does not answer and `fallback = "origin"`, the package's download
+    /// metadata is asked of the origin itself, and its own URL fetched instead; the caller
+    /// checks whatever arrives against the package's signed `shasum`, as always.
+    pub async fn package_archive(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+        url: &str,
+    ) -> Result<ArchiveDownload> {
+        let host = &addr.hostname;
+        let on_centre = |via: &super::Via| {
+            Url::parse(url)
+                .ok()
+                .and_then(|u| crate::address::authority(&u))
+                == Some(via.host.to_string())
+        };
+        match self.archive(host, url).await {
+            Err(e)
+                if super::centre_unavailable(&e)
+                    && self
+                        .settings
+                        .via(host)
+                        .is_some_and(|via| via.fallback_to_origin && on_centre(via)) =>
+            {
+                tracing::warn!(%host, "the centre does not answer ({e}); fetching {addr} {version} {platform} from the origin (fallback = \"origin\")");
+                let base = self.origin_service_base(host, "providers.v1").await?;
+                let found = self
+                    .download_info_at(addr, version, platform, base)
+                    .await?
+                    .and_then(|pkg| pkg.download_url);
+                let Some(origin_url) = found else {
+                    return Err(UpstreamError::Status {
+                        what: format!("download {addr} {version} {platform} at the origin"),
+                        status: 404,
+                    });
+                };
+                self.archive(host, &origin_url).await
+            }
+            answered => answered,
+        }
+    }
+
     /// Starts a download of `url` (for registry `host`: its token goes only to that host) and
     /// returns it once the origin answered 200; at most `max` bytes (the setting `max_key`).
     pub(crate) async fn download(

@@ -46,7 +46,13 @@ fn centre_auth() -> String {
 /// The edge's tables: `registry.terraform.io` (reachable only at a closed port) and, with
 /// `releases`, the release host go via `centre`; the centre's token comes from `token_file`.
 /// `more` is added to the registry's table.
-fn edge_toml(centre: &url::Url, token_file: &Path, more: &str, releases: bool) -> String {
+fn edge_toml(
+    centre: &url::Url,
+    token_file: &Path,
+    more: &str,
+    releases: bool,
+    origin: Option<std::net::SocketAddr>,
+) -> String {
     let centre_host = format!(
         "{}:{}",
         centre.host_str().unwrap(),
@@ -58,26 +64,32 @@ fn edge_toml(centre: &url::Url, token_file: &Path, more: &str, releases: bool) -
         String::new()
     };
     format!(
-        "[upstream.hosts.\"{REGISTRY}\"]\nvia = \"{centre}\"\nconnect_to = \"127.0.0.1:9\"\n{more}\n\n\
+        "[upstream.hosts.\"{REGISTRY}\"]\nvia = \"{centre}\"\nconnect_to = \"{origin}\"\n{more}\n\n\
          [upstream.hosts.\"{centre_host}\"]\ntoken_file = \"{token}\"\n\n{release_host}",
         token = token_file.display(),
+        origin = origin.unwrap_or_else(|| "127.0.0.1:9".parse().unwrap()),
     )
 }
 
-/// An edge server via `centre`: the origin is out of its reach, its token in `dir`.
+/// An edge server via `centre`, its token in `dir`: the origin is out of its reach, or with
+/// `fallback`, reachable and asked when the centre does not answer (`fallback = "origin"`).
 async fn edge(
     ca: &TestCa,
     origin: &FakeOrigin,
     centre: &url::Url,
     dir: &Path,
     releases: &str,
-    more: &str,
+    fallback: bool,
 ) -> TestMirror {
     let token_file = dir.join("edge-token");
     std::fs::write(&token_file, format!("{EDGE_TOKEN}\n")).unwrap();
+    let (more, reach) = match fallback {
+        true => ("fallback = \"origin\"", Some(origin.addr())),
+        false => ("", None),
+    };
     let toml = format!(
         "{}\n{releases}",
-        edge_toml(centre, &token_file, more, !releases.is_empty())
+        edge_toml(centre, &token_file, more, !releases.is_empty(), reach)
     );
     TestMirror::start_with(
         ca,
@@ -147,7 +159,7 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
     )
     .await;
     let mut centre = centre;
-    let edge = edge(&ca, &origin, &centre.url, work.path(), &releases, "").await;
+    let edge = edge(&ca, &origin, &centre.url, work.path(), &releases, false).await;
     let terraform = Terraform::new(&ca, &through(&edge.url));
 
     let first = root_module(&main_tf());
@@ -322,7 +334,7 @@ async fn a_hostile_centre_is_refused_at_the_edge_and_nothing_is_kept() {
     hostile_facade(&root, &origin, "hashicorp", "1.0.0", Lie::Genuine);
     let hostile = StaticServer::start(&ca, &root);
     let centre = url::Url::parse(&hostile.url()).unwrap();
-    let edge = edge(&ca, &origin, &centre, work.path(), "", "").await;
+    let edge = edge(&ca, &origin, &centre, work.path(), "", false).await;
     let c = https_client(&ca, &[]);
     let platform = format!("{os}_{arch}");
     let version_doc = |ns: &str, v: &str| edge.url(&format!("{REGISTRY}/{ns}/foo/{v}.json"));
@@ -403,4 +415,184 @@ async fn a_hostile_centre_is_refused_at_the_edge_and_nothing_is_kept() {
         "{:?}",
         edge.staging_files()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fallback_asks_the_origin_only_when_the_centre_does_not_answer() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let (os, arch) = local_platform();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new("acme", "foo", &["1.0.0"], &[(os, arch)])],
+    )
+    .await;
+    let c = https_client(&ca, &[]);
+    let platform = format!("{os}_{arch}");
+
+    // A centre that answers, with a refusal: its edge may read its cache but not fill it.
+    let refusing = TestMirror::start_with_toml(
+        &ca,
+        &origin,
+        &centre_auth().replace("fill = true", "fill = false"),
+    )
+    .await;
+    let dir = work.path().join("refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let edge_a = edge(&ca, &origin, &refusing.url, &dir, "", true).await;
+    let got = get(&c, &edge_a.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
+    assert_ne!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(
+        origin.total_requests(),
+        0,
+        "an answer of the centre's is not second-guessed: {:?}",
+        origin.requests()
+    );
+
+    // A centre that does not answer at all: the origin is asked, and checked as ever.
+    let gone = url::Url::parse("https://localhost:9/").unwrap();
+    let dir = work.path().join("gone");
+    std::fs::create_dir_all(&dir).unwrap();
+    let edge_b = edge(&ca, &origin, &gone, &dir, "", true).await;
+    let archive = edge_b.url(&format!(
+        "{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_{platform}.zip"
+    ));
+    let got = get(&c, &archive).await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(got.body, origin.archive("acme", "foo", "1.0.0", os, arch));
+    assert_eq!(origin.downloads_of("acme", "foo", "1.0.0", os, arch), 1);
+    let rec = version_record(&edge_b.cache_dir, "acme", "foo", "1.0.0").expect("record");
+    assert_eq!(rec["sums"][0]["trust"]["key_id"], origin.key_id());
+
+    // Without fallback, the same outage is an error: the origin is not asked.
+    origin.reset_counts();
+    let dir = work.path().join("strict");
+    std::fs::create_dir_all(&dir).unwrap();
+    let edge_c = edge(&ca, &origin, &gone, &dir, "", false).await;
+    let got = get(&c, &edge_c.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
+    assert_eq!(got.status, 502, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(origin.total_requests(), 0, "{:?}", origin.requests());
+
+    // A version record from the centre names the centre's archive URL; the centre gone before
+    // the archive was fetched, the origin's own URL is asked for and fetched, and checked
+    // against the same signed shasum.
+    let mut centre = TestMirror::start_with_toml(&ca, &origin, &centre_auth()).await;
+    let dir = work.path().join("late");
+    std::fs::create_dir_all(&dir).unwrap();
+    let edge_d = edge(&ca, &origin, &centre.url, &dir, "", true).await;
+    let got = get(&c, &edge_d.url(&format!("{REGISTRY}/acme/foo/1.0.0.json"))).await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    let rec = version_record(&edge_d.cache_dir, "acme", "foo", "1.0.0").expect("record");
+    let centre_authority = format!("localhost:{}", centre.url.port().unwrap());
+    assert!(
+        rec["packages"][&platform]["download_url"]
+            .as_str()
+            .unwrap()
+            .contains(&centre_authority),
+        "{rec:#}"
+    );
+    centre.stop().await;
+    let before = origin.downloads_of("acme", "foo", "1.0.0", os, arch);
+    let got = get(
+        &c,
+        &edge_d.url(&format!(
+            "{REGISTRY}/acme/foo/terraform-provider-foo_1.0.0_{platform}.zip"
+        )),
+    )
+    .await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(got.body, origin.archive("acme", "foo", "1.0.0", os, arch));
+    assert_eq!(
+        origin.downloads_of("acme", "foo", "1.0.0", os, arch),
+        before + 1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_from_a_centre_fills_a_cache_with_the_same_checks() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let (os, arch) = local_platform();
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new("acme", "foo", &["1.0.0"], &[(os, arch)])],
+        vec![ModuleSpec::new("acme", "net", "test", &["1.0.0"])],
+    )
+    .await;
+    let centre = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &centre_auth(),
+            ..Default::default()
+        },
+    )
+    .await;
+    // The edge's configuration names no centre, and cannot reach the origin.
+    let dir = work.path().join("edge");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = write_config(
+        &ca,
+        &dir,
+        "127.0.0.1:9".parse().unwrap(),
+        &MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            ..Default::default()
+        },
+    );
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, EDGE_TOKEN).unwrap();
+    let platform = format!("{os}_{arch}");
+    let seed = |from: String, token: &Path| {
+        let (cfg, token) = (path_str(&cfg).to_string(), path_str(token).to_string());
+        let platform = platform.clone();
+        async move {
+            provender(&[
+                "seed",
+                "--config",
+                &cfg,
+                "--from",
+                &from,
+                "--from-token-file",
+                &token,
+                "--platform",
+                &platform,
+                "--provider",
+                "acme/foo@1.0.0",
+                "--module",
+                "acme/net/test@1.0.0",
+            ])
+            .await
+        }
+    };
+
+    // A wrong token: the centre refuses, nothing is kept.
+    let wrong = dir.join("wrong-token");
+    std::fs::write(&wrong, "not-the-edge").unwrap();
+    let run = seed(centre.url.to_string(), &wrong).await;
+    assert_ne!(run.code, Some(0), "{}", run.out());
+    assert!(files_under(&dir.join("cache/archives")).is_empty());
+
+    let run = seed(centre.url.to_string(), &token_file).await;
+    run.ok();
+    let archives: Vec<_> = files_under(&dir.join("cache/archives"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+        .collect();
+    assert_eq!(archives.len(), 1, "{archives:?}");
+    assert_eq!(
+        std::fs::read(&archives[0]).unwrap(),
+        origin.archive("acme", "foo", "1.0.0", os, arch)
+    );
+    let rec = version_record(&dir.join("cache"), "acme", "foo", "1.0.0").expect("record");
+    assert_eq!(rec["sums"][0]["trust"]["kind"], "community");
+    assert_eq!(rec["sums"][0]["trust"]["key_id"], origin.key_id());
+    assert!(
+        !files_under(&dir.join("cache/modules")).is_empty(),
+        "the module is seeded too"
+    );
+    assert_eq!(origin.downloads_of("acme", "foo", "1.0.0", os, arch), 1);
+    assert!(origin.requests().iter().all(|r| r.authorization.is_none()));
 }
