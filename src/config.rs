@@ -1861,6 +1861,66 @@ mod tests {
     }
 
     #[test]
+    fn a_host_via_a_centre_is_checked() {
+        let ok = |toml: &str| {
+            Config::from_toml(toml)
+                .and_then(|c| c.validate())
+                .unwrap_or_else(|e| panic!("{toml}: {e}"))
+                .upstream
+        };
+        let host = |s: &str| Hostname::parse(s).unwrap();
+        let tf = "[upstream.hosts.'registry.terraform.io']\n";
+        // The base URL gets its `/`; the centre's own table (its credential) is accepted
+        // without the centre being an allowed origin.
+        let upstream = ok(&format!(
+            "{tf}via = 'https://central.example.com/mirror'\nfallback = 'origin'\n\n\
+             [upstream.hosts.'central.example.com']\ntoken = 'edge-token'\n"
+        ));
+        let via = upstream.via(&host("registry.terraform.io")).unwrap();
+        assert_eq!(via.url.as_str(), "https://central.example.com/mirror/");
+        assert_eq!(via.host, host("central.example.com"));
+        assert!(via.fallback_to_origin);
+        assert_eq!(
+            via.service_base(&host("registry.terraform.io"), "providers.v1")
+                .unwrap()
+                .as_str(),
+            "https://central.example.com/mirror/v1/providers/registry.terraform.io/"
+        );
+        assert!(upstream.via(&host("registry.opentofu.org")).is_none());
+        // A port is part of the centre's name, as tokens are keyed.
+        let upstream = ok(&format!("{tf}via = 'https://central.example.com:8443/'"));
+        let via = upstream.via(&host("registry.terraform.io")).unwrap();
+        assert_eq!(via.host, host("central.example.com:8443"));
+        assert!(!via.fallback_to_origin);
+
+        for (toml, key) in [
+            ("via = 'http://central.example.com/'", "via"),
+            ("via = 'https://user:pw@central.example.com/'", "via"),
+            ("via = 'https://central.example.com/?a=b'", "via"),
+            ("via = 'https://registry.terraform.io/'", "via"),
+            ("via = 'nope'", "via"),
+            ("fallback = 'origin'", "fallback"),
+            (
+                "via = 'https://c.example/'\nfallback = 'sometimes'",
+                "fallback",
+            ),
+            ("token = 'a'\ntoken_file = '/etc/hostname'", "token_file"),
+            ("token_file = '/nonexistent/token'", "token_file"),
+        ] {
+            let message = err(&format!("{tf}{toml}"));
+            assert!(
+                message.contains(&format!("upstream.hosts.\"registry.terraform.io\".{key}")),
+                "{toml}: {message}"
+            );
+        }
+        // Secrets stay out of `Debug`.
+        let upstream = ok(&format!(
+            "{tf}via = 'https://c.example/'\n\n[upstream.hosts.'c.example']\ntoken = 'hush-0123'\n"
+        ));
+        assert!(!format!("{upstream:?}").contains("hush-0123"));
+    }
+
+    #[test]
     fn release_settings_are_checked() {
         let defaults = Config::default().validate().unwrap().releases;
         assert!(!defaults.enabled);

@@ -924,3 +924,39 @@ fn describe(op: Operation, url: &Url, err: &reqwest::Error) -> String {
     }
     msg
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_centre_that_did_not_answer_is_passed_over() {
+        let status = |status| UpstreamError::Status {
+            what: "versions".into(),
+            status,
+        };
+        for unavailable in [
+            UpstreamError::Connect("refused".into()),
+            UpstreamError::Timeout("slow".into()),
+            UpstreamError::CircuitOpen("open".into()),
+            status(500),
+            status(502),
+            status(503),
+        ] {
+            assert!(centre_unavailable(&unavailable), "{unavailable:?}");
+        }
+        // Its answers stand: a refusal, a missing thing, a bad document, the local policy.
+        for answered in [
+            status(401),
+            status(403),
+            status(404),
+            status(429),
+            UpstreamError::BadDocument("garbled".into()),
+            UpstreamError::TooLarge("big".into()),
+            UpstreamError::Refused("policy".into()),
+            UpstreamError::NotARegistry("none".into()),
+        ] {
+            assert!(!centre_unavailable(&answered), "{answered:?}");
+        }
+    }
+}
