@@ -722,10 +722,9 @@ impl Upstream {
         url: &Url,
     ) -> Option<(&'a Hostname, &'a Credential)> {
         let owner = self.peer(host, url);
-        if crate::address::authority(url).as_deref() != Some(owner.as_str()) {
-            return None;
-        }
-        self.tokens.get(owner).map(|c| (owner, c))
+        let credential = self.tokens.get(owner)?;
+        (crate::address::authority(url).as_deref() == Some(owner.as_str()))
+            .then_some((owner, credential))
     }
 
     /// The bearer token of a credential: a `token_file` is read for every request, so a
