@@ -25,7 +25,9 @@ use crate::support::cli::{path_str, provender};
 use crate::support::http::get;
 use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec, RequestKind, sign_detached};
 use crate::support::pki::TestCa;
-use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under, write_config};
+use crate::support::provender::{
+    MirrorOptions, REGISTRY, ServerProcess, TestMirror, files_under, write_config,
+};
 use crate::support::static_server::StaticServer;
 use crate::support::tf_config::{self, local_platform, root_module};
 use crate::support::{Terraform, https_client, poll, sample};
@@ -148,18 +150,42 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
     let release_host = StaticServer::start(&ca, &release_root);
     let releases = releases_toml(&work.path().join("keys"), &release_host, false);
 
-    let centre = TestMirror::start_with(
+    // The centre and the edge: the real binary, each its own process.
+    let centre_dir = work.path().join("centre");
+    std::fs::create_dir_all(&centre_dir).unwrap();
+    let centre_toml = format!("{releases}\n{}", centre_auth());
+    let centre_config = write_config(
         &ca,
-        &origin,
-        MirrorOptions {
+        &centre_dir,
+        origin.addr(),
+        &MirrorOptions {
             extra_upstream: "allow_private_networks = true",
-            extra_toml: &format!("{releases}\n{}", centre_auth()),
+            extra_toml: &centre_toml,
             ..Default::default()
         },
-    )
-    .await;
-    let mut centre = centre;
-    let edge = edge(&ca, &origin, &centre.url, work.path(), &releases, false).await;
+    );
+    let mut centre = ServerProcess::spawn(&centre_config);
+    let edge_dir = work.path().join("edge");
+    std::fs::create_dir_all(&edge_dir).unwrap();
+    let token_file = edge_dir.join("edge-token");
+    std::fs::write(&token_file, format!("{EDGE_TOKEN}\n")).unwrap();
+    let edge_toml = format!(
+        "{}\n{releases}",
+        edge_toml(&centre.url, &token_file, "", true, None)
+    );
+    let edge_config = write_config(
+        &ca,
+        &edge_dir,
+        origin.addr(),
+        &MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            by_name: true,
+            extra_toml: &edge_toml,
+            ..Default::default()
+        },
+    );
+    let edge = ServerProcess::spawn(&edge_config);
+    let edge_cache = edge_dir.join("cache");
     let terraform = Terraform::new(&ca, &through(&edge.url));
 
     let first = root_module(&main_tf());
@@ -170,6 +196,11 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
         lock.contains(&zh),
         "the lock file has the signed zh: {lock}"
     );
+    let other = format!(
+        "zh:{}",
+        origin.sha256_hex("acme", "foo", "1.0.0", "darwin", "arm64")
+    );
+    assert!(lock.contains(&other), "and every platform's: {lock}");
     assert!(
         lock.contains(&origin.h1_zip("acme", "foo", "1.0.0", os, arch))
             || lock.contains(&origin.h1_dir("acme", "foo", "1.0.0", os, arch)),
@@ -204,7 +235,7 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
     );
 
     // The edge's record is what asking the origin gives: its key, its trust level.
-    let rec = version_record(&edge.cache_dir, "acme", "foo", "1.0.0").expect("edge record");
+    let rec = version_record(&edge_cache, "acme", "foo", "1.0.0").expect("edge record");
     let trust = &rec["sums"][0]["trust"];
     assert_eq!(trust["kind"], "community", "{rec:#}");
     assert_eq!(trust["key_id"], origin.key_id(), "{rec:#}");
@@ -220,15 +251,14 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
         origin.sha256_hex("acme", "foo", "1.0.0", os, arch)
     );
     // The edge's SHA256SUMS copies are the origin's bytes.
-    let sums = std::fs::read(
-        edge.cache_dir
-            .join(format!("metadata/{REGISTRY}/acme/foo/1.0.0.SHA256SUMS.0")),
-    )
-    .unwrap();
+    let sums =
+        std::fs::read(edge_cache.join(format!("metadata/{REGISTRY}/acme/foo/1.0.0.SHA256SUMS.0")))
+            .unwrap();
     assert_eq!(sums, origin.shasums("acme", "foo", "1.0.0"));
 
     // The centre gone: the edge serves from its cache.
-    centre.stop().await;
+    centre.signal("TERM");
+    centre.wait();
     let second = root_module(&main_tf());
     terraform.init(second.path()).await.assert_success();
     let got = get(&c, &release_url).await;
