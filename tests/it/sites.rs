@@ -13,7 +13,10 @@
 //!   `h1:` it states falsely is only counted as a mismatch, the computed one is served;
 //! - `fallback = "origin"` asks the origin only when the centre does not answer, never when
 //!   it answered with a refusal;
-//! - `provender seed --from <centre>` fills a cache from the centre, with the same checks.
+//! - `provender seed --from <centre>` fills a cache from the centre, with the same checks;
+//! - the edge's workload identity (a Kubernetes service-account token the centre checks against
+//!   the cluster's issuer) is read from its `token_file` for every request, so a rotated token
+//!   is used at once; an unreadable file fails at the edge.
 
 use std::path::Path;
 use std::time::Duration;
@@ -23,6 +26,7 @@ use serde_json::Value;
 use crate::releases::{releases_toml, sha256_hex, terraform_release};
 use crate::support::cli::{path_str, provender};
 use crate::support::http::get;
+use crate::support::issuer::FakeIssuer;
 use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec, RequestKind, sign_detached};
 use crate::support::pki::TestCa;
 use crate::support::provender::{
@@ -625,4 +629,84 @@ async fn seed_from_a_centre_fills_a_cache_with_the_same_checks() {
     );
     assert_eq!(origin.downloads_of("acme", "foo", "1.0.0", os, arch), 1);
     assert!(origin.requests().iter().all(|r| r.authorization.is_none()));
+}
+
+/// A Kubernetes projected service-account token's claims for the edge's workload, valid from
+/// `from` (Unix seconds) for an hour.
+fn edge_workload(from: u64) -> Value {
+    serde_json::json!({
+        "aud": ["https://centre.example"],
+        "iat": from, "nbf": from, "exp": from + 3600,
+        "kubernetes.io": {
+            "namespace": "edge-sites",
+            "serviceaccount": { "name": "provender", "uid": "0b7c2f0e-8f7e-4c55-9a53-7f1d3c2a9e41" },
+        },
+        "sub": "system:serviceaccount:edge-sites:provender",
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edges_workload_identity_is_read_again_as_it_rotates_and_goes_to_the_centre_only() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let (os, arch) = local_platform();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new(
+            "acme",
+            "foo",
+            &["1.0.0", "2.0.0"],
+            &[(os, arch)],
+        )],
+    )
+    .await;
+    // The centre accepts the cluster's ID tokens for the edges' service accounts.
+    let cluster = FakeIssuer::start_at(&ca, "cluster.example").await;
+    let centre_toml = format!(
+        "[auth]\nurl_signing_key = \"{key}\"\n\n[[auth.issuers]]\nname = \"cluster\"\n\
+         issuer = \"{issuer}\"\naudiences = [\"https://centre.example\"]\n\
+         claims = {{ \"/kubernetes.io/namespace\" = \"edge-sites\" }}\n\n\
+         [[auth.rules]]\nname = \"edges\"\nclients = [\"cluster:system:serviceaccount:edge-sites:*\"]\n\
+         fill = true\n\n{host}",
+        key = "c".repeat(40),
+        issuer = cluster.url(),
+        host = cluster.host_toml(),
+    );
+    let centre = TestMirror::start_with_toml(&ca, &origin, &centre_toml).await;
+    let edge = edge(&ca, &origin, &centre.url, work.path(), "", false).await;
+    let token_file = work.path().join("edge-token");
+    let now = provender::clock::now_secs();
+    let c = https_client(&ca, &[]);
+    let version = |v: &str| edge.url(&format!("{REGISTRY}/acme/foo/{v}.json"));
+
+    // The kubelet's token: the centre lets the edge fill.
+    std::fs::write(&token_file, cluster.token(&edge_workload(now))).unwrap();
+    let got = get(&c, &version("1.0.0")).await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+
+    // The file now holds an expired token: the edge sends what the file holds, and the
+    // centre refuses it.
+    std::fs::write(&token_file, cluster.token(&edge_workload(now - 7200))).unwrap();
+    let got = get(&c, &version("2.0.0")).await;
+    let body = String::from_utf8_lossy(&got.body).to_string();
+    assert_eq!(got.status, 502, "{body}");
+    assert!(body.contains("401"), "{body}");
+
+    // Rotated again: the next request carries the fresh token.
+    std::fs::write(&token_file, cluster.token(&edge_workload(now))).unwrap();
+    let got = get(&c, &version("2.0.0")).await;
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+
+    // An unreadable file fails the request at the edge, before the centre is asked.
+    std::fs::remove_file(&token_file).unwrap();
+    let got = get(&c, &edge.url(&format!("{REGISTRY}/acme/bar/index.json"))).await;
+    let body = String::from_utf8_lossy(&got.body).to_string();
+    assert_eq!(got.status, 502, "{body}");
+    assert!(body.contains("token_file"), "{body}");
+    assert!(
+        origin.requests().iter().all(|r| r.authorization.is_none()),
+        "{:?}",
+        origin.requests()
+    );
 }
