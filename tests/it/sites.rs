@@ -27,7 +27,9 @@ use crate::releases::{releases_toml, sha256_hex, terraform_release};
 use crate::support::cli::{path_str, provender};
 use crate::support::http::get;
 use crate::support::issuer::FakeIssuer;
-use crate::support::origin::{FakeOrigin, ModuleSpec, ProviderSpec, RequestKind, sign_detached};
+use crate::support::origin::{
+    FakeOrigin, ModuleSource, ModuleSpec, ProviderSpec, RequestKind, sign_detached,
+};
 use crate::support::pki::TestCa;
 use crate::support::provender::{
     MirrorOptions, REGISTRY, ServerProcess, TestMirror, files_under, write_config,
@@ -113,6 +115,7 @@ async fn edge(
 fn main_tf() -> String {
     "terraform {\n  required_providers {\n    foo = {\n      source  = \"acme/foo\"\n      \
      version = \"1.0.0\"\n    }\n  }\n}\n\nmodule \"net\" {\n  source  = \"acme/net/test\"\n  \
+     version = \"1.0.0\"\n}\n\nmodule \"sub\" {\n  source  = \"acme/sub/test\"\n  \
      version = \"1.0.0\"\n}\n"
         .to_string()
 }
@@ -146,7 +149,11 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
             &["1.0.0"],
             &[(os, arch), ("darwin", "arm64")],
         )],
-        vec![ModuleSpec::new("acme", "net", "test", &["1.0.0"])],
+        vec![
+            ModuleSpec::new("acme", "net", "test", &["1.0.0"]),
+            ModuleSpec::new("acme", "sub", "test", &["1.0.0"])
+                .source(ModuleSource::Subdir("modules/inner".to_owned())),
+        ],
     )
     .await;
     let release_root = work.path().join("release-origin");
@@ -213,6 +220,23 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
     let manifest =
         std::fs::read_to_string(first.path().join(".terraform/modules/modules.json")).unwrap();
     assert!(manifest.contains("\"net\""), "{manifest}");
+    // A module in a subdirectory of its package arrives as that subdirectory.
+    let installed: Value = serde_json::from_str(&manifest).unwrap();
+    let sub = installed["Modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["Key"] == "sub")
+        .expect("the sub module is installed");
+    let sub_dir = first.path().join(sub["Dir"].as_str().unwrap());
+    for (path, content) in origin.module_files("acme", "sub", "test", "1.0.0") {
+        assert_eq!(
+            std::fs::read(sub_dir.join(&path)).unwrap(),
+            content,
+            "{path}"
+        );
+    }
+    assert!(!sub_dir.join("README.md").exists(), "only the subdirectory");
 
     // A CLI release through the edge: the vendor's bytes.
     let c = https_client(&ca, &[]);
@@ -224,7 +248,11 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
     // The origin served each archive once, to the centre; the edge never reached it.
     assert_eq!(origin.downloads_of("acme", "foo", "1.0.0", os, arch), 1);
     assert_eq!(origin.count(RequestKind::Archive), 1);
-    assert_eq!(origin.count(RequestKind::ModuleDownload), 1);
+    assert_eq!(
+        origin.count(RequestKind::ModuleDownload),
+        2,
+        "one per module version"
+    );
     let zip_gets = release_host
         .access_log()
         .lines()
