@@ -583,6 +583,7 @@ impl Upstream {
         let deadline = Instant::now() + timeout;
         let mut attempt: u32 = 0;
         // A centre (`via`) has its own circuit: its failures say nothing of the origin's.
+        let asked_for = host;
         let host = self.peer(host, url);
         // Every origin host called gets its breaker series, at 0 until its circuit opens.
         self.metrics
@@ -603,7 +604,7 @@ impl Upstream {
                     op.as_str()
                 )));
             }
-            let result = self.send_once(host, op, url, remaining, ask).await;
+            let result = self.send_once(asked_for, op, url, remaining, ask).await;
             if let Err(e @ UpstreamError::Refused(_)) = &result {
                 // Refused by the address or redirect policy: final, and not the origin's health.
                 return Err(e.clone());

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use url::Url;
 
-use super::{Operation, Outcome, Result, Upstream, UpstreamError};
+use super::{Credential, Operation, Outcome, Result, Upstream, UpstreamError};
 use crate::address::Hostname;
 
 /// The oldest git provender runs: `GIT_CONFIG_COUNT` came in 2.31 (`--end-of-options` in 2.24,
@@ -672,10 +672,21 @@ impl Upstream {
                 )),
                 None => None,
             },
-            None => self.settings.host(host).token.map(|token| {
-                let user = self.settings.host(host).git_username;
-                (user.unwrap_or_else(|| "x-access-token".to_string()), token)
-            }),
+            None => {
+                let hs = self.settings.host(host);
+                let user = hs
+                    .git_username
+                    .unwrap_or_else(|| "x-access-token".to_string());
+                let credential = match (hs.token, hs.token_file) {
+                    (Some(token), _) => Some(Credential::Token(token)),
+                    (None, Some(path)) => Some(Credential::File(path)),
+                    (None, None) => None,
+                };
+                match credential {
+                    Some(credential) => Some((user, self.bearer(host, &credential).await?)),
+                    None => None,
+                }
+            }
         };
         if let Some((user, token)) = credential {
             use base64::Engine as _;
