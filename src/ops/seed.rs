@@ -61,8 +61,7 @@ pub struct SeedArgs {
     #[arg(long, value_name = "URL")]
     pub from: Option<String>,
     /// A file holding the bearer token for --from (read for every request, so a rotating
-    /// workload identity token works); else `TF_TOKEN_<centre host>` or the configuration's
-    /// `[upstream.hosts."<centre host>"]`.
+    /// workload identity token works); else `TF_TOKEN_<centre host>`.
     #[arg(long, value_name = "FILE", requires = "from")]
     pub from_token_file: Option<PathBuf>,
     /// How many archives to download at once.
