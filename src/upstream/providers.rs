@@ -105,10 +105,16 @@ impl Upstream {
         .into_iter()
         .flatten()
         {
-            *u = self
+            let mut resolved = self
                 .resolve(&addr.hostname, &final_url, u, &what)
-                .map_err(|e| self.origin_fault(&addr.hostname, e))?
-                .to_string();
+                .map_err(|e| self.origin_fault(&addr.hostname, e))?;
+            // A centre signs the URLs it hands out for the client it hands them to; the edge
+            // shows its credential with every request instead, so the signature (a capability
+            // until it expires) is neither kept in records nor logged.
+            if self.peer(&addr.hostname, &resolved) != &addr.hostname {
+                resolved.set_query(None);
+            }
+            *u = resolved.to_string();
         }
         Ok(Some(pkg))
     }

@@ -282,6 +282,12 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
         pkg["shasum"],
         origin.sha256_hex("acme", "foo", "1.0.0", os, arch)
     );
+    // The centre's URLs, without the signatures it made for the edge: the edge shows its token.
+    for url in ["download_url", "shasums_url", "shasums_signature_url"] {
+        let url = pkg[url].as_str().unwrap();
+        assert!(url.starts_with(centre.url.as_str()), "{url}");
+        assert!(!url.contains('?'), "{url}");
+    }
     // The edge's SHA256SUMS copies are the origin's bytes.
     let sums =
         std::fs::read(edge_cache.join(format!("metadata/{REGISTRY}/acme/foo/1.0.0.SHA256SUMS.0")))
