@@ -246,10 +246,35 @@ impl Upstream {
         addr: &ModuleAddr,
         version: &Version,
     ) -> Result<Option<Location>> {
-        self.at_service(&addr.hostname, "modules.v1", |base| {
-            self.module_location_at(addr, version, base)
-        })
-        .await
+        let found = self
+            .at_service(&addr.hostname, "modules.v1", |base| {
+                self.module_location_at(addr, version, base)
+            })
+            .await?;
+        // A centre's package URL carries a signature made for this mirror (its checksum is
+        // read by now); the credential goes with the request instead, so the record keeps no
+        // capability.
+        Ok(found.map(|location| match location {
+            Location::Archive {
+                mut url,
+                format,
+                subdir,
+                strip_top,
+                sha256,
+            } => {
+                if self.peer(&addr.hostname, &url) != &addr.hostname {
+                    url.set_query(None);
+                }
+                Location::Archive {
+                    url,
+                    format,
+                    subdir,
+                    strip_top,
+                    sha256,
+                }
+            }
+            other => other,
+        }))
     }
 
     async fn module_location_at(

@@ -288,6 +288,18 @@ async fn an_edge_fills_through_its_centre_with_the_vendors_checks_and_keeps_serv
         assert!(url.starts_with(centre.url.as_str()), "{url}");
         assert!(!url.contains('?'), "{url}");
     }
+    // Module records name the centre's package, without its signature either.
+    let module_records: Vec<Value> = files_under(&edge_cache.join("modules"))
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "module.json"))
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    assert_eq!(module_records.len(), 2, "{module_records:?}");
+    for rec in &module_records {
+        let source = rec["source"].to_string();
+        assert!(source.contains(centre.url.as_str()), "{source}");
+        assert!(!source.contains('?'), "{source}");
+    }
     // The edge's SHA256SUMS copies are the origin's bytes.
     let sums =
         std::fs::read(edge_cache.join(format!("metadata/{REGISTRY}/acme/foo/1.0.0.SHA256SUMS.0")))
