@@ -857,10 +857,16 @@ impl Default for UpstreamConfig {
 pub struct HostConfig {
     pub connect_to: Option<String>,
     pub token: Option<String>,
+    /// A file holding the token, read for every request (a projected workload identity token).
+    pub token_file: Option<PathBuf>,
     /// The user name sent with `token` to a git host (HTTP Basic); `x-access-token` if unset.
     pub git_username: Option<String>,
     pub require_signature: Option<bool>,
     pub allow_http: bool,
+    /// Another mirror (a site's centre) asked in this origin's place.
+    pub via: Option<String>,
+    /// `"origin"`: ask the origin itself when the centre does not answer; `"none"` (default).
+    pub fallback: Option<String>,
 }
 
 // Tokens never appear in `Debug` output (and so in no log line that prints settings).
@@ -869,11 +875,63 @@ impl std::fmt::Debug for HostConfig {
         f.debug_struct("HostConfig")
             .field("connect_to", &self.connect_to)
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("token_file", &self.token_file)
             .field("git_username", &self.git_username)
             .field("require_signature", &self.require_signature)
             .field("allow_http", &self.allow_http)
+            .field("via", &self.via)
+            .field("fallback", &self.fallback)
             .finish()
     }
+}
+
+/// `upstream.hosts.*.via` and `fallback` of the table `key`, for origin `host` (`None`: for
+/// every origin, as `provender seed --from` gives it).
+pub fn parse_via(
+    key: &str,
+    host: Option<&Hostname>,
+    via: &str,
+    fallback: Option<&str>,
+) -> Result<crate::upstream::Via, ConfigError> {
+    let via_key = format!("{key}.via");
+    let mut url = url::Url::parse(via).map_err(|e| invalid(&via_key, format!("not a URL: {e}")))?;
+    if url.scheme() != "https" {
+        return Err(invalid(&via_key, "must be an https:// URL"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            &via_key,
+            "must not carry credentials: give the centre's token in its own [upstream.hosts] table",
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(&via_key, "must have no query or fragment"));
+    }
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    let centre = crate::address::authority(&url)
+        .and_then(|a| Hostname::parse(&a).ok())
+        .ok_or_else(|| invalid(&via_key, "has no usable host name"))?;
+    if Some(&centre) == host {
+        return Err(invalid(&via_key, "names the origin itself"));
+    }
+    let fallback_to_origin = match fallback {
+        None | Some("none") => false,
+        Some("origin") => true,
+        Some(other) => {
+            return Err(invalid(
+                format!("{key}.fallback"),
+                format!("must be \"origin\" or \"none\", not {other:?}"),
+            ));
+        }
+    };
+    Ok(crate::upstream::Via {
+        url,
+        host: centre,
+        fallback_to_origin,
+    })
 }
 
 /// `upstream.proxy` as written, parsed in `validate()` so that no error quotes it: it may hold
@@ -1421,16 +1479,55 @@ impl UpstreamConfig {
             );
         }
         let mut hosts = BTreeMap::new();
+        // The centres some hosts go through (`via`): their own tables hold their credentials.
+        let mut vias = BTreeMap::new();
         for (name, hc) in &u.hosts {
             let key = format!("upstream.hosts.{name:?}");
             let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
-            if !allowed_hosts.contains(&host) && !issuer_hosts.iter().any(|h| h == host.as_str()) {
+            match (&hc.via, &hc.fallback) {
+                (Some(via), fallback) => {
+                    vias.insert(
+                        host.clone(),
+                        parse_via(&key, Some(&host), via, fallback.as_deref())?,
+                    );
+                }
+                (None, Some(_)) => {
+                    return Err(invalid(
+                        format!("{key}.fallback"),
+                        "applies only to a host with a via",
+                    ));
+                }
+                (None, None) => {}
+            }
+        }
+        for (name, hc) in &u.hosts {
+            let key = format!("upstream.hosts.{name:?}");
+            let host = Hostname::parse(name).map_err(|e| invalid(&key, e.to_string()))?;
+            let centre = vias.values().any(|v| v.host == host);
+            if !allowed_hosts.contains(&host)
+                && !issuer_hosts.iter().any(|h| h == host.as_str())
+                && !centre
+            {
                 return Err(invalid(
                     &key,
                     format!(
-                        "{host} is not listed in upstream.allowed_hosts (nor git.allowed_hosts, nor the host of an auth.issuers entry)"
+                        "{host} is not listed in upstream.allowed_hosts (nor git.allowed_hosts, nor the host of an auth.issuers entry, nor the via of another host)"
                     ),
                 ));
+            }
+            if hc.token.is_some() && hc.token_file.is_some() {
+                return Err(invalid(
+                    format!("{key}.token_file"),
+                    "give either token or token_file, not both",
+                ));
+            }
+            if let Some(path) = &hc.token_file {
+                if let Err(e) = std::fs::metadata(path) {
+                    return Err(invalid(
+                        format!("{key}.token_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                    ));
+                }
             }
             let connect_to = match &hc.connect_to {
                 Some(addr) => Some(parse_connect_to(&format!("{key}.connect_to"), addr)?),
@@ -1456,11 +1553,14 @@ impl UpstreamConfig {
                     "must be a non-empty name without ':' or control characters",
                 ));
             }
+            let via = vias.get(&host).cloned();
             hosts.insert(
                 host,
                 HostSettings {
                     connect_to,
                     token: hc.token.clone(),
+                    token_file: hc.token_file.clone(),
+                    via,
                     git_username: hc.git_username.clone(),
                     require_signature: hc.require_signature,
                     allow_http: hc.allow_http,
@@ -1945,6 +2045,66 @@ mod tests {
         assert!(err("[upstream]\nca_file = '/nonexistent/ca.pem'").contains("upstream.ca_file"));
         assert!(err("[complete_hashes]\nhold = '2h'").contains("complete_hashes.hold"));
         assert!(err("[complete_hashes]\nhold = 'soon'").contains("hold"));
+    }
+
+    #[test]
+    fn a_host_via_a_centre_is_checked() {
+        let ok = |toml: &str| {
+            Config::from_toml(toml)
+                .and_then(|c| c.validate())
+                .unwrap_or_else(|e| panic!("{toml}: {e}"))
+                .upstream
+        };
+        let host = |s: &str| Hostname::parse(s).unwrap();
+        let tf = "[upstream.hosts.'registry.terraform.io']\n";
+        // The base URL gets its `/`; the centre's own table (its credential) is accepted
+        // without the centre being an allowed origin.
+        let upstream = ok(&format!(
+            "{tf}via = 'https://central.example.com/mirror'\nfallback = 'origin'\n\n\
+             [upstream.hosts.'central.example.com']\ntoken = 'edge-token'\n"
+        ));
+        let via = upstream.via(&host("registry.terraform.io")).unwrap();
+        assert_eq!(via.url.as_str(), "https://central.example.com/mirror/");
+        assert_eq!(via.host, host("central.example.com"));
+        assert!(via.fallback_to_origin);
+        assert_eq!(
+            via.service_base(&host("registry.terraform.io"), "providers.v1")
+                .unwrap()
+                .as_str(),
+            "https://central.example.com/mirror/v1/providers/registry.terraform.io/"
+        );
+        assert!(upstream.via(&host("registry.opentofu.org")).is_none());
+        // A port is part of the centre's name, as tokens are keyed.
+        let upstream = ok(&format!("{tf}via = 'https://central.example.com:8443/'"));
+        let via = upstream.via(&host("registry.terraform.io")).unwrap();
+        assert_eq!(via.host, host("central.example.com:8443"));
+        assert!(!via.fallback_to_origin);
+
+        for (toml, key) in [
+            ("via = 'http://central.example.com/'", "via"),
+            ("via = 'https://user:pw@central.example.com/'", "via"),
+            ("via = 'https://central.example.com/?a=b'", "via"),
+            ("via = 'https://registry.terraform.io/'", "via"),
+            ("via = 'nope'", "via"),
+            ("fallback = 'origin'", "fallback"),
+            (
+                "via = 'https://c.example/'\nfallback = 'sometimes'",
+                "fallback",
+            ),
+            ("token = 'a'\ntoken_file = '/etc/hostname'", "token_file"),
+            ("token_file = '/nonexistent/token'", "token_file"),
+        ] {
+            let message = err(&format!("{tf}{toml}"));
+            assert!(
+                message.contains(&format!("upstream.hosts.\"registry.terraform.io\".{key}")),
+                "{toml}: {message}"
+            );
+        }
+        // Secrets stay out of `Debug`.
+        let upstream = ok(&format!(
+            "{tf}via = 'https://c.example/'\n\n[upstream.hosts.'c.example']\ntoken = 'hush-0123'\n"
+        ));
+        assert!(!format!("{upstream:?}").contains("hush-0123"));
     }
 
     #[test]

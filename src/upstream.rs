@@ -36,7 +36,7 @@ pub use git::{GitFetch, GitLimits, MIN_GIT, Mirrored, TAR_OVERHEAD_PER_ENTRY, va
 pub use modules::Location;
 pub use oidc::IssuerEndpoints;
 pub use providers::ArchiveDownload;
-pub use settings::{HostSettings, ProxyUrl, UpstreamSettings};
+pub use settings::{Credential, HostSettings, ProxyUrl, UpstreamSettings, Via};
 
 use crate::address::Hostname;
 use crate::metrics::Metrics;
@@ -224,7 +224,7 @@ pub struct Upstream {
     settings: Arc<UpstreamSettings>,
     http: reqwest::Client,
     discovery: moka::future::Cache<Hostname, Arc<(Url, Services)>>,
-    tokens: HashMap<Hostname, String>,
+    tokens: HashMap<Hostname, Credential>,
     breaker: breaker::Breaker,
     health: health::Health,
     metrics: Arc<Metrics>,
@@ -395,10 +395,41 @@ impl Upstream {
         Ok((final_url, services))
     }
 
-    /// The base URL of a service (`providers.v1`, `modules.v1`) of a registry host, from
-    /// (cached) service discovery, resolved against the discovery document's URL, checked
-    /// against the address policy, and ending in `/`.
-    pub async fn service_base(&self, host: &Hostname, service: &str) -> Result<Url> {
+    /// A centre's base URL for `host`'s `service`, checked.
+    fn centre_base(&self, host: &Hostname, via: &Via, service: &str) -> Result<Url> {
+        let base = via.service_base(host, service).ok_or_else(|| {
+            UpstreamError::NotARegistry(format!(
+                "{host} goes through {} (via), which offers no {service}",
+                via.host
+            ))
+        })?;
+        self.check_url(host, &base)?;
+        Ok(base)
+    }
+
+    /// Runs `ask` against `host`'s `service`: at its centre when it has a `via`, and then at
+    /// the origin itself if the centre did not answer (no connection, a timeout, a 5xx, its
+    /// circuit open) and `fallback = "origin"`. An answer of the centre's (a 404, a 403, a
+    /// document) is never second-guessed by asking the origin.
+    async fn at_service<T, F, Fut>(&self, host: &Hostname, service: &str, ask: F) -> Result<T>
+    where
+        F: Fn(Url) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let Some(via) = self.settings.via(host) else {
+            return ask(self.origin_service_base(host, service).await?).await;
+        };
+        match ask(self.centre_base(host, via, service)?).await {
+            Err(e) if via.fallback_to_origin && centre_unavailable(&e) => {
+                tracing::warn!(%host, centre = %via.host, "the centre does not answer ({e}); asking the origin (fallback = \"origin\")");
+                ask(self.origin_service_base(host, service).await?).await
+            }
+            answered => answered,
+        }
+    }
+
+    /// The base URL of a service from the origin's own service discovery.
+    async fn origin_service_base(&self, host: &Hostname, service: &str) -> Result<Url> {
         let found = self.services(host).await?;
         let (final_url, services) = &*found;
         let Some(base) = services.get(service) else {
@@ -478,14 +509,16 @@ impl Upstream {
             read(resp).await.map(Some)
         }
         .await;
-        self.observe(host, op, started);
+        // Counted for whom was asked: the origin, or its centre.
+        let peer = self.peer(host, url);
+        self.observe(peer, op, started);
         let outcome = match &result {
             Ok(Some(_)) => Outcome::Ok,
             Ok(None) => Outcome::NotFound,
             Err(e) => e.outcome(),
         };
-        self.count(host, op, outcome);
-        self.record_health(host, started, &result);
+        self.count(peer, op, outcome);
+        self.record_health(peer, started, &result);
         result
     }
 
@@ -549,6 +582,9 @@ impl Upstream {
     ) -> Result<reqwest::Response> {
         let deadline = Instant::now() + timeout;
         let mut attempt: u32 = 0;
+        // A centre (`via`) has its own circuit: its failures say nothing of the origin's.
+        let asked_for = host;
+        let host = self.peer(host, url);
         // Every origin host called gets its breaker series, at 0 until its circuit opens.
         self.metrics
             .upstream_circuit_open
@@ -568,7 +604,7 @@ impl Upstream {
                     op.as_str()
                 )));
             }
-            let result = self.send_once(host, op, url, remaining, ask).await;
+            let result = self.send_once(asked_for, op, url, remaining, ask).await;
             if let Err(e @ UpstreamError::Refused(_)) = &result {
                 // Refused by the address or redirect policy: final, and not the origin's health.
                 return Err(e.clone());
@@ -657,16 +693,65 @@ impl Upstream {
         if matches!(op, Operation::Discovery) {
             req = req.header(reqwest::header::ACCEPT, "application/json");
         }
-        if let Some(token) = self.tokens.get(host) {
-            // A registry's token goes only to that registry's own host: not to a `providers.v1`
-            // or download URL elsewhere, and (reqwest drops it) not across a redirect.
-            if crate::address::authority(url).as_deref() == Some(host.as_str()) {
-                req = req.bearer_auth(token);
-            }
+        // A registry's token goes only to that registry's own host (and a centre's only to the
+        // centre): not to a `providers.v1` or download URL elsewhere, and (reqwest drops it)
+        // not across a redirect.
+        if let Some((owner, credential)) = self.credential_for(host, url) {
+            req = req.bearer_auth(self.bearer(owner, credential).await?);
         }
         req.send()
             .await
             .map_err(|e| UpstreamError::from_send(op, url, &e))
+    }
+
+    /// Whom a request for `host`'s at `url` is really sent to: the centre when `url` is on
+    /// `host`'s `via`, else `host`. Circuits and health are kept per peer.
+    fn peer<'a>(&'a self, host: &'a Hostname, url: &Url) -> &'a Hostname {
+        match self.settings.via(host) {
+            Some(via) if crate::address::authority(url).as_deref() == Some(via.host.as_str()) => {
+                &via.host
+            }
+            _ => host,
+        }
+    }
+
+    /// The credential that goes with a request for `host`'s at `url`, and whose it is: `host`'s
+    /// own when `url` is on `host`, its centre's when `url` is on the centre, else none.
+    fn credential_for<'a>(
+        &'a self,
+        host: &'a Hostname,
+        url: &Url,
+    ) -> Option<(&'a Hostname, &'a Credential)> {
+        let owner = self.peer(host, url);
+        let credential = self.tokens.get(owner)?;
+        (crate::address::authority(url).as_deref() == Some(owner.as_str()))
+            .then_some((owner, credential))
+    }
+
+    /// The bearer token of a credential: a `token_file` is read for every request, so a
+    /// rotated workload identity token is picked up at once.
+    async fn bearer(&self, owner: &Hostname, credential: &Credential) -> Result<String> {
+        let path = match credential {
+            Credential::Token(token) => return Ok(token.clone()),
+            Credential::File(path) => path,
+        };
+        let unusable = |why: String| {
+            UpstreamError::Refused(format!(
+                "upstream.hosts.{:?}.token_file {}: {why}",
+                owner.as_str(),
+                path.display()
+            ))
+        };
+        let text = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| unusable(e.to_string()))?;
+        let token = text.trim();
+        if token.is_empty() || token.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(unusable(
+                "holds no usable token (empty, or spaces or control characters)".into(),
+            ));
+        }
+        Ok(token.to_string())
     }
 
     /// Only absolute https URLs (http where `allow_http` says so) without credentials, and
@@ -714,7 +799,7 @@ enum Ask<'a> {
 
 /// Tokens from `[upstream.hosts]` (which win) and `TF_TOKEN_*` environment variables, encoded as
 /// Terraform encodes them: `.` -> `_`, `-` -> `__`.
-fn tokens_for(settings: &UpstreamSettings) -> HashMap<Hostname, String> {
+fn tokens_for(settings: &UpstreamSettings) -> HashMap<Hostname, Credential> {
     let mut tokens = HashMap::new();
     for (name, value) in std::env::vars() {
         let Some(encoded) = name.strip_prefix("TF_TOKEN_") else {
@@ -725,17 +810,36 @@ fn tokens_for(settings: &UpstreamSettings) -> HashMap<Hostname, String> {
             .replace('_', ".")
             .replace('\u{0}', "-");
         if let Ok(host) = Hostname::parse(&decoded) {
-            if settings.host_allowed(&host) && !value.is_empty() {
-                tokens.insert(host, value);
+            let centre = settings
+                .hosts
+                .values()
+                .any(|hs| hs.via.as_ref().is_some_and(|v| v.host == host));
+            if (settings.host_allowed(&host) || centre) && !value.is_empty() {
+                tokens.insert(host, Credential::Token(value));
             }
         }
     }
     for (host, hs) in &settings.hosts {
         if let Some(t) = &hs.token {
-            tokens.insert(host.clone(), t.clone());
+            tokens.insert(host.clone(), Credential::Token(t.clone()));
+        } else if let Some(path) = &hs.token_file {
+            tokens.insert(host.clone(), Credential::File(path.clone()));
         }
     }
     tokens
+}
+
+/// Whether a centre's failure means it did not answer (so `fallback = "origin"` may ask the
+/// origin): no connection, a timeout, a 5xx, its circuit open. Not a 404 or 403, nor a
+/// document or bytes found wrong: those are the centre's answers.
+fn centre_unavailable(e: &UpstreamError) -> bool {
+    match e {
+        UpstreamError::Connect(_) | UpstreamError::Timeout(_) | UpstreamError::CircuitOpen(_) => {
+            true
+        }
+        UpstreamError::Status { status, .. } => *status >= 500,
+        _ => false,
+    }
 }
 
 /// `base` joined with a relative `path` built from validated address parts.
@@ -819,4 +923,40 @@ fn describe(op: Operation, url: &Url, err: &reqwest::Error) -> String {
         source = e.source();
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_centre_that_did_not_answer_is_passed_over() {
+        let status = |status| UpstreamError::Status {
+            what: "versions".into(),
+            status,
+        };
+        for unavailable in [
+            UpstreamError::Connect("refused".into()),
+            UpstreamError::Timeout("slow".into()),
+            UpstreamError::CircuitOpen("open".into()),
+            status(500),
+            status(502),
+            status(503),
+        ] {
+            assert!(centre_unavailable(&unavailable), "{unavailable:?}");
+        }
+        // Its answers stand: a refusal, a missing thing, a bad document, the local policy.
+        for answered in [
+            status(401),
+            status(403),
+            status(404),
+            status(429),
+            UpstreamError::BadDocument("garbled".into()),
+            UpstreamError::TooLarge("big".into()),
+            UpstreamError::Refused("policy".into()),
+            UpstreamError::NotARegistry("none".into()),
+        ] {
+            assert!(!centre_unavailable(&answered), "{answered:?}");
+        }
+    }
 }

@@ -225,17 +225,56 @@ impl ReleaseMirror {
         }
     }
 
-    /// Where the vendor publishes `file` of a release.
+    /// Where the vendor publishes `file` of a release (or, when the vendor's host goes `via`
+    /// a centre, where the centre's release mirror serves it).
     fn origin_url(&self, product: Product, version: &Version, file: &str) -> Result<url::Url> {
         let r = &self.core.settings().releases;
         let (base, dir) = match product {
             Product::Terraform => (&r.hashicorp_url, format!("terraform/{version}")),
             Product::Tofu => (&r.opentofu_url, format!("v{version}")),
         };
-        joined(base, dir.split('/').chain([file]))
+        let vendor = joined(base, dir.split('/').chain([file]))?;
+        self.through_centre(vendor, || format!("{product}/{version}/{file}"))
     }
 
-    fn host_of(url: &url::Url) -> Result<Hostname> {
+    /// `vendor`, or its counterpart at the centre its host goes through
+    /// (`<via>releases/<centre_path>`, the centre's own layout). What comes from a centre is
+    /// checked exactly as the vendor's own files: under the vendor's pinned key.
+    fn through_centre(
+        &self,
+        vendor: url::Url,
+        centre_path: impl FnOnce() -> String,
+    ) -> Result<url::Url> {
+        // The release hosts' tables are keyed by name (`host:port` works too).
+        let upstream = &self.core.settings().upstream;
+        let via = [
+            crate::address::authority(&vendor),
+            vendor.host_str().map(str::to_ascii_lowercase),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(|h| Hostname::parse(&h).ok())
+        .find_map(|host| upstream.via(&host));
+        let Some(via) = via else {
+            return Ok(vendor);
+        };
+        via.releases(&centre_path())
+            .ok_or_else(|| Error::unexpected(format!("release URL at centre {}", via.host)))
+    }
+
+    /// The host a release URL is asked of: a centre by its `host:port` (as its token is
+    /// keyed), a vendor's host by its name.
+    fn host_of(core: &Core, url: &url::Url) -> Result<Hostname> {
+        let upstream = &core.settings().upstream;
+        if let Some(centre) = crate::address::authority(url).and_then(|a| {
+            upstream
+                .hosts
+                .values()
+                .filter_map(|hs| hs.via.as_ref())
+                .find(|v| v.host.as_str() == a)
+        }) {
+            return Ok(centre.host.clone());
+        }
         Hostname::parse(url.host_str().unwrap_or_default())
             .map_err(|e| Error::unexpected(format!("release origin {url}: {e}")))
     }
@@ -288,7 +327,7 @@ impl ReleaseMirror {
             move || async move {
                 let what = format!("{product} {version}");
                 let upstream = core.origin(&what)?;
-                let host = Self::host_of(&sums_url)?;
+                let host = Self::host_of(&core, &sums_url)?;
                 let sums = upstream
                     .small_file(&host, Operation::Shasums, sums_url.as_str())
                     .await
@@ -381,11 +420,15 @@ impl ReleaseMirror {
             Product::Terraform => joined(&r.hashicorp_url, ["terraform", "index.json"])?,
             Product::Tofu => r.opentofu_index_url.clone(),
         };
+        let url = self.through_centre(url, || match product {
+            Product::Terraform => "terraform/index.json".into(),
+            Product::Tofu => "tofu/api.json".into(),
+        })?;
         let core = self.core.clone();
         Ok(move || {
             async move {
                 let what = format!("the list of {product} releases");
-                let host = Self::host_of(&url)?;
+                let host = Self::host_of(&core, &url)?;
                 let body = core
                     .origin(&what)?
                     .small_file(&host, Operation::Versions, url.as_str())
@@ -639,7 +682,7 @@ impl ReleaseMirror {
         let origin = {
             let core = core.clone();
             async move {
-                let host = Self::host_of(&url)?;
+                let host = Self::host_of(&core, &url)?;
                 let download = core.origin(what)?.archive(&host, url.as_str()).await?;
                 Ok(OriginBody::from(download))
             }

@@ -55,12 +55,52 @@ pub struct SeedArgs {
     /// (or those of --platform / upstream.platforms).
     #[arg(long = "cli", value_name = "CLI[@CONSTRAINT]")]
     pub clis: Vec<String>,
+    /// Fill from another provender (a site's centre) instead of the origins: its registry
+    /// facade, module registry and release mirror are asked for every origin host, and what it
+    /// sends is verified as the origins' own (signed SHA256SUMS, pinned keys, trust levels).
+    #[arg(long, value_name = "URL")]
+    pub from: Option<String>,
+    /// A file holding the bearer token for --from (read for every request, so a rotating
+    /// workload identity token works); else `TF_TOKEN_<centre host>`.
+    #[arg(long, value_name = "FILE", requires = "from")]
+    pub from_token_file: Option<PathBuf>,
     /// How many archives to download at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
     /// Configuration directories, lock files and provider lists.
     #[arg(value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
+}
+
+/// `--from`: every origin host (registries and release hosts) asked through `from`, unless the
+/// configuration already names a centre for it.
+fn fill_from(
+    settings: &mut crate::config::Settings,
+    from: &str,
+    token_file: Option<&std::path::Path>,
+) -> Result<(), OpsError> {
+    let centre =
+        crate::config::parse_via("--from", None, from, None).map_err(|e| usage(e.to_string()))?;
+    let r = &settings.releases;
+    let release_hosts: Vec<crate::address::Hostname> =
+        [&r.hashicorp_url, &r.opentofu_url, &r.opentofu_index_url]
+            .into_iter()
+            .filter_map(|u| crate::address::Hostname::parse(u.host_str()?).ok())
+            .collect();
+    settings.upstream.fill_from(&centre, &release_hosts);
+    if let Some(path) = token_file {
+        if let Err(e) = std::fs::metadata(path) {
+            return Err(usage(format!("--from-token-file {}: {e}", path.display())));
+        }
+        let hs = settings
+            .upstream
+            .hosts
+            .entry(centre.host.clone())
+            .or_default();
+        hs.token = None;
+        hs.token_file = Some(path.to_path_buf());
+    }
+    Ok(())
 }
 
 /// Seeds the newest release of each CLI that its constraints allow: every platform's zip (or
@@ -477,7 +517,10 @@ async fn seed_git(
 
 /// Runs `provender seed`.
 pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
-    let settings = super::load_settings(&args.common)?;
+    let mut settings = super::load_settings(&args.common)?;
+    if let Some(from) = &args.from {
+        fill_from(&mut settings, from, args.from_token_file.as_deref())?;
+    }
     let platforms = super::select_platforms(&settings, &args.platforms)?;
     let tool = args.tool.unwrap_or(settings.tool);
     let inputs = inputs::read_all(&args.inputs, &args.providers, &args.modules, tool)?;

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use url::Url;
 
-use super::{Operation, Outcome, Result, Upstream, UpstreamError};
+use super::{Credential, Operation, Outcome, Result, Upstream, UpstreamError};
 use crate::address::Hostname;
 
 /// The oldest git provender runs: `GIT_CONFIG_COUNT` came in 2.31 (`--end-of-options` in 2.24,
@@ -651,14 +651,45 @@ impl Upstream {
         limits: &GitLimits,
     ) -> Result<Mirrored> {
         let deadline = Instant::now() + limits.timeout;
-        let (mut git, url) = self.git_for(host, url, None, scratch, limits).await?;
-        if let Some(token) = &self.settings.host(host).token {
+        // A host that goes via a centre is refreshed from the centre's git door
+        // (`<via>git/<host>/<path>`), with the centre's credential; git checks every object.
+        let via = self.settings.via(host);
+        let url = match via {
+            Some(via) => via
+                .url
+                .join(&format!("git/{host}{}", url.path()))
+                .map_err(|e| {
+                    UpstreamError::BadDocument(format!("git {url} via {}: {e}", via.host))
+                })?,
+            None => url.clone(),
+        };
+        let (mut git, url) = self.git_for(host, &url, None, scratch, limits).await?;
+        let credential = match via {
+            Some(_) => match self.credential_for(host, &url) {
+                Some((owner, credential)) => Some((
+                    "x-access-token".to_string(),
+                    self.bearer(owner, credential).await?,
+                )),
+                None => None,
+            },
+            None => {
+                let hs = self.settings.host(host);
+                let user = hs
+                    .git_username
+                    .unwrap_or_else(|| "x-access-token".to_string());
+                let credential = match (hs.token, hs.token_file) {
+                    (Some(token), _) => Some(Credential::Token(token)),
+                    (None, Some(path)) => Some(Credential::File(path)),
+                    (None, None) => None,
+                };
+                match credential {
+                    Some(credential) => Some((user, self.bearer(host, &credential).await?)),
+                    None => None,
+                }
+            }
+        };
+        if let Some((user, token)) = credential {
             use base64::Engine as _;
-            let user = self
-                .settings
-                .host(host)
-                .git_username
-                .unwrap_or_else(|| "x-access-token".to_string());
             let basic = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"));
             git.config
                 .push(("http.extraHeader", format!("Authorization: Basic {basic}")));

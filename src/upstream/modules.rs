@@ -207,7 +207,17 @@ fn join_subdirs(first: Option<String>, second: Option<String>) -> Option<String>
 impl Upstream {
     /// Lists a module's versions. `Ok(None)`: the origin has no such module.
     pub async fn module_versions(&self, addr: &ModuleAddr) -> Result<Option<Vec<Version>>> {
-        let base = self.service_base(&addr.hostname, "modules.v1").await?;
+        self.at_service(&addr.hostname, "modules.v1", |base| {
+            self.module_versions_at(addr, base)
+        })
+        .await
+    }
+
+    async fn module_versions_at(
+        &self,
+        addr: &ModuleAddr,
+        base: Url,
+    ) -> Result<Option<Vec<Version>>> {
         let url = join(
             &base,
             &format!("{}/{}/{}/versions", addr.namespace, addr.name, addr.system),
@@ -236,7 +246,43 @@ impl Upstream {
         addr: &ModuleAddr,
         version: &Version,
     ) -> Result<Option<Location>> {
-        let base = self.service_base(&addr.hostname, "modules.v1").await?;
+        let found = self
+            .at_service(&addr.hostname, "modules.v1", |base| {
+                self.module_location_at(addr, version, base)
+            })
+            .await?;
+        // A centre's package URL carries a signature made for this mirror (its checksum is
+        // read by now); the credential goes with the request instead, so the record keeps no
+        // capability.
+        Ok(found.map(|location| match location {
+            Location::Archive {
+                mut url,
+                format,
+                subdir,
+                strip_top,
+                sha256,
+            } => {
+                if self.peer(&addr.hostname, &url) != &addr.hostname {
+                    url.set_query(None);
+                }
+                Location::Archive {
+                    url,
+                    format,
+                    subdir,
+                    strip_top,
+                    sha256,
+                }
+            }
+            other => other,
+        }))
+    }
+
+    async fn module_location_at(
+        &self,
+        addr: &ModuleAddr,
+        version: &Version,
+        base: Url,
+    ) -> Result<Option<Location>> {
         let url = join(
             &base,
             &format!(

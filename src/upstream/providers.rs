@@ -27,7 +27,13 @@ pub struct ArchiveDownload {
 impl Upstream {
     /// Lists a provider's versions. `Ok(None)`: the origin has no such provider.
     pub async fn versions(&self, addr: &ProviderAddr) -> Result<Option<VersionList>> {
-        let base = self.service_base(&addr.hostname, "providers.v1").await?;
+        self.at_service(&addr.hostname, "providers.v1", |base| {
+            self.versions_at(addr, base)
+        })
+        .await
+    }
+
+    async fn versions_at(&self, addr: &ProviderAddr, base: Url) -> Result<Option<VersionList>> {
         let url = join(
             &base,
             &format!("{}/{}/versions", addr.namespace, addr.type_),
@@ -59,7 +65,19 @@ impl Upstream {
         version: &Version,
         platform: &Platform,
     ) -> Result<Option<Package>> {
-        let base = self.service_base(&addr.hostname, "providers.v1").await?;
+        self.at_service(&addr.hostname, "providers.v1", |base| {
+            self.download_info_at(addr, version, platform, base)
+        })
+        .await
+    }
+
+    async fn download_info_at(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+        base: Url,
+    ) -> Result<Option<Package>> {
         let path = format!(
             "{}/{}/{}/download/{}/{}",
             addr.namespace, addr.type_, version, platform.os, platform.arch
@@ -87,10 +105,16 @@ impl Upstream {
         .into_iter()
         .flatten()
         {
-            *u = self
+            let mut resolved = self
                 .resolve(&addr.hostname, &final_url, u, &what)
-                .map_err(|e| self.origin_fault(&addr.hostname, e))?
-                .to_string();
+                .map_err(|e| self.origin_fault(&addr.hostname, e))?;
+            // A centre signs the URLs it hands out for the client it hands them to; the edge
+            // shows its credential with every request instead, so the signature (a capability
+            // until it expires) is neither kept in records nor logged.
+            if self.peer(&addr.hostname, &resolved) != &addr.hostname {
+                resolved.set_query(None);
+            }
+            *u = resolved.to_string();
         }
         Ok(Some(pkg))
     }
@@ -129,16 +153,17 @@ impl Upstream {
                     .and_then(|v| v.parse::<u64>().ok())),
                 status => Err(UpstreamError::status_of(op, &url, status)),
             });
-        self.observe(host, op, started);
+        let peer = self.peer(host, &url);
+        self.observe(peer, op, started);
         self.count(
-            host,
+            peer,
             op,
             match &result {
                 Ok(_) => Outcome::Ok,
                 Err(e) => e.outcome(),
             },
         );
-        self.record_health(host, started, &result);
+        self.record_health(peer, started, &result);
         result
     }
 
@@ -158,6 +183,50 @@ impl Upstream {
         .await
     }
 
+    /// [`archive`](Self::archive) of a provider package. When `url` is on its host's centre
+    /// (`via`), the centre does not answer and `fallback = "origin"`, the package's download
+    /// metadata is asked of the origin itself, and its own URL fetched instead; the caller
+    /// checks whatever arrives against the package's signed `shasum`, as always.
+    pub async fn package_archive(
+        &self,
+        addr: &ProviderAddr,
+        version: &Version,
+        platform: &Platform,
+        url: &str,
+    ) -> Result<ArchiveDownload> {
+        let host = &addr.hostname;
+        let on_centre = |via: &super::Via| {
+            Url::parse(url)
+                .ok()
+                .and_then(|u| crate::address::authority(&u))
+                == Some(via.host.to_string())
+        };
+        match self.archive(host, url).await {
+            Err(e)
+                if super::centre_unavailable(&e)
+                    && self
+                        .settings
+                        .via(host)
+                        .is_some_and(|via| via.fallback_to_origin && on_centre(via)) =>
+            {
+                tracing::warn!(%host, "the centre does not answer ({e}); fetching {addr} {version} {platform} from the origin (fallback = \"origin\")");
+                let base = self.origin_service_base(host, "providers.v1").await?;
+                let found = self
+                    .download_info_at(addr, version, platform, base)
+                    .await?
+                    .and_then(|pkg| pkg.download_url);
+                let Some(origin_url) = found else {
+                    return Err(UpstreamError::Status {
+                        what: format!("download {addr} {version} {platform} at the origin"),
+                        status: 404,
+                    });
+                };
+                self.archive(host, &origin_url).await
+            }
+            answered => answered,
+        }
+    }
+
     /// Starts a download of `url` (for registry `host`: its token goes only to that host) and
     /// returns it once the origin answered 200; at most `max` bytes (the setting `max_key`).
     pub(crate) async fn download(
@@ -174,7 +243,8 @@ impl Upstream {
         let result = self
             .send(host, op, &url, self.settings.archive_timeout)
             .await;
-        self.observe(host, op, started);
+        let peer = self.peer(host, &url);
+        self.observe(peer, op, started);
         let checked = result.and_then(|resp| {
             if resp.status() != reqwest::StatusCode::OK {
                 return Err(UpstreamError::status_of(op, &url, resp.status()));
@@ -189,13 +259,13 @@ impl Upstream {
         let resp = match checked {
             Ok(resp) => resp,
             Err(e) => {
-                self.count(host, op, e.outcome());
-                self.record_health::<()>(host, started, &Err(e.clone()));
+                self.count(peer, op, e.outcome());
+                self.record_health::<()>(peer, started, &Err(e.clone()));
                 return Err(e);
             }
         };
-        self.count(host, op, Outcome::Ok);
-        self.record_health(host, started, &Ok(()));
+        self.count(peer, op, Outcome::Ok);
+        self.record_health(peer, started, &Ok(()));
         let size = resp.content_length();
         Ok(ArchiveDownload {
             size,

@@ -70,6 +70,71 @@ impl UpstreamSettings {
     pub fn host(&self, h: &Hostname) -> HostSettings {
         self.hosts.get(h).cloned().unwrap_or_default()
     }
+
+    /// The other mirror that `h`'s requests go to instead of `h` (`upstream.hosts.*.via`).
+    pub fn via(&self, h: &Hostname) -> Option<&Via> {
+        self.hosts.get(h).and_then(|hs| hs.via.as_ref())
+    }
+
+    /// Sends every allowed host's requests (and those of `release_hosts`) to `centre`, except
+    /// hosts that already name a centre of their own: what `provender seed --from` does.
+    pub fn fill_from(&mut self, centre: &Via, release_hosts: &[Hostname]) {
+        for host in self.allowed_hosts.iter().chain(release_hosts) {
+            let hs = self.hosts.entry(host.clone()).or_default();
+            if hs.via.is_none() {
+                hs.via = Some(centre.clone());
+            }
+        }
+    }
+}
+
+/// `upstream.hosts.*.via`: another provender (a site's centre) that answers for an origin
+/// host. Its registry facade, module registry and release mirror are asked in the origin's
+/// place; everything it sends is verified as if the origin had sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Via {
+    /// The centre's base URL, ending in `/`.
+    pub url: Url,
+    /// Its `host:port` (the port only when not the scheme's default), as tokens are keyed.
+    pub host: Hostname,
+    /// Ask the origin itself when the centre does not answer (`fallback = "origin"`).
+    pub fallback_to_origin: bool,
+}
+
+impl Via {
+    /// The centre's base URL for an origin host's registry service: `providers.v1` at
+    /// `<via>v1/providers/<host>/`, `modules.v1` at `<via>v1/modules/<host>/`, as its own
+    /// server lays them out. `None` for a service a centre does not offer.
+    pub fn service_base(&self, origin: &Hostname, service: &str) -> Option<Url> {
+        let door = match service {
+            "providers.v1" => "providers",
+            "modules.v1" => "modules",
+            _ => return None,
+        };
+        self.url.join(&format!("v1/{door}/{origin}/")).ok()
+    }
+
+    /// A URL below the centre's release mirror (`<via>releases/<path>`).
+    pub fn releases(&self, path: &str) -> Option<Url> {
+        self.url.join(&format!("releases/{path}")).ok()
+    }
+}
+
+/// Where a host's bearer token comes from: the configuration, or a file read again for every
+/// request (a Kubernetes projected service-account token, which the kubelet rotates).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    Token(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credential::Token(_) => f.write_str("Token([redacted])"),
+            Credential::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
 }
 
 /// Per-registry settings from `[upstream.hosts."<hostname>"]`.
@@ -77,6 +142,10 @@ impl UpstreamSettings {
 pub struct HostSettings {
     pub connect_to: Option<SocketAddr>,
     pub token: Option<String>,
+    /// A file holding the token, read again for each request (`token_file`).
+    pub token_file: Option<PathBuf>,
+    /// The mirror this host's requests go to instead (`via`).
+    pub via: Option<Via>,
     /// The user name sent with `token` to a git host (HTTP Basic).
     pub git_username: Option<String>,
     /// Overrides `upstream.require_signature` for this host.
@@ -90,6 +159,8 @@ impl std::fmt::Debug for HostSettings {
         f.debug_struct("HostSettings")
             .field("connect_to", &self.connect_to)
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("token_file", &self.token_file)
+            .field("via", &self.via)
             .field("git_username", &self.git_username)
             .field("require_signature", &self.require_signature)
             .field("allow_http", &self.allow_http)

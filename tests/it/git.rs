@@ -1,6 +1,7 @@
 //! The git door: `git::https://` module sources through the mirror, with the real `git` and
 //! the real `terraform` rewriting their URLs with git's own `insteadOf`, against a git origin
-//! served by `git http-backend` over HTTPS on loopback.
+//! served by `git http-backend` over HTTPS on loopback; and an edge mirror whose git host goes
+//! `via` a centre, refreshed through the centre's door with the edge's token.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -819,4 +820,57 @@ async fn the_door_answers_as_git_s_own_server_does() {
         .unwrap();
     assert_eq!(push.status().as_u16(), 403);
     mirror.stop().await;
+}
+
+#[tokio::test]
+async fn an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_centre_gone() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let token = "edge-site-git-token-0123456789";
+    let centre_auth = format!(
+        "[[auth.clients]]\nname = \"edge\"\ntoken = \"{token}\"\n\n\
+         [[auth.rules]]\nname = \"edges\"\nclients = [\"edge\"]\n"
+    );
+    let mut centre = mirror(&ca, &origin, "refresh_after = \"1h\"", &centre_auth).await;
+    // The edge: the git host goes via the centre (it resolves nowhere from here), with the
+    // edge's token read from a file; the registry origin is never reached either.
+    let work = tempfile::tempdir().unwrap();
+    let token_file = work.path().join("token");
+    std::fs::write(&token_file, token).unwrap();
+    let centre_host = format!("localhost:{}", centre.url.port().unwrap());
+    let edge_toml = format!(
+        "[git]\nallowed_hosts = [\"{GIT_HOST}\"]\nrefresh_after = \"0s\"\n\n\
+         [upstream.hosts.\"{GIT_HOST}\"]\nvia = \"{}\"\n\n\
+         [upstream.hosts.\"{centre_host}\"]\ntoken_file = \"{}\"\n",
+        centre.url,
+        token_file.display()
+    );
+    let edge = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            connect_to: Some("127.0.0.1:9".parse().unwrap()),
+            extra_toml: &edge_toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let home = GitHome::new(&ca, &edge);
+    let url = origin_url("terraform-aws-net.git");
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+
+    assert_eq!(home.clone(&url, "first", &[]).await, tip);
+    // The centre's one refresh (its ls-remote and its fetch); the edge never asked the origin.
+    assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
+    assert!(
+        origin.requests().iter().all(|r| r.authorization.is_none()),
+        "the edge's token never reaches the origin: {:?}",
+        origin.requests()
+    );
+
+    // The centre gone: the edge's refresh fails, and it serves its copy.
+    centre.stop().await;
+    assert_eq!(home.clone(&url, "second", &[]).await, tip);
+    assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
 }

@@ -28,5 +28,6 @@ mod replicas;
 mod resilience;
 mod security;
 mod sign_on;
+mod sites;
 mod storage;
 mod terraform;

@@ -58,7 +58,7 @@ fn mise() -> PathBuf {
 
 /// The HashiCorp layout of terraform 1.11.4 with the real binary for linux_amd64, signed with
 /// the test key, under `root/hashicorp`. Returns the zip.
-fn terraform_release(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+pub(crate) fn terraform_release(root: &Path) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let binary = std::fs::read(TERRAFORM).expect("the terraform binary");
     let zip = zip_of("terraform", &binary, true);
     let other = zip_of("terraform", b"not for this platform", true);

@@ -588,7 +588,7 @@ impl Core {
     /// The archive's download from its origin, started when the fill first polls it.
     fn origin_of(self: &Arc<Self>, key: &ArchiveKey, pkg: &Package) -> Origin {
         let this = self.clone();
-        let host = key.addr.hostname.clone();
+        let key = key.clone();
         let url = pkg.download_url.clone();
         let what = format!("archive {key}");
         async move {
@@ -597,7 +597,10 @@ impl Core {
                     "{what} was imported without an origin URL and is no longer in the cache"
                 )));
             };
-            let download = this.origin(what)?.archive(&host, &url).await?;
+            let download = this
+                .origin(what)?
+                .package_archive(&key.addr, &key.version, &key.platform, &url)
+                .await?;
             Ok(OriginBody::from(download))
         }
         .boxed()
