@@ -564,23 +564,9 @@ impl TrustPolicy {
     /// a provider of a pinned namespace ([`pinned_owner`]) only with its owner's signature,
     /// anything only at `upstream.min_trust` or above.
     pub fn admit(&self, addr: &ProviderAddr, kind: SignatureKind) -> Result<(), Refusal> {
-        match (
-            self.private.has_provider(addr),
-            kind == SignatureKind::Private,
-        ) {
-            (true, true) => return Ok(()),
-            (true, false) => {
-                return Err(Refusal::NotPublished {
-                    addr: addr.to_string(),
-                    kind: kind.to_string(),
-                });
-            }
-            (false, true) => {
-                return Err(Refusal::NotPrivate {
-                    addr: addr.to_string(),
-                });
-            }
-            (false, false) => {}
+        let private = self.private.has_provider(addr);
+        if let Some(decided) = private_rule(private, kind == SignatureKind::Private, addr, &kind) {
+            return decided;
         }
         if let Some(owner) = pinned_owner(addr)
             && kind != SignatureKind::Official
@@ -605,20 +591,9 @@ impl TrustPolicy {
     /// carry no signatures, so `upstream.min_trust` (any level above `unverified`) refuses only
     /// those imported unverified.
     pub fn admit_module(&self, addr: &ModuleAddr, trust: ModuleTrust) -> Result<(), Refusal> {
-        match (self.private.has_module(addr), trust == ModuleTrust::Private) {
-            (true, true) => return Ok(()),
-            (true, false) => {
-                return Err(Refusal::NotPublished {
-                    addr: addr.to_string(),
-                    kind: trust.to_string(),
-                });
-            }
-            (false, true) => {
-                return Err(Refusal::NotPrivate {
-                    addr: addr.to_string(),
-                });
-            }
-            (false, false) => {}
+        let private = self.private.has_module(addr);
+        if let Some(decided) = private_rule(private, trust == ModuleTrust::Private, addr, &trust) {
+            return decided;
         }
         match self.min_trust {
             Some(min) if min > SignatureKind::Unverified && trust == ModuleTrust::Unverified => {
@@ -701,6 +676,28 @@ impl TrustPolicy {
         }
         self.admit(addr, trust.kind)?;
         Ok(trust)
+    }
+}
+
+/// The rule of private namespaces, which decides alone where it applies: a private namespace
+/// admits only what was published there, and what was published is admitted nowhere else.
+/// `None` when neither is the case.
+fn private_rule(
+    in_private_namespace: bool,
+    published: bool,
+    addr: &dyn std::fmt::Display,
+    kind: &dyn std::fmt::Display,
+) -> Option<Result<(), Refusal>> {
+    match (in_private_namespace, published) {
+        (true, true) => Some(Ok(())),
+        (true, false) => Some(Err(Refusal::NotPublished {
+            addr: addr.to_string(),
+            kind: kind.to_string(),
+        })),
+        (false, true) => Some(Err(Refusal::NotPrivate {
+            addr: addr.to_string(),
+        })),
+        (false, false) => None,
     }
 }
 

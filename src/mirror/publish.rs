@@ -328,7 +328,7 @@ impl Publisher {
             ..sums_ref
         };
 
-        let mut publication = Publication {
+        let publication = Publication {
             kind: PublishedKind::Provider,
             address: address.clone(),
             version: version.clone(),
@@ -371,11 +371,7 @@ impl Publisher {
                 vec![(sums_ref, Bytes::from(sums), Bytes::from(registry_sig))],
             )
             .await?;
-        publication.state = State::Published;
-        self.core.publications().put(&publication).await?;
-        self.core.metrics().publication(PublishedKind::Provider);
-        tracing::info!(provider = %addr, %version, by = who, digest = %publication.digest, "published");
-        Ok(Outcome::Published(publication))
+        self.finish(publication).await
     }
 
     /// Publishes one module version from an archive (`.tar.gz`, `.tar` or `.zip`, told apart by
@@ -423,7 +419,7 @@ impl Publisher {
         {
             return Ok(done);
         }
-        let mut publication = Publication {
+        let publication = Publication {
             kind: PublishedKind::Module,
             address,
             version: version.clone(),
@@ -459,10 +455,23 @@ impl Publisher {
             };
             admission::commit_module(self.core.modules(), addr, version, staged.file, &rec).await?;
         }
+        self.finish(publication).await
+    }
+
+    /// Marks a claimed publication whose bytes and records are stored as published, which
+    /// lists it.
+    async fn finish(&self, mut publication: Publication) -> Result<Outcome> {
         publication.state = State::Published;
         self.core.publications().put(&publication).await?;
-        self.core.metrics().publication(PublishedKind::Module);
-        tracing::info!(module = %addr, %version, by = who, digest = %publication.digest, "published");
+        self.core.metrics().publication(publication.kind);
+        tracing::info!(
+            kind = publication.kind.as_str(),
+            address = %publication.address,
+            version = %publication.version,
+            by = %publication.published_by,
+            digest = %publication.digest,
+            "published"
+        );
         Ok(Outcome::Published(publication))
     }
 
