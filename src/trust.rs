@@ -757,6 +757,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_private_namespace_admits_what_was_published_and_nothing_else() {
+        let policy = TrustPolicy {
+            min_trust: Some(SignatureKind::Official),
+            private: PrivateNamespaces {
+                hostname: Some(Hostname::parse("mirror.example.com").unwrap()),
+                namespaces: ["acme".to_string()].into(),
+            },
+            ..TrustPolicy::default()
+        };
+        let private = ProviderAddr::new("mirror.example.com", "ACME", "foo").unwrap();
+        let mirrored = ProviderAddr::new("registry.terraform.io", "acme", "foo").unwrap();
+        let other_ns = ProviderAddr::new("mirror.example.com", "other", "foo").unwrap();
+        assert_eq!(policy.admit(&private, SignatureKind::Private), Ok(()));
+        assert!(matches!(
+            policy.admit(&private, SignatureKind::Official),
+            Err(Refusal::NotPublished { .. })
+        ));
+        assert!(matches!(
+            policy.admit(&mirrored, SignatureKind::Private),
+            Err(Refusal::NotPrivate { .. })
+        ));
+        assert!(matches!(
+            policy.admit(&other_ns, SignatureKind::Private),
+            Err(Refusal::NotPrivate { .. })
+        ));
+        // min_trust does not apply to what was published; it still does elsewhere.
+        assert!(matches!(
+            policy.admit(&mirrored, SignatureKind::Partner),
+            Err(Refusal::BelowMinTrust { .. })
+        ));
+        let module = ModuleAddr::new("mirror.example.com", "acme", "vpc", "aws").unwrap();
+        assert_eq!(policy.admit_module(&module, ModuleTrust::Private), Ok(()));
+        assert!(policy.admit_module(&module, ModuleTrust::Origin).is_err());
+    }
+
     fn acme() -> ProviderAddr {
         ProviderAddr::parse("registry.terraform.io/acme/x").unwrap()
     }

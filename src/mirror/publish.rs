@@ -339,6 +339,10 @@ impl Publisher {
             protocols: protocols.clone(),
             published_by: who.to_string(),
             published_at: crate::clock::now_secs(),
+            publisher_signature: publisher_key
+                .as_ref()
+                .and(signature.as_deref())
+                .map(|sig| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, sig)),
             publisher_key,
             yanked: None,
             claim: String::new(),
@@ -431,6 +435,7 @@ impl Publisher {
             published_by: who.to_string(),
             published_at: crate::clock::now_secs(),
             publisher_key: None,
+            publisher_signature: None,
             yanked: None,
             claim: String::new(),
         };

@@ -68,6 +68,10 @@ pub struct Publication {
     /// (checked against the namespace's keys; kept beside the registry's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publisher_key: Option<String>,
+    /// That signature itself (base64 of the binary `SHA256SUMS.sig`), kept so that anyone can
+    /// check it again against the publisher's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publisher_signature: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub yanked: Option<Yank>,
     /// The token of the publisher's claim, on a store that does not enforce conditional

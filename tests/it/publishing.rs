@@ -451,6 +451,13 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     tf.init(fresh.path()).await.assert_success();
     let lock = std::fs::read_to_string(fresh.path().join(".terraform.lock.hcl")).unwrap();
     assert!(lock.contains("version     = \"1.0.0\""), "{lock}");
+    // Terraform checks a locked version against the version list on every init (its
+    // installer's own rule), so the lock pinning 1.1.0 stops there, as the README says.
+    let _ = std::fs::remove_dir_all(dir.path().join(".terraform"));
+    let locked = tf.init(dir.path()).await;
+    locked.assert_failure();
+    let said = locked.combined().split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(said.contains("1.1.0 is no longer available"), "{said}");
     let (os, arch) = local_platform();
     let (status, _) = s.get(&format!("./{}/acme/foo/1.1.0.json", s.host)).await;
     assert_eq!(status, StatusCode::OK);
@@ -712,6 +719,12 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
         .unwrap()
         .clone();
     assert_eq!(foo100["publisher_key"], s.origin.key_id(), "{foo100}");
+    let kept = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        foo100["publisher_signature"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(kept, std::fs::read(dist.join(&sig)).unwrap());
     assert_eq!(list["publications"].as_array().unwrap().len(), 3, "{list}");
 
     // A bundle carries them to a sealed site, which answers for the mirror's hostname alone.
