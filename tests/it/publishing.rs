@@ -456,7 +456,11 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     let _ = std::fs::remove_dir_all(dir.path().join(".terraform"));
     let locked = tf.init(dir.path()).await;
     locked.assert_failure();
-    let said = locked.combined().split_whitespace().collect::<Vec<_>>().join(" ");
+    let said = locked
+        .combined()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(said.contains("1.1.0 is no longer available"), "{said}");
     let (os, arch) = local_platform();
     let (status, _) = s.get(&format!("./{}/acme/foo/1.1.0.json", s.host)).await;
