@@ -429,6 +429,53 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     let installed = dir.path().join(".terraform/modules/vpc/main.tf");
     assert!(std::fs::read_to_string(installed).unwrap().contains("vpc"));
 
+    // Another site's provender mirrors this registry's private namespace like any registry:
+    // discovery, the registry protocol with this registry's signature checked at the edge,
+    // archives admitted against it.
+    let hosts = [s.host.as_str()];
+    let edge_toml = format!("[upstream.hosts.\"{}\"]\ntoken = \"{READER}\"\n", s.host);
+    let edge = TestMirror::start_with(
+        &s.ca,
+        &s.origin,
+        MirrorOptions {
+            allowed_hosts: &hosts,
+            extra_upstream: "allow_private_networks = true",
+            extra_toml: &edge_toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let edge_client = https_client(&s.ca, &[]);
+    let got = send(
+        "edge index",
+        edge_client.get(edge.url(&format!("./{}/acme/foo/index.json", s.host))),
+    )
+    .await;
+    assert_eq!(
+        got.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&got.body)
+    );
+    let listed: Value = serde_json::from_slice(&got.body).unwrap();
+    assert!(listed["versions"]["1.1.0"].is_object(), "{listed}");
+    let (os, arch) = local_platform();
+    let name = s.origin.filename("acme", "foo", "1.1.0", os, arch);
+    let got = send(
+        "edge archive",
+        edge_client.get(edge.url(&format!("./{}/acme/foo/{name}", s.host))),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert_eq!(got.body, s.origin.archive("acme", "foo", "1.1.0", os, arch));
+    let record = std::fs::read(
+        edge.cache_dir
+            .join(format!("metadata/{}/acme/foo/1.1.0.json", s.host)),
+    )
+    .unwrap();
+    let record: Value = serde_json::from_slice(&record).unwrap();
+    assert_eq!(record["sums"][0]["trust"]["kind"], "community", "{record}");
+
     // The registry's signature verifies under the key it lists, and the record says private.
     let (status, doc) = s
         .get(&format!(
