@@ -189,7 +189,21 @@ impl Catalogue {
             .ok_or_else(|| {
                 Error::NotFound(format!("{addr} {version} has no archives in this cache"))
             })?;
-        Ok(VersionView::of(entry, found))
+        let published = match self.core.is_private(addr) {
+            true => self
+                .core
+                .publications()
+                .get(
+                    crate::records::publish::PublishedKind::Provider,
+                    &addr.to_string(),
+                    version,
+                )
+                .await?
+                .filter(|p| p.state == crate::records::publish::State::Published)
+                .map(|p| PublishedEntry::of(&p)),
+            false => None,
+        };
+        Ok(VersionView::of(entry, found, published))
     }
 
     /// A `.terraform.lock.hcl` block for a cached version and the platforms asked for.

@@ -108,6 +108,14 @@ impl Server {
             metrics.clone(),
             settings.cache.reverify_interval,
         );
+        if !settings.trust.private.namespaces.is_empty()
+            && !(settings.auth.enabled() && settings.auth.rules.any_publish())
+        {
+            tracing::warn!(
+                "publishing.namespaces is set, but no [[auth.rules]] entry has publish patterns \
+                 (or authentication is off): nobody can publish"
+            );
+        }
         mirror.core().start_hash_job();
         mirror.core().start_tier_recheck();
         watch_certificate(&cert, settings.server.tls_reload_interval, metrics.clone());

@@ -143,6 +143,11 @@ impl Rules {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Whether any rule lets its clients publish something.
+    pub fn any_publish(&self) -> bool {
+        self.0.iter().any(|r| r.publish.is_some())
+    }
 }
 
 impl Rule {
@@ -178,6 +183,32 @@ mod tests {
         }
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         Rules::new(&file.rules).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn only_publish_patterns_let_a_client_publish() {
+        let set = rules(
+            r#"
+            [[rules]]
+            name = "releases"
+            clients = "github:repo:acme/*"
+            publish = ["acme/foo", "acme/vpc/*"]
+            [[rules]]
+            name = "everyone"
+            clients = "*"
+            "#,
+        )
+        .unwrap();
+        assert!(set.any_publish());
+        let ci = set
+            .for_client("github:repo:acme/x:ref:refs/tags/v1")
+            .unwrap();
+        assert!(ci.allows_publish("acme/foo"));
+        assert!(ci.allows_publish("acme/vpc/aws"));
+        assert!(!ci.allows_publish("acme/bar"));
+        let anyone = set.for_client("token:0011").unwrap();
+        assert!(!anyone.allows_publish("acme/foo"), "no patterns: nothing");
+        assert!(!Rules::default().any_publish());
     }
 
     #[test]

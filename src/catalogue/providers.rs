@@ -250,10 +250,17 @@ pub struct VersionView {
     #[serde(rename = "type")]
     pub type_: String,
     pub version: VersionEntry,
+    /// Who published it here, when and what, for a version of a private namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published: Option<super::PublishedEntry>,
 }
 
 impl VersionView {
-    pub(super) fn of(provider: &ProviderEntry, version: &VersionEntry) -> VersionView {
+    pub(super) fn of(
+        provider: &ProviderEntry,
+        version: &VersionEntry,
+        published: Option<super::PublishedEntry>,
+    ) -> VersionView {
         VersionView {
             api_version: API_VERSION,
             source: provider.source.clone(),
@@ -261,6 +268,7 @@ impl VersionView {
             namespace: provider.namespace.clone(),
             type_: provider.type_.clone(),
             version: version.clone(),
+            published,
         }
     }
 }

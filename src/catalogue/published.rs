@@ -43,6 +43,27 @@ pub struct PublishedEntry {
     pub yanked: Option<String>,
 }
 
+impl PublishedEntry {
+    /// How a publication is shown.
+    pub fn of(p: &Publication) -> PublishedEntry {
+        PublishedEntry {
+            kind: p.kind.as_str(),
+            address: p.address.clone(),
+            version: p.version.to_string(),
+            published_by: p.published_by.clone(),
+            published_at: time(p.published_at),
+            digest: p.digest.to_string(),
+            yanked: p.yanked.as_ref().map(|y| {
+                let why = match y.reason.is_empty() {
+                    true => String::new(),
+                    false => format!(": {}", y.reason),
+                };
+                format!("by {} at {}{why}", y.by, time(y.at))
+            }),
+        }
+    }
+}
+
 fn time(secs: u64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
         .to_string()
@@ -68,24 +89,7 @@ impl PublishedList {
                             .nth(1)
                             .is_some_and(|ns| ns.eq_ignore_ascii_case(&name))
                     })
-                    .map(|p| {
-                        let entry = PublishedEntry {
-                            kind: p.kind.as_str(),
-                            address: p.address.clone(),
-                            version: p.version.to_string(),
-                            published_by: p.published_by.clone(),
-                            published_at: time(p.published_at),
-                            digest: p.digest.to_string(),
-                            yanked: p.yanked.as_ref().map(|y| {
-                                let why = match y.reason.is_empty() {
-                                    true => String::new(),
-                                    false => format!(": {}", y.reason),
-                                };
-                                format!("by {} at {}{why}", y.by, time(y.at))
-                            }),
-                        };
-                        (p.published_at, entry)
-                    })
+                    .map(|p| (p.published_at, PublishedEntry::of(p)))
                     .collect();
                 entries.sort_by_key(|e| std::cmp::Reverse(e.0));
                 Namespace {

@@ -900,5 +900,14 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
         "{table}"
     );
     assert!(table.contains("leaked a secret"), "{table}");
+    // And on the version's own page: its trust level, who published it.
+    let page = format!("-/providers/{}/acme/foo/1.0.0", s.host);
+    browser.goto(&sealed.url(&page)).await;
+    crate::pages::check_page(&browser, &sealed, "published-version").await;
+    let facts = browser.text("#main").await;
+    assert!(
+        facts.contains("private") && facts.contains("github:repo:acme/terraform-provider-foo"),
+        "{facts}"
+    );
     browser.close().await;
 }
