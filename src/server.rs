@@ -108,9 +108,8 @@ impl Server {
             metrics.clone(),
             settings.cache.reverify_interval,
         );
-        if !settings.trust.private.namespaces.is_empty()
-            && !(settings.auth.enabled() && settings.auth.rules.any_publish())
-        {
+        let someone_publishes = settings.auth.enabled() && settings.auth.rules.any_publish();
+        if !settings.trust.private.namespaces.is_empty() && !someone_publishes {
             tracing::warn!(
                 "publishing.namespaces is set, but no [[auth.rules]] entry has publish patterns \
                  (or authentication is off): nobody can publish"
