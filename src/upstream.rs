@@ -131,8 +131,9 @@ pub enum UpstreamError {
     /// The connection failed or broke.
     #[error("{0}")]
     Connect(String),
-    /// The origin answered with an error status.
-    #[error("{what}: origin answered {status}")]
+    /// The origin (or its centre, `via`: `what` names the URL asked) answered with an error
+    /// status.
+    #[error("{what}: answered {status}")]
     Status { what: String, status: u16 },
     /// More than a configured cap.
     #[error("{0}")]
