@@ -706,12 +706,20 @@ fn private_rule(
 pub fn sums_lookup(sums: &[u8], filename: &str) -> Option<String> {
     let text = std::str::from_utf8(sums).ok()?;
     text.lines().find_map(|line| {
-        let line = line.trim_end_matches('\r');
-        let (hash, rest) = line.split_once(' ')?;
-        let name = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('*'))?;
+        let (hash, name) = sums_line(line)?;
         (name == filename && hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
             .then(|| hash.to_ascii_lowercase())
     })
+}
+
+/// One SHA256SUMS line split into its hash and file name (`<hash>  <name>` or
+/// `<hash> *<name>`, a trailing CR ignored); `None` for a line of another shape. The hash is
+/// not checked here.
+pub fn sums_line(line: &str) -> Option<(&str, &str)> {
+    let line = line.trim_end_matches('\r');
+    let (hash, rest) = line.split_once(' ')?;
+    let name = rest.strip_prefix(' ').or_else(|| rest.strip_prefix('*'))?;
+    Some((hash, name))
 }
 
 /// The binary body of the first armored block in `armor`.

@@ -131,16 +131,18 @@ impl Publisher {
         let staging = self.core.staging().clone();
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || -> Result<Vec<Upload>> {
-            let open = || {
-                std::fs::File::open(tar.file.path())
-                    .map_err(|e| Error::io("reading a staged upload", e))
-            };
-            let mut magic = [0u8; 2];
-            let gz = open()?.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-            let file = std::io::BufReader::new(open()?);
-            let input: Box<dyn Read> = match gz {
-                true => Box::new(flate2::read::GzDecoder::new(file)),
-                false => Box::new(file),
+            let file = std::fs::File::open(tar.file.path())
+                .map_err(|e| Error::io("reading a staged upload", e))?;
+            let file = std::io::BufReader::new(file);
+            let input: Box<dyn Read> = match sniff(tar.file.path()) {
+                Ok(crate::package::Format::TarGz) => Box::new(flate2::read::GzDecoder::new(file)),
+                Ok(crate::package::Format::Tar) => Box::new(file),
+                _ => {
+                    return Err(PublishError::Tar(
+                        "send the release files as a tar stream, plain or gzip-compressed".into(),
+                    )
+                    .into());
+                }
             };
             let mut archive = tar::Archive::new(input);
             let mut out: Vec<Upload> = Vec::new();
@@ -714,7 +716,6 @@ fn check_sums(sums: &[u8], files: &[PublishedFile]) -> Result<()> {
     })?;
     let mut listed = std::collections::BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
-        let line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;
         }
@@ -722,13 +723,8 @@ fn check_sums(sums: &[u8], files: &[PublishedFile]) -> Result<()> {
             line: i + 1,
             problem: problem.to_string(),
         };
-        let (hash, rest) = line
-            .split_once(' ')
-            .ok_or_else(|| bad("not `<sha256>  <file name>`"))?;
-        let name = rest
-            .strip_prefix(' ')
-            .or_else(|| rest.strip_prefix('*'))
-            .ok_or_else(|| bad("not `<sha256>  <file name>`"))?;
+        let (hash, name) =
+            crate::trust::sums_line(line).ok_or_else(|| bad("not `<sha256>  <file name>`"))?;
         let hash = crate::hash::Sha256::parse(&hash.to_ascii_lowercase())
             .map_err(|_| bad("the hash is not 64 hex digits"))?;
         if !files.iter().any(|f| f.name == name) {
@@ -763,7 +759,7 @@ fn check_sums(sums: &[u8], files: &[PublishedFile]) -> Result<()> {
     Ok(())
 }
 
-/// A module archive's format, by its first bytes.
+/// An archive's format, by its first bytes (a module archive, a release's tar stream).
 fn sniff(path: &std::path::Path) -> Result<crate::package::Format> {
     use crate::package::Format;
     let mut head = [0u8; 262];

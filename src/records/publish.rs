@@ -105,20 +105,16 @@ impl Publication {
 
     /// The provider it publishes, if it is a provider's.
     pub fn provider(&self) -> Option<ProviderAddr> {
-        let mut parts = self.address.splitn(3, '/');
-        match (self.kind, parts.next(), parts.next(), parts.next()) {
-            (PublishedKind::Provider, Some(h), Some(n), Some(t)) => ProviderAddr::new(h, n, t).ok(),
-            _ => None,
-        }
+        (self.kind == PublishedKind::Provider && self.address.split('/').count() == 3)
+            .then(|| ProviderAddr::parse(&self.address).ok())
+            .flatten()
     }
 
     /// The module it publishes, if it is a module's.
     pub fn module(&self) -> Option<ModuleAddr> {
-        let parts: Vec<&str> = self.address.split('/').collect();
-        match (self.kind, parts.as_slice()) {
-            (PublishedKind::Module, [h, n, m, s]) => ModuleAddr::new(h, n, m, s).ok(),
-            _ => None,
-        }
+        (self.kind == PublishedKind::Module && self.address.split('/').count() == 4)
+            .then(|| ModuleAddr::parse_in(&self.address, "-").ok())
+            .flatten()
     }
 }
 

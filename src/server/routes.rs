@@ -332,14 +332,10 @@ impl App {
             let answer = self.site.handle(req, body, "", who, peer.ip()).await;
             return (Route::Page, Ok(answer));
         }
-        if let Some(rest) = path
-            .strip_prefix(base)
-            .and_then(|r| r.strip_prefix("-/api/v1/"))
-            .filter(|r| r.starts_with("publish/"))
-        {
-            return (Route::Api, self.publish(req, body, rest, who).await);
-        }
         if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("-/")) {
+            if let Some(publish) = rest.strip_prefix("api/v1/publish/") {
+                return (Route::Api, self.publish(req, body, publish, who).await);
+            }
             let route = if rest.starts_with("api/") {
                 Route::Api
             } else {

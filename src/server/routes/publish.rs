@@ -110,7 +110,7 @@ fn answer(status: StatusCode, outcome: &str, publication: &Publication) -> Respo
 }
 
 impl App {
-    /// A request under `<base>-/api/v1/publish/`; `rest` is the part after `v1/`.
+    /// A request under `<base>-/api/v1/publish/`; `rest` is the part after `publish/`.
     pub(super) async fn publish(
         &self,
         req: &Request<()>,
@@ -128,7 +128,6 @@ impl App {
                 "this registry has no private namespaces (publishing.namespaces)".into(),
             ));
         };
-        let rest = rest.strip_prefix("publish/").unwrap_or(rest);
         let (target, version, yank) = parse(rest, hostname)?;
         publisher.check_namespace(hostname, target.namespace())?;
         principal.may_publish(&target.pattern_subject())?;
