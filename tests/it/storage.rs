@@ -12,7 +12,9 @@
 //!   never listed as objects), it leaves with a deleted or moved object, and on disk reading
 //!   an object is not a use;
 //! - `create`: exclusive on disk and in a shared directory; Garage lets a second create through
-//!   and overwrites, which fleet leases detect.
+//!   and overwrites, which fleet leases detect;
+//! - claims of one published version by several publishers (replicas) at once: one claims it,
+//!   every other finds the claimant's record, on every backend (Garage's by settling).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -471,6 +473,74 @@ async fn creates_exclusively(storage: Arc<dyn Storage>, enforced: bool) {
     assert!(storage.delete(&k).await.unwrap());
 }
 
+/// Several publishers (each its own `Publications`, as replicas are) claiming one version with
+/// other files at the same moment: exactly one claims it, and every other finds its record.
+async fn claims_once(storage: Arc<dyn Storage>) {
+    use provender::cache::{Claimed, Publications};
+    use provender::records::publish::{Publication, PublishedFile, PublishedKind, State};
+    let claim = |n: u8| {
+        let files = vec![PublishedFile {
+            name: "module.tar.gz".into(),
+            sha256: provender::hash::Sha256::of(&[n]),
+            size: 1,
+        }];
+        let publication = Publication {
+            kind: PublishedKind::Module,
+            address: "mirror.example.com/acme/vpc/aws".into(),
+            version: Version::parse("1.0.0").unwrap(),
+            state: State::Pending,
+            digest: provender::records::publish::digest_of(&files),
+            files,
+            platforms: Vec::new(),
+            protocols: Vec::new(),
+            published_by: format!("publisher-{n}"),
+            published_at: 0,
+            publisher_key: None,
+            publisher_signature: None,
+            yanked: None,
+            claim: String::new(),
+        };
+        let publications = Publications::new(storage.clone(), Duration::from_secs(1));
+        async move {
+            (
+                publication.digest.clone(),
+                publications.claim(&publication).await,
+            )
+        }
+    };
+    let results = within(
+        "four claims",
+        futures_util::future::join_all((1..=4).map(claim)),
+    )
+    .await;
+    let winners: Vec<_> = results
+        .iter()
+        .filter(|(_, r)| matches!(r, Ok(Claimed::Claimed)))
+        .map(|(digest, _)| digest.clone())
+        .collect();
+    assert_eq!(winners.len(), 1, "one claimant: {results:?}");
+    for (_, result) in &results {
+        match result {
+            Ok(Claimed::Claimed) => {}
+            Ok(Claimed::Exists(found)) => assert_eq!(found.digest, winners[0]),
+            Err(e) => panic!("a claim failed: {e}"),
+        }
+    }
+    let stored = Publications::new(storage.clone(), Duration::from_secs(1))
+        .get(
+            PublishedKind::Module,
+            "mirror.example.com/acme/vpc/aws",
+            &Version::parse("1.0.0").unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.digest, winners[0],
+        "the stored claim is the claimant's"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_disk_backend_complies() {
     let dir = tempfile::tempdir().unwrap();
@@ -478,6 +548,7 @@ async fn the_disk_backend_complies() {
     complies(storage.clone()).await;
     crash_between_upload_and_commit(storage.clone()).await;
     creates_exclusively(storage.clone(), true).await;
+    claims_once(storage.clone()).await;
     records_last_use(storage, false).await;
     disk_reads_are_not_uses(&dir.path().join("reads")).await;
     assert!(
@@ -505,6 +576,7 @@ async fn a_garage_bucket_complies() {
     crash_between_upload_and_commit(storage.clone()).await;
     // Garage answers 200 to `If-None-Match: *` and overwrites: fleet leases must find that out.
     creates_exclusively(storage.clone(), false).await;
+    claims_once(storage.clone()).await;
     records_last_use(storage, true).await;
     // Nothing escaped the prefix.
     let other = Arc::new(ObjectStorage::new(&garage.settings("")).unwrap());
@@ -528,5 +600,6 @@ async fn a_shared_directory_complies() {
     complies(storage.clone()).await;
     crash_between_upload_and_commit(storage.clone()).await;
     creates_exclusively(storage.clone(), true).await;
+    claims_once(storage.clone()).await;
     records_last_use(storage, true).await;
 }
