@@ -234,6 +234,29 @@ impl Setup {
         (got.status, json)
     }
 
+    /// `PUT` with curl over `http` (`--http1.1` or `--http2`): the status, the protocol curl
+    /// says it used, and the JSON answer.
+    fn curl_put(&self, path: &str, token: &str, body: &[u8], http: &str) -> (u16, String, Value) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("body");
+        std::fs::write(&file, body).unwrap();
+        let ca = self.ca.write_ca(dir.path());
+        let out = std::process::Command::new("curl")
+            .args(["-sS", http, "--cacert"])
+            .arg(&ca)
+            .args(["-H", &format!("Authorization: Bearer {token}"), "-T"])
+            .arg(&file)
+            .args(["-w", "\n%{http_code} %{http_version}"])
+            .arg(self.mirror.url(&format!("-/api/v1/publish/{path}")))
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (body, tail) = text.rsplit_once('\n').unwrap();
+        let (code, version) = tail.split_once(' ').unwrap();
+        let json = serde_json::from_str(body).unwrap_or(Value::Null);
+        (code.parse().unwrap(), version.to_string(), json)
+    }
+
     async fn post(&self, path: &str, token: &str) -> (StatusCode, Value) {
         let client = https_client(&self.ca, &[]);
         let got = send(
@@ -346,6 +369,16 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Uploads stream in over HTTP/1.1 and HTTP/2 alike.
+    for (version, http, said) in [("1.4.1", "--http1.1", "1.1"), ("1.4.2", "--http2", "2")] {
+        let (code, used, body) = s.curl_put(
+            &format!("modules/acme/vpc/aws/{version}"),
+            PUBLISHER,
+            &module_tgz("# vpc\n"),
+            http,
+        );
+        assert_eq!((code, used.as_str()), (201, said), "{body}");
+    }
     // A namespace that is not private, and a reader without publish rights.
     let (status, _) = s
         .put("modules/other/vpc/aws/1.0.0", PUBLISHER, module_tgz("#\n"))
@@ -487,6 +520,19 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     let doc: Value = serde_json::from_slice(&doc).unwrap();
     let keys = doc["signing_keys"]["gpg_public_keys"].as_array().unwrap();
     assert_eq!(keys.len(), 1, "{doc}");
+    // OpenTofu's `packages` extension: every platform hashed at publication, so its `h1:` and
+    // size are there from the first answer (OpenTofu checks the size and can lock them all).
+    for (os, arch) in tf_config::local_platform_and(&[("linux", "amd64"), ("darwin", "arm64")]) {
+        let zip = s.origin.archive("acme", "foo", "1.1.0", os, arch);
+        let entry = &doc["packages"][format!("{os}_{arch}")];
+        assert_eq!(entry["package_size"], zip.len(), "{doc}");
+        assert_eq!(entry["hashes"][0], format!("zh:{}", sha256(&zip)), "{doc}");
+        assert_eq!(
+            entry["hashes"][1],
+            s.origin.h1_zip("acme", "foo", "1.1.0", os, arch),
+            "{doc}"
+        );
+    }
 
     // Yanked: a new init takes 1.0.0; whoever names 1.1.0 still gets it.
     let (status, body) = s
@@ -521,7 +567,7 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
     let (status, list) = s.get("-/api/v1/publications").await;
     assert_eq!(status, StatusCode::OK);
     let list: Value = serde_json::from_slice(&list).unwrap();
-    assert_eq!(list["publications"].as_array().unwrap().len(), 3, "{list}");
+    assert_eq!(list["publications"].as_array().unwrap().len(), 5, "{list}");
     let metrics = send(
         "metrics",
         https_client(&s.ca, &[])
@@ -606,11 +652,23 @@ async fn hostile_publications_get_a_clear_4xx_and_leave_nothing() {
         assert_eq!(status, expect, "{hostile:?}: {body}");
         assert!(body["error"]["message"].as_str().is_some(), "{body}");
     }
-    // Too large an upload: 413 before it is all read.
-    let (status, body) = s
-        .put("modules/acme/vpc/aws/1.0.0", PUBLISHER, vec![7u8; 4 << 20])
-        .await;
-    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    // Too large an upload: 413 before it is all read, over HTTP/2 (reqwest; curl 7.88 takes
+    // the stream's reset after the early answer for an error) and HTTP/1.1 (curl).
+    let resp = https_client(&s.ca, &[])
+        .put(s.mirror.url("-/api/v1/publish/modules/acme/vpc/aws/1.0.0"))
+        .bearer_auth(PUBLISHER)
+        .body(vec![7u8; 4 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+    let big = vec![7u8; 4 << 20];
+    let (code, used, body) = s.curl_put("modules/acme/vpc/aws/1.0.0", PUBLISHER, &big, "--http1.1");
+    assert_eq!((code, used.as_str()), (413, "1.1"), "{body}");
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
 
     assert!(published().is_empty(), "{:?}", published());
     assert!(archives().is_empty(), "{:?}", archives());
@@ -848,6 +906,32 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
     .await;
     let list: Value = serde_json::from_slice(&got.body).unwrap();
     assert_eq!(list["publications"].as_array().unwrap().len(), 3, "{list}");
+
+    // The operator commands read published versions like any: `provender lock` writes every
+    // platform's hashes for the published provider from the sealed site's cache.
+    let lock_out = work.path().join("locked.hcl");
+    provender(&[
+        "lock",
+        "--config",
+        path_str(&b_cfg),
+        "--platform",
+        "linux_amd64",
+        "--platform",
+        "darwin_arm64",
+        "--provider",
+        &format!("{host}/acme/foo@1.1.0"),
+        "--output",
+        path_str(&lock_out),
+    ])
+    .await
+    .ok();
+    let locked = std::fs::read_to_string(&lock_out).unwrap();
+    for (os, arch) in [("linux", "amd64"), ("darwin", "arm64")] {
+        assert!(
+            locked.contains(&s.origin.h1_zip("acme", "foo", "1.1.0", os, arch)),
+            "{locked}"
+        );
+    }
 
     // Prune keeps published versions however long unused; unpublish removes one, on record.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
