@@ -47,6 +47,10 @@ pub enum Claimed {
 /// reads its record back: far longer than the read-then-write of another claim.
 pub const SETTLE: Duration = Duration::from_secs(1);
 
+/// How long the list of every publication is kept in memory: changes by this process drop it
+/// at once, another's show within this time (as the catalogue's snapshots do).
+const EVERY_FRESH_FOR: Duration = Duration::from_secs(5);
+
 /// The publication records in the store.
 pub struct Publications {
     storage: Arc<dyn Storage>,
@@ -54,6 +58,8 @@ pub struct Publications {
     enforced: tokio::sync::OnceCell<bool>,
     /// Every publication of one address, by `<kind>/<address>`.
     lists: moka::future::Cache<String, Arc<Vec<Publication>>>,
+    /// Every publication, and when it was read.
+    every: tokio::sync::Mutex<Option<(std::time::Instant, Arc<Vec<Publication>>)>>,
 }
 
 fn kind_dir(kind: PublishedKind) -> &'static str {
@@ -102,6 +108,7 @@ impl Publications {
         Publications {
             storage,
             enforced: tokio::sync::OnceCell::new(),
+            every: tokio::sync::Mutex::new(None),
             lists: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(ttl.max(Duration::from_secs(1)))
@@ -148,6 +155,7 @@ impl Publications {
         let bytes =
             Bytes::from(serde_json::to_vec_pretty(&publication).expect("records serialise"));
         if self.storage.create(&key, bytes).await? {
+            self.forget(publication.kind, &publication.address).await;
             if enforced {
                 return Ok(Claimed::Claimed);
             }
@@ -203,11 +211,12 @@ impl Publications {
         Ok(removed)
     }
 
-    /// Drops the list of an address kept in memory.
+    /// Drops the list of an address kept in memory, and the list of every publication.
     pub async fn forget(&self, kind: PublishedKind, address: &str) {
         self.lists
             .invalidate(&format!("{}/{address}", kind_dir(kind)))
             .await;
+        *self.every.lock().await = None;
     }
 
     /// Every publication of an address (any state), oldest version first; kept in memory for
@@ -225,8 +234,15 @@ impl Publications {
         Ok(found)
     }
 
-    /// Every publication in the store (pages, export), by address and version.
+    /// Every publication in the store (the published page, prune), by kind, address and
+    /// version; read once per [`EVERY_FRESH_FOR`] at most (one reader at a time).
     pub async fn all(&self) -> Result<Vec<Publication>> {
+        let mut every = self.every.lock().await;
+        if let Some((read, found)) = &*every {
+            if read.elapsed() < EVERY_FRESH_FOR {
+                return Ok((**found).clone());
+            }
+        }
         let mut found = self.read_all(&Key::new(["published"])).await?;
         found.sort_by(|a, b| {
             (a.kind.as_str(), &a.address, &a.version).cmp(&(
@@ -235,6 +251,7 @@ impl Publications {
                 &b.version,
             ))
         });
+        *every = Some((std::time::Instant::now(), Arc::new(found.clone())));
         Ok(found)
     }
 

@@ -724,6 +724,7 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
     } else {
         &second.1
     };
+    let winner_files = winner["publication"]["files"].as_array().unwrap().clone();
     let (os, arch) = local_platform();
     let name = s.origin.filename("acme", "foo", "1.1.0", os, arch);
     let listed = winner["publication"]["files"]
@@ -926,12 +927,20 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
     .await
     .ok();
     let locked = std::fs::read_to_string(&lock_out).unwrap();
+    // The race's winner's files are 1.1.0's: each platform's zh: is its SHA-256, and an h1:
+    // comes with each.
     for (os, arch) in [("linux", "amd64"), ("darwin", "arm64")] {
-        assert!(
-            locked.contains(&s.origin.h1_zip("acme", "foo", "1.1.0", os, arch)),
-            "{locked}"
-        );
+        let name = s.origin.filename("acme", "foo", "1.1.0", os, arch);
+        let sha = winner_files
+            .iter()
+            .find(|f| f["name"] == name.as_str())
+            .unwrap()["sha256"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(locked.contains(&format!("zh:{sha}")), "{locked}");
     }
+    assert_eq!(locked.matches("\"h1:").count(), 2, "{locked}");
 
     // Prune keeps published versions however long unused; unpublish removes one, on record.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
@@ -959,13 +968,18 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
     ])
     .await
     .ok();
-    let got = send(
-        "publications",
-        client.get(sealed.url("-/api/v1/publications")),
-    )
-    .await;
-    let list: Value = serde_json::from_slice(&got.body).unwrap();
-    assert_eq!(list["publications"].as_array().unwrap().len(), 2, "{list}");
+    // The server sees what another process changed within a few seconds.
+    let list = crate::support::poll(std::time::Duration::from_secs(15), async || {
+        let got = send(
+            "publications",
+            client.get(sealed.url("-/api/v1/publications")),
+        )
+        .await;
+        let list: Value = serde_json::from_slice(&got.body).unwrap();
+        (list["publications"].as_array().unwrap().len() == 2).then_some(list)
+    })
+    .await
+    .expect("the unpublished version leaves the list");
     assert_eq!(list["removed"][0]["reason"], "leaked a secret", "{list}");
     assert_eq!(list["removed"][0]["by"], "ops", "{list}");
     assert!(
