@@ -519,10 +519,13 @@ async fn claims_once(storage: Arc<dyn Storage>) {
         .map(|(digest, _)| digest.clone())
         .collect();
     assert_eq!(winners.len(), 1, "one claimant: {results:?}");
+    // Every other found a claim (on a store without conditional creates, possibly one that
+    // was overwritten since: what matters is that it does not go on).
+    let digests: Vec<_> = results.iter().map(|(d, _)| d.clone()).collect();
     for (_, result) in &results {
         match result {
             Ok(Claimed::Claimed) => {}
-            Ok(Claimed::Exists(found)) => assert_eq!(found.digest, winners[0]),
+            Ok(Claimed::Exists(found)) => assert!(digests.contains(&found.digest)),
             Err(e) => panic!("a claim failed: {e}"),
         }
     }
