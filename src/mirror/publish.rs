@@ -62,14 +62,6 @@ pub enum Outcome {
     Unchanged(Publication),
 }
 
-impl Outcome {
-    pub fn publication(&self) -> &Publication {
-        match self {
-            Outcome::Published(p) | Outcome::Unchanged(p) => p,
-        }
-    }
-}
-
 /// Publishing, over the core's stores.
 pub struct Publisher {
     core: Arc<Core>,
