@@ -238,6 +238,22 @@ pub struct GitConfig {
     pub serve_timeout: Duration,
     /// Most `git upload-pack` processes at once; more requests wait for a turn.
     pub max_concurrent_serves: usize,
+    /// Most of those turns one client holds at once (its name, or its address when
+    /// authentication is off); its further requests wait.
+    pub max_serves_per_client: usize,
+    /// Longest a client may leave the next piece of an answer unread before its
+    /// `git upload-pack` is stopped and its turn freed.
+    #[serde(with = "humantime_serde")]
+    pub stall_timeout: Duration,
+    /// Most refreshes from origins at once, in total and per host.
+    pub max_concurrent_refreshes: usize,
+    pub max_refreshes_per_host: usize,
+    /// Most bytes the whole git cache may take; past it, the repositories used least recently
+    /// are removed (never the one just refreshed).
+    pub max_size: bytesize::ByteSize,
+    /// Hosts that name a repository case-insensitively and with or without `.git`
+    /// (`Acme/X`, `acme/x.git` and `acme/x` are one repository there).
+    pub forge_hosts: Vec<String>,
 }
 
 impl Default for GitConfig {
@@ -251,6 +267,16 @@ impl Default for GitConfig {
             max_request_size: bytesize::ByteSize::mib(16),
             serve_timeout: Duration::from_secs(600),
             max_concurrent_serves: 16,
+            max_serves_per_client: 4,
+            stall_timeout: Duration::from_secs(60),
+            max_concurrent_refreshes: 8,
+            max_refreshes_per_host: 4,
+            max_size: bytesize::ByteSize::gib(20),
+            forge_hosts: vec![
+                "github.com".into(),
+                "gitlab.com".into(),
+                "bitbucket.org".into(),
+            ],
         }
     }
 }
@@ -266,12 +292,24 @@ pub struct GitSettings {
     pub max_request_size: u64,
     pub serve_timeout: Duration,
     pub max_concurrent_serves: usize,
+    pub max_serves_per_client: usize,
+    pub stall_timeout: Duration,
+    pub max_concurrent_refreshes: usize,
+    pub max_refreshes_per_host: usize,
+    /// `git.max_size`, in bytes.
+    pub max_size: u64,
+    pub forge_hosts: Vec<Hostname>,
 }
 
 impl GitSettings {
     /// Whether repositories on `host` may be fetched and served.
     pub fn host_allowed(&self, host: &Hostname) -> bool {
         self.allowed_hosts.contains(host)
+    }
+
+    /// Whether `host` names repositories case-insensitively and with or without `.git`.
+    pub fn is_forge(&self, host: &Hostname) -> bool {
+        self.forge_hosts.contains(host)
     }
 }
 
@@ -295,12 +333,32 @@ impl GitConfig {
         if self.max_objects == 0 {
             return Err(invalid("git.max_objects", "must be at least 1"));
         }
-        if self.max_concurrent_serves == 0 {
-            return Err(invalid("git.max_concurrent_serves", "must be at least 1"));
+        for (key, value) in [
+            ("git.max_concurrent_serves", self.max_concurrent_serves),
+            ("git.max_serves_per_client", self.max_serves_per_client),
+            (
+                "git.max_concurrent_refreshes",
+                self.max_concurrent_refreshes,
+            ),
+            ("git.max_refreshes_per_host", self.max_refreshes_per_host),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if self.max_size.as_u64() < 1024 {
+            return Err(invalid("git.max_size", "must be at least 1 KiB"));
+        }
+        let mut forge_hosts = Vec::new();
+        for (i, h) in self.forge_hosts.iter().enumerate() {
+            let host = Hostname::parse(h)
+                .map_err(|e| invalid(format!("git.forge_hosts[{i}]"), e.to_string()))?;
+            forge_hosts.push(host);
         }
         for (key, value) in [
             ("git.fetch_timeout", self.fetch_timeout),
             ("git.serve_timeout", self.serve_timeout),
+            ("git.stall_timeout", self.stall_timeout),
         ] {
             if value.is_zero() {
                 return Err(invalid(key, "must be longer than zero"));
@@ -322,6 +380,12 @@ impl GitConfig {
             max_request_size: self.max_request_size.as_u64(),
             serve_timeout: self.serve_timeout,
             max_concurrent_serves: self.max_concurrent_serves,
+            max_serves_per_client: self.max_serves_per_client,
+            stall_timeout: self.stall_timeout,
+            max_concurrent_refreshes: self.max_concurrent_refreshes,
+            max_refreshes_per_host: self.max_refreshes_per_host,
+            max_size: self.max_size.as_u64(),
+            forge_hosts,
         })
     }
 
@@ -1864,6 +1928,42 @@ pub struct Settings {
     /// Publishing to private namespaces (`[publishing]`; the namespaces themselves are in
     /// `trust.private`).
     pub publishing: PublishSettings,
+}
+
+impl Settings {
+    /// Refuses a server whose git door would be an open proxy for a host's credential: a git
+    /// host with a `token` or `token_file` (its own, or that of the centre it goes `via`) on a
+    /// mirror without client authentication, where anyone could fetch every repository that
+    /// credential reads. Checked when a server starts (one-off commands serve nobody).
+    pub fn check_git_credentials(&self) -> Result<(), ConfigError> {
+        if self.auth.enabled() {
+            return Ok(());
+        }
+        for host in &self.git.allowed_hosts {
+            let own = self.upstream.host(host);
+            let (holder, hs) = match &own.via {
+                Some(via) => (via.host.clone(), self.upstream.host(&via.host)),
+                None => (host.clone(), own),
+            };
+            let key = if hs.token.is_some() {
+                "token"
+            } else if hs.token_file.is_some() {
+                "token_file"
+            } else {
+                continue;
+            };
+            return Err(invalid(
+                format!("upstream.hosts.{:?}.{key}", holder.as_str()),
+                format!(
+                    "git.allowed_hosts names {host}, whose repositories are fetched with this \
+                     credential, but client authentication is off ([[auth.clients]] or \
+                     [[auth.issuers]]): anyone could read every repository it reaches; turn \
+                     authentication on (and give rules `git` patterns) or remove the credential"
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `[modules]`, validated.

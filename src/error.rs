@@ -43,6 +43,13 @@ pub enum Error {
     /// Too many sign-ins: the client may try again after `Retry-After`.
     #[error("{0}")]
     TooManySignIns(#[from] crate::auth::sso::TooManySignIns),
+    /// The mirror is doing as much of this as it may at once (e.g. `git.max_concurrent_refreshes`):
+    /// the client may try again after `retry_after` (`Retry-After`).
+    #[error("{message}")]
+    Busy {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     /// The origin registry failed, did not answer in time, or answered with something
     /// unusable.
     #[error("{0}")]
@@ -281,6 +288,7 @@ impl Error {
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::TooManySignIns(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::Upstream(e) => e.status(),
             Error::Verification(_) => StatusCode::BAD_GATEWAY,
             Error::Policy(_) => StatusCode::FORBIDDEN,
@@ -300,6 +308,7 @@ impl Error {
             Error::Forbidden(_) => "forbidden",
             Error::PayloadTooLarge(_) => "payload_too_large",
             Error::TooManySignIns(_) => "too_many_requests",
+            Error::Busy { .. } => "busy",
             Error::Upstream(crate::upstream::UpstreamError::Timeout(_)) => "upstream_timeout",
             Error::Upstream(crate::upstream::UpstreamError::NotARegistry(_)) => "not_found",
             Error::Upstream(_) => "upstream_error",
@@ -389,6 +398,7 @@ impl Error {
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             Error::TooManySignIns(e) => Some(e.retry_after),
+            Error::Busy { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

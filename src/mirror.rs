@@ -30,7 +30,7 @@ mod releases;
 
 pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach};
 pub use facade::RegistryPackage;
-pub use git::{CachedRepo, GitBundled, GitMirror, GitProtocol, GitReady};
+pub use git::{CachedRepo, GitBundled, GitMirror, GitProtocol, GitReady, GitTurn, TurnKind};
 pub use modules::{ModulePackage, ModuleRegistry};
 pub use oci::{OciBlob, OciBlobHead, OciRegistry, empty_config};
 pub use providers::{ArchiveBody, ArchiveHead, ProviderMirror, Served};

@@ -56,6 +56,9 @@ pub enum StartError {
 impl Server {
     /// Prepares TLS and the cache, then binds `server.listen`.
     pub async fn bind(settings: Settings) -> Result<Server, StartError> {
+        settings
+            .check_git_credentials()
+            .map_err(|e| StartError::Setup(anyhow::Error::new(e)))?;
         let settings = Arc::new(settings);
         let metrics = Arc::new(Metrics::new());
         let ((cert_file, key_file), ca_file) = match &settings.server.tls {

@@ -28,14 +28,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::address::GitRepo;
+use crate::address::{GitRepo, Hostname};
 use crate::cache::Flights;
 use crate::error::{Error, Result};
 use crate::hash::Sha256;
@@ -85,38 +86,85 @@ pub struct CachedRepo {
     pub dir: PathBuf,
 }
 
+/// Which pool a `git upload-pack` takes its turn from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnKind {
+    /// An advertisement (`info/refs`) or protocol v2's `ls-refs`: short, and never waiting
+    /// behind packs.
+    Listing,
+    /// A pack (v2 `fetch`, v0's negotiation): one of `git.max_concurrent_serves`, and of the
+    /// client's `git.max_serves_per_client`.
+    Pack,
+}
+
+/// A turn to run one `git upload-pack`, held until it ends.
+pub struct GitTurn {
+    _permits: Vec<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// How long a client that found every refresh slot taken is told to wait (`Retry-After`).
+const REFRESH_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The last failed refresh of each repository (by its identity), and when.
+type Failures = Arc<std::sync::Mutex<std::collections::HashMap<String, (Instant, Error)>>>;
+
 /// The git cache.
 pub struct GitMirror {
     core: Arc<Core>,
     /// `<cache.dir>/git`.
     root: PathBuf,
-    refreshes: Flights<GitRepo, (), Error>,
-    /// Turns for `git upload-pack` processes (`git.max_concurrent_serves`).
+    /// Refreshes in progress, by repository identity ([`GitMirror::identity`]).
+    refreshes: Flights<String, (), Error>,
+    /// Turns for packs (`git.max_concurrent_serves`).
     serving: Arc<tokio::sync::Semaphore>,
+    /// Turns for advertisements and `ls-refs` (as many again): packs never hold them up.
+    listing: Arc<tokio::sync::Semaphore>,
+    /// Each client's turns for packs (`git.max_serves_per_client`), by client.
+    clients: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Refreshes from origins at once (`git.max_concurrent_refreshes`), and per host.
+    refreshing: Arc<tokio::sync::Semaphore>,
+    refreshing_hosts:
+        std::sync::Mutex<std::collections::HashMap<Hostname, Arc<tokio::sync::Semaphore>>>,
     /// The last failed refresh of each repository, and when: for `cache.not_found_ttl` no
     /// client makes the mirror ask that origin again (a repository it does not have, an
     /// outage), whatever a client asks.
-    failures: std::sync::Mutex<std::collections::HashMap<GitRepo, (Instant, Error)>>,
+    failures: Failures,
 }
 
 impl GitMirror {
     pub fn new(core: Arc<Core>) -> Arc<GitMirror> {
         let root = core.settings().cache.dir.join("git");
-        let serving = Arc::new(tokio::sync::Semaphore::new(
-            core.settings().git.max_concurrent_serves,
-        ));
+        let settings = &core.settings().git;
+        let semaphore = |n: usize| Arc::new(tokio::sync::Semaphore::new(n));
         Arc::new(GitMirror {
-            core,
             root,
             refreshes: Flights::default(),
-            serving,
+            serving: semaphore(settings.max_concurrent_serves),
+            listing: semaphore(settings.max_concurrent_serves),
+            clients: Default::default(),
+            refreshing: semaphore(settings.max_concurrent_refreshes),
+            refreshing_hosts: Default::default(),
             failures: Default::default(),
+            core,
         })
+    }
+
+    /// What makes two names one repository: the path as written, except on a
+    /// `git.forge_hosts` host, which ignores case and a trailing `.git`.
+    fn identity(&self, repo: &GitRepo) -> String {
+        if !self.core.settings().git.is_forge(&repo.host) {
+            return repo.path().to_string();
+        }
+        let path = repo.path().to_ascii_lowercase();
+        match path.strip_suffix(".git") {
+            Some(bare) if !bare.is_empty() => bare.to_string(),
+            _ => path,
+        }
     }
 
     /// Where `repo` is kept.
     fn dir_of(&self, repo: &GitRepo) -> PathBuf {
-        let digest = Sha256::of(repo.path().as_bytes());
+        let digest = Sha256::of(self.identity(repo).as_bytes());
         self.root
             .join(repo.host.as_str().replace(':', "_"))
             .join(format!("{}.git", &digest.as_str()[..32]))
@@ -146,11 +194,28 @@ impl GitMirror {
         remove_repo(&cached.dir).map_err(|e| Error::io("removing a git repository", e))
     }
 
+    /// A slot for one more refresh from `host`'s origin, if one is free (per host and in
+    /// total).
+    fn refresh_slot(&self, host: &Hostname) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+        let per_host = {
+            let mut hosts = self.refreshing_hosts.lock().expect("refresh slots lock");
+            let n = self.core.settings().git.max_refreshes_per_host;
+            hosts
+                .entry(host.clone())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(n)))
+                .clone()
+        };
+        let host_slot = per_host.try_acquire_owned().ok()?;
+        let slot = self.refreshing.clone().try_acquire_owned().ok()?;
+        Some(vec![host_slot, slot])
+    }
+
     /// The cached copy of `repo`, refreshed from its origin first when it is older than
     /// `git.refresh_after` and `reach` allows (see the module header).
     pub async fn ready(&self, repo: &GitRepo, reach: &Reach) -> Result<GitReady> {
         self.allowed(repo)?;
         let settings = &self.core.settings().git;
+        let id = self.identity(repo);
         let dir = self.dir_of(repo);
         let refreshed = Self::refreshed_at(&dir);
         let now = crate::clock::now_secs();
@@ -171,32 +236,60 @@ impl GitMirror {
             let mut failures = self.failures.lock().expect("git failures lock");
             let ttl = self.core.settings().cache.not_found_ttl;
             failures.retain(|_, (at, _)| at.elapsed() < ttl);
-            failures.get(repo).map(|(_, e)| e.clone())
+            failures.get(&id).map(|(_, e)| e.clone())
         };
         let result = match recent_failure {
             Some(e) => Err(e),
             None => {
-                let (core, key, target) = (self.core.clone(), repo.clone(), dir.clone());
-                let (result, leader) = self
-                    .refreshes
-                    .run(repo.clone(), move || refresh(core, key, target))
-                    .await;
-                if leader {
-                    let outcome = match &result {
-                        Ok(()) => "ok",
-                        Err(e @ Error::Upstream(_)) if refreshed.is_some() && !is_too_large(e) => {
-                            "stale"
-                        }
-                        Err(_) => "failed",
-                    };
-                    let refreshes = &self.core.metrics().git_refreshes;
-                    refreshes.with_label_values(&[outcome]).inc();
-                    if let Err(e) = &result {
-                        let mut failures = self.failures.lock().expect("git failures lock");
-                        failures.insert(repo.clone(), (Instant::now(), e.clone()));
+                let flight = match self.refreshes.join(&id) {
+                    Some(flight) => flight,
+                    None => {
+                        let Some(slot) = self.refresh_slot(&repo.host) else {
+                            return match refreshed {
+                                Some(_) => {
+                                    tracing::info!(repository = %repo, "every refresh slot is taken (git.max_concurrent_refreshes, git.max_refreshes_per_host): serving the cached copy");
+                                    Ok(GitReady { dir })
+                                }
+                                None => Err(Error::Busy {
+                                    message: format!(
+                                        "git repository {repo}: the mirror is refreshing as \
+                                         many repositories as it may at once \
+                                         (git.max_concurrent_refreshes, \
+                                         git.max_refreshes_per_host); try again shortly"
+                                    ),
+                                    retry_after: REFRESH_RETRY_AFTER,
+                                }),
+                            };
+                        };
+                        let job = RefreshJob {
+                            core: self.core.clone(),
+                            root: self.root.clone(),
+                            repo: repo.clone(),
+                            id: id.clone(),
+                            dir: dir.clone(),
+                            was_cached: refreshed.is_some(),
+                            failures: self.failures.clone(),
+                            _slot: slot,
+                        };
+                        self.refreshes.begin(id.clone(), move || job.run()).0
                     }
+                };
+                match refreshed {
+                    // A client of a cached copy waits no longer for a refresh than for any
+                    // origin's answer to start: past that, it gets the copy, and the refresh
+                    // goes on for the next client.
+                    Some(_) => {
+                        let wait = self.core.settings().upstream.connect_timeout;
+                        match tokio::time::timeout(wait, flight).await {
+                            Ok(result) => result,
+                            Err(_) => {
+                                tracing::info!(repository = %repo, "serving the cached copy while its refresh goes on");
+                                return Ok(GitReady { dir });
+                            }
+                        }
+                    }
+                    None => flight.await,
                 }
-                result
             }
         };
         match (result, refreshed) {
@@ -205,6 +298,11 @@ impl GitMirror {
             (Err(e @ Error::Upstream(_)), Some(_)) if !is_too_large(&e) => {
                 tracing::warn!(repository = %repo, "serving the cached copy: {e}");
                 Ok(GitReady { dir })
+            }
+            (Err(Error::Upstream(UpstreamError::Status { status: 404, .. })), None) => {
+                Err(Error::NotFound(format!(
+                    "git repository {repo}: its origin has no such repository"
+                )))
             }
             (Err(e), _) => Err(e),
         }
@@ -233,11 +331,42 @@ impl GitMirror {
         )))
     }
 
+    /// A turn to run one `git upload-pack` for `client` (its name, or its address when
+    /// authentication is off): a pack waits for one of the client's own turns first, then for
+    /// one of all; a listing only for a listing turn.
+    pub async fn turn(&self, client: &str, kind: TurnKind) -> GitTurn {
+        let closed = "the semaphore is never closed";
+        let mut permits = Vec::new();
+        match kind {
+            TurnKind::Listing => {
+                permits.push(self.listing.clone().acquire_owned().await.expect(closed));
+            }
+            TurnKind::Pack => {
+                let own = {
+                    let mut clients = self.clients.lock().expect("client turns lock");
+                    if !clients.contains_key(client) {
+                        // Forget clients with no turn held or awaited.
+                        clients.retain(|_, turns| Arc::strong_count(turns) > 1);
+                    }
+                    let n = self.core.settings().git.max_serves_per_client;
+                    clients
+                        .entry(client.to_string())
+                        .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(n)))
+                        .clone()
+                };
+                permits.push(own.acquire_owned().await.expect(closed));
+                permits.push(self.serving.clone().acquire_owned().await.expect(closed));
+            }
+        }
+        GitTurn { _permits: permits }
+    }
+
     /// The answer to `info/refs?service=git-upload-pack`: the references (protocol v0) or the
     /// capabilities (v2), as `git upload-pack --advertise-refs` prints them.
     pub async fn advertise(&self, ready: &GitReady, protocol: GitProtocol) -> Result<Bytes> {
+        let turn = self.turn("", TurnKind::Listing).await;
         let mut body = self
-            .upload_pack(ready, protocol, true, Bytes::new())
+            .upload_pack(ready, protocol, true, Bytes::new(), turn)
             .await?;
         let mut out = Vec::new();
         while let Some(piece) = body.next().await {
@@ -247,24 +376,19 @@ impl GitMirror {
     }
 
     /// `git upload-pack --stateless-rpc` over the cached copy, given one request of the
-    /// client's (its commands, or its wants and haves): its output, as it comes. At most
-    /// `git.max_concurrent_serves` run at once (more wait for a turn); each is stopped when the
-    /// stream is dropped (the client went away) or at `git.serve_timeout`, whether or not the
-    /// client reads.
+    /// client's (its commands, or its wants and haves) and its `turn`: its output, as it comes.
+    /// It is stopped, with its whole process group, and the turn freed, when the stream is
+    /// dropped (the client went away), when a piece of output waits for the client longer than
+    /// `git.stall_timeout` (it stopped reading), or at `git.serve_timeout`.
     pub async fn upload_pack(
         &self,
         ready: &GitReady,
         protocol: GitProtocol,
         advertise: bool,
         request: Bytes,
+        turn: GitTurn,
     ) -> Result<BoxStream<'static, io::Result<Bytes>>> {
         let settings = &self.core.settings().git;
-        let permit = self
-            .serving
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed");
         let mut cmd = self.isolated_git()?;
         if protocol == GitProtocol::V2 {
             cmd.env("GIT_PROTOCOL", "version=2");
@@ -294,25 +418,43 @@ impl GitMirror {
             kept
         });
         let stdout = child.stdout.take().expect("piped");
-        // The watchdog owns the process: it reports how it ended, or stops it at the deadline or
-        // once the stream is gone (`stop` dropped), and holds the turn until then.
+        // The watchdog owns the process: it reports how it ended, or stops it at the deadline,
+        // when the client stalls, or once the stream is gone (`stop` dropped), and holds the
+        // turn until then.
         let deadline = Instant::now() + settings.serve_timeout;
+        let stall = settings.stall_timeout;
+        let waiting = Arc::new(Waiting::new());
         let (ended, status) = tokio::sync::oneshot::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let watched = waiting.clone();
+        let dir = ready.dir.clone();
         tokio::spawn(async move {
-            let _turn = permit;
-            let outcome = tokio::select! {
-                status = child.wait() => status,
-                _ = tokio::time::sleep_until(deadline.into()) => {
-                    let _ = child.kill().await;
-                    Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "git upload-pack took longer than git.serve_timeout",
-                    ))
-                }
-                _ = stopped => {
-                    let _ = child.kill().await;
-                    Err(io::Error::other("the client went away"))
+            let _turn = turn;
+            let mut ticks = tokio::time::interval((stall / 4).max(Duration::from_millis(50)));
+            let outcome = loop {
+                tokio::select! {
+                    status = child.wait() => break status,
+                    _ = tokio::time::sleep_until(deadline.into()) => {
+                        crate::upstream::kill_group(&mut child).await;
+                        break Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "git upload-pack took longer than git.serve_timeout",
+                        ));
+                    }
+                    _ = &mut stopped => {
+                        crate::upstream::kill_group(&mut child).await;
+                        break Err(io::Error::other("the client went away"));
+                    }
+                    _ = ticks.tick() => {
+                        if watched.for_longer_than(stall) {
+                            tracing::info!(repository = %dir.display(), "stopping git upload-pack: the client read nothing for git.stall_timeout");
+                            crate::upstream::kill_group(&mut child).await;
+                            break Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "the client read nothing for git.stall_timeout",
+                            ));
+                        }
+                    }
                 }
             };
             let _ = ended.send(outcome);
@@ -323,12 +465,17 @@ impl GitMirror {
             stderr: Some(stderr),
             _stop: stop,
             dir: ready.dir.clone(),
+            waiting,
         };
         Ok(
             futures_util::stream::unfold(Some(state), |state| async move {
                 let mut running = state?;
+                running.waiting.clear();
                 match running.next().await {
-                    Ok(Some(piece)) => Some((Ok(piece), Some(running))),
+                    Ok(Some(piece)) => {
+                        running.waiting.start();
+                        Some((Ok(piece), Some(running)))
+                    }
                     Ok(None) => None,
                     Err(e) => Some((Err(e), None)),
                 }
@@ -350,9 +497,18 @@ impl GitMirror {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_COUNT", "1")
             .env("GIT_CONFIG_KEY_0", "safe.directory")
-            .env("GIT_CONFIG_VALUE_0", "*");
+            .env("GIT_CONFIG_VALUE_0", "*")
+            // What a client may ask for by id: what the references reach (as GitHub serves),
+            // never any object (v0; v2 serves what the copy holds, and refreshes drop what no
+            // reference reaches any more, see `Upstream::git_mirror`).
+            .env("GIT_CONFIG_KEY_1", "uploadpack.allowAnySHA1InWant")
+            .env("GIT_CONFIG_VALUE_1", "false")
+            .env("GIT_CONFIG_KEY_2", "uploadpack.allowReachableSHA1InWant")
+            .env("GIT_CONFIG_VALUE_2", "true")
+            .env("GIT_CONFIG_COUNT", "3")
+            // Its own process group, so stopping it stops its `pack-objects` too.
+            .process_group(0);
         Ok(cmd)
     }
 
@@ -372,17 +528,7 @@ impl GitMirror {
 
     /// Every entry of a host's directory in the git cache (repositories, their lock files).
     fn repo_dirs(&self) -> impl Iterator<Item = PathBuf> {
-        let hosts = std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten();
-        hosts.flat_map(|host| {
-            let entries = std::fs::read_dir(host.path())
-                .into_iter()
-                .flatten()
-                .flatten();
-            entries.map(|entry| entry.path())
-        })
+        repo_dirs_in(&self.root)
     }
 
     /// Removes a directory [`GitMirror::unfinished`] found, once no refresh or import of it
@@ -397,28 +543,45 @@ impl GitMirror {
 
     /// Every cached repository.
     pub fn cached(&self) -> Vec<CachedRepo> {
-        let mut found = Vec::new();
-        for dir in self.repo_dirs() {
-            let Some(refreshed) = Self::refreshed_at(&dir) else {
-                continue;
-            };
-            let Ok(origin) = std::fs::read_to_string(dir.join(ORIGIN_FILE)) else {
-                continue;
-            };
-            if let Ok(repo) = GitRepo::parse(origin.trim()) {
-                let used = read_secs(&dir.join(USED_FILE)).unwrap_or_default();
-                found.push(CachedRepo {
-                    repo,
-                    refreshed,
-                    last_used: used.max(refreshed),
-                    size: crate::fsio::dir_size(&dir),
-                    dir,
-                });
-            }
-        }
-        found.sort_by(|a, b| a.repo.cmp(&b.repo));
-        found
+        cached_in(&self.root)
     }
+}
+
+/// Every entry of a host's directory under `root` (repositories, their lock files).
+fn repo_dirs_in(root: &Path) -> impl Iterator<Item = PathBuf> + use<> {
+    let hosts = std::fs::read_dir(root).into_iter().flatten().flatten();
+    hosts.flat_map(|host| {
+        let entries = std::fs::read_dir(host.path())
+            .into_iter()
+            .flatten()
+            .flatten();
+        entries.map(|entry| entry.path())
+    })
+}
+
+/// Every cached repository under `root`.
+fn cached_in(root: &Path) -> Vec<CachedRepo> {
+    let mut found = Vec::new();
+    for dir in repo_dirs_in(root) {
+        let Some(refreshed) = GitMirror::refreshed_at(&dir) else {
+            continue;
+        };
+        let Ok(origin) = std::fs::read_to_string(dir.join(ORIGIN_FILE)) else {
+            continue;
+        };
+        if let Ok(repo) = GitRepo::parse(origin.trim()) {
+            let used = read_secs(&dir.join(USED_FILE)).unwrap_or_default();
+            found.push(CachedRepo {
+                repo,
+                refreshed,
+                last_used: used.max(refreshed),
+                size: crate::fsio::dir_size(&dir),
+                dir,
+            });
+        }
+    }
+    found.sort_by(|a, b| a.repo.cmp(&b.repo));
+    found
 }
 
 /// A cached repository written out as one `git bundle` ([`GitMirror::bundle_to`]).
@@ -632,6 +795,43 @@ struct Running {
     /// Dropped with the stream: the watchdog then stops the process.
     _stop: tokio::sync::oneshot::Sender<()>,
     dir: PathBuf,
+    /// Whether a piece handed on waits for the client, for the watchdog.
+    waiting: Arc<Waiting>,
+}
+
+/// Since when a piece of `git upload-pack`'s output has waited for the client to take it: the
+/// stream asks for the next piece only once the connection took the last, so a client that
+/// stops reading leaves one waiting.
+struct Waiting {
+    base: Instant,
+    /// Milliseconds after `base`, plus one; zero while nothing waits.
+    since: AtomicU64,
+}
+
+impl Waiting {
+    fn new() -> Waiting {
+        Waiting {
+            base: Instant::now(),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    fn start(&self) {
+        self.since.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn clear(&self) {
+        self.since.store(0, Ordering::Relaxed);
+    }
+
+    fn for_longer_than(&self, limit: Duration) -> bool {
+        let since = self.since.load(Ordering::Relaxed);
+        since != 0 && self.now().saturating_sub(since) >= limit.as_millis() as u64
+    }
 }
 
 impl Running {
@@ -674,11 +874,88 @@ fn is_too_large(e: &Error) -> bool {
     matches!(e, Error::Upstream(UpstreamError::TooLarge(_)))
 }
 
-/// One refresh of `repo` into `dir` from its origin (the work of a flight).
+/// One refresh, the work of a flight: it holds its refresh slot, and counts, remembers and
+/// cleans up after itself whether or not a client still waits for it.
+struct RefreshJob {
+    core: Arc<Core>,
+    root: PathBuf,
+    repo: GitRepo,
+    id: String,
+    dir: PathBuf,
+    /// Whether a copy was cached before (a failure then serves it: "stale").
+    was_cached: bool,
+    failures: Failures,
+    _slot: Vec<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl RefreshJob {
+    async fn run(self) -> Result<()> {
+        let result = refresh(self.core.clone(), self.repo.clone(), self.dir.clone()).await;
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(e @ Error::Upstream(_)) if self.was_cached && !is_too_large(e) => "stale",
+            Err(_) => "failed",
+        };
+        let refreshes = &self.core.metrics().git_refreshes;
+        refreshes.with_label_values(&[outcome]).inc();
+        match &result {
+            Ok(()) => evict(&self.core, &self.root, &self.dir).await,
+            Err(e) => {
+                let mut failures = self.failures.lock().expect("git failures lock");
+                failures.insert(self.id.clone(), (Instant::now(), e.clone()));
+            }
+        }
+        result
+    }
+}
+
+/// Keeps the git cache within `git.max_size`: removes the repositories used least recently
+/// until it fits, never `keep` (the one just refreshed).
+async fn evict(core: &Core, root: &Path, keep: &Path) {
+    let max = core.settings().git.max_size;
+    let scan = root.to_path_buf();
+    let Ok(mut repos) = tokio::task::spawn_blocking(move || cached_in(&scan)).await else {
+        return;
+    };
+    let mut total: u64 = repos.iter().map(|r| r.size).sum();
+    if total <= max {
+        return;
+    }
+    repos.sort_by_key(|r| r.last_used);
+    for old in repos {
+        if total <= max {
+            break;
+        }
+        if old.dir == keep {
+            continue;
+        }
+        let removed = match lock_repo(&old.dir).await {
+            Ok(_locked) => remove_repo(&old.dir),
+            Err(e) => Err(io::Error::other(e.to_string())),
+        };
+        match removed {
+            Ok(()) => {
+                total = total.saturating_sub(old.size);
+                tracing::info!(repository = %old.repo, bytes = old.size, "removed from the git cache, the least recently used past git.max_size");
+            }
+            Err(e) => {
+                tracing::warn!(repository = %old.repo, "cannot remove from the git cache: {e}")
+            }
+        }
+    }
+}
+
+/// One refresh of `repo` into `dir` from its origin: the origin the copy was first filled
+/// from, when it names one (another spelling of the same repository asked this time).
 async fn refresh(core: Arc<Core>, repo: GitRepo, dir: PathBuf) -> Result<()> {
     let what = format!("git repository {repo}");
     let upstream = core.origin(&what)?;
     let _locked = lock_repo(&dir).await?;
+    let repo = std::fs::read_to_string(dir.join(ORIGIN_FILE))
+        .ok()
+        .and_then(|text| GitRepo::parse(text.trim()).ok())
+        .filter(|first| first.host == repo.host)
+        .unwrap_or(repo);
     let scratch = core
         .scratch_dir()
         .map_err(|e| Error::io("creating a scratch directory", e))?;

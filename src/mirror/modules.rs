@@ -485,7 +485,7 @@ impl ModuleRegistry {
             .await?
         {
             self.admit_module(addr, version, &rec)?;
-            self.check_ref_later(addr, version, &rec);
+            self.check_ref_later(addr, version, &rec, reach);
             return Ok(rec);
         }
         if self.is_private(addr) {
@@ -672,8 +672,18 @@ impl ModuleRegistry {
 
     /// For a package fetched from git: at most once per [`REF_CHECK_EVERY`] (counted from the
     /// fetch, so a fresh package costs the origin nothing), asks the origin where the reference
-    /// points and logs when it moved (the cache keeps the commit it recorded).
-    fn check_ref_later(self: &Arc<Self>, addr: &ModuleAddr, version: &Version, rec: &ModuleRecord) {
+    /// points and logs when it moved (the cache keeps the commit it recorded). Only for a
+    /// client that may reach the origins: a cache-only reader causes no origin request.
+    fn check_ref_later(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+        rec: &ModuleRecord,
+        reach: &Reach,
+    ) {
+        if matches!(reach, Reach::CacheOnly(_)) {
+            return;
+        }
         let ModuleSource::Git {
             url,
             reference: Some(reference),

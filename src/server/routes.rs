@@ -348,7 +348,7 @@ impl App {
         }
         // The git door takes POSTs (a fetch's wants and haves) and answers with git's challenge.
         if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix("git/")) {
-            return (Route::Git, self.git(req, body, rest, who).await);
+            return (Route::Git, self.git(req, body, rest, who, peer).await);
         }
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return (route, Err(Error::MethodNotAllowed));

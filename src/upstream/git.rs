@@ -181,6 +181,20 @@ async fn tail_of(mut from: impl AsyncRead + Unpin) -> Vec<u8> {
     kept
 }
 
+/// Stops `child` and everything it started: `child` leads its own process group (started with
+/// `process_group(0)`), so its helpers (`pack-objects` under `upload-pack`, `remote-https` and
+/// `index-pack` under `fetch`) end with it instead of running on until their next write. The
+/// group is signalled only while `child` is not yet reaped (its id then still names it).
+pub async fn kill_group(child: &mut tokio::process::Child) {
+    if let Some(pid) = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill().await;
+}
+
 /// `git` invocations in `repo`, isolated from the machine's configuration.
 struct Git {
     limits: GitLimits,
@@ -221,6 +235,7 @@ impl Git {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
         cmd
     }
@@ -270,7 +285,7 @@ impl Git {
                     done = &mut copying => break done,
                     _ = ticker.tick() => {
                         if crate::fsio::dir_size(&self.repo) > self.limits.max_bytes {
-                            let _ = child.kill().await;
+                            kill_group(&mut child).await;
                             return Err(UpstreamError::TooLarge(format!(
                                 "git {url}: the repository grew past {} ({} bytes)",
                                 self.limits.size_key,
@@ -279,7 +294,7 @@ impl Git {
                         }
                     }
                     _ = tokio::time::sleep_until(deadline.into()) => {
-                        let _ = child.kill().await;
+                        kill_group(&mut child).await;
                         return Err(self.timed_out(url));
                     }
                 }
@@ -288,7 +303,7 @@ impl Git {
         match copied {
             Ok(Some(_)) => {}
             Ok(None) => {
-                let _ = child.kill().await;
+                kill_group(&mut child).await;
                 return Err(UpstreamError::TooLarge(match file {
                     Some(_) => format!(
                         "git {url}: `git {}` wrote more than {max} bytes, more than a package \
@@ -299,7 +314,7 @@ impl Git {
                 }));
             }
             Err(e) => {
-                let _ = child.kill().await;
+                kill_group(&mut child).await;
                 return Err(failed(url, args[0], &e.to_string()));
             }
         }
@@ -307,7 +322,7 @@ impl Git {
             status = child.wait() => status
                 .map_err(|e| failed(url, "waiting for git:", &e.to_string()))?,
             _ = tokio::time::sleep_until(deadline.into()) => {
-                let _ = child.kill().await;
+                kill_group(&mut child).await;
                 return Err(self.timed_out(url));
             }
         };
@@ -389,6 +404,13 @@ impl Upstream {
             ("core.askPass", String::new()),
             ("protocol.version", "2".to_string()),
             ("advice.detachedHead", "false".to_string()),
+            // An origin that stops sending is given up after `upstream.idle_timeout`, as every
+            // other origin request is (curl's own default waits for ever).
+            ("http.lowSpeedLimit", "1".to_string()),
+            (
+                "http.lowSpeedTime",
+                self.settings.idle_timeout.as_secs().max(1).to_string(),
+            ),
         ];
         match &self.settings.proxy {
             Some(proxy) => {
@@ -695,7 +717,11 @@ impl Upstream {
                 .push(("http.extraHeader", format!("Authorization: Basic {basic}")));
         }
         // Ask the origin first (from the scratch repository): a path it does not have leaves
-        // nothing in the cache.
+        // nothing in the cache. One small answer: an origin that accepts connections but does
+        // not answer is given up after `upstream.connect_timeout` and `idle_timeout` (git has no
+        // connect timeout of its own; curl's default is five minutes).
+        let asking = (Instant::now() + self.settings.connect_timeout + self.settings.idle_timeout)
+            .min(deadline);
         let symref = git
             .run(
                 &[
@@ -705,10 +731,11 @@ impl Upstream {
                     url.as_str(),
                     "HEAD",
                 ],
-                deadline,
+                asking,
                 &url,
             )
-            .await?;
+            .await
+            .map_err(|e| not_found(e, &url))?;
         // The fetch may not start git's housekeeping, which would outlive its deadline.
         git.config.push(("gc.auto", "0".to_string()));
         git.config.push(("maintenance.auto", "false".to_string()));
@@ -727,6 +754,7 @@ impl Upstream {
             )
             .await?;
         }
+        let before = refs_of(&git, deadline, &url).await?;
         let head = symref.lines().find_map(|line| {
             let target = line.strip_prefix("ref: ")?.strip_suffix("\tHEAD")?;
             let branch = target.strip_prefix("refs/heads/")?;
@@ -749,6 +777,15 @@ impl Upstream {
             &url,
         )
         .await?;
+        let after = refs_of(&git, deadline, &url).await?;
+        if rewound(&git, &before, &after, deadline, &url).await {
+            // The origin deleted or rewrote references: what only they reached may be what it
+            // scrubbed (a leaked secret). Protocol v2 serves any object a repository holds, so
+            // the copy keeps only what its references reach now.
+            git.run(&["repack", "-a", "-d", "-q"], deadline, &url)
+                .await?;
+            git.run(&["prune", "--expire=now"], deadline, &url).await?;
+        }
         let objects = count_objects(&git, deadline, &url).await?;
         if objects > limits.max_objects {
             return Err(UpstreamError::TooLarge(format!(
@@ -763,6 +800,69 @@ impl Upstream {
         }
         Ok(Mirrored { head })
     }
+}
+
+/// An origin's "no such repository" (git says `repository '...' not found` for a 404) as a
+/// 404 of the origin's, so the client gets a 404 too; other failures as they are.
+fn not_found(e: UpstreamError, url: &Url) -> UpstreamError {
+    match e {
+        UpstreamError::Connect(msg) if msg.contains("not found") => UpstreamError::Status {
+            what: format!("git ls-remote {url}"),
+            status: 404,
+        },
+        e => e,
+    }
+}
+
+/// Every reference of the repository and the object it names.
+async fn refs_of(
+    git: &Git,
+    deadline: Instant,
+    url: &Url,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let listed = git
+        .run(
+            &["for-each-ref", "--format=%(objectname) %(refname)"],
+            deadline,
+            url,
+        )
+        .await?;
+    Ok(listed
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(id, name)| (name.to_string(), id.to_string()))
+        .collect())
+}
+
+/// Whether a fetch deleted a reference or moved one other than forward (a force-push, a
+/// moved tag): objects only the old ones reached may now be unreachable.
+async fn rewound(
+    git: &Git,
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+    deadline: Instant,
+    url: &Url,
+) -> bool {
+    for (name, old) in before {
+        match after.get(name) {
+            None => return true,
+            Some(new) if new == old => {}
+            Some(new) => {
+                let forward = git
+                    .run(
+                        &["merge-base", "--is-ancestor", "--end-of-options", old, new],
+                        deadline,
+                        url,
+                    )
+                    .await
+                    .is_ok();
+                if !forward {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// The objects in a repository, loose and packed.

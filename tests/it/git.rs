@@ -16,11 +16,13 @@ use crate::support::{Terraform, https_client, within};
 
 /// The git origin's host name (reached through `connect_to`; it resolves nowhere).
 const GIT_HOST: &str = "git.example.test";
+/// A second name for the same origin, for bounds per host.
+const GIT_HOST2: &str = "git2.example.test";
 
 async fn origin(ca: &TestCa) -> FakeOrigin {
     FakeOrigin::start_with_modules(
         ca,
-        &[REGISTRY, GIT_HOST],
+        &[REGISTRY, GIT_HOST, GIT_HOST2],
         vec![],
         vec![
             ModuleSpec::new("acme", "net", "aws", &["1.0.0", "1.1.0"]),
@@ -70,9 +72,17 @@ fn origin_url(repo: &str) -> String {
 
 /// A git configuration sending `https://GIT_HOST/` to the mirror and trusting the test CA.
 fn gitconfig(home: &Path, mirror: &TestMirror, ca_file: &Path) {
+    gitconfig_as(home, mirror, ca_file, None);
+}
+
+/// [`gitconfig`], with `token` as the password of Basic credentials when given.
+fn gitconfig_as(home: &Path, mirror: &TestMirror, ca_file: &Path, token: Option<&str>) {
+    let mut base = mirror.url(&format!("git/{GIT_HOST}/"));
+    if let Some(token) = token {
+        base = base.replacen("https://", &format!("https://git:{token}@"), 1);
+    }
     let text = format!(
-        "[url \"{}\"]\n\tinsteadOf = https://{GIT_HOST}/\n[http]\n\tsslCAInfo = {}\n",
-        mirror.url(&format!("git/{GIT_HOST}/")),
+        "[url \"{base}\"]\n\tinsteadOf = https://{GIT_HOST}/\n[http]\n\tsslCAInfo = {}\n",
         ca_file.display()
     );
     std::fs::write(home.join(".gitconfig"), text).unwrap();
@@ -85,12 +95,17 @@ struct GitHome {
 
 impl GitHome {
     fn new(ca: &TestCa, mirror: &TestMirror) -> GitHome {
+        Self::new_as(ca, mirror, None)
+    }
+
+    /// A home whose `insteadOf` carries `token` as a credential helper would give it.
+    fn new_as(ca: &TestCa, mirror: &TestMirror, token: Option<&str>) -> GitHome {
         let dir = tempfile::Builder::new()
             .prefix("provender-git-home-")
             .tempdir()
             .unwrap();
         let ca_file = ca.write_ca(dir.path());
-        gitconfig(dir.path(), mirror, &ca_file);
+        gitconfig_as(dir.path(), mirror, &ca_file, token);
         GitHome { dir }
     }
 
@@ -323,13 +338,7 @@ async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_th
 async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_share_one_refresh() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
-    // A private origin's token goes to it, as git sends credentials.
-    let git = git_toml_with(
-        &origin,
-        "refresh_after = \"1h\"",
-        "token = \"origin-secret-0123456789\"\ngit_username = \"bot\"",
-    );
-    let mut mirror = mirror_with(&ca, &origin, &git, "").await;
+    let mut mirror = mirror(&ca, &origin, "refresh_after = \"1h\"", "").await;
     let home = GitHome::new(&ca, &mirror);
     let url = origin_url("terraform-aws-net.git");
     let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
@@ -343,23 +352,6 @@ async fn git_clients_clone_and_fetch_over_both_protocols_and_concurrent_clones_s
     let heads = futures_util::future::join_all(clones).await;
     assert!(heads.iter().all(|h| *h == tip), "{heads:?}");
     assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
-    let basic = {
-        use base64::Engine as _;
-        let encoded =
-            base64::engine::general_purpose::STANDARD.encode("bot:origin-secret-0123456789");
-        format!("Basic {encoded}")
-    };
-    let git_requests: Vec<_> = origin
-        .requests()
-        .into_iter()
-        .filter(|r| r.path.starts_with("/git/"))
-        .collect();
-    assert!(
-        git_requests
-            .iter()
-            .all(|r| r.authorization.as_deref() == Some(basic.as_str())),
-        "every request to the git origin carries its token"
-    );
 
     // The same clone over each HTTP version git's curl speaks.
     for version in ["HTTP/1.1", "HTTP/2"] {
@@ -739,7 +731,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 async fn the_door_answers_as_git_s_own_server_does() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
-    let mut mirror = mirror(&ca, &origin, "", "").await;
+    let mut mirror = self::mirror(&ca, &origin, "", "").await;
     let client = https_client(&ca, &[]);
     let repo = mirror.url(&format!("git/{GIT_HOST}/git/acme/terraform-aws-net.git"));
     let refs = format!("{repo}/info/refs?service=git-upload-pack");
@@ -822,6 +814,9 @@ async fn the_door_answers_as_git_s_own_server_does() {
     mirror.stop().await;
 }
 
+/// The edge's own client in [`an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_centre_gone`].
+const EDGE_CLIENT: &str = "tok-edge-dev-0123456789abcdef";
+
 #[tokio::test]
 async fn an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_centre_gone() {
     let ca = TestCa::new();
@@ -833,7 +828,8 @@ async fn an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_cen
     );
     let mut centre = mirror(&ca, &origin, "refresh_after = \"1h\"", &centre_auth).await;
     // The edge: the git host goes via the centre (it resolves nowhere from here), with the
-    // edge's token read from a file; the registry origin is never reached either.
+    // edge's token read from a file; the registry origin is never reached either. Its own
+    // clients authenticate: the edge's token may not serve anyone who asks.
     let work = tempfile::tempdir().unwrap();
     let token_file = work.path().join("token");
     std::fs::write(&token_file, token).unwrap();
@@ -841,7 +837,8 @@ async fn an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_cen
     let edge_toml = format!(
         "[git]\nallowed_hosts = [\"{GIT_HOST}\"]\nrefresh_after = \"0s\"\n\n\
          [upstream.hosts.\"{GIT_HOST}\"]\nvia = \"{}\"\n\n\
-         [upstream.hosts.\"{centre_host}\"]\ntoken_file = \"{}\"\n",
+         [upstream.hosts.\"{centre_host}\"]\ntoken_file = \"{}\"\n\n\
+         [[auth.clients]]\nname = \"dev\"\ntoken = \"{EDGE_CLIENT}\"\n",
         centre.url,
         token_file.display()
     );
@@ -856,7 +853,7 @@ async fn an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_cen
         },
     )
     .await;
-    let home = GitHome::new(&ca, &edge);
+    let home = GitHome::new_as(&ca, &edge, Some(EDGE_CLIENT));
     let url = origin_url("terraform-aws-net.git");
     let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
 
@@ -873,4 +870,703 @@ async fn an_edge_refreshes_through_its_centre_s_git_door_and_serves_with_the_cen
     centre.stop().await;
     assert_eq!(home.clone(&url, "second", &[]).await, tip);
     assert_eq!(origin_refs_requests(&origin, "terraform-aws-net.git"), 2);
+}
+
+/// A git pkt-line holding `text`.
+fn pkt(text: &str) -> String {
+    format!("{:04x}{text}", text.len() + 4)
+}
+
+/// A protocol v2 `fetch` of `want` (a commit), as `git fetch` sends it for a first clone.
+fn v2_fetch(want: &str) -> Vec<u8> {
+    format!(
+        "{}0001{}{}{}0000",
+        pkt("command=fetch\n"),
+        pkt("no-progress\n"),
+        pkt(&format!("want {want}\n")),
+        pkt("done\n")
+    )
+    .into_bytes()
+}
+
+/// Sends a v2 fetch of `want` to the repository at `repo_url` (on the mirror) with `client`
+/// (give each its own, so that each has a connection of its own), as `token`'s client, and returns the answer unread: a client that
+/// stops reading. Its turn is held from when this returns.
+async fn stalled_fetch(
+    client: reqwest::Client,
+    repo_url: &str,
+    want: &str,
+    token: Option<&str>,
+) -> reqwest::Response {
+    let mut req = client
+        .post(format!("{repo_url}/git-upload-pack"))
+        .header("Git-Protocol", "version=2")
+        .header("Content-Type", "application/x-git-upload-pack-request")
+        .body(v2_fetch(want));
+    if let Some(token) = token {
+        req = req.basic_auth("git", Some(token));
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp
+}
+
+/// `info/refs` of the repository at `repo_url` (on the mirror), as `token`'s client: what
+/// makes the mirror refresh it.
+async fn info_refs(client: &reqwest::Client, repo_url: &str, token: Option<&str>) -> u16 {
+    let mut req = client.get(format!("{repo_url}/info/refs?service=git-upload-pack"));
+    if let Some(token) = token {
+        req = req.basic_auth("git", Some(token));
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let _ = resp.bytes().await;
+    status
+}
+
+/// Bytes of the big repository: more than every buffer between git and a client that reads
+/// nothing (pipes, the server's and the kernel's, HTTP/2 windows).
+const BIG_REPO: usize = 24 << 20;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_that_stop_reading_lose_their_turn_and_never_hold_up_advertisements() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let big = origin.git_big_repo("big.git", BIG_REPO);
+    let mut mirror = mirror(
+        &ca,
+        &origin,
+        "max_concurrent_serves = 2\nstall_timeout = \"6s\"\nrefresh_after = \"1h\"",
+        "",
+    )
+    .await;
+    let big_url = mirror.url(&format!("git/{GIT_HOST}/git/big.git"));
+    assert_eq!(
+        info_refs(&https_client(&ca, &[]), &big_url, None).await,
+        200
+    );
+    // Two clients take both turns and read nothing.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(stalled_fetch(https_client(&ca, &[]), &big_url, &big, None).await);
+    }
+    let started = std::time::Instant::now();
+    let home = GitHome::new(&ca, &mirror);
+    let url = origin_url("terraform-aws-net.git");
+    // Advertisements (info/refs, and v2's ls-refs) do not wait for a turn of the packs'.
+    let (ok, text) = home.git(home.dir.path(), &["ls-remote", &url]).await;
+    assert!(ok && text.contains("refs/heads/main"), "{text}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "the advertisement waited behind the packs: {:?}",
+        started.elapsed()
+    );
+    // A pack waits only until git.stall_timeout frees a stalled client's turn (not for
+    // git.serve_timeout, ten minutes).
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    assert_eq!(home.clone(&url, "net", &[]).await, tip);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_client_cannot_take_every_turn() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let big = origin.git_big_repo("big.git", BIG_REPO);
+    let (greedy, other) = ("tok-greedy-0123456789abcdef", "tok-other-0123456789abcdef");
+    let auth = format!(
+        "[[auth.clients]]\nname = \"greedy\"\ntoken = \"{greedy}\"\n\n\
+         [[auth.clients]]\nname = \"other\"\ntoken = \"{other}\"\n"
+    );
+    let mut mirror = mirror(
+        &ca,
+        &origin,
+        "max_concurrent_serves = 2\nmax_serves_per_client = 1\nstall_timeout = \"60s\"",
+        &auth,
+    )
+    .await;
+    let big_url = mirror.url(&format!("git/{GIT_HOST}/git/big.git"));
+    let client = https_client(&ca, &[]);
+    assert_eq!(info_refs(&client, &big_url, Some(greedy)).await, 200);
+    // The greedy client's first fetch takes a turn; its second waits for its own.
+    let first = stalled_fetch(https_client(&ca, &[]), &big_url, &big, Some(greedy)).await;
+    let second = {
+        let (client, big_url, big) = (https_client(&ca, &[]), big_url.clone(), big.clone());
+        tokio::spawn(async move { stalled_fetch(client, &big_url, &big, Some(greedy)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Another client still gets the other turn at once.
+    let started = std::time::Instant::now();
+    let home = GitHome::new_as(&ca, &mirror, Some(other));
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    assert_eq!(
+        home.clone(&origin_url("terraform-aws-net.git"), "net", &[])
+            .await,
+        tip
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        !second.is_finished(),
+        "the greedy client's second fetch waits"
+    );
+    second.abort();
+    drop(first);
+    mirror.stop().await;
+}
+
+/// The real binary, whose memory is its own: requests that wait for a turn hold their first
+/// few KiB, not their bodies inflated.
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_waiting_for_a_turn_hold_no_inflated_bodies() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let big = origin.git_big_repo("big.git", BIG_REPO);
+    let dir = tempfile::tempdir().unwrap();
+    let git = git_toml(
+        &origin,
+        "max_concurrent_serves = 1\nmax_serves_per_client = 1\nrefresh_after = \"1h\"",
+    );
+    let config = crate::support::provender::write_config(
+        &ca,
+        dir.path(),
+        origin.addr(),
+        &MirrorOptions {
+            extra_toml: &git,
+            ..Default::default()
+        },
+    );
+    let server = crate::support::provender::ServerProcess::spawn(&config);
+    let big_url = server.url(&format!("git/{GIT_HOST}/git/big.git"));
+    assert_eq!(
+        info_refs(&https_client(&ca, &[]), &big_url, None).await,
+        200
+    );
+    let held = stalled_fetch(https_client(&ca, &[]), &big_url, &big, None).await;
+    let before = server.peak_memory();
+    // Each body is 15 KiB on the wire and 15 MiB inflated (under git.max_request_size).
+    let body = {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut enc, &v2_fetch(&big)).unwrap();
+        std::io::Write::write_all(&mut enc, &vec![b'0'; 15 << 20]).unwrap();
+        enc.finish().unwrap()
+    };
+    let waiting: Vec<_> = (0..24)
+        .map(|_| {
+            let client = https_client(&ca, &[]);
+            let req = client
+                .post(format!("{big_url}/git-upload-pack"))
+                .header("Git-Protocol", "version=2")
+                .header("Content-Encoding", "gzip")
+                .body(body.clone());
+            tokio::spawn(async move { req.send().await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let after = server.peak_memory();
+    assert!(
+        after.saturating_sub(before) < 64 << 20,
+        "the waiting requests raised the peak resident memory by {} MiB",
+        after.saturating_sub(before) >> 20
+    );
+    assert!(waiting.iter().all(|w| !w.is_finished()), "they all wait");
+    for w in waiting {
+        w.abort();
+    }
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refreshes_are_bounded_per_host_and_in_all_and_the_cache_in_size() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let git = format!(
+        "[git]\nallowed_hosts = [\"{GIT_HOST}\", \"{GIT_HOST2}\"]\n\
+         max_concurrent_refreshes = 3\nmax_refreshes_per_host = 2\n\n\
+         [upstream.hosts.\"{GIT_HOST}\"]\nconnect_to = \"{addr}\"\n\n\
+         [upstream.hosts.\"{GIT_HOST2}\"]\nconnect_to = \"{addr}\"\n",
+        addr = origin.addr()
+    );
+    let mut mirror = mirror_with(&ca, &origin, &git, "").await;
+    // A slow origin: every git request takes 2 s (and these repositories do not exist).
+    origin.set_fault(crate::support::origin::Fault::Delay {
+        kind: crate::support::origin::RequestKind::Git,
+        millis: 2000,
+    });
+    let client = https_client(&ca, &[]);
+    let asks = [GIT_HOST, GIT_HOST2].into_iter().flat_map(|host| {
+        (0..6).map(move |i| {
+            format!("git/{host}/git/nowhere-{i}.git/info/refs?service=git-upload-pack")
+        })
+    });
+    let answers = futures_util::future::join_all(asks.map(|path| {
+        let req = client.get(mirror.url(&path));
+        async move {
+            let resp = req.send().await.unwrap();
+            let retry = resp.headers().get("retry-after").cloned();
+            (resp.status().as_u16(), retry)
+        }
+    }))
+    .await;
+    let (peak, by_host) = origin.git_peaks();
+    assert!(peak <= 3, "{peak} git requests at once at the origin");
+    assert!(
+        by_host.values().all(|n| *n <= 2),
+        "{by_host:?} git requests at once per host"
+    );
+    let busy: Vec<_> = answers.iter().filter(|(s, _)| *s == 503).collect();
+    assert!(busy.len() >= 6, "{answers:?}");
+    assert!(busy.iter().all(|(_, retry)| retry.is_some()), "{answers:?}");
+    // The others reached the origin, which has no such repository: 404, not 502.
+    assert!(
+        answers.iter().all(|(s, _)| *s == 503 || *s == 404),
+        "{answers:?}"
+    );
+    origin.clear_faults();
+    mirror.stop().await;
+
+    // The git cache in all at most git.max_size: the repository used least recently goes.
+    let mut mirror = self::mirror(&ca, &origin, "max_size = \"1 KiB\"", "").await;
+    let home = GitHome::new(&ca, &mirror);
+    home.clone(&origin_url("terraform-aws-net.git"), "net", &[])
+        .await;
+    home.clone(&origin_url("terraform-aws-vpc.git"), "vpc", &[])
+        .await;
+    let host_dir = mirror.cache_dir.join("git").join(GIT_HOST);
+    let kept: Vec<String> = std::fs::read_dir(&host_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|d| std::fs::read_to_string(d.join("provender-origin")).unwrap_or_default())
+        .collect();
+    assert_eq!(
+        kept,
+        [format!("{GIT_HOST}/git/acme/terraform-aws-vpc.git")],
+        "only the repository refreshed last is kept"
+    );
+    let asked = origin_refs_requests(&origin, "terraform-aws-net.git");
+    home.clone(&origin_url("terraform-aws-net.git"), "net-again", &[])
+        .await;
+    assert!(origin_refs_requests(&origin, "terraform-aws-net.git") > asked);
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_git_host_s_token_needs_client_authentication() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let token = "token = \"origin-secret-0123456789\"\ngit_username = \"bot\"";
+    // Without [auth], anyone could read what the token reads: the server does not start.
+    let dir = tempfile::tempdir().unwrap();
+    let open = cli::config_file(
+        dir.path(),
+        "open.toml",
+        &dir.path().join("cache"),
+        origin.addr(),
+        &ca,
+        "",
+    );
+    let mut text = std::fs::read_to_string(&open).unwrap();
+    text.push_str(&git_toml_with(&origin, "", token));
+    text.push_str("\n[server]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&open, text).unwrap();
+    let refused = cli::provender(&["serve", "--config", cli::path_str(&open)]).await;
+    refused.fails(78);
+    assert!(
+        refused
+            .out()
+            .contains(&format!("upstream.hosts.\"{GIT_HOST}\".token"))
+            && refused.out().contains("authentication"),
+        "{}",
+        refused.out()
+    );
+
+    // With it, the token goes to the origin with every request, as git sends credentials.
+    let client_token = "tok-ci-0123456789abcdef";
+    let auth = format!("[[auth.clients]]\nname = \"ci\"\ntoken = \"{client_token}\"\n");
+    let git = git_toml_with(&origin, "", token);
+    let mut mirror = mirror_with(&ca, &origin, &git, &auth).await;
+    let home = GitHome::new_as(&ca, &mirror, Some(client_token));
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    assert_eq!(
+        home.clone(&origin_url("terraform-aws-net.git"), "net", &[])
+            .await,
+        tip
+    );
+    let basic = {
+        use base64::Engine as _;
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode("bot:origin-secret-0123456789");
+        format!("Basic {encoded}")
+    };
+    let git_requests: Vec<_> = origin
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/git/"))
+        .collect();
+    assert!(!git_requests.is_empty());
+    assert!(
+        git_requests
+            .iter()
+            .all(|r| r.authorization.as_deref() == Some(basic.as_str())),
+        "every request to the git origin carries its token"
+    );
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_the_origin_scrubbed_are_not_served_after_a_refresh() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let repo = "acme/terraform-aws-net.git";
+    let files = std::collections::BTreeMap::from([(
+        "secret.txt".to_owned(),
+        b"AKIA-leaked-secret\n".to_vec(),
+    )]);
+    let leak = origin.git_branch_commit(repo, "leak", &files);
+    let mut mirror = mirror(&ca, &origin, "refresh_after = \"0s\"", "").await;
+    let home = GitHome::new(&ca, &mirror);
+    let url = origin_url("terraform-aws-net.git");
+    let work = home.dir.path().join("work");
+    let (ok, text) = home
+        .git(home.dir.path(), &["init", "--quiet", "work"])
+        .await;
+    assert!(ok, "{text}");
+    let fetch_by_id = |protocol: &'static str| {
+        let (home, work, url, leak) = (&home, &work, url.clone(), leak.clone());
+        async move {
+            home.git(
+                work,
+                &[
+                    "-c",
+                    &format!("protocol.version={protocol}"),
+                    "fetch",
+                    "--quiet",
+                    &url,
+                    &leak,
+                ],
+            )
+            .await
+        }
+    };
+    // While a branch reaches it, the commit is served by id.
+    let (ok, text) = fetch_by_id("2").await;
+    assert!(ok, "{text}");
+    let (ok, text) = home.git(&work, &["cat-file", "-e", &leak]).await;
+    assert!(ok, "{text}");
+
+    // The origin deletes the branch and drops its objects; the next refresh drops them too.
+    origin.git_scrub_branch(repo, "leak");
+    let fresh = home.dir.path().join("fresh");
+    let (ok, text) = home
+        .git(home.dir.path(), &["init", "--quiet", "fresh"])
+        .await;
+    assert!(ok, "{text}");
+    for protocol in ["2", "0"] {
+        let (ok, text) = home
+            .git(
+                &fresh,
+                &[
+                    "-c",
+                    &format!("protocol.version={protocol}"),
+                    "fetch",
+                    "--quiet",
+                    &url,
+                    &leak,
+                ],
+            )
+            .await;
+        assert!(
+            !ok,
+            "protocol {protocol}: the scrubbed commit was served: {text}"
+        );
+        let (ok, _) = home.git(&fresh, &["cat-file", "-e", &leak]).await;
+        assert!(!ok, "protocol {protocol}");
+    }
+    // What the references reach is still served by id.
+    let tag = origin.git_commit("acme", "net", "aws", "1.0.0");
+    let (ok, text) = home.git(&fresh, &["fetch", "--quiet", &url, &tag]).await;
+    assert!(ok, "{text}");
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hanging_origin_does_not_hold_up_clients_of_a_cached_copy() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let toml = git_toml(&origin, "refresh_after = \"0s\"");
+    let mut mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "connect_timeout = \"2s\"\nidle_timeout = \"3s\"",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let home = GitHome::new(&ca, &mirror);
+    let url = origin_url("terraform-aws-net.git");
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    assert_eq!(home.clone(&url, "first", &[]).await, tip);
+    // The origin accepts connections and requests but never answers.
+    origin.set_fault(crate::support::origin::Fault::Delay {
+        kind: crate::support::origin::RequestKind::Git,
+        millis: 3_600_000,
+    });
+    let started = std::time::Instant::now();
+    assert_eq!(home.clone(&url, "second", &[]).await, tip);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the clone waited {:?} for the refresh",
+        started.elapsed()
+    );
+    // The refresh itself gives up (upstream.connect_timeout and idle_timeout), not after
+    // git.fetch_timeout.
+    let client = https_client(&ca, &[]);
+    let stale = crate::support::poll(std::time::Duration::from_secs(20), async || {
+        let metrics = mirror.metrics(&client).await;
+        (crate::support::sample(&metrics, "provender_git_refreshes_total{outcome=\"stale\"}") > 0)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        stale.is_some(),
+        "the refresh of a hanging origin never ended"
+    );
+    origin.clear_faults();
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cache_only_reader_of_a_git_sourced_module_causes_no_origin_request() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let (filler, reader) = ("tok-fill-0123456789abcdef", "tok-read-0123456789abcdef");
+    let auth = format!(
+        "[[auth.clients]]\nname = \"filler\"\ntoken = \"{filler}\"\n\n\
+         [[auth.clients]]\nname = \"reader\"\ntoken = \"{reader}\"\n\n\
+         [[auth.rules]]\nname = \"readers\"\nclients = [\"reader\"]\nfill = false\n"
+    );
+    let mut mirror = mirror(&ca, &origin, "", &auth).await;
+    let client = https_client(&ca, &[]);
+    let download = format!("v1/modules/{REGISTRY}/acme/vpc/aws/2.0.0/download");
+    let get = |token: &'static str| {
+        let req = client.get(mirror.url(&download)).bearer_auth(token);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(filler).await, 204);
+    // The package was fetched long ago: the next download may check where its tag points.
+    let cache = mirror.cache_dir.clone();
+    mirror.stop().await;
+    let record = cache.join(format!("modules/{REGISTRY}/acme/vpc/aws/2.0.0/module.json"));
+    let mut rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert!(rec["source"]["reference"].is_string(), "{rec}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    rec["fetched_at"] = serde_json::json!(now - 7200);
+    std::fs::write(&record, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let auth_toml = auth.clone();
+    let toml = format!("{}\n{auth_toml}", git_toml(&origin, ""));
+    let mut mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            cache_dir: Some(&cache),
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let get = |token: &'static str| {
+        let req = client.get(mirror.url(&download)).bearer_auth(token);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let vpc_refs = || origin_refs_requests(&origin, "terraform-aws-vpc.git");
+    let before = vpc_refs();
+    assert_eq!(get(reader).await, 204);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        vpc_refs(),
+        before,
+        "the cache-only reader made the mirror ask the origin"
+    );
+    // A client that may fill does make the check (so the reader's would have been seen).
+    assert_eq!(get(filler).await, 204);
+    let checked = crate::support::poll(std::time::Duration::from_secs(15), async || {
+        (vpc_refs() > before).then_some(())
+    })
+    .await;
+    assert!(
+        checked.is_some(),
+        "the filler's download checked the reference"
+    );
+    mirror.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spellings_of_one_repository_share_one_copy_and_a_missing_one_is_404() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    let mut mirror = mirror(
+        &ca,
+        &origin,
+        &format!("refresh_after = \"0s\"\nforge_hosts = [\"{GIT_HOST}\"]"),
+        "",
+    )
+    .await;
+    let home = GitHome::new(&ca, &mirror);
+    let base = format!("https://{GIT_HOST}/git/");
+    for (i, spelling) in [
+        "acme/terraform-aws-net.git",
+        "Acme/Terraform-AWS-Net.git",
+        "acme/terraform-aws-net",
+        "ACME/terraform-aws-net",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let head = home
+            .clone(&format!("{base}{spelling}"), &format!("c{i}"), &[])
+            .await;
+        assert_eq!(head, tip, "{spelling}");
+    }
+    let host_dir = mirror.cache_dir.join("git").join(GIT_HOST);
+    let copies = std::fs::read_dir(&host_dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_dir())
+        .count();
+    assert_eq!(copies, 1, "one copy for every spelling");
+    // Every refresh asked the origin by the name the copy was first filled with.
+    let git_paths: std::collections::BTreeSet<String> = origin
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/git/") && r.path.ends_with("/info/refs"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        git_paths,
+        std::collections::BTreeSet::from(["/git/acme/terraform-aws-net.git/info/refs".to_owned()])
+    );
+    // An origin's "no such repository" is a 404 for git too.
+    let client = https_client(&ca, &[]);
+    let missing = mirror.url(&format!("git/{GIT_HOST}/git/acme/nowhere.git"));
+    assert_eq!(info_refs(&client, &missing, None).await, 404);
+    mirror.stop().await;
+
+    // Elsewhere case counts: another spelling is another repository (which this origin lacks).
+    let mut mirror = self::mirror(&ca, &origin, "", "").await;
+    let home = GitHome::new(&ca, &mirror);
+    home.clone(&format!("{base}acme/terraform-aws-net.git"), "lower", &[])
+        .await;
+    let (ok, text) = home
+        .git(
+            home.dir.path(),
+            &[
+                "clone",
+                &format!("{base}Acme/Terraform-AWS-Net.git"),
+                "upper",
+            ],
+        )
+        .await;
+    assert!(!ok && text.contains("404"), "{text}");
+    mirror.stop().await;
+}
+
+/// Whether process `pid` is gone (or a zombie nobody waits for).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stopping_upload_pack_stops_its_pack_objects_too() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    // The server's git, through a wrapper whose `pack-objects` hook records its process and
+    // thinks for a minute before packing (protected configuration: the command line).
+    let tools = tempfile::tempdir().unwrap();
+    let pids = tools.path().join("pids");
+    let hook = tools.path().join("slow-pack-objects");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\necho $$ >> '{}'\nsleep 60\nexec \"$@\"\n",
+            pids.display()
+        ),
+    )
+    .unwrap();
+    let wrapper = tools.path().join("git");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec git -c uploadpack.packObjectsHook='{}' \"$@\"\n",
+            hook.display()
+        ),
+    )
+    .unwrap();
+    for script in [&hook, &wrapper] {
+        std::fs::set_permissions(script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let more = format!("[modules]\ngit = \"{}\"\n", wrapper.display());
+    let mut mirror = mirror(&ca, &origin, "serve_timeout = \"3s\"", &more).await;
+    let repo_url = mirror.url(&format!("git/{GIT_HOST}/git/acme/terraform-aws-net.git"));
+    assert_eq!(
+        info_refs(&https_client(&ca, &[]), &repo_url, None).await,
+        200
+    );
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    let client = https_client(&ca, &[]);
+    let fetch = client
+        .post(format!("{repo_url}/git-upload-pack"))
+        .header("Git-Protocol", "version=2")
+        .body(v2_fetch(&tip))
+        .send();
+    let fetching = tokio::spawn(async move {
+        let resp = fetch.await.unwrap();
+        resp.bytes().await.map(|b| b.len())
+    });
+    let pid = crate::support::poll(std::time::Duration::from_secs(15), async || {
+        std::fs::read_to_string(&pids)
+            .ok()?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    })
+    .await
+    .expect("the pack-objects hook ran");
+    assert!(!gone(pid));
+    // At git.serve_timeout the server stops upload-pack, and its child with it.
+    let ended = crate::support::poll(std::time::Duration::from_secs(10), async || {
+        gone(pid).then_some(())
+    })
+    .await;
+    assert!(
+        ended.is_some(),
+        "pack-objects (pid {pid}) outlived upload-pack"
+    );
+    let answer = fetching.await.unwrap();
+    assert!(
+        answer.is_err(),
+        "the answer ends in an error, not a short pack: {answer:?}"
+    );
+    mirror.stop().await;
 }

@@ -8,7 +8,11 @@
 //!   header asks for it, else v0 (with the `# service=` line git's own server sends first);
 //! - `POST <repo>/git-upload-pack`: one request of the client's (`ls-refs` or `fetch` in v2,
 //!   the negotiation in v0; gzip-encoded if the client chose), at most `git.max_request_size`,
-//!   answered by `git upload-pack --stateless-rpc` over the cached copy, streamed;
+//!   answered by `git upload-pack --stateless-rpc` over the cached copy, streamed. Only its
+//!   first [`PEEK`] bytes are read before it has a turn (`GitMirror::turn`: v2's `ls-refs`
+//!   from the listing turns, everything else from the client's and all clients' pack turns),
+//!   so requests waiting for a turn hold next to nothing; the rest is read, and inflated, once
+//!   it has one;
 //! - `git-receive-pack` (a push) is refused, and so is git's old "dumb" protocol.
 //!
 //! Clients authenticate as at every door; git sends `Basic` credentials (a token as the
@@ -17,6 +21,7 @@
 //! repositories a client may fetch; `fill = false` clients get only what is cached.
 
 use std::io::Read;
+use std::net::SocketAddr;
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
@@ -29,9 +34,20 @@ use super::{App, Body, Route, denied_response};
 use crate::address::{AddressError, GitRepo};
 use crate::auth::Denied;
 use crate::error::Error;
-use crate::mirror::{GitProtocol, GitReady};
+use crate::mirror::{GitProtocol, GitReady, GitTurn, TurnKind};
 use crate::server::identity::Principal;
 use crate::server::respond::full;
+
+/// How much of a request body is read before the request has a turn: enough for its first
+/// command.
+const PEEK: usize = 4 * 1024;
+
+/// How a request body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Identity,
+    Gzip,
+}
 
 /// What a request to the git door asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -108,6 +124,7 @@ impl App {
         body: Incoming,
         rest: &str,
         who: &Result<Principal, Denied>,
+        peer: SocketAddr,
     ) -> Result<Response<Body>, Error> {
         let principal = match self.authorize(req, Route::Git, who) {
             Ok(principal) => principal,
@@ -170,65 +187,25 @@ impl App {
                 // No refresh here: the client asks about what `info/refs` showed it, which is
                 // what the cache has (a cache-only client's reach is checked by `ready`).
                 let ready = git.cached_copy(&repo)?;
-                let request = self.git_request(req, body).await?;
-                self.upload_pack(&ready, protocol, request).await
+                let encoding = encoding_of(req)?;
+                let max = self.settings.git.max_request_size;
+                let (head, rest) = peek(body, max).await?;
+                let kind = if protocol == GitProtocol::V2 && is_ls_refs(&head, encoding) {
+                    TurnKind::Listing
+                } else {
+                    TurnKind::Pack
+                };
+                // Turns are per client: its name, or its address when anyone may ask.
+                let client = if self.settings.auth.enabled() {
+                    principal.name.to_string()
+                } else {
+                    peer.ip().to_string()
+                };
+                let turn = git.turn(&client, kind).await;
+                let request = git_request(head, rest, encoding, max).await?;
+                self.upload_pack(&ready, protocol, request, turn).await
             }
             GitRequest::Push => unreachable!("refused above"),
-        }
-    }
-
-    /// The client's request body: at most `git.max_request_size`, decoded if gzip-encoded.
-    async fn git_request(&self, req: &Request<()>, body: Incoming) -> Result<Bytes, Error> {
-        let max = self.settings.git.max_request_size;
-        let too_large = || {
-            Error::PayloadTooLarge(format!(
-                "a git request of more than git.max_request_size ({max} bytes)"
-            ))
-        };
-        let collected = Limited::new(body, max as usize)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    too_large()
-                } else {
-                    Error::BadRequest(AddressError::new(
-                        "git request",
-                        "(body)",
-                        "could not be read to its end",
-                    ))
-                }
-            })?
-            .to_bytes();
-        let encoding = req
-            .headers()
-            .get(header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim);
-        match encoding {
-            None | Some("identity") => Ok(collected),
-            Some("gzip" | "x-gzip") => {
-                let mut decoded = Vec::new();
-                flate2::read::GzDecoder::new(&collected[..])
-                    .take(max + 1)
-                    .read_to_end(&mut decoded)
-                    .map_err(|_| {
-                        Error::BadRequest(AddressError::new(
-                            "git request",
-                            "(gzip)",
-                            "is not valid gzip",
-                        ))
-                    })?;
-                if decoded.len() as u64 > max {
-                    return Err(too_large());
-                }
-                Ok(Bytes::from(decoded))
-            }
-            Some(other) => Err(Error::BadRequest(AddressError::new(
-                "Content-Encoding",
-                other,
-                "a git request is sent plain or gzip-encoded",
-            ))),
         }
     }
 
@@ -238,17 +215,136 @@ impl App {
         ready: &GitReady,
         protocol: GitProtocol,
         request: Bytes,
+        turn: GitTurn,
     ) -> Result<Response<Body>, Error> {
         let output = self
             .mirror
             .git
-            .upload_pack(ready, protocol, false, request)
+            .upload_pack(ready, protocol, false, request, turn)
             .await?;
         let stream = output.map_ok(Frame::data);
         Ok(git_response(
             "application/x-git-upload-pack-result",
             BodyExt::boxed_unsync(StreamBody::new(stream)),
         ))
+    }
+}
+
+fn too_large(max: u64) -> Error {
+    Error::PayloadTooLarge(format!(
+        "a git request of more than git.max_request_size ({max} bytes)"
+    ))
+}
+
+fn unreadable() -> Error {
+    Error::BadRequest(AddressError::new(
+        "git request",
+        "(body)",
+        "could not be read to its end",
+    ))
+}
+
+/// The request's `Content-Encoding`: none (or `identity`) or gzip, as git sends.
+fn encoding_of(req: &Request<()>) -> Result<Encoding, Error> {
+    let encoding = req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    match encoding {
+        None | Some("identity") => Ok(Encoding::Identity),
+        Some("gzip" | "x-gzip") => Ok(Encoding::Gzip),
+        Some(other) => Err(Error::BadRequest(AddressError::new(
+            "Content-Encoding",
+            other,
+            "a git request is sent plain or gzip-encoded",
+        ))),
+    }
+}
+
+/// The first [`PEEK`] bytes or so of a request body (all of it if shorter), and the rest,
+/// unread (`None` when it ended).
+async fn peek(mut body: Incoming, max: u64) -> Result<(Vec<u8>, Option<Incoming>), Error> {
+    let mut head = Vec::new();
+    while head.len() < PEEK {
+        match body.frame().await {
+            None => return Ok((head, None)),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    head.extend_from_slice(&data);
+                    if head.len() as u64 > max {
+                        return Err(too_large(max));
+                    }
+                }
+            }
+            Some(Err(_)) => return Err(unreadable()),
+        }
+    }
+    Ok((head, Some(body)))
+}
+
+/// Whether a request (its first bytes) is protocol v2's `ls-refs`.
+fn is_ls_refs(head: &[u8], encoding: Encoding) -> bool {
+    const FIRST: u64 = 64;
+    let mut first = Vec::new();
+    match encoding {
+        // A prefix of a gzip stream inflates to a prefix of the request (the error at its
+        // cut end is expected).
+        Encoding::Gzip => {
+            let _ = flate2::read::GzDecoder::new(head)
+                .take(FIRST)
+                .read_to_end(&mut first);
+        }
+        Encoding::Identity => first.extend(head.iter().take(FIRST as usize)),
+    }
+    first
+        .get(4..)
+        .is_some_and(|command| command.starts_with(b"command=ls-refs\n"))
+}
+
+/// The client's whole request, `head` and then `rest`: at most `max` bytes, decoded if
+/// gzip-encoded (and at most `max` bytes decoded).
+async fn git_request(
+    head: Vec<u8>,
+    rest: Option<Incoming>,
+    encoding: Encoding,
+    max: u64,
+) -> Result<Bytes, Error> {
+    let mut collected = head;
+    if let Some(rest) = rest {
+        let left = max.saturating_sub(collected.len() as u64);
+        let more = Limited::new(rest, left as usize)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    too_large(max)
+                } else {
+                    unreadable()
+                }
+            })?
+            .to_bytes();
+        collected.extend_from_slice(&more);
+    }
+    match encoding {
+        Encoding::Identity => Ok(Bytes::from(collected)),
+        Encoding::Gzip => {
+            let mut decoded = Vec::new();
+            flate2::read::GzDecoder::new(&collected[..])
+                .take(max + 1)
+                .read_to_end(&mut decoded)
+                .map_err(|_| {
+                    Error::BadRequest(AddressError::new(
+                        "git request",
+                        "(gzip)",
+                        "is not valid gzip",
+                    ))
+                })?;
+            if decoded.len() as u64 > max {
+                return Err(too_large(max));
+            }
+            Ok(Bytes::from(decoded))
+        }
     }
 }
 

@@ -79,7 +79,7 @@ impl OciError {
             Error::Forbidden(_) => "DENIED",
             Error::Policy(_) => "DENIED",
             Error::TooManySignIns(_) => "TOOMANYREQUESTS",
-            Error::Upstream(_) | Error::Storage(_) => "UNAVAILABLE",
+            Error::Upstream(_) | Error::Storage(_) | Error::Busy { .. } => "UNAVAILABLE",
             Error::Verification(_)
             | Error::InsufficientStorage(_)
             | Error::Internal(_)

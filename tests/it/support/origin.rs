@@ -448,6 +448,7 @@ impl FakeOrigin {
             counts: Default::default(),
             archives_in_flight: Default::default(),
             archives_peak: Default::default(),
+            git_flights: Default::default(),
             archive_gate: tokio::sync::watch::Sender::new(true),
             archives_at_gate: Default::default(),
             total: AtomicUsize::new(0),
@@ -533,6 +534,36 @@ impl FakeOrigin {
     /// Every request since the start or the last reset, oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.log).clone()
+    }
+
+    /// The most git requests that were in flight at once: in all, and for each host asked
+    /// (without its port).
+    pub fn git_peaks(&self) -> (usize, std::collections::HashMap<String, usize>) {
+        let flights = lock(&self.shared.git_flights);
+        (flights.peak, flights.peak_by_host.clone())
+    }
+
+    /// Adds a repository `name` (e.g. `big.git`) holding one commit on `main` with one file of
+    /// `bytes` incompressible bytes (its pack cannot be smaller); returns the commit.
+    pub fn git_big_repo(&self, name: &str, bytes: usize) -> String {
+        self.git().big_repo(name, bytes)
+    }
+
+    /// Commits `files` on a new branch `branch` of the repository `repo` (e.g.
+    /// `acme/terraform-aws-net.git`), on top of `main`; returns the commit.
+    pub fn git_branch_commit(
+        &self,
+        repo: &str,
+        branch: &str,
+        files: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> String {
+        self.git().branch_commit(repo, branch, files)
+    }
+
+    /// Deletes `branch` of `repo` and removes every object no reference reaches any more
+    /// (`git gc --prune=now`), as an origin scrubbing a leaked secret does.
+    pub fn git_scrub_branch(&self, repo: &str, branch: &str) {
+        self.git().scrub_branch(repo, branch)
     }
 
     /// Zeroes every counter and empties the request log.
@@ -808,6 +839,9 @@ struct Shared {
     /// Archive requests being answered now, and the most there ever were at once.
     archives_in_flight: AtomicUsize,
     archives_peak: AtomicUsize,
+    /// Git requests being answered now, and the most there ever were at once: in all, and
+    /// per host asked.
+    git_flights: Mutex<GitFlights>,
     /// Open (`true`) unless [`FakeOrigin::hold_archives`] holds archive requests.
     archive_gate: tokio::sync::watch::Sender<bool>,
     /// Archive requests waiting at the closed gate.
@@ -1267,6 +1301,8 @@ async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<OriginBody>
     let kind = route.kind();
     shared.record(kind, &req);
     let _in_flight = (kind == Some(RequestKind::Archive)).then(|| ArchiveInFlight::enter(shared));
+    let _git_in_flight =
+        (kind == Some(RequestKind::Git)).then(|| GitInFlight::enter(shared, request_host(&req)));
     if kind == Some(RequestKind::Archive) {
         shared.pass_archive_gate().await;
     }
@@ -1319,6 +1355,46 @@ impl<'a> ArchiveInFlight<'a> {
 impl Drop for ArchiveInFlight<'_> {
     fn drop(&mut self) {
         self.0.archives_in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Git requests in flight and their peaks, in all and per host.
+#[derive(Default)]
+struct GitFlights {
+    now: usize,
+    peak: usize,
+    now_by_host: std::collections::HashMap<String, usize>,
+    peak_by_host: std::collections::HashMap<String, usize>,
+}
+
+/// Counts a git request as in flight while it lives (through any injected delay).
+struct GitInFlight<'a>(&'a Shared, String);
+
+impl<'a> GitInFlight<'a> {
+    fn enter(shared: &'a Shared, host: String) -> Self {
+        let host = host.split(':').next().unwrap_or_default().to_owned();
+        let mut flights = lock(&shared.git_flights);
+        flights.now += 1;
+        flights.peak = flights.peak.max(flights.now);
+        let now = {
+            let n = flights.now_by_host.entry(host.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let peak = flights.peak_by_host.entry(host.clone()).or_default();
+        *peak = (*peak).max(now);
+        drop(flights);
+        GitInFlight(shared, host)
+    }
+}
+
+impl Drop for GitInFlight<'_> {
+    fn drop(&mut self) {
+        let mut flights = lock(&self.0.git_flights);
+        flights.now -= 1;
+        if let Some(n) = flights.now_by_host.get_mut(&self.1) {
+            *n -= 1;
+        }
     }
 }
 

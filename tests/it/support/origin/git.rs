@@ -365,6 +365,76 @@ impl GitRepos {
         );
     }
 
+    /// See [`super::FakeOrigin::git_big_repo`].
+    pub(super) fn big_repo(&self, name: &str, bytes: usize) -> String {
+        let repo = self.init(name);
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut data = Vec::with_capacity(bytes + 8);
+        while data.len() < bytes {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            data.extend_from_slice(&state.to_le_bytes());
+        }
+        data.truncate(bytes);
+        let files = BTreeMap::from([
+            ("main.tf".to_owned(), b"# big\n".to_vec()),
+            ("blob.bin".to_owned(), data),
+        ]);
+        let mut stream = Vec::new();
+        fast_import_commit(&mut stream, 1, super::modules::MTIME, "big\n", None, &files);
+        self.fast_import(&repo, &stream);
+        self.rev_parse(&repo, "refs/heads/main")
+    }
+
+    /// See [`super::FakeOrigin::git_branch_commit`].
+    pub(super) fn branch_commit(
+        &self,
+        repo: &str,
+        branch: &str,
+        files: &BTreeMap<String, Vec<u8>>,
+    ) -> String {
+        let repo = self.project_root().join(repo);
+        let main = self.rev_parse(&repo, "refs/heads/main");
+        let mut stream = Vec::new();
+        fast_import_commit(
+            &mut stream,
+            1,
+            super::modules::MTIME + 7 * 86_400,
+            &format!("{branch}\n"),
+            Some(&main),
+            files,
+        );
+        stream.extend_from_slice(format!("reset refs/heads/{branch}\nfrom :1\n\n").as_bytes());
+        // fast-import commits on `main` first: put `main` back.
+        stream.extend_from_slice(format!("reset refs/heads/main\nfrom {main}\n\n").as_bytes());
+        self.fast_import(&repo, &stream);
+        self.rev_parse(&repo, &format!("refs/heads/{branch}"))
+    }
+
+    /// See [`super::FakeOrigin::git_scrub_branch`].
+    pub(super) fn scrub_branch(&self, repo: &str, branch: &str) {
+        let repo = self.project_root().join(repo);
+        let mut command = self.git();
+        command.arg("--git-dir").arg(&repo).args([
+            "update-ref",
+            "-d",
+            &format!("refs/heads/{branch}"),
+        ]);
+        self.run(command, b"");
+        let mut command = self.git();
+        command.arg("--git-dir").arg(&repo).args([
+            "-c",
+            "gc.reflogExpire=now",
+            "-c",
+            "gc.reflogExpireUnreachable=now",
+            "gc",
+            "--quiet",
+            "--prune=now",
+        ]);
+        self.run(command, b"");
+    }
+
     fn fast_import(&self, repo: &Path, stream: &[u8]) {
         let mut command = self.git();
         command
