@@ -4,7 +4,9 @@
 //!
 //! Each repository is kept at `<cache.dir>/git/<host>/<digest>.git`, the digest being the
 //! SHA-256 of its path (so no path a client sends becomes a file name, and no two
-//! repositories nest), with two files of provender's own inside: `provender-origin` (the
+//! repositories nest; on `git.forge_hosts`, which ignore case and a trailing `.git`, of the
+//! path in lower case without `.git`, so every spelling shares one copy, refreshed from the
+//! name it was first filled with), with two files of provender's own inside: `provender-origin` (the
 //! repository's `<host>/<path>`, for listings) and `provender-refreshed` (when it last matched
 //! its origin, in Unix seconds). A repository **is cached** once `provender-refreshed` exists:
 //! it is written only after a whole refresh succeeded. A refresh that failed is remembered for
@@ -15,14 +17,23 @@
 //! to ask the origin: a repository refreshed within `git.refresh_after` is served as it is;
 //! an older one is refreshed first (every branch and tag, pruned, `HEAD` as the origin has
 //! it; see `Upstream::git_mirror` for the rules the fetch runs under), one refresh per
-//! repository at a time however many clients ask. When the origin fails, a cached copy is
-//! served as it is (stale-if-error, as for version lists), and said so in the log. A client
+//! repository at a time however many clients ask, at most `git.max_concurrent_refreshes` in
+//! all and `git.max_refreshes_per_host` per host (past them: the cached copy as it is, or 503
+//! with `Retry-After`). A client of a cached copy waits for a refresh at most
+//! `upstream.connect_timeout`, then gets the copy while the refresh goes on. When the origin
+//! fails, a cached copy is served as it is (stale-if-error, as for version lists), and said
+//! so in the log. After a refresh, the repositories used least recently are removed until
+//! the cache fits `git.max_size`. A client
 //! that may only read the cache (`fill = false`), or a mirror that is offline, gets the cached
 //! copy or a refusal, never an origin fetch.
 //!
 //! Everything a client sends after `info/refs` (protocol v2's `ls-refs` and `fetch`, protocol
 //! v0's negotiation) is answered by `git upload-pack --stateless-rpc` over the cached copy,
-//! which never reaches the origin: what a client sees is what the cache has.
+//! which never reaches the origin: what a client sees is what the cache has. Each runs with a
+//! turn ([`GitMirror::turn`]): advertisements and `ls-refs` from turns of their own, packs
+//! from the client's `git.max_serves_per_client` and then all clients'
+//! `git.max_concurrent_serves`; a client that stops reading loses its turn after
+//! `git.stall_timeout`.
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1308,7 +1308,7 @@ async fn a_hanging_origin_does_not_hold_up_clients_of_a_cached_copy() {
         &ca,
         &origin,
         MirrorOptions {
-            extra_upstream: "connect_timeout = \"2s\"\nidle_timeout = \"3s\"",
+            extra_upstream: "connect_timeout = \"2s\"\nidle_timeout = \"20s\"",
             extra_toml: &toml,
             ..Default::default()
         },
@@ -1318,7 +1318,9 @@ async fn a_hanging_origin_does_not_hold_up_clients_of_a_cached_copy() {
     let url = origin_url("terraform-aws-net.git");
     let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
     assert_eq!(home.clone(&url, "first", &[]).await, tip);
-    // The origin accepts connections and requests but never answers.
+    // The origin accepts connections and requests but never answers: the refresh gives up
+    // after upstream.idle_timeout (20 s), the client gets the copy after
+    // upstream.connect_timeout (2 s).
     origin.set_fault(crate::support::origin::Fault::Delay {
         kind: crate::support::origin::RequestKind::Git,
         millis: 3_600_000,
@@ -1333,7 +1335,7 @@ async fn a_hanging_origin_does_not_hold_up_clients_of_a_cached_copy() {
     // The refresh itself gives up (upstream.connect_timeout and idle_timeout), not after
     // git.fetch_timeout.
     let client = https_client(&ca, &[]);
-    let stale = crate::support::poll(std::time::Duration::from_secs(20), async || {
+    let stale = crate::support::poll(std::time::Duration::from_secs(45), async || {
         let metrics = mirror.metrics(&client).await;
         (crate::support::sample(&metrics, "provender_git_refreshes_total{outcome=\"stale\"}") > 0)
             .then_some(())
