@@ -28,11 +28,11 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use crate::support::http::{Got, get, request};
+use crate::support::https_client;
 use crate::support::origin::{FakeOrigin, Fault, ProviderSpec, RequestKind};
 use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, files_under};
 use crate::support::tf_config::local_platform_and;
-use crate::support::{https_client, sample};
 
 const REPO: &str = "registry.terraform.io/acme/foo";
 const INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -1349,7 +1349,7 @@ fill = false
     // same index, from the cache.
     let (status, index) = send(tag.clone(), Method::GET, platform).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(origin.count(RequestKind::Archive), 0);
+    assert!(mirror.cached_archives().is_empty(), "sizes by HEAD only");
     origin.reset_counts();
     let (status, again) = send(tag.clone(), Method::GET, ci).await;
     assert_eq!((status, &again), (StatusCode::OK, &index));
@@ -1594,12 +1594,6 @@ fill = false
     assert!(
         !zip_of("1.0.0").exists(),
         "the least recently used zip is evicted past cache.max_size"
-    );
-    assert!(
-        sample(
-            &mirror.metrics(&client).await,
-            "provender_cache_evictions_total"
-        ) >= 1
     );
     // The packages stay; the evicted zip is made again, the same bytes.
     assert!(zip_of("1.0.0").with_file_name("module.tar.gz").exists());
