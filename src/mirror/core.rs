@@ -275,6 +275,13 @@ impl Core {
         }
     }
 
+    /// Bookkeeping after a module package's zip left the store (quarantined).
+    pub fn module_zip_removed(&self, key: &ModuleKey) {
+        if let Some(budget) = &self.budget {
+            budget.removed(key);
+        }
+    }
+
     /// Bookkeeping after a CLI release build left the store (quarantined).
     pub fn release_removed(&self, key: &ReleaseKey) {
         if let Some(budget) = &self.budget {
