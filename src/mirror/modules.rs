@@ -14,7 +14,12 @@
 //! also kept as a deterministic zip ([`crate::package::zip_package`]), made from the stored
 //! package when first asked for (one flight per version) and committed beside it
 //! ([`crate::cache::ModuleZips`]) with a record naming the package it was made from: a package
-//! fetched again makes a new zip. Stored rather than made per request, because making one means
+//! fetched again makes a new zip. The zip holds the record's `//subdir` at its root (the module
+//! directory the CLI loads), and counts against `cache.max_size` like an archive.
+//!
+//! A version with no package yet is checked against the cached version list before its origin
+//! is asked for it (see [`ModuleRegistry::module_record`]), so requests for a version that does
+//! not exist cost the origin nothing each. Stored rather than made per request, because making one means
 //! reading, unpacking and compressing the whole package, and a layer is fetched by every client.
 
 use std::collections::HashMap;

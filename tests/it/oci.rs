@@ -1211,7 +1211,7 @@ async fn a_module_in_a_subdirectory_is_its_directory_over_oci() {
         ],
     )
     .await;
-    let mirror = TestMirror::start(&ca, &origin).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
     let client = https_client(&ca, &[]);
     let root = crate::support::tf_config::root_module(
         "module \"multi\" {\n  source  = \"acme/multi/test\"\n  version = \"1.0.0\"\n}\n\n\
@@ -1272,6 +1272,31 @@ async fn a_module_in_a_subdirectory_is_its_directory_over_oci() {
         let copied = std::fs::read(out.path().join(layer.trim_start_matches("sha256:"))).unwrap();
         assert_eq!(unzip(&copied), loaded, "{name}: as skopeo copies it");
     }
+
+    // A zip kept from before zips were rooted at the subdirectory (its record names none) is
+    // made again, not served.
+    let repo = module_repo("multi");
+    let (_, layer, size) = module_manifest(&client, &mirror, &repo, "1.0.0").await;
+    mirror.stop().await;
+    let dir = mirror
+        .cache_dir
+        .join("modules")
+        .join(REGISTRY)
+        .join("acme/multi/test/1.0.0");
+    let record_path = dir.join("module.zip.json");
+    let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert_eq!(record["subdir"], "acme-terraform-aws-multi-1a2b3c4");
+    let old = b"a zip of the whole package".to_vec();
+    record.as_object_mut().unwrap().remove("subdir");
+    record["sha256"] = Value::String(sha256(&old));
+    record["size"] = Value::from(old.len());
+    std::fs::write(dir.join("module.zip"), &old).unwrap();
+    std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
+    let restarted = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
+    let (_, again, _) = module_manifest(&client, &restarted, &repo, "1.0.0").await;
+    assert_eq!(again, layer, "made again from the package");
+    let zip = blob(&client, &restarted, &repo, &layer, size).await;
+    assert!(unzip(&zip).contains_key("main.tf"));
 }
 
 /// A provider's tag asked for by a cache-only client (`fill = false`) whose version record is
