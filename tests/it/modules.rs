@@ -744,7 +744,7 @@ async fn unknown_module_versions_are_checked_against_the_cached_list() {
         &ca,
         &origin,
         MirrorOptions {
-            extra_cache: "not_found_ttl = \"2s\"",
+            extra_cache: "not_found_ttl = \"3s\"",
             ..Default::default()
         },
     )
@@ -776,7 +776,7 @@ async fn unknown_module_versions_are_checked_against_the_cached_list() {
 
     // Once the list is older than not_found_ttl, one request asks for it again (a version
     // published since would show up); the others within the interval do not.
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     for _ in 0..5 {
         assert_eq!(
             get(&client, &door("9.9.9")).await.status,
@@ -799,7 +799,7 @@ async fn unknown_module_versions_are_checked_against_the_cached_list() {
     }
     assert_eq!(origin.count(RequestKind::ModuleDownload), 1);
     origin.clear_faults();
-    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
     let got = get(&client, &door("1.1.0")).await;
     assert_eq!(got.status, StatusCode::OK, "{}", got.text());
     assert_eq!(origin.count(RequestKind::ModuleDownload), 2);
