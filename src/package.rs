@@ -657,9 +657,12 @@ pub fn repack(
 /// (an empty directory) under the same rules and `limits`, then written with the same entries
 /// in the same order, directories included, every time 1980-01-01 00:00 (the zip format's
 /// first), Unix modes 0755 for directories and executables and 0644 otherwise, deflated at
-/// one fixed level. The same package always gives the same bytes.
+/// one fixed level. The same package always gives the same bytes. With `subdir` (the
+/// record's `//subdir`), the zip holds that directory of the package at its root: the module
+/// directory the CLI loads.
 pub fn zip_package(
     input: &Path,
+    subdir: Option<&str>,
     scratch: &Path,
     limits: PackLimits,
     out: impl Write + io::Seek,
@@ -668,8 +671,14 @@ pub fn zip_package(
         fs::File::open(input)?,
         Format::TarGz,
         false,
-        None,
-        |tree, root, entries| write_zip(tree, root, entries, out),
+        subdir,
+        |tree, root, entries| match subdir.map(safe_path).transpose()?.flatten() {
+            Some(rel) => {
+                let dir = root.join(rel);
+                write_zip(tree, &dir, tree.walk(&dir)?, out)
+            }
+            None => write_zip(tree, root, entries, out),
+        },
     )
 }
 
@@ -898,7 +907,7 @@ mod tests {
             let scratch = dir.path().join("scratch");
             fs::create_dir(&scratch).unwrap();
             let mut out = io::Cursor::new(Vec::new());
-            let packed = zip_package(&input, &scratch, LIMITS, &mut out).unwrap();
+            let packed = zip_package(&input, None, &scratch, LIMITS, &mut out).unwrap();
             assert_eq!(packed.files, 2);
             out.into_inner()
         };

@@ -174,6 +174,10 @@ impl Recheck for ModuleZipKind {
     fn store(mirror: &Core) -> &Objects<Self> {
         mirror.module_zips()
     }
+
+    fn left_store(mirror: &Core, entry: &Listed<Self>) {
+        mirror.module_zip_removed(&entry.key);
+    }
 }
 
 impl Recheck for ReleaseKind {

@@ -269,8 +269,31 @@ impl Upstream {
         // hop leaves the host it was meant for.
         let max_redirects = settings.max_redirects;
         let hop_policy = net_policy.clone();
+        // A centre that an origin host goes via without `fallback = "origin"` is the edge's one
+        // egress for it: a redirect off such a centre is never followed.
+        let held_centres: std::collections::HashSet<String> = settings
+            .hosts
+            .values()
+            .filter_map(|hs| hs.via.as_ref())
+            .filter(|via| !via.fallback_to_origin)
+            .map(|via| via.host.to_string())
+            .collect();
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() > max_redirects {
+            let first = attempt
+                .previous()
+                .first()
+                .and_then(crate::address::authority);
+            let off_centre = first
+                .filter(|centre| held_centres.contains(centre))
+                .filter(|centre| crate::address::authority(attempt.url()).as_ref() != Some(centre));
+            if let Some(centre) = off_centre {
+                let target = policy::redact(attempt.url());
+                attempt.error(policy::PolicyError(format!(
+                    "refusing a redirect from the centre {centre} to {target}: an origin host \
+                     that goes via a centre without fallback = \"origin\" is reached only at \
+                     the centre"
+                )))
+            } else if attempt.previous().len() > max_redirects {
                 attempt.error(policy::PolicyError(format!(
                     "refusing more than {max_redirects} redirects (upstream.max_redirects)"
                 )))
@@ -583,6 +606,7 @@ impl Upstream {
         timeout: Duration,
         ask: Ask<'_>,
     ) -> Result<reqwest::Response> {
+        self.hold_to_centre(host, url)?;
         let deadline = Instant::now() + timeout;
         let mut attempt: u32 = 0;
         // A centre (`via`) has its own circuit: its failures say nothing of the origin's.
@@ -760,10 +784,35 @@ impl Upstream {
     /// Only absolute https URLs (http where `allow_http` says so) without credentials, and
     /// never an IP literal outside the address policy, are ever fetched.
     fn check_url(&self, host: &Hostname, url: &Url) -> Result<()> {
+        self.hold_to_centre(host, url)?;
         self.net_policy.check_url(url).map_err(|refused| {
             tracing::warn!(%host, "{refused}");
             UpstreamError::Refused(format!("{host}: {refused}"))
         })
+    }
+
+    /// For a host that goes via a centre without `fallback = "origin"`, the centre is the one
+    /// place asked: a URL on any other host (a `download_url` or SHA256SUMS URL naming the
+    /// origin, a git source elsewhere) is refused before any request, so neither a request nor
+    /// a token ever leaves for it. Redirects off such a centre are refused by the client's
+    /// redirect policy.
+    fn hold_to_centre(&self, host: &Hostname, url: &Url) -> Result<()> {
+        let Some(via) = self.settings.via(host) else {
+            return Ok(());
+        };
+        if via.fallback_to_origin
+            || crate::address::authority(url).as_deref() == Some(via.host.as_str())
+        {
+            return Ok(());
+        }
+        let refused = format!(
+            "{host} goes via the centre {} without fallback = \"origin\": refusing {}, which is \
+             not on the centre",
+            via.host,
+            policy::redact(url)
+        );
+        tracing::warn!(%host, centre = %via.host, "{refused}");
+        Err(UpstreamError::Refused(refused))
     }
 
     /// A URL an origin document names, made absolute against the document's URL and checked.

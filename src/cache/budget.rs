@@ -1,15 +1,16 @@
 //! The disk budget: which objects to evict when the cache grows past `cache.max_size`.
 //!
-//! Provider archives and CLI release builds count against it alike ([`Budgeted`]): least
-//! recently used first, by bytes, whatever their kind. An object that a client is reading holds
+//! Provider archives, CLI release builds and the zips of module packages made for OCI clients
+//! count against it alike ([`Budgeted`]): least recently used first, by bytes, whatever their
+//! kind (a zip evicted is made again from its package when next asked for). An object that a client is reading holds
 //! a [`Lease`] and is never chosen. The budget only decides; the mirror removes what it returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::records::ArchiveKey;
 use crate::records::releases::ReleaseKey;
+use crate::records::{ArchiveKey, ModuleKey};
 
 /// An object the budget accounts for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -18,6 +19,14 @@ pub enum Budgeted {
     Archive(ArchiveKey),
     /// A CLI release build (zip or `.tar.gz`).
     Release(ReleaseKey),
+    /// A module package's zip (an OCI layer).
+    ModuleZip(ModuleKey),
+}
+
+impl From<&ModuleKey> for Budgeted {
+    fn from(key: &ModuleKey) -> Budgeted {
+        Budgeted::ModuleZip(key.clone())
+    }
 }
 
 impl From<&ArchiveKey> for Budgeted {
@@ -37,6 +46,7 @@ impl std::fmt::Display for Budgeted {
         match self {
             Budgeted::Archive(key) => write!(f, "archive {key}"),
             Budgeted::Release(key) => write!(f, "release build {key}"),
+            Budgeted::ModuleZip(key) => write!(f, "module zip {key}"),
         }
     }
 }

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Changes;
-use crate::address::{Platform, ProviderAddr, Version};
-use crate::records::oci::{BlobLink, Document};
+use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
+use crate::records::oci::{BlobLink, Document, ModuleDigest};
 use crate::records::{Package, VersionRecord};
 use crate::storage::{Key, Result, Storage};
 
@@ -62,6 +62,19 @@ fn oci_key(addr: &ProviderAddr, name: &str) -> Key {
         &addr.namespace,
         &addr.type_,
         name,
+    ])
+}
+
+/// The key of a module's OCI digest link (`digest-<sha256>.json`, a manifest's or a layer's).
+fn module_digest_key(addr: &ModuleAddr, sha256: &str) -> Key {
+    Key::new([
+        "oci",
+        addr.hostname.as_str(),
+        "modules",
+        &addr.namespace,
+        &addr.name,
+        &addr.system,
+        &format!("digest-{sha256}.json"),
     ])
 }
 
@@ -139,6 +152,27 @@ impl MetaStore {
     pub async fn read_oci_blob(&self, addr: &ProviderAddr, sha256: &str) -> Option<BlobLink> {
         self.read_json(oci_key(addr, &format!("blob-{sha256}.json")))
             .await
+    }
+
+    /// Records which version of a module the OCI digest `sha256` (its manifest's or its zip's)
+    /// was made for: the digest index of module repositories.
+    pub async fn write_module_digest(
+        &self,
+        addr: &ModuleAddr,
+        sha256: &str,
+        link: &ModuleDigest,
+    ) -> Result<()> {
+        self.write_json(module_digest_key(addr, sha256), link).await
+    }
+
+    /// Which version of a module the OCI digest `sha256` was made for, if recorded (one read;
+    /// the caller checks that the version's zip still has that digest).
+    pub async fn read_module_digest(
+        &self,
+        addr: &ModuleAddr,
+        sha256: &str,
+    ) -> Option<ModuleDigest> {
+        self.read_json(module_digest_key(addr, sha256)).await
     }
 
     /// The stored record of `version`, if there is one and every package in it is named for

@@ -692,6 +692,7 @@ mod tests {
             package_sha256: Sha256::of(b"tarball"),
             sha256: Sha256::of(b"zipped"),
             size: 6,
+            subdir: None,
         };
         round_trip::<ModuleZipKind>(module(), zip, b"zipped").await;
     }
@@ -706,6 +707,7 @@ mod tests {
             package_sha256: Sha256::of(b"tarball"),
             sha256: Sha256::of(b"zipped"),
             size: 6,
+            subdir: None,
         };
         let staged = stage(dir.path(), b"zipped").await;
         zips.commit(&module(), staged, &zip).await.unwrap();

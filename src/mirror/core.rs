@@ -31,8 +31,8 @@ use crate::metrics::{Lookup, LookupKind, Metrics};
 use crate::records::publish::PublishedKind;
 use crate::records::releases::ReleaseKey;
 use crate::records::{
-    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleVersions, Package, SumsRef,
-    VersionRecord,
+    ArchiveInfo, ArchiveKey, IndexRecord, IndexVersion, ModuleKey, ModuleVersions, Package,
+    SumsRef, VersionRecord,
 };
 use crate::trust::{Refusal, SignatureKind};
 use crate::upstream::{Operation, Upstream};
@@ -216,13 +216,17 @@ impl Core {
         self.metrics.cache_disk_bytes.set(bytes as i64);
         if let Some(budget) = &self.budget {
             let builds = self.releases.scan().await?;
+            let zips = self.module_zips.scan().await?;
             let archives = entries
                 .into_iter()
                 .map(|e| (Budgeted::from(&e.key), e.size, e.last_use()));
             let builds = builds
                 .into_iter()
                 .map(|e| (Budgeted::from(&e.key), e.size, e.last_use()));
-            budget.load(archives.chain(builds).collect());
+            let zips = zips
+                .into_iter()
+                .map(|e| (Budgeted::from(&e.key), e.size, e.last_use()));
+            budget.load(archives.chain(builds).chain(zips).collect());
             self.evict().await;
         }
         Ok(())
@@ -236,6 +240,7 @@ impl Core {
             let removed = match &object {
                 Budgeted::Archive(key) => self.archives.remove(key).await,
                 Budgeted::Release(key) => self.releases.remove(key).await,
+                Budgeted::ModuleZip(key) => self.module_zips.remove(key).await,
             };
             match removed {
                 Ok(removed) => {
@@ -258,6 +263,22 @@ impl Core {
         if let Some(budget) = &self.budget {
             budget.added(key, size);
             self.evict().await;
+        }
+    }
+
+    /// Bookkeeping after a module package's zip entered the store: it counts against
+    /// `cache.max_size` like an archive (whoever asked for it, cache-only clients included).
+    pub(super) async fn module_zip_committed(&self, key: &ModuleKey, size: u64) {
+        if let Some(budget) = &self.budget {
+            budget.added(key, size);
+            self.evict().await;
+        }
+    }
+
+    /// Bookkeeping after a module package's zip left the store (quarantined).
+    pub fn module_zip_removed(&self, key: &ModuleKey) {
+        if let Some(budget) = &self.budget {
+            budget.removed(key);
         }
     }
 

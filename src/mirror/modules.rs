@@ -14,7 +14,12 @@
 //! also kept as a deterministic zip ([`crate::package::zip_package`]), made from the stored
 //! package when first asked for (one flight per version) and committed beside it
 //! ([`crate::cache::ModuleZips`]) with a record naming the package it was made from: a package
-//! fetched again makes a new zip. Stored rather than made per request, because making one means
+//! fetched again makes a new zip. The zip holds the record's `//subdir` at its root (the module
+//! directory the CLI loads), and counts against `cache.max_size` like an archive.
+//!
+//! A version with no package yet is checked against the cached version list before its origin
+//! is asked for it (see [`ModuleRegistry::module_record`]), so requests for a version that does
+//! not exist cost the origin nothing each. Stored rather than made per request, because making one means
 //! reading, unpacking and compressing the whole package, and a layer is fetched by every client.
 
 use std::collections::HashMap;
@@ -54,15 +59,21 @@ pub struct ModuleRegistry {
     ref_checks: Mutex<HashMap<(ModuleAddr, Version), Instant>>,
     /// One zip made per module version.
     zip_flights: Flights<(ModuleAddr, Version), ModuleZip, Error>,
+    /// Listed versions whose origin had no package, for `cache.not_found_ttl`.
+    missing: moka::future::Cache<(ModuleAddr, Version), ()>,
 }
 
 impl ModuleRegistry {
     pub fn new(core: Arc<Core>) -> Arc<ModuleRegistry> {
         Arc::new(ModuleRegistry {
-            core,
             flights: Flights::default(),
             ref_checks: Mutex::new(HashMap::new()),
             zip_flights: Flights::default(),
+            missing: moka::future::Cache::builder()
+                .max_capacity(core.settings().cache.metadata_entries)
+                .time_to_live(core.settings().cache.not_found_ttl)
+                .build(),
+            core,
         })
     }
 
@@ -180,20 +191,67 @@ impl ModuleRegistry {
     /// The version list: memory, then the store, then the origin, under the same freshness
     /// rules as provider version lists (see [`Listings::get`](crate::cache::Listings::get)).
     pub async fn module_version_list(&self, addr: &ModuleAddr) -> Result<Arc<ModuleVersions>> {
+        self.core
+            .module_lists()
+            .get(addr, self.list_fetch(addr))
+            .await
+    }
+
+    /// How a module's version list is fetched from its origin.
+    fn list_fetch(
+        &self,
+        addr: &ModuleAddr,
+    ) -> impl FnOnce() -> futures_util::future::BoxFuture<'static, Result<ModuleVersions>> + Send + 'static
+    {
         let core = self.core.clone();
         let owned = addr.clone();
-        let fetch = move || async move {
-            let found = core
-                .origin(format!("module {owned}"))?
-                .module_versions(&owned)
-                .await?;
-            Ok(ModuleVersions {
-                fetched_at: core.module_lists().now(),
-                found: found.is_some(),
-                versions: found.unwrap_or_default(),
-            })
-        };
-        self.core.module_lists().get(addr, fetch).await
+        move || {
+            Box::pin(async move {
+                let found = core
+                    .origin(format!("module {owned}"))?
+                    .module_versions(&owned)
+                    .await?;
+                Ok(ModuleVersions {
+                    fetched_at: core.module_lists().now(),
+                    found: found.is_some(),
+                    versions: found.unwrap_or_default(),
+                })
+            }) as futures_util::future::BoxFuture<'static, Result<ModuleVersions>>
+        }
+    }
+
+    /// Whether the origin lists `version` of a module, before its package is asked for: by the
+    /// cached version list. A version the list does not name is asked for again only when the
+    /// list is at least `cache.not_found_ttl` old (one refresh per interval, one flight), so
+    /// requests for a version that does not exist never each reach the origin; a version the
+    /// origin lists but has no package for is remembered as missing for `cache.not_found_ttl`.
+    async fn check_listed(&self, addr: &ModuleAddr, version: &Version) -> Result<()> {
+        let key = (addr.clone(), version.clone());
+        if self.missing.get(&key).await.is_some() {
+            return Err(Error::NotFound(format!(
+                "the origin registry has no module {addr} {version} (remembered for \
+                 cache.not_found_ttl)"
+            )));
+        }
+        let lists = self.core.module_lists();
+        let mut list = self.module_version_list(addr).await?;
+        if list.found && !list.versions.contains(version) {
+            let age = lists.now().saturating_sub(list.fetched_at);
+            if age >= lists.rules().not_found_ttl.as_secs() && !lists.rules().offline {
+                list = lists.refresh(addr, self.list_fetch(addr)).await?;
+            }
+        }
+        if !list.found {
+            return Err(Error::NotFound(format!(
+                "the origin registry has no module {addr}"
+            )));
+        }
+        if !list.versions.contains(version) {
+            return Err(Error::NotFound(format!(
+                "the origin registry does not list version {version} of module {addr}"
+            )));
+        }
+        Ok(())
     }
 
     /// `v1/modules/:hostname/:namespace/:name/:system/:version/download`: the record of the
@@ -305,7 +363,7 @@ impl ModuleRegistry {
         let rec = self.module_record(addr, version, reach).await?;
         let key = ModuleKey::new(addr, version);
         if let Some(zip) = self.core.module_zips().record(&key).await? {
-            if zip.package_sha256 == rec.sha256 {
+            if zip.package_sha256 == rec.sha256 && zip.subdir == rec.subdir {
                 return Ok(zip);
             }
         }
@@ -316,41 +374,6 @@ impl ModuleRegistry {
             .run((addr.clone(), version.clone()), work)
             .await
             .0
-    }
-
-    /// The version of a module whose stored zip has this SHA-256, if one has (one listing).
-    pub async fn module_zip_version(
-        &self,
-        addr: &ModuleAddr,
-        sha256: &str,
-    ) -> Result<Option<Version>> {
-        Ok(self
-            .module_zips(addr)
-            .await?
-            .into_iter()
-            .find(|(_, zip)| zip.sha256 == sha256)
-            .map(|(version, _)| version))
-    }
-
-    /// The zipped versions of a module in the store, with their zips (one listing).
-    pub async fn module_zips(&self, addr: &ModuleAddr) -> Result<Vec<(Version, ModuleZip)>> {
-        let listed = self
-            .core
-            .module_zips()
-            .committed_under(&[
-                addr.hostname.as_str(),
-                &addr.namespace,
-                &addr.name,
-                &addr.system,
-            ])
-            .await?;
-        let mut out = Vec::new();
-        for found in listed {
-            if let Some(zip) = self.core.module_zips().record(&found.key).await? {
-                out.push((found.key.version, zip));
-            }
-        }
-        Ok(out)
     }
 
     /// A module version's zip on its way to a client, recorded as a use of the package.
@@ -379,13 +402,27 @@ impl ModuleRegistry {
                 }
             }
         };
-        let this = self.clone();
-        tokio::spawn(async move { this.core.modules().touch(&key).await });
+        let mut body = opened.body;
+        if let Some(budget) = self.core.budget() {
+            // Held by the response body: a zip being read is never evicted.
+            let lease = budget.lease(&key, opened.record.size);
+            body = body
+                .map(move |chunk| {
+                    let _held = &lease;
+                    chunk
+                })
+                .boxed();
+        }
+        let (this, touched) = (self.clone(), key.clone());
+        tokio::spawn(async move {
+            this.core.modules().touch(&touched).await;
+            this.core.module_zips().touch(&touched).await;
+        });
         Ok(ModulePackage {
             sha256: opened.record.sha256,
             size: opened.record.size,
             modified: opened.modified,
-            body: opened.body,
+            body,
         })
     }
 
@@ -420,13 +457,15 @@ impl ModuleRegistry {
         let staging = self.core.staging().clone();
         let runtime = tokio::runtime::Handle::current();
         let subject = Error::module(addr, Some(version));
+        let subdir = rec.subdir.clone();
         let staged = tokio::task::spawn_blocking(move || -> Result<admission::Staged> {
             let unpacked = scratch.path().join("unpacked");
             let zipped = scratch.path().join("module.zip");
             let io = |doing: &'static str| move |e| Error::io(doing, e);
             std::fs::create_dir(&unpacked).map_err(io("creating a scratch directory"))?;
             let out = std::fs::File::create(&zipped).map_err(io("creating a scratch file"))?;
-            crate::package::zip_package(package.file.path(), &unpacked, limits, out)
+            let subdir = subdir.as_deref();
+            crate::package::zip_package(package.file.path(), subdir, &unpacked, limits, out)
                 .map_err(|e| Error::verification(subject, Failure::UnusablePackage(Arc::new(e))))?;
             let mut zipped = std::fs::File::open(&zipped).map_err(io("reading a scratch file"))?;
             Ok(admission::stage_read(
@@ -442,9 +481,11 @@ impl ModuleRegistry {
             package_sha256: rec.sha256.clone(),
             sha256: staged.digest.sha256,
             size: staged.digest.size,
+            subdir: rec.subdir.clone(),
         };
         admission::commit_module_zip(self.core.module_zips(), addr, version, staged.file, &zip)
             .await?;
+        self.core.module_zip_committed(&key, zip.size).await;
         tracing::info!(module = %addr, %version, size = zip.size, sha256 = %zip.sha256, "zipped module package");
         Ok(zip)
     }
@@ -495,9 +536,16 @@ impl ModuleRegistry {
         }
         reach.check(format!("module {addr} {version}"))?;
         self.core.origin(format!("module {addr} {version}"))?;
+        self.check_listed(addr, version).await?;
         let this = self.clone();
         let (a, v) = (addr.clone(), version.clone());
-        let work = move || async move { this.fetch_module(&a, &v).await };
+        let work = move || async move {
+            let fetched = this.fetch_module(&a, &v).await;
+            if let Err(Error::NotFound(_)) = &fetched {
+                this.missing.insert((a, v), ()).await;
+            }
+            fetched
+        };
         let (result, leader) = self
             .flights
             .run((addr.clone(), version.clone()), work)

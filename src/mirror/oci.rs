@@ -18,9 +18,14 @@
 //! names one image manifest (`artifactType` `application/vnd.opentofu.modulepkg`, rendered by
 //! [`oci::render_module`] from the version's stored zip) and its one layer is that zip, served
 //! from the store. The same fetch, trust policy and cache-only rules as the module registry
-//! door apply. A manifest is a pure function of the zip's record, so it is not stored apart: a
-//! request by digest renders the module's zipped versions' manifests (one listing) and answers
-//! the one with that digest.
+//! door apply. A manifest is a pure function of the zip's record, so it is not stored apart:
+//! resolving a tag keeps its manifest's and zip's digests in a digest index (a link per digest
+//! naming the version, under `oci/<host>/modules/...`), and a request by digest reads that one
+//! link, then answers only if the version's current zip still makes that digest. A made-up
+//! digest costs one read of the store, never a listing of the module's versions.
+//!
+//! A provider tag resolved by a cache-only client (`fill = false`) asks no origin either: its
+//! layers' sizes come from stored archives or recorded sizes, else the request is refused.
 //!
 //! If an archive turns out to have another size than the origin stated, its record is corrected
 //! when it is stored and the documents are rendered again (new digests); a client holding the
@@ -37,7 +42,9 @@ use crate::address::{ModuleAddr, OciReference, Platform, ProviderAddr, Version};
 use crate::cache::Flights;
 use crate::error::{Error, Result};
 use crate::metrics::{Lookup, LookupKind};
-use crate::records::oci::{self, BlobLink, Document, Layer, ProviderImage};
+use crate::records::oci::{
+    self, BlobLink, Document, Layer, ModuleDigest, ModuleZip, ProviderImage,
+};
 use crate::records::{ArchiveKey, VersionRecord};
 
 /// A blob as served: the empty config, or a provider archive.
@@ -61,7 +68,10 @@ pub struct OciRegistry {
     modules: Arc<ModuleRegistry>,
     /// Provider versions rendered as OCI documents.
     images: moka::future::Cache<(ProviderAddr, Version), Arc<ProviderImage>>,
-    image_flights: Flights<(ProviderAddr, Version), Arc<ProviderImage>, Error>,
+    /// One rendering per version, apart for cache-only requests (which never ask an origin).
+    image_flights: Flights<(ProviderAddr, Version, bool), Arc<ProviderImage>, Error>,
+    /// The digest index of module repositories, in memory (see [`Self::module_digest`]).
+    module_digests: moka::future::Cache<(ModuleAddr, String), Version>,
 }
 
 impl OciRegistry {
@@ -77,6 +87,7 @@ impl OciRegistry {
             modules,
             images: moka::future::Cache::builder().max_capacity(entries).build(),
             image_flights: Flights::default(),
+            module_digests: moka::future::Cache::builder().max_capacity(entries).build(),
         })
     }
 
@@ -137,7 +148,9 @@ impl OciRegistry {
         match reference {
             OciReference::Tag(version) => {
                 let zip = self.modules.module_zip(addr, version, reach).await?;
-                Ok(oci::render_module(&module_title(addr, version), &zip))
+                let doc = oci::render_module(&module_title(addr, version), &zip);
+                self.index_module(addr, version, &doc, &zip).await?;
+                Ok(doc)
             }
             OciReference::Latest => {
                 let version = self.module_latest(addr, reach).await?;
@@ -145,19 +158,20 @@ impl OciRegistry {
             }
             OciReference::Digest(sha256) => {
                 self.modules.check_module_host(addr)?;
-                for (version, zip) in self.modules.module_zips(addr).await? {
-                    let doc = oci::render_module(&module_title(addr, &version), &zip);
-                    if doc.sha256 == sha256.as_str() {
-                        // Still what the version's package makes (and still admitted).
-                        let now = self.modules.module_zip(addr, &version, reach).await?;
-                        if now == zip {
-                            return Ok(doc);
-                        }
-                    }
+                let unknown = || {
+                    Error::NotFound(format!(
+                        "module {addr} has no manifest sha256:{sha256} (resolve a tag first)"
+                    ))
+                };
+                let version = self.module_digest(addr, sha256.as_str()).await;
+                let version = version.ok_or_else(unknown)?;
+                // Still what the version's package makes (and still admitted).
+                let zip = self.modules.module_zip(addr, &version, reach).await?;
+                let doc = oci::render_module(&module_title(addr, &version), &zip);
+                if doc.sha256 != sha256.as_str() {
+                    return Err(unknown());
                 }
-                Err(Error::NotFound(format!(
-                    "module {addr} has no manifest sha256:{sha256} (resolve a tag first)"
-                )))
+                Ok(doc)
             }
         }
     }
@@ -207,7 +221,7 @@ impl OciRegistry {
         }))
     }
 
-    /// The version whose current zip a layer digest names.
+    /// The version whose current zip a layer digest names (by the digest index).
     async fn module_layer(
         self: &Arc<Self>,
         addr: &ModuleAddr,
@@ -215,15 +229,54 @@ impl OciRegistry {
         reach: &Reach,
     ) -> Result<Version> {
         let version = self
-            .modules
-            .module_zip_version(addr, sha256)
-            .await?
+            .module_digest(addr, sha256)
+            .await
             .ok_or_else(|| self.unknown_module_blob(addr, sha256))?;
         let zip = self.modules.module_zip(addr, &version, reach).await?;
         if zip.sha256 != sha256 {
             return Err(self.unknown_module_blob(addr, sha256));
         }
         Ok(version)
+    }
+
+    /// The module version a manifest or layer digest was made for, by the digest index (in
+    /// memory, else one read of the store): never a listing of the module's versions, whatever
+    /// digest a client makes up.
+    async fn module_digest(&self, addr: &ModuleAddr, sha256: &str) -> Option<Version> {
+        let key = (addr.clone(), sha256.to_string());
+        if let Some(version) = self.module_digests.get(&key).await {
+            return Some(version);
+        }
+        let link = self.core.meta().read_module_digest(addr, sha256).await?;
+        self.module_digests.insert(key, link.version.clone()).await;
+        Some(link.version)
+    }
+
+    /// Keeps the digests of a module version's manifest and zip in the digest index before the
+    /// tag's answer names them, so a request by digest finds them on every replica and after a
+    /// restart (written once per digest and process).
+    async fn index_module(
+        &self,
+        addr: &ModuleAddr,
+        version: &Version,
+        doc: &Document,
+        zip: &ModuleZip,
+    ) -> Result<()> {
+        for sha256 in [doc.sha256.as_str(), zip.sha256.as_str()] {
+            let key = (addr.clone(), sha256.to_string());
+            if self.module_digests.get(&key).await.as_ref() == Some(version) {
+                continue;
+            }
+            let meta = self.core.meta();
+            let link = ModuleDigest {
+                version: version.clone(),
+            };
+            if meta.read_module_digest(addr, sha256).await.as_ref() != Some(&link) {
+                meta.write_module_digest(addr, sha256, &link).await?;
+            }
+            self.module_digests.insert(key, version.clone()).await;
+        }
+        Ok(())
     }
 
     fn unknown_module_blob(&self, addr: &ModuleAddr, sha256: &str) -> Error {
@@ -365,12 +418,17 @@ impl OciRegistry {
             .lookup(LookupKind::OciManifest, Lookup::Miss);
         let this = self.clone();
         let (a, v) = key.clone();
+        let cache_only = matches!(reach, Reach::CacheOnly(_));
+        let owned = reach.clone();
         let work = move || async move {
-            let image = Arc::new(this.render_image(&a, &v).await?);
+            let image = Arc::new(this.render_image(&a, &v, &owned).await?);
             this.images.insert((a, v), image.clone()).await;
             Ok(image)
         };
-        self.image_flights.run(key, work).await.0
+        self.image_flights
+            .run((key.0, key.1, cache_only), work)
+            .await
+            .0
     }
 
     /// Whether `image` was rendered from what `rec` says now (sizes get corrected).
@@ -397,11 +455,9 @@ impl OciRegistry {
         self: &Arc<Self>,
         addr: &ProviderAddr,
         version: &Version,
+        reach: &Reach,
     ) -> Result<ProviderImage> {
-        let rec = self
-            .core
-            .version_record(addr, version, &Reach::Origin)
-            .await?;
+        let rec = self.core.version_record(addr, version, reach).await?;
         let platforms = self.served_platforms(&rec);
         if platforms.is_empty() {
             return Err(Error::NotFound(format!(
@@ -412,7 +468,9 @@ impl OciRegistry {
             .map(|platform| {
                 let rec = &rec;
                 async move {
-                    let size = self.layer_size(addr, version, rec, &platform).await?;
+                    let size = self
+                        .layer_size(addr, version, rec, &platform, reach)
+                        .await?;
                     Ok::<_, Error>((platform, size))
                 }
             })
@@ -461,13 +519,15 @@ impl OciRegistry {
     }
 
     /// An archive's size: the stored archive's, else recorded, else what its origin states,
-    /// else (an origin that does not say) the archive is fetched to learn it.
+    /// else (an origin that does not say) the archive is fetched to learn it. A cache-only
+    /// request asks no origin: without a stored archive or recorded size it is refused.
     async fn layer_size(
         self: &Arc<Self>,
         addr: &ProviderAddr,
         version: &Version,
         rec: &VersionRecord,
         platform: &Platform,
+        reach: &Reach,
     ) -> Result<u64> {
         let key = self.core.archive_key(addr, version, platform)?;
         if let Some(info) = self.core.archive_info(&key).await? {
@@ -477,6 +537,7 @@ impl OciRegistry {
         if let Some(size) = pkg.size {
             return Ok(size);
         }
+        reach.check(format!("the size of archive {key}"))?;
         let origin = self.core.origin(format!("archive {key}"));
         if let (Ok(upstream), Some(url)) = (origin, &pkg.download_url) {
             match upstream.archive_size(&addr.hostname, url).await {

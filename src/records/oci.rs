@@ -107,6 +107,18 @@ pub struct ModuleZip {
     pub package_sha256: Sha256,
     pub sha256: Sha256,
     pub size: u64,
+    /// The package's subdirectory the zip holds at its root (the record's `//subdir`), if any.
+    /// A zip of a package with a subdirectory that does not name it (made before zips were
+    /// rooted there) is made again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subdir: Option<String>,
+}
+
+/// The module version an OCI digest of a module repository (its manifest's or its zip's) was
+/// made for: the digest index, so a request by digest reads one link, never every version.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ModuleDigest {
+    pub version: Version,
 }
 
 /// What the documents are made from: one platform's package.
@@ -417,6 +429,7 @@ mod tests {
             package_sha256: Sha256::parse(&"b".repeat(64)).unwrap(),
             sha256: Sha256::parse(&"a".repeat(64)).unwrap(),
             size: 123,
+            subdir: None,
         };
         let doc = render_module("vpc-aws-1.4.0.zip", &zip);
         assert_eq!(doc, render_module("vpc-aws-1.4.0.zip", &zip));

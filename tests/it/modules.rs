@@ -724,3 +724,83 @@ async fn modules_cross_an_air_gap_with_seed_export_import_and_verify() {
     assert!(found.out().contains("acme/net/test"), "{}", found.out());
     assert!(!package.exists(), "the damaged package is out of service");
 }
+
+/// A version the origin does not list is answered from the cached version list, at the module
+/// door and at the OCI door alike: twenty requests for it cost the origin one list and no
+/// download request. The list is asked for again for such a version at most once per
+/// `cache.not_found_ttl`; a listed version whose origin has no package is remembered as
+/// missing for as long.
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_module_versions_are_checked_against_the_cached_list() {
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        Vec::new(),
+        vec![ModuleSpec::new("acme", "net", "test", &["1.0.0", "1.1.0"])],
+    )
+    .await;
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_cache: "not_found_ttl = \"3s\"",
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let door = |version: &str| {
+        mirror.url(&format!(
+            "v1/modules/{REGISTRY}/acme/net/test/{version}/download"
+        ))
+    };
+    let oci = |version: &str| {
+        mirror.root_url(&format!(
+            "/v2/{REGISTRY}/modules/acme/net/test/manifests/{version}"
+        ))
+    };
+    for _ in 0..10 {
+        for url in [door("9.9.9"), oci("9.9.9")] {
+            let got = get(&client, &url).await;
+            assert_eq!(got.status, StatusCode::NOT_FOUND, "{url}: {}", got.text());
+            assert!(
+                got.text().contains("does not list version 9.9.9"),
+                "{}",
+                got.text()
+            );
+        }
+    }
+    assert_eq!(origin.count(RequestKind::ModuleDownload), 0);
+    assert_eq!(origin.count(RequestKind::ModuleVersions), 1);
+
+    // Once the list is older than not_found_ttl, one request asks for it again (a version
+    // published since would show up); the others within the interval do not.
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    for _ in 0..5 {
+        assert_eq!(
+            get(&client, &door("9.9.9")).await.status,
+            StatusCode::NOT_FOUND
+        );
+    }
+    assert_eq!(origin.count(RequestKind::ModuleVersions), 2);
+    assert_eq!(origin.count(RequestKind::ModuleDownload), 0);
+
+    // Listed, but the origin has no package for it: remembered for not_found_ttl.
+    origin.set_fault(Fault::Status {
+        kind: RequestKind::ModuleDownload,
+        status: 404,
+    });
+    for _ in 0..5 {
+        for url in [door("1.1.0"), oci("1.1.0")] {
+            let got = get(&client, &url).await;
+            assert_eq!(got.status, StatusCode::NOT_FOUND, "{url}: {}", got.text());
+        }
+    }
+    assert_eq!(origin.count(RequestKind::ModuleDownload), 1);
+    origin.clear_faults();
+    tokio::time::sleep(std::time::Duration::from_millis(3100)).await;
+    let got = get(&client, &door("1.1.0")).await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.text());
+    assert_eq!(origin.count(RequestKind::ModuleDownload), 2);
+}

@@ -1188,3 +1188,443 @@ async fn module_zips_are_verified_remade_and_pruned_with_their_package() {
     assert!(!stored.exists(), "{}", pruned.out());
     assert!(!stored.with_file_name("module.tar.gz").exists());
 }
+
+/// A package whose module sits in a subdirectory (the registry answer's `//subdir`, here a
+/// GitHub-style top directory and a git repository's `modules/inner`) is served over OCI as
+/// that directory: the layer skopeo copies holds the module's `.tf` files at its root, exactly
+/// the files `terraform init` loads as the module through the module door.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_in_a_subdirectory_is_its_directory_over_oci() {
+    use crate::support::origin::{ModuleSource, ModuleSpec};
+    let ca = TestCa::new();
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        Vec::new(),
+        vec![
+            ModuleSpec::new("acme", "multi", "test", &["1.0.0"]).source(ModuleSource::Subdir(
+                "acme-terraform-aws-multi-1a2b3c4".to_owned(),
+            )),
+            ModuleSpec::new("acme", "gitsub", "test", &["1.0.0"])
+                .source(ModuleSource::GitSubdir("modules/inner".to_owned()))
+                .with_file("nested/extra.tf", "# nested in the module\n"),
+        ],
+    )
+    .await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let root = crate::support::tf_config::root_module(
+        "module \"multi\" {\n  source  = \"acme/multi/test\"\n  version = \"1.0.0\"\n}\n\n\
+         module \"gitsub\" {\n  source  = \"acme/gitsub/test\"\n  version = \"1.0.0\"\n}\n",
+    );
+    let base = mirror.url.as_str();
+    let terraform = crate::support::Terraform::new(
+        &ca,
+        &crate::support::tf_config::registry_host_with_modules(
+            &format!("{base}v1/providers/{REGISTRY}/"),
+            &format!("{base}v1/modules/{REGISTRY}/"),
+        ),
+    );
+    terraform.init(root.path()).await.assert_success();
+    // Where terraform loads each module from (its modules.json).
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(root.path().join(".terraform/modules/modules.json")).unwrap(),
+    )
+    .unwrap();
+    for (name, subdir) in [
+        ("multi", "acme-terraform-aws-multi-1a2b3c4"),
+        ("gitsub", "modules/inner"),
+    ] {
+        let dir = manifest["Modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["Key"] == name)
+            .and_then(|m| m["Dir"].as_str())
+            .unwrap_or_else(|| panic!("{name} in {manifest}"))
+            .to_string();
+        assert!(dir.ends_with(subdir), "{dir}");
+        let dir = root.path().join(dir);
+        let loaded: BTreeMap<String, Vec<u8>> = files_under(&dir)
+            .into_iter()
+            .map(|p| {
+                let rel = p.strip_prefix(&dir).unwrap().to_str().unwrap().to_owned();
+                (rel, std::fs::read(&p).unwrap())
+            })
+            .collect();
+        assert_eq!(loaded, origin.module_files("acme", name, "test", "1.0.0"));
+
+        let repo = module_repo(name);
+        let (_, layer, size) = module_manifest(&client, &mirror, &repo, "1.0.0").await;
+        let zip = blob(&client, &mirror, &repo, &layer, size).await;
+        let files = unzip(&zip);
+        assert!(files.contains_key("main.tf"), "{name}: {:?}", files.keys());
+        assert_eq!(files, loaded, "{name}: the layer is the module's directory");
+
+        // A real OCI client sees the same.
+        let skopeo = Skopeo::new(&ca, &mirror).for_repo(&repo);
+        let out = tempfile::tempdir().unwrap();
+        skopeo.run(&[
+            "copy",
+            &skopeo.image(":1.0.0"),
+            &format!("dir:{}", out.path().display()),
+        ]);
+        let copied = std::fs::read(out.path().join(layer.trim_start_matches("sha256:"))).unwrap();
+        assert_eq!(unzip(&copied), loaded, "{name}: as skopeo copies it");
+    }
+
+    // A zip kept from before zips were rooted at the subdirectory (its record names none) is
+    // made again, not served.
+    let repo = module_repo("multi");
+    let (_, layer, size) = module_manifest(&client, &mirror, &repo, "1.0.0").await;
+    mirror.stop().await;
+    let dir = mirror
+        .cache_dir
+        .join("modules")
+        .join(REGISTRY)
+        .join("acme/multi/test/1.0.0");
+    let record_path = dir.join("module.zip.json");
+    let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert_eq!(record["subdir"], "acme-terraform-aws-multi-1a2b3c4");
+    let old = b"a zip of the whole package".to_vec();
+    record.as_object_mut().unwrap().remove("subdir");
+    record["sha256"] = Value::String(sha256(&old));
+    record["size"] = Value::from(old.len());
+    std::fs::write(dir.join("module.zip"), &old).unwrap();
+    std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
+    let restarted = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
+    let (_, again, _) = module_manifest(&client, &restarted, &repo, "1.0.0").await;
+    assert_eq!(again, layer, "made again from the package");
+    let zip = blob(&client, &restarted, &repo, &layer, size).await;
+    assert!(unzip(&zip).contains_key("main.tf"));
+}
+
+/// A provider's tag asked for by a cache-only client (`fill = false`) whose version record is
+/// cached but whose archives are not: no origin request at all (no `HEAD` for a size, no
+/// download), a clear `DENIED`; once a client that may fill resolved it, the cache-only client
+/// gets the same index from the cache, and its layers only where the archive is cached.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cache_only_clients_oci_requests_never_reach_the_origin() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.clients]]
+name = "platform"
+token = "platform-token-0123456789"
+
+[[auth.clients]]
+name = "ci"
+token = "ci-token-0123456789abc"
+
+[[auth.rules]]
+name = "platform-team"
+clients = "platform"
+
+[[auth.rules]]
+name = "readers"
+clients = "*"
+fill = false
+"#,
+        key = "k".repeat(40),
+    );
+    let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
+    let client = https_client(&ca, &[]);
+    let send = |url: String, method: Method, token: &'static str| {
+        let req = client.request(method, &url).bearer_auth(token);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            (status, resp.bytes().await.unwrap().to_vec())
+        }
+    };
+    let (ci, platform) = ("ci-token-0123456789abc", "platform-token-0123456789");
+    // The version record is cached (a network mirror client asked), no archive is.
+    let (status, _) = send(
+        mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
+        Method::GET,
+        platform,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(mirror.cached_archives().is_empty());
+    origin.reset_counts();
+
+    let tag = mirror.root_url(&format!("/v2/{REPO}/manifests/1.0.0"));
+    for method in [Method::HEAD, Method::GET] {
+        let (status, body) = send(tag.clone(), method.clone(), ci).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method}");
+        if method == Method::GET {
+            let json: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["errors"][0]["code"], "DENIED", "{json}");
+            let message = json["errors"][0]["message"].as_str().unwrap();
+            assert!(message.contains("not in the cache"), "{message}");
+        }
+    }
+    assert_eq!(
+        origin.total_requests(),
+        0,
+        "a cache-only client asks the origin nothing: {:?}",
+        origin.requests()
+    );
+
+    // Resolved by a client that may fill (sizes by HEAD, no download): the reader gets the
+    // same index, from the cache.
+    let (status, index) = send(tag.clone(), Method::GET, platform).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(mirror.cached_archives().is_empty(), "sizes by HEAD only");
+    origin.reset_counts();
+    let (status, again) = send(tag.clone(), Method::GET, ci).await;
+    assert_eq!((status, &again), (StatusCode::OK, &index));
+    // Its layers are archives that are not cached: refused, without a request.
+    let index: Value = serde_json::from_slice(&index).unwrap();
+    let manifest = index["manifests"][0]["digest"].as_str().unwrap();
+    let (status, manifest) = send(
+        mirror.root_url(&format!("/v2/{REPO}/manifests/{manifest}")),
+        Method::GET,
+        ci,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let manifest: Value = serde_json::from_slice(&manifest).unwrap();
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+    let blob_url = mirror.root_url(&format!("/v2/{REPO}/blobs/{layer}"));
+    for method in [Method::HEAD, Method::GET] {
+        let (status, _) = send(blob_url.clone(), method.clone(), ci).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method}");
+    }
+    assert_eq!(origin.total_requests(), 0, "{:?}", origin.requests());
+    assert!(mirror.cached_archives().is_empty());
+}
+
+/// Counts the times a directory is opened (listed), by inotify.
+struct DirectoryOpens {
+    fd: i32,
+}
+
+impl DirectoryOpens {
+    fn watch(dir: &Path) -> DirectoryOpens {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain system calls on a descriptor this value owns.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(fd >= 0, "inotify_init1");
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `path` is a valid C string for the call's duration.
+        let wd = unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN) };
+        assert!(wd >= 0, "inotify_add_watch {}", dir.display());
+        DirectoryOpens { fd }
+    }
+
+    /// The opens seen since the last call.
+    fn take(&self) -> usize {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut seen = 0;
+        loop {
+            // SAFETY: `buf` is writable for its whole length.
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return seen;
+            }
+            let mut at = 0;
+            while at < n as usize {
+                // SAFETY: the kernel wrote whole events; read without alignment assumptions.
+                let event: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at).cast()) };
+                seen += 1;
+                at += std::mem::size_of::<libc::inotify_event>() + event.len as usize;
+            }
+        }
+    }
+}
+
+impl Drop for DirectoryOpens {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is this value's own.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
+/// Module lookups by digest go through a digest index: a made-up digest (manifest or blob)
+/// costs no listing of the module's versions, a genuine one is found on a restarted server
+/// from the index alone, and the answer is still checked against the version's zip.
+#[tokio::test(flavor = "multi_thread")]
+async fn module_digests_are_looked_up_in_an_index() {
+    let ca = TestCa::new();
+    let origin = module_origin(&ca).await;
+    let mut mirror = TestMirror::start(&ca, &origin).await;
+    let client = https_client(&ca, &[]);
+    let repo = module_repo("net");
+    let mut known = Vec::new();
+    for tag in ["1.0.0", "1.1.0_b.2"] {
+        let (digest, layer, size) = module_manifest(&client, &mirror, &repo, tag).await;
+        blob(&client, &mirror, &repo, &layer, size).await;
+        known.push((digest, layer, size));
+    }
+    let module_dir = mirror
+        .cache_dir
+        .join("modules")
+        .join(REGISTRY)
+        .join("acme/net/test");
+    let opens = DirectoryOpens::watch(&module_dir);
+    // A listing is seen.
+    std::fs::read_dir(&module_dir).unwrap().for_each(drop);
+    assert!(opens.take() > 0, "inotify sees a listing");
+    for i in 0..10 {
+        let made_up = format!("sha256:{}", sha256(format!("made up {i}").as_bytes()));
+        for path in ["manifests", "blobs"] {
+            let url = mirror.root_url(&format!("/v2/{repo}/{path}/{made_up}"));
+            let got = get(&client, &url).await;
+            assert_eq!(got.status, StatusCode::NOT_FOUND, "{url}");
+            let code = if path == "blobs" {
+                "BLOB_UNKNOWN"
+            } else {
+                "MANIFEST_UNKNOWN"
+            };
+            assert_eq!(oci_code(&got), code);
+        }
+    }
+    assert_eq!(opens.take(), 0, "made-up digests list nothing");
+    for (digest, layer, size) in &known {
+        let (by_digest, _, _) = document(&client, &mirror, &repo, digest, MANIFEST).await;
+        assert_eq!(&by_digest, digest);
+        blob(&client, &mirror, &repo, layer, *size).await;
+    }
+    assert_eq!(opens.take(), 0, "genuine digests list nothing either");
+
+    // After a restart, by digest first (another replica resolved the tags): from the index.
+    mirror.stop().await;
+    let restarted = TestMirror::start_on(&ca, &origin, &mirror.cache_dir).await;
+    for (digest, layer, size) in &known {
+        let (by_digest, _, _) = document(&client, &restarted, &repo, digest, MANIFEST).await;
+        assert_eq!(&by_digest, digest);
+        blob(&client, &restarted, &repo, layer, *size).await;
+    }
+}
+
+/// Module zips count against `cache.max_size` like archives, whoever made them: a cache-only
+/// client asking for the OCI artifacts of cached packages cannot grow the cache past it; the
+/// least recently used zip is evicted and made again, byte for byte, when next asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn module_zips_count_against_the_cache_size() {
+    use crate::support::origin::ModuleSpec;
+    let ca = TestCa::new();
+    // 700 KiB that do not compress: two zips are more than 1 MiB.
+    let mut noise = Vec::with_capacity(700 << 10);
+    let mut block = sha256(b"noise");
+    while noise.len() < 700 << 10 {
+        block = sha256(block.as_bytes());
+        noise.extend_from_slice(&hex::decode(&block).unwrap());
+    }
+    let origin = FakeOrigin::start_with_modules(
+        &ca,
+        &[REGISTRY],
+        Vec::new(),
+        vec![
+            ModuleSpec::new("acme", "big", "test", &["1.0.0", "2.0.0"])
+                .with_file("blob.bin", noise),
+        ],
+    )
+    .await;
+    let toml = format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.clients]]
+name = "platform"
+token = "platform-token-0123456789"
+
+[[auth.clients]]
+name = "ci"
+token = "ci-token-0123456789abc"
+
+[[auth.rules]]
+name = "platform-team"
+clients = "platform"
+
+[[auth.rules]]
+name = "readers"
+clients = "*"
+fill = false
+"#,
+        key = "k".repeat(40),
+    );
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_cache: "max_size = \"1 MiB\"",
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let get_as = |url: String, token: &'static str| {
+        let req = client.get(&url).bearer_auth(token);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            (status, resp.bytes().await.unwrap().to_vec())
+        }
+    };
+    let (ci, platform) = ("ci-token-0123456789abc", "platform-token-0123456789");
+    // The platform team caches both packages through the module door (no zip yet).
+    for version in ["1.0.0", "2.0.0"] {
+        let (status, _) = get_as(
+            mirror.url(&format!(
+                "v1/modules/{REGISTRY}/acme/big/test/{version}/module.tar.gz"
+            )),
+            platform,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let zip_of = |version: &str| {
+        mirror
+            .cache_dir
+            .join("modules")
+            .join(REGISTRY)
+            .join(format!("acme/big/test/{version}/module.zip"))
+    };
+    let repo = module_repo("big");
+    let layer_of = async |version: &str| {
+        let (status, manifest) = get_as(
+            mirror.root_url(&format!("/v2/{repo}/manifests/{version}")),
+            ci,
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&manifest)
+        );
+        let manifest: Value = serde_json::from_slice(&manifest).unwrap();
+        manifest["layers"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The cache-only reader makes the first zip, then the second: the first is evicted.
+    let first = layer_of("1.0.0").await;
+    let (status, first_zip) =
+        get_as(mirror.root_url(&format!("/v2/{repo}/blobs/{first}")), ci).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(first_zip.len() > 600 << 10, "{}", first_zip.len());
+    assert!(zip_of("1.0.0").exists());
+    let second = layer_of("2.0.0").await;
+    assert!(zip_of("2.0.0").exists());
+    assert!(
+        !zip_of("1.0.0").exists(),
+        "the least recently used zip is evicted past cache.max_size"
+    );
+    // The packages stay; the evicted zip is made again, the same bytes.
+    assert!(zip_of("1.0.0").with_file_name("module.tar.gz").exists());
+    assert_eq!(layer_of("1.0.0").await, first);
+    let (status, again) = get_as(mirror.root_url(&format!("/v2/{repo}/blobs/{first}")), ci).await;
+    assert_eq!((status, &again), (StatusCode::OK, &first_zip));
+    assert!(!zip_of("2.0.0").exists(), "{second} was evicted in turn");
+    assert_eq!(origin.count(RequestKind::ModuleArchive), 2);
+}

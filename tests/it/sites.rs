@@ -756,3 +756,110 @@ async fn an_edges_workload_identity_is_read_again_as_it_rotates_and_goes_to_the_
         origin.requests()
     );
 }
+
+/// With `fallback` off, the centre is the edge's one egress for a host that goes via it: a
+/// centre that hands out genuine, signed files but names the origin host in a `download_url`
+/// or a `shasums_url`, or redirects its archive URL to the origin, is refused with a clear
+/// error before anything is sent to the origin (which the edge could reach, and for which it
+/// has a token of its own), and nothing is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_fallback_off_an_edge_asks_nothing_but_its_centre() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let (os, arch) = local_platform();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new(
+            "acme",
+            "foo",
+            &["1.0.0", "2.0.0", "3.0.0"],
+            &[(os, arch)],
+        )],
+    )
+    .await;
+    let root = work.path().join("hostile");
+    let on_origin =
+        |version: &str, file: &str| format!("https://{REGISTRY}/files/acme/foo/{version}/{file}");
+    let redirected = on_origin("3.0.0", &origin.filename("acme", "foo", "3.0.0", os, arch));
+    for (version, field, url) in [
+        (
+            "1.0.0",
+            "download_url",
+            on_origin("1.0.0", &origin.filename("acme", "foo", "1.0.0", os, arch)),
+        ),
+        (
+            "2.0.0",
+            "shasums_url",
+            on_origin("2.0.0", "terraform-provider-foo_2.0.0_SHA256SUMS"),
+        ),
+        ("3.0.0", "download_url", "/redirect/archive.zip".to_string()),
+    ] {
+        hostile_facade(&root, &origin, "acme", version, Lie::Genuine);
+        let answer = root.join(format!(
+            "v1/providers/{REGISTRY}/acme/foo/{version}/download/{os}/{arch}"
+        ));
+        let mut doc: Value = serde_json::from_slice(&std::fs::read(&answer).unwrap()).unwrap();
+        doc[field] = Value::String(url);
+        std::fs::write(&answer, serde_json::to_vec(&doc).unwrap()).unwrap();
+    }
+    let hostile = StaticServer::start_with(
+        &ca,
+        &root,
+        &format!("location /redirect/ {{ return 302 {redirected}; }}"),
+    );
+    let centre = url::Url::parse(&hostile.url()).unwrap();
+    // The origin is reachable, and the edge holds a token of the origin host's own.
+    let token_file = work.path().join("edge-token");
+    std::fs::write(&token_file, format!("{EDGE_TOKEN}\n")).unwrap();
+    let toml = edge_toml(
+        &centre,
+        &token_file,
+        "token = \"origin-own-token-0123456789\"",
+        false,
+        Some(origin.addr()),
+    );
+    let edge = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            by_name: true,
+            extra_toml: &toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let c = https_client(&ca, &[]);
+    let platform = format!("{os}_{arch}");
+    let archive = |v: &str| {
+        edge.url(&format!(
+            "{REGISTRY}/acme/foo/terraform-provider-foo_{v}_{platform}.zip"
+        ))
+    };
+    for (url, why) in [
+        (archive("1.0.0"), "not on the centre"),
+        (
+            edge.url(&format!("{REGISTRY}/acme/foo/2.0.0.json")),
+            "not on the centre",
+        ),
+        (archive("3.0.0"), "refusing a redirect from the centre"),
+    ] {
+        let got = get(&c, &url).await;
+        let body = String::from_utf8_lossy(&got.body).to_string();
+        assert_eq!(got.status, 502, "{url}: {body}");
+        assert!(body.contains(why), "{url}: {body}");
+    }
+    assert_eq!(
+        origin.total_requests(),
+        0,
+        "the origin is never asked: {:?}",
+        origin.requests()
+    );
+    assert!(
+        hostile.access_log().contains("/redirect/archive.zip"),
+        "the centre itself was asked"
+    );
+    assert!(edge.cached_archives().is_empty());
+    assert!(version_record(&edge.cache_dir, "acme", "foo", "2.0.0").is_none());
+}
