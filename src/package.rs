@@ -67,14 +67,14 @@ pub struct PackLimits {
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
     #[error("reading the archive: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     #[error("the archive is not a readable {format}: {message}")]
     Malformed {
         format: &'static str,
         message: String,
     },
     #[error("is not an acceptable tar archive: {0}")]
-    Tar(#[from] crate::tarball::TarError),
+    Tar(crate::tarball::TarError),
     #[error("entry {name:?}: {why}")]
     Unsafe { name: String, why: &'static str },
     #[error("more than {0} entries (modules.max_entries)")]
@@ -87,6 +87,26 @@ pub enum PackError {
     NoSubdir(String),
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<io::Error> for PackError {
+    /// A read past the inflated stream's cap ([`crate::tarball::Inflated`]) is the package
+    /// being too large; any other error, I/O.
+    fn from(e: io::Error) -> Self {
+        match crate::tarball::too_large(&e) {
+            Some(limit) => PackError::TooLarge(limit),
+            None => PackError::Io(e),
+        }
+    }
+}
+
+impl From<crate::tarball::TarError> for PackError {
+    fn from(e: crate::tarball::TarError) -> Self {
+        match e.problem {
+            crate::tarball::TarProblem::TooLarge(limit) => PackError::TooLarge(limit),
+            _ => PackError::Tar(e),
+        }
+    }
 }
 
 /// What [`repack`] wrote.
@@ -511,6 +531,9 @@ impl<T: Tree> Unpacker<T> {
     }
 
     fn unpack_tar(&mut self, input: impl Read) -> Result<(), PackError> {
+        // Every byte the tar reader inflates counts, not only the files' own: headers,
+        // padding and whatever it skips.
+        let input = crate::tarball::Inflated::new(input, self.limits.max_unpacked);
         let mut archive = tar::Archive::new(input);
         for member in crate::tarball::members(&mut archive)? {
             let mut member = member?;
@@ -1053,6 +1076,43 @@ mod tests {
                 format!("is not an acceptable tar archive: {why}")
             );
         }
+    }
+
+    #[test]
+    fn every_inflated_byte_counts_skipped_headers_and_bodies_included() {
+        use crate::tarball::tests::{pax, push};
+        use tar::EntryType::{Directory, Regular, XGlobalHeader};
+        let gz = |tar: &[u8]| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            gz.write_all(tar).unwrap();
+            gz.finish().unwrap()
+        };
+        // PAX global headers just under their own cap, skipped unbuffered: 2.3 MiB inflated
+        // from a few KiB, past the 1 MiB of `LIMITS`, with one small file after them.
+        let mut globals = Vec::new();
+        let records = pax(&[("comment", &"x".repeat(60_000))]);
+        for _ in 0..40 {
+            push(&mut globals, XGlobalHeader, "g", &records);
+        }
+        push(&mut globals, Regular, "main.tf", b"# a module\n");
+        globals.extend_from_slice(&[0; 1024]);
+        // A `./` entry (skipped by name) whose body, never read, is 2 MiB of zeros.
+        let mut dot = Vec::new();
+        push(&mut dot, Directory, "./", &vec![0u8; 2 << 20]);
+        push(&mut dot, Regular, "main.tf", b"# a module\n");
+        dot.extend_from_slice(&[0; 1024]);
+        for (what, tar) in [("global headers", globals), ("a ./ body", dot)] {
+            let bytes = gz(&tar);
+            assert!(bytes.len() < 64 << 10, "{what}: {}", bytes.len());
+            let e = pack(&bytes, false).unwrap_err();
+            assert!(matches!(e, PackError::TooLarge(l) if l == LIMITS.max_unpacked), "{what}: {e}");
+            assert!(e.to_string().contains("modules.max_unpacked_size"), "{e}");
+        }
+        // The same small file alone is a package.
+        let mut alone = Vec::new();
+        push(&mut alone, Regular, "main.tf", b"# a module\n");
+        alone.extend_from_slice(&[0; 1024]);
+        assert!(pack(&gz(&alone), false).is_ok());
     }
 
     #[test]
