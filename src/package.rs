@@ -1105,7 +1105,10 @@ mod tests {
             let bytes = gz(&tar);
             assert!(bytes.len() < 64 << 10, "{what}: {}", bytes.len());
             let e = pack(&bytes, false).unwrap_err();
-            assert!(matches!(e, PackError::TooLarge(l) if l == LIMITS.max_unpacked), "{what}: {e}");
+            assert!(
+                matches!(e, PackError::TooLarge(l) if l == LIMITS.max_unpacked),
+                "{what}: {e}"
+            );
             assert!(e.to_string().contains("modules.max_unpacked_size"), "{e}");
         }
         // The same small file alone is a package.

@@ -62,7 +62,8 @@ impl<R: Read> Read for Inflated<R> {
         }
         // One byte past the cap is asked for, to tell a stream that ends at it from one that
         // goes on.
-        let want = usize::try_from(self.left.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
+        let want =
+            usize::try_from(self.left.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
         let n = self.inner.read(&mut buf[..want])?;
         if n as u64 > self.left {
             self.left = 0;

@@ -653,11 +653,8 @@ impl Publisher {
     /// published by the race.
     async fn one_version(&self, publication: &Publication, what: &str) -> Result<()> {
         let publications = self.core.publications();
-        let (kind, address, version) = (
-            publication.kind,
-            &publication.address,
-            &publication.version,
-        );
+        let (kind, address, version) =
+            (publication.kind, &publication.address, &publication.version);
         publications.forget(kind, address).await;
         let all = publications.of(kind, address).await?;
         let mut others: Vec<&Publication> = all
@@ -835,10 +832,13 @@ fn executable_in(path: &std::path::Path, type_: &str, os: &str) -> std::result::
     let file = std::fs::File::open(path).map_err(|e| format!("reading it: {e}"))?;
     let zip = zip::ZipArchive::new(std::io::BufReader::new(file))
         .map_err(|e| format!("reading it: {e}"))?;
-    let mut top: Vec<&str> = zip
-        .file_names()
-        .filter(|n| !n.is_empty() && !n.contains('/') && !n.contains('\\'))
-        .collect();
+    let mut top: Vec<String> = Vec::new();
+    for name in zip.file_names() {
+        let name = name.map_err(|e| format!("reading its entries: {e}"))?;
+        if !name.is_empty() && !name.contains(['/', '\\']) {
+            top.push(name.into_owned());
+        }
+    }
     top.sort_unstable();
     let prefix = format!("terraform-provider-{type_}");
     let wanted = format!(
@@ -851,9 +851,11 @@ fn executable_in(path: &std::path::Path, type_: &str, os: &str) -> std::result::
             .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '.']))
     });
     match found {
-        Some(name) if os == "windows" && !name.to_ascii_lowercase().ends_with(".exe") => Err(
-            format!("the executable Terraform would run, {name}, does not end in .exe, so Windows cannot start it"),
-        ),
+        Some(name) if os == "windows" && !name.to_ascii_lowercase().ends_with(".exe") => {
+            Err(format!(
+                "the executable Terraform would run, {name}, does not end in .exe, so Windows cannot start it"
+            ))
+        }
         Some(_) => Ok(()),
         None => {
             let other = top
@@ -957,13 +959,40 @@ mod tests {
         for (names, os, says) in [
             (&[][..], "linux", "holds no executable"),
             (&["README.md"], "linux", "holds no executable"),
-            (&["terraform-provider-bar_v1.0.0"], "linux", "terraform-provider-bar_v1.0.0 is another provider's"),
-            (&["terraform-provider-foobar_v1.0.0"], "linux", "another provider's"),
-            (&["bin/terraform-provider-foo_v1.0.0"], "linux", "holds no executable"),
-            (&["terraform-provider-foo_v1/"], "linux", "holds no executable"),
-            (&["terraform-provider-foo_v1.0.0"], "windows", "does not end in .exe"),
+            (
+                &["terraform-provider-bar_v1.0.0"],
+                "linux",
+                "terraform-provider-bar_v1.0.0 is another provider's",
+            ),
+            (
+                &["terraform-provider-foobar_v1.0.0"],
+                "linux",
+                "another provider's",
+            ),
+            (
+                &["bin/terraform-provider-foo_v1.0.0"],
+                "linux",
+                "holds no executable",
+            ),
+            (
+                &["terraform-provider-foo_v1/"],
+                "linux",
+                "holds no executable",
+            ),
+            (
+                &["terraform-provider-foo_v1.0.0"],
+                "windows",
+                "does not end in .exe",
+            ),
             // Terraform takes the first in name order: here the notes, not the program.
-            (&["terraform-provider-foo_v1.0.0.exe", "terraform-provider-foo.txt"], "windows", "terraform-provider-foo.txt"),
+            (
+                &[
+                    "terraform-provider-foo_v1.0.0.exe",
+                    "terraform-provider-foo.txt",
+                ],
+                "windows",
+                "terraform-provider-foo.txt",
+            ),
         ] {
             let e = executable(names, os).unwrap_err();
             assert!(e.contains(says), "{names:?} {os}: {e}");

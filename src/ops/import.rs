@@ -902,7 +902,10 @@ async fn claim_publications(
             state: crate::records::publish::State::Pending,
             ..p.clone()
         };
-        let found = store.claim(&pending).await.map_err(ImportError::store(&what));
+        let found = store
+            .claim(&pending)
+            .await
+            .map_err(ImportError::store(&what));
         let conflict = match found {
             Ok(crate::cache::Claimed::Claimed) => {
                 claimed.push(p.clone());

@@ -218,7 +218,10 @@ pub(super) async fn serve(
 async fn linger<T: AsyncRead + AsyncWrite + Unpin>(mut io: T) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let _ = tokio::time::timeout(LINGER_TIME, async {
-        if tokio::time::timeout(LINGER_IDLE, io.shutdown()).await.is_err() {
+        if tokio::time::timeout(LINGER_IDLE, io.shutdown())
+            .await
+            .is_err()
+        {
             return;
         }
         let mut buf = vec![0u8; 16 << 10];

@@ -96,7 +96,11 @@ impl Principal {
     /// Whether it may publish the provider `namespace/type` or the module
     /// `namespace/name/system`: only a client whose rule's `publish` patterns match it may.
     /// 403 naming the rule if not.
-    pub fn may_publish(&self, kind: crate::auth::rules::PublishKind, what: &str) -> Result<(), Error> {
+    pub fn may_publish(
+        &self,
+        kind: crate::auth::rules::PublishKind,
+        what: &str,
+    ) -> Result<(), Error> {
         let kind_name = match kind {
             crate::auth::rules::PublishKind::Provider => "provider",
             crate::auth::rules::PublishKind::Module => "module",

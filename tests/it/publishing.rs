@@ -1048,16 +1048,24 @@ async fn uploads_that_inflate_past_the_limits_are_refused() {
     let files = tar_of(&release(&s.origin, "1.0.0"));
     let mut globals = Vec::new();
     for _ in 0..36 {
-        push_entry(&mut globals, tar::EntryType::XGlobalHeader, "g", &pax_comment(60_000));
+        push_entry(
+            &mut globals,
+            tar::EntryType::XGlobalHeader,
+            "g",
+            &pax_comment(60_000),
+        );
     }
     let mut dot = Vec::new();
-    push_entry(&mut dot, tar::EntryType::Directory, "./", &vec![0u8; 2 << 20]);
+    push_entry(
+        &mut dot,
+        tar::EntryType::Directory,
+        "./",
+        &vec![0u8; 2 << 20],
+    );
     for (what, head) in [("global headers", &globals), ("a ./ body", &dot)] {
         let upload = gzip(&[&head[..], &files[..]].concat());
         assert!(upload.len() < 256 << 10, "{what}: {} bytes", upload.len());
-        let (status, body) = s
-            .put("providers/acme/foo/1.0.0", PUBLISHER, upload)
-            .await;
+        let (status, body) = s.put("providers/acme/foo/1.0.0", PUBLISHER, upload).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{what}: {body}");
         assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
         assert!(
@@ -1117,7 +1125,12 @@ async fn a_release_terraform_cannot_install_is_refused_and_one_it_can_installs()
     let program: &[u8] = b"#!/bin/sh\necho 'a test provider' >&2\nexit 1\n";
     let (os, arch) = local_platform();
     for (what, zip, platform, says) in [
-        ("an empty zip", zip_of(&[]), (os, arch), "holds no executable"),
+        (
+            "an empty zip",
+            zip_of(&[]),
+            (os, arch),
+            "holds no executable",
+        ),
         (
             "a README alone",
             zip_of(&[("README.md", b"# foo\n", 0o644)]),
@@ -1150,7 +1163,10 @@ async fn a_release_terraform_cannot_install_is_refused_and_one_it_can_installs()
         assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
         let message = body["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(says), "{what}: {message}");
-        assert!(message.contains("terraform-provider-foo"), "{what}: {message}");
+        assert!(
+            message.contains("terraform-provider-foo"),
+            "{what}: {message}"
+        );
     }
     assert!(files_under(&s.mirror.cache_dir.join("published")).is_empty());
 
@@ -1294,4 +1310,131 @@ async fn an_early_413_over_http1_reaches_every_client_under_load() {
     }
     let lost: Vec<&String> = statuses.iter().filter(|s| s.as_str() != "413 ").collect();
     assert!(lost.is_empty(), "{} of 50 lost: {lost:?}", lost.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_claims_its_published_versions_before_it_writes_them() {
+    use crate::support::cli::{self, path_str, provender};
+    let work = tempfile::tempdir().unwrap();
+    let s = setup("").await;
+    // Site A publishes several versions (each one more thing for an import to write).
+    let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"];
+    for version in versions {
+        let files = relabelled(&s.origin, "1.1.0", version);
+        let (status, body) = s
+            .put(
+                &format!("providers/acme/foo/{version}"),
+                PUBLISHER,
+                tar_of(&files),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{version}: {body}");
+    }
+    let a_cfg = cli::config_file(
+        work.path(),
+        "a.toml",
+        &s.mirror.cache_dir,
+        s.origin.addr(),
+        &s.ca,
+        "",
+    );
+    let bundle = work.path().join("site.bundle");
+    cli::export_bundle(path_str(&a_cfg), &bundle).await;
+
+    // Site B, private `acme` under the same hostname, serving while the bundle is imported.
+    let b_cache = work.path().join("b-cache");
+    let b_key = work.path().join("b-signing.asc");
+    provender(&["keygen", "--provider-signing", "--output", path_str(&b_key)])
+        .await
+        .ok();
+    let publishing = format!(
+        "[publishing]\nhostname = \"{}\"\nsigning_key = \"{}\"\n\n[publishing.namespaces.acme]\n",
+        s.host,
+        b_key.display()
+    );
+    let auth = format!(
+        "[auth]\nurl_signing_key = \"{}\"\n\n[[auth.clients]]\nname = \"platform\"\ntoken = \"{PUBLISHER}\"\n\n[[auth.rules]]\nname = \"platform\"\nclients = [\"platform\"]\npublish = [\"providers:acme/*\"]\n\n",
+        "k".repeat(40)
+    );
+    let b_cfg = cli::config_file(
+        work.path(),
+        "b.toml",
+        &b_cache,
+        s.origin.addr(),
+        &s.ca,
+        &format!("offline = true\n\n{publishing}"),
+    );
+    let b = TestMirror::start_with(
+        &s.ca,
+        &s.origin,
+        MirrorOptions {
+            cache_dir: Some(&b_cache),
+            extra_upstream: "offline = true",
+            extra_toml: &format!("{auth}{publishing}"),
+            ..Default::default()
+        },
+    )
+    .await;
+    let import = tokio::spawn({
+        let (cfg, bundle) = (b_cfg.clone(), bundle.clone());
+        async move { cli::import(path_str(&cfg), &bundle).await }
+    });
+    // As soon as the import writes its first archive, a publisher on B sends other files for
+    // 1.0.0: the import's claim is already there, so the publisher gets 409 and the import
+    // goes through whole.
+    let archives = b_cache.join("archives");
+    let started = std::time::Instant::now();
+    while files_under(&archives).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the import wrote no archive"
+        );
+        assert!(!import.is_finished(), "the import ended before writing");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let other = tar_of(&relabelled(&s.origin, "1.0.0", "1.0.0"));
+    let other_files = relabelled(&s.origin, "1.0.0", "1.0.0");
+    let client = https_client(&s.ca, &[]);
+    let got = send(
+        "publish on B",
+        client
+            .put(b.url("-/api/v1/publish/providers/acme/foo/1.0.0"))
+            .bearer_auth(PUBLISHER)
+            .body(other),
+    )
+    .await;
+    let imported = import.await.unwrap();
+    assert_eq!(
+        got.status,
+        StatusCode::CONFLICT,
+        "{}; the import: {}",
+        String::from_utf8_lossy(&got.body),
+        imported.out()
+    );
+    imported.ok();
+    assert!(
+        imported
+            .stdout
+            .contains(&format!("publications recorded: {}", versions.len())),
+        "{}",
+        imported.out()
+    );
+    // What B serves for 1.0.0 is A's release, its records and publication alike.
+    let (os, arch) = local_platform();
+    let name = format!("terraform-provider-foo_1.0.0_{os}_{arch}.zip");
+    let got = send(
+        "archive on B",
+        client
+            .get(b.url(&format!("./{}/acme/foo/{name}", s.host)))
+            .bearer_auth(PUBLISHER),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    let from_a = relabelled(&s.origin, "1.1.0", "1.0.0");
+    let a_zip = &from_a.iter().find(|f| f.0 == name).unwrap().1;
+    assert_eq!(&got.body[..], &a_zip[..]);
+    assert_ne!(
+        &other_files.iter().find(|f| f.0 == name).unwrap().1[..],
+        &a_zip[..]
+    );
 }
