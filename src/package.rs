@@ -54,6 +54,11 @@ impl Format {
     }
 }
 
+/// What a tar stream may hold besides its files' bytes for each entry: a 512-byte header, a
+/// GNU long-name or PAX header for a long path (up to 4 KiB and its own header), and padding
+/// (as a `git archive` may, see `upstream::git`).
+pub const TAR_OVERHEAD_PER_ENTRY: u64 = 6 * 1024;
+
 /// Bounds on unpacking one archive.
 #[derive(Debug, Clone, Copy)]
 pub struct PackLimits {
@@ -61,6 +66,20 @@ pub struct PackLimits {
     pub max_entries: usize,
     /// Most bytes all files may expand to, in total.
     pub max_unpacked: u64,
+}
+
+impl PackLimits {
+    /// Most bytes a tar stream may inflate to, every byte the reader takes counted (headers,
+    /// padding, and what it skips: PAX global headers, bodies of entries passed over): the
+    /// files' bytes and [`TAR_OVERHEAD_PER_ENTRY`] for each entry allowed, and one more for the
+    /// end of the archive. A package stored under these limits always unpacks again under
+    /// them (`import`, re-verification).
+    pub fn max_tar_stream(&self) -> u64 {
+        (self.max_entries as u64)
+            .saturating_add(1)
+            .saturating_mul(TAR_OVERHEAD_PER_ENTRY)
+            .saturating_add(self.max_unpacked)
+    }
 }
 
 /// Why an archive cannot become a module package.
@@ -81,6 +100,13 @@ pub enum PackError {
     TooManyEntries(usize),
     #[error("unpacks to more than {} (modules.max_unpacked_size)", bytesize::ByteSize(*.0))]
     TooLarge(u64),
+    #[error(
+        "its tar stream inflates to more than {} (modules.max_unpacked_size, and {} per entry \
+         modules.max_entries allows for headers, long names and padding)",
+        bytesize::ByteSize(*.0),
+        bytesize::ByteSize(TAR_OVERHEAD_PER_ENTRY)
+    )]
+    StreamTooLarge(u64),
     #[error("holds no file")]
     Empty,
     #[error("the package has no subdirectory {0:?}")]
@@ -94,7 +120,7 @@ impl From<io::Error> for PackError {
     /// being too large; any other error, I/O.
     fn from(e: io::Error) -> Self {
         match crate::tarball::too_large(&e) {
-            Some(limit) => PackError::TooLarge(limit),
+            Some(limit) => PackError::StreamTooLarge(limit),
             None => PackError::Io(e),
         }
     }
@@ -103,7 +129,7 @@ impl From<io::Error> for PackError {
 impl From<crate::tarball::TarError> for PackError {
     fn from(e: crate::tarball::TarError) -> Self {
         match e.problem {
-            crate::tarball::TarProblem::TooLarge(limit) => PackError::TooLarge(limit),
+            crate::tarball::TarProblem::TooLarge(limit) => PackError::StreamTooLarge(limit),
             _ => PackError::Tar(e),
         }
     }
@@ -533,7 +559,7 @@ impl<T: Tree> Unpacker<T> {
     fn unpack_tar(&mut self, input: impl Read) -> Result<(), PackError> {
         // Every byte the tar reader inflates counts, not only the files' own: headers,
         // padding and whatever it skips.
-        let input = crate::tarball::Inflated::new(input, self.limits.max_unpacked);
+        let input = crate::tarball::Inflated::new(input, self.limits.max_tar_stream());
         let mut archive = tar::Archive::new(input);
         for member in crate::tarball::members(&mut archive)? {
             let mut member = member?;
@@ -1088,7 +1114,8 @@ mod tests {
             gz.finish().unwrap()
         };
         // PAX global headers just under their own cap, skipped unbuffered: 2.3 MiB inflated
-        // from a few KiB, past the 1 MiB of `LIMITS`, with one small file after them.
+        // from a few KiB, past what 1 MiB and 100 entries (`LIMITS`) allow a tar stream
+        // (1.6 MiB), with one small file after them.
         let mut globals = Vec::new();
         let records = pax(&[("comment", &"x".repeat(60_000))]);
         for _ in 0..40 {
@@ -1106,7 +1133,7 @@ mod tests {
             assert!(bytes.len() < 64 << 10, "{what}: {}", bytes.len());
             let e = pack(&bytes, false).unwrap_err();
             assert!(
-                matches!(e, PackError::TooLarge(l) if l == LIMITS.max_unpacked),
+                matches!(e, PackError::StreamTooLarge(l) if l == LIMITS.max_tar_stream()),
                 "{what}: {e}"
             );
             assert!(e.to_string().contains("modules.max_unpacked_size"), "{e}");

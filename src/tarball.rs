@@ -468,6 +468,48 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_inflated_stream_is_capped_whatever_the_reader_does_with_it() {
+        // A stream of exactly the cap is read whole; one byte more is the cap's error.
+        let mut whole = Vec::new();
+        Inflated::new(&[1u8; 1000][..], 1000)
+            .read_to_end(&mut whole)
+            .unwrap();
+        assert_eq!(whole.len(), 1000);
+        let e = Inflated::new(&[1u8; 1001][..], 1000)
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
+        assert_eq!(too_large(&e), Some(1000));
+        // Through the tar reader: a PAX global header it skips counts like any byte.
+        let mut tar = Vec::new();
+        push(
+            &mut tar,
+            XGlobalHeader,
+            "g",
+            &pax(&[("comment", &"x".repeat(4000))]),
+        );
+        push(&mut tar, Regular, "f", b"1");
+        tar.extend_from_slice(&[0; 1024]);
+        let mut archive = tar::Archive::new(Inflated::new(&tar[..], 2048));
+        let e = members(&mut archive)
+            .unwrap()
+            .find_map(Result::err)
+            .expect("refused");
+        assert_eq!(
+            (e.entry, e.problem.to_string()),
+            (
+                2,
+                "the stream inflates to more than 2048 bytes, headers and padding included"
+                    .to_string()
+            )
+        );
+        let mut archive = tar::Archive::new(Inflated::new(&tar[..], tar.len() as u64));
+        assert_eq!(
+            members(&mut archive).unwrap().filter(Result::is_ok).count(),
+            1
+        );
+    }
+
+    #[test]
     fn oversized_extension_bodies_are_refused_before_they_are_read() {
         for (kind, extension) in EXTENSIONS {
             let mut tar = Vec::new();
