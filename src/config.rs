@@ -123,6 +123,37 @@ impl PublishingConfig {
                 })?
             }
         };
+        // Sources naming a public registry, or any origin this mirror fetches from, would
+        // mean one thing here and another everywhere else (and a lock file's hashes would
+        // follow whichever answered): never a private namespace's hostname.
+        const PUBLIC_REGISTRIES: [&str; 2] = ["registry.terraform.io", "registry.opentofu.org"];
+        if PUBLIC_REGISTRIES.contains(&hostname.as_str()) {
+            return Err(invalid(
+                "publishing.hostname",
+                format!(
+                    "{hostname} is a public registry's hostname: publish under a hostname of \
+                     your own (this mirror's, by default)"
+                ),
+            ));
+        }
+        let origin = if upstream.hosts.contains_key(&hostname) {
+            Some("has an [upstream.hosts] entry")
+        } else if modules.default_registry == hostname {
+            Some("is modules.default_registry")
+        } else if modules.aliases.values().any(|h| *h == hostname) {
+            Some("is in modules.aliases")
+        } else {
+            None
+        };
+        if let Some(origin) = origin {
+            return Err(invalid(
+                "publishing.hostname",
+                format!(
+                    "{hostname} {origin}: an origin's hostname is fetched from, never published \
+                     to"
+                ),
+            ));
+        }
         if upstream.host_allowed(&hostname) {
             return Err(invalid(
                 "publishing.hostname",
@@ -2384,5 +2415,36 @@ mod tests {
             .validate()
             .unwrap();
         assert_eq!(s.server.base_path, "/providers/");
+    }
+
+    #[test]
+    fn a_public_registry_or_an_origin_is_never_the_publishing_hostname() {
+        let private = "[publishing.namespaces.acme]\n";
+        for (hostname, extra, says) in [
+            // Not an allowed host, and still refused.
+            (
+                "registry.terraform.io",
+                "[upstream]\nallowed_hosts = ['registry.opentofu.org']\n",
+                "public registry",
+            ),
+            ("registry.opentofu.org", "", "public registry"),
+            (
+                "r.example.com",
+                "[upstream]\nallowed_hosts = ['registry.terraform.io', 'r.example.com']\n\
+                 [upstream.hosts.'r.example.com']\ntoken = 't'\n",
+                "[upstream.hosts]",
+            ),
+            (
+                "modules.example.com",
+                "[upstream]\nallowed_hosts = ['registry.terraform.io', 'modules.example.com']\n\
+                 [modules.aliases]\nnet = 'modules.example.com'\n",
+                "modules.aliases",
+            ),
+        ] {
+            let text = format!("{extra}[publishing]\nhostname = '{hostname}'\n{private}");
+            let e = err(&text);
+            assert!(e.contains("publishing.hostname"), "{e}");
+            assert!(e.contains(says), "{hostname}: {e}");
+        }
     }
 }

@@ -54,6 +54,11 @@ impl Format {
     }
 }
 
+/// What a tar stream may hold besides its files' bytes for each entry: a 512-byte header, a
+/// GNU long-name or PAX header for a long path (up to 4 KiB and its own header), and padding
+/// (as a `git archive` may, see `upstream::git`).
+pub const TAR_OVERHEAD_PER_ENTRY: u64 = 6 * 1024;
+
 /// Bounds on unpacking one archive.
 #[derive(Debug, Clone, Copy)]
 pub struct PackLimits {
@@ -63,30 +68,71 @@ pub struct PackLimits {
     pub max_unpacked: u64,
 }
 
+impl PackLimits {
+    /// Most bytes a tar stream may inflate to, every byte the reader takes counted (headers,
+    /// padding, and what it skips: PAX global headers, bodies of entries passed over): the
+    /// files' bytes and [`TAR_OVERHEAD_PER_ENTRY`] for each entry allowed, and one more for the
+    /// end of the archive. A package stored under these limits always unpacks again under
+    /// them (`import`, re-verification).
+    pub fn max_tar_stream(&self) -> u64 {
+        (self.max_entries as u64)
+            .saturating_add(1)
+            .saturating_mul(TAR_OVERHEAD_PER_ENTRY)
+            .saturating_add(self.max_unpacked)
+    }
+}
+
 /// Why an archive cannot become a module package.
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
     #[error("reading the archive: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     #[error("the archive is not a readable {format}: {message}")]
     Malformed {
         format: &'static str,
         message: String,
     },
     #[error("is not an acceptable tar archive: {0}")]
-    Tar(#[from] crate::tarball::TarError),
+    Tar(crate::tarball::TarError),
     #[error("entry {name:?}: {why}")]
     Unsafe { name: String, why: &'static str },
     #[error("more than {0} entries (modules.max_entries)")]
     TooManyEntries(usize),
     #[error("unpacks to more than {} (modules.max_unpacked_size)", bytesize::ByteSize(*.0))]
     TooLarge(u64),
+    #[error(
+        "its tar stream inflates to more than {} (modules.max_unpacked_size, and {} per entry \
+         modules.max_entries allows for headers, long names and padding)",
+        bytesize::ByteSize(*.0),
+        bytesize::ByteSize(TAR_OVERHEAD_PER_ENTRY)
+    )]
+    StreamTooLarge(u64),
     #[error("holds no file")]
     Empty,
     #[error("the package has no subdirectory {0:?}")]
     NoSubdir(String),
     #[error("{0}")]
     Unsupported(String),
+}
+
+impl From<io::Error> for PackError {
+    /// A read past the inflated stream's cap ([`crate::tarball::Inflated`]) is the package
+    /// being too large; any other error, I/O.
+    fn from(e: io::Error) -> Self {
+        match crate::tarball::too_large(&e) {
+            Some(limit) => PackError::StreamTooLarge(limit),
+            None => PackError::Io(e),
+        }
+    }
+}
+
+impl From<crate::tarball::TarError> for PackError {
+    fn from(e: crate::tarball::TarError) -> Self {
+        match e.problem {
+            crate::tarball::TarProblem::TooLarge(limit) => PackError::StreamTooLarge(limit),
+            _ => PackError::Tar(e),
+        }
+    }
 }
 
 /// What [`repack`] wrote.
@@ -511,6 +557,9 @@ impl<T: Tree> Unpacker<T> {
     }
 
     fn unpack_tar(&mut self, input: impl Read) -> Result<(), PackError> {
+        // Every byte the tar reader inflates counts, not only the files' own: headers,
+        // padding and whatever it skips.
+        let input = crate::tarball::Inflated::new(input, self.limits.max_tar_stream());
         let mut archive = tar::Archive::new(input);
         for member in crate::tarball::members(&mut archive)? {
             let mut member = member?;
@@ -1062,6 +1111,47 @@ mod tests {
                 format!("is not an acceptable tar archive: {why}")
             );
         }
+    }
+
+    #[test]
+    fn every_inflated_byte_counts_skipped_headers_and_bodies_included() {
+        use crate::tarball::tests::{pax, push};
+        use tar::EntryType::{Directory, Regular, XGlobalHeader};
+        let gz = |tar: &[u8]| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            gz.write_all(tar).unwrap();
+            gz.finish().unwrap()
+        };
+        // PAX global headers just under their own cap, skipped unbuffered: 2.3 MiB inflated
+        // from a few KiB, past what 1 MiB and 100 entries (`LIMITS`) allow a tar stream
+        // (1.6 MiB), with one small file after them.
+        let mut globals = Vec::new();
+        let records = pax(&[("comment", &"x".repeat(60_000))]);
+        for _ in 0..40 {
+            push(&mut globals, XGlobalHeader, "g", &records);
+        }
+        push(&mut globals, Regular, "main.tf", b"# a module\n");
+        globals.extend_from_slice(&[0; 1024]);
+        // A `./` entry (skipped by name) whose body, never read, is 2 MiB of zeros.
+        let mut dot = Vec::new();
+        push(&mut dot, Directory, "./", &vec![0u8; 2 << 20]);
+        push(&mut dot, Regular, "main.tf", b"# a module\n");
+        dot.extend_from_slice(&[0; 1024]);
+        for (what, tar) in [("global headers", globals), ("a ./ body", dot)] {
+            let bytes = gz(&tar);
+            assert!(bytes.len() < 64 << 10, "{what}: {}", bytes.len());
+            let e = pack(&bytes, false).unwrap_err();
+            assert!(
+                matches!(e, PackError::StreamTooLarge(l) if l == LIMITS.max_tar_stream()),
+                "{what}: {e}"
+            );
+            assert!(e.to_string().contains("modules.max_unpacked_size"), "{e}");
+        }
+        // The same small file alone is a package.
+        let mut alone = Vec::new();
+        push(&mut alone, Regular, "main.tf", b"# a module\n");
+        alone.extend_from_slice(&[0; 1024]);
+        assert!(pack(&gz(&alone), false).is_ok());
     }
 
     #[test]

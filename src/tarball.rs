@@ -20,6 +20,12 @@
 //! Whatever is wrong is a [`TarError`] naming the header by its number in the stream. Entry
 //! bodies are left to the caller to read, within its own limits; a body not read is skipped
 //! through a small fixed buffer.
+//!
+//! Counting only the bodies a caller reads leaves out what the reader inflates and skips:
+//! headers, padding, PAX global headers, bodies of entries the caller passes over (a `./`
+//! directory declaring gigabytes). [`Inflated`] counts every byte the tar reader takes from the
+//! (decompressed) stream against one cap; its callers put it between the decompressor and
+//! the reader, and a stream past the cap is [`TarProblem::TooLarge`].
 
 use std::fmt;
 use std::io::{self, Read};
@@ -29,6 +35,58 @@ pub const MAX_EXTENSION: u64 = 64 << 10;
 
 /// Most bytes an entry's path, or its link target, may have (Linux's `PATH_MAX`).
 pub const MAX_PATH: usize = 4096;
+
+/// A reader that lets at most `limit` bytes through: the tar stream as inflated, every byte
+/// the tar reader takes counted, whatever it does with them. One byte more is an error
+/// ([`StreamTooLarge`], found again by [`too_large`]).
+pub struct Inflated<R> {
+    inner: R,
+    left: u64,
+    limit: u64,
+}
+
+impl<R: Read> Inflated<R> {
+    pub fn new(inner: R, limit: u64) -> Inflated<R> {
+        Inflated {
+            inner,
+            left: limit,
+            limit,
+        }
+    }
+}
+
+impl<R: Read> Read for Inflated<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // One byte past the cap is asked for, to tell a stream that ends at it from one that
+        // goes on.
+        let want =
+            usize::try_from(self.left.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
+        let n = self.inner.read(&mut buf[..want])?;
+        if n as u64 > self.left {
+            self.left = 0;
+            return Err(io::Error::other(StreamTooLarge { limit: self.limit }));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// A tar stream that inflates past its cap.
+#[derive(Debug, thiserror::Error)]
+#[error("the tar stream inflates to more than {limit} bytes")]
+pub struct StreamTooLarge {
+    pub limit: u64,
+}
+
+/// The cap an I/O error says a stream went past, if that is what it is.
+pub fn too_large(e: &io::Error) -> Option<u64> {
+    e.get_ref()?
+        .downcast_ref::<StreamTooLarge>()
+        .map(|t| t.limit)
+}
 
 /// The extension headers read here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +135,20 @@ pub enum TarProblem {
     Dangling(Extension),
     #[error("its PAX size {pax:?} is not the {header} bytes its header says")]
     PaxSize { pax: String, header: u64 },
+    #[error("the stream inflates to more than {0} bytes, headers and padding included")]
+    TooLarge(u64),
     #[error("{0}")]
     Read(io::Error),
+}
+
+impl TarProblem {
+    /// A read error as the problem it is: the cap of [`Inflated`], or the reader's own.
+    fn read(e: io::Error) -> TarProblem {
+        match too_large(&e) {
+            Some(limit) => TarProblem::TooLarge(limit),
+            None => TarProblem::Read(e),
+        }
+    }
 }
 
 /// One entry of a tar stream, its extension headers applied.
@@ -109,7 +179,7 @@ impl<R: Read> Member<'_, R> {
 pub fn members<R: Read>(archive: &mut tar::Archive<R>) -> Result<Members<'_, R>, TarError> {
     let entries = archive.entries().map_err(|e| TarError {
         entry: 1,
-        problem: TarProblem::Read(e),
+        problem: TarProblem::read(e),
     })?;
     Ok(Members {
         entries: entries.raw(true),
@@ -150,7 +220,7 @@ impl<'a, R: Read> Members<'a, R> {
                     None => Ok(None),
                 };
             };
-            let mut entry = entry.map_err(|e| fail(TarProblem::Read(e)))?;
+            let mut entry = entry.map_err(|e| fail(TarProblem::read(e)))?;
             let kind = match entry.header().entry_type() {
                 tar::EntryType::GNULongName => Extension::LongName,
                 tar::EntryType::GNULongLink => Extension::LongLink,
@@ -177,7 +247,7 @@ impl<'a, R: Read> Members<'a, R> {
             let mut body = Vec::with_capacity(size as usize);
             entry
                 .read_to_end(&mut body)
-                .map_err(|e| fail(TarProblem::Read(e)))?;
+                .map_err(|e| fail(TarProblem::read(e)))?;
             *slot = Some(body);
         }
     }
@@ -394,6 +464,48 @@ pub(crate) mod tests {
                 (7, "plain".into(), Some("target".into()), Vec::new()),
                 (9, "sized".into(), None, b"abc".to_vec()),
             ]
+        );
+    }
+
+    #[test]
+    fn the_inflated_stream_is_capped_whatever_the_reader_does_with_it() {
+        // A stream of exactly the cap is read whole; one byte more is the cap's error.
+        let mut whole = Vec::new();
+        Inflated::new(&[1u8; 1000][..], 1000)
+            .read_to_end(&mut whole)
+            .unwrap();
+        assert_eq!(whole.len(), 1000);
+        let e = Inflated::new(&[1u8; 1001][..], 1000)
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
+        assert_eq!(too_large(&e), Some(1000));
+        // Through the tar reader: a PAX global header it skips counts like any byte.
+        let mut tar = Vec::new();
+        push(
+            &mut tar,
+            XGlobalHeader,
+            "g",
+            &pax(&[("comment", &"x".repeat(4000))]),
+        );
+        push(&mut tar, Regular, "f", b"1");
+        tar.extend_from_slice(&[0; 1024]);
+        let mut archive = tar::Archive::new(Inflated::new(&tar[..], 2048));
+        let e = members(&mut archive)
+            .unwrap()
+            .find_map(Result::err)
+            .expect("refused");
+        assert_eq!(
+            (e.entry, e.problem.to_string()),
+            (
+                2,
+                "the stream inflates to more than 2048 bytes, headers and padding included"
+                    .to_string()
+            )
+        );
+        let mut archive = tar::Archive::new(Inflated::new(&tar[..], tar.len() as u64));
+        assert_eq!(
+            members(&mut archive).unwrap().filter(Result::is_ok).count(),
+            1
         );
     }
 

@@ -11,9 +11,13 @@
 //! `modules`, or `git`) allows all of them.
 //!
 //! `publish` is the other way round: what its clients may publish to the private namespaces
-//! (`[publishing]`), as `namespace/type` for providers and `namespace/name/system` for modules
-//! (`acme/*` is all of acme's); a rule without `publish`, and a client no rule matches, may
-//! publish nothing.
+//! (`[publishing]`); a rule without `publish`, and a client no rule matches, may publish
+//! nothing. A pattern names its kind: `providers:namespace/type` matches providers alone,
+//! `modules:namespace/name/system` modules alone. A pattern without a kind (as rules were
+//! written before kinds) keeps its meaning: it is matched against a provider's
+//! `namespace/type` and a module's `namespace/name/system` alike, and since `*` matches `/`
+//! too, `acme/net*` grants the provider `acme/network` and the module `acme/net-x/aws`
+//! (`acme/*` is all of acme's).
 
 use std::sync::Arc;
 
@@ -61,7 +65,21 @@ pub struct Rule {
     providers: Option<Globs>,
     modules: Option<Globs>,
     git: Option<Globs>,
-    publish: Option<Globs>,
+    publish: Option<Publish>,
+}
+
+/// A rule's `publish` patterns, by the kind they grant (a pattern without a kind is in both).
+#[derive(Debug)]
+struct Publish {
+    providers: Globs,
+    modules: Globs,
+}
+
+/// What is published: a provider or a module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishKind {
+    Provider,
+    Module,
 }
 
 /// The checked rules, in order.
@@ -112,10 +130,52 @@ impl RuleConfig {
             publish: self
                 .publish
                 .as_ref()
-                .map(|p| globs("publish", p))
+                .map(|p| {
+                    let list = p.to_vec();
+                    if list.is_empty() {
+                        return Err(invalid("publish", "needs at least one pattern".into()));
+                    }
+                    publish_patterns(&list).map_err(|e| invalid("publish", e))
+                })
                 .transpose()?,
         })
     }
+}
+
+/// Splits `publish` patterns by kind: `providers:` ones (`namespace/type`), `modules:` ones
+/// (`namespace/name/system`), and those without a kind, which go to both.
+fn publish_patterns(list: &[String]) -> Result<Publish, String> {
+    let (mut providers, mut modules) = (Vec::new(), Vec::new());
+    for pattern in list {
+        match pattern.split_once(':') {
+            Some(("providers", p)) if p.matches('/').count() == 1 => providers.push(p.to_string()),
+            Some(("modules", p)) if p.matches('/').count() == 2 => modules.push(p.to_string()),
+            Some(("providers", _)) => {
+                return Err(format!(
+                    "pattern {pattern:?}: a provider pattern is providers:<namespace>/<type>"
+                ));
+            }
+            Some(("modules", _)) => {
+                return Err(format!(
+                    "pattern {pattern:?}: a module pattern is \
+                     modules:<namespace>/<name>/<system>"
+                ));
+            }
+            Some(_) => {
+                return Err(format!(
+                    "pattern {pattern:?}: the kind before : is providers or modules"
+                ));
+            }
+            None => {
+                providers.push(pattern.clone());
+                modules.push(pattern.clone());
+            }
+        }
+    }
+    Ok(Publish {
+        providers: Globs::new(&providers)?,
+        modules: Globs::new(&modules)?,
+    })
 }
 
 impl Rules {
@@ -166,14 +226,19 @@ impl Rule {
         self.git.as_ref().is_none_or(|g| g.is_match(repo))
     }
 
-    /// Whether its clients may publish `namespace/type` or `namespace/name/system`.
-    pub fn allows_publish(&self, what: &str) -> bool {
-        self.publish.as_ref().is_some_and(|g| g.is_match(what))
+    /// Whether its clients may publish the provider `namespace/type` or the module
+    /// `namespace/name/system`.
+    pub fn allows_publish(&self, kind: PublishKind, what: &str) -> bool {
+        self.publish.as_ref().is_some_and(|p| match kind {
+            PublishKind::Provider => p.providers.is_match(what),
+            PublishKind::Module => p.modules.is_match(what),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::PublishKind::{Module, Provider};
     use super::*;
 
     fn rules(text: &str) -> Result<Rules, String> {
@@ -203,12 +268,61 @@ mod tests {
         let ci = set
             .for_client("github:repo:acme/x:ref:refs/tags/v1")
             .unwrap();
-        assert!(ci.allows_publish("acme/foo"));
-        assert!(ci.allows_publish("acme/vpc/aws"));
-        assert!(!ci.allows_publish("acme/bar"));
+        assert!(ci.allows_publish(Provider, "acme/foo"));
+        assert!(ci.allows_publish(Module, "acme/vpc/aws"));
+        assert!(!ci.allows_publish(Provider, "acme/bar"));
         let anyone = set.for_client("token:0011").unwrap();
-        assert!(!anyone.allows_publish("acme/foo"), "no patterns: nothing");
+        assert!(
+            !anyone.allows_publish(Provider, "acme/foo"),
+            "no patterns: nothing"
+        );
         assert!(!Rules::default().any_publish());
+    }
+
+    #[test]
+    fn publish_patterns_name_their_kind_and_old_ones_keep_their_meaning() {
+        let set = rules(
+            r#"
+            [[rules]]
+            name = "net-providers"
+            clients = "net-providers"
+            publish = ["providers:acme/net*"]
+            [[rules]]
+            name = "net-modules"
+            clients = "net-modules"
+            publish = ["modules:acme/net*/aws"]
+            [[rules]]
+            name = "old"
+            clients = "old"
+            publish = ["acme/net*"]
+            "#,
+        )
+        .unwrap();
+        let may = |client: &str, kind, what: &str| {
+            set.for_client(client).unwrap().allows_publish(kind, what)
+        };
+        assert!(may("net-providers", Provider, "acme/network"));
+        assert!(!may("net-providers", Module, "acme/net-x/aws"));
+        assert!(!may("net-providers", Module, "acme/network/aws"));
+        assert!(may("net-modules", Module, "acme/net-x/aws"));
+        assert!(!may("net-modules", Module, "acme/net-x/gcp"));
+        assert!(!may("net-modules", Provider, "acme/network"));
+        // Without a kind: both, `*` matching `/` too.
+        assert!(may("old", Provider, "acme/network"));
+        assert!(may("old", Module, "acme/net-x/aws"));
+        assert!(!may("old", Provider, "acme/vpc"));
+        for (pattern, says) in [
+            ("provider:acme/x", "providers or modules"),
+            ("providers:acme/x/aws", "providers:<namespace>/<type>"),
+            ("modules:acme/x", "modules:<namespace>/<name>/<system>"),
+        ] {
+            let err = rules(&format!(
+                "[[rules]]\nname = \"a\"\nclients = \"x\"\npublish = [\"{pattern}\"]"
+            ))
+            .unwrap_err();
+            assert!(err.contains("auth.rules[0].publish"), "{err}");
+            assert!(err.contains(says), "{pattern}: {err}");
+        }
     }
 
     #[test]

@@ -116,7 +116,8 @@ impl Publisher {
     }
 
     /// Splits a staged tar stream (plain or gzip-compressed) of release files into one staged
-    /// file each, within `publishing.max_upload_size` in all. Only regular files at the top
+    /// file each, within `publishing.max_upload_size` in all: the stream as inflated, headers
+    /// and everything skipped included. Only regular files at the top
     /// (`./` allowed) are taken; anything else is refused by name.
     pub async fn unpack_release(&self, tar: Staged) -> Result<Vec<Upload>> {
         let limit = self.limit();
@@ -136,12 +137,17 @@ impl Publisher {
                     .into());
                 }
             };
-            let mut archive = tar::Archive::new(input);
+            // Every byte the tar reader inflates counts against the limit, not only the files
+            // taken: headers, padding, PAX global headers, bodies of entries passed over.
+            let mut archive = tar::Archive::new(crate::tarball::Inflated::new(input, limit));
             let mut out: Vec<Upload> = Vec::new();
             let mut left = limit;
-            let tar_error = |e: &dyn std::fmt::Display| PublishError::Tar(e.to_string());
-            for member in crate::tarball::members(&mut archive).map_err(|e| tar_error(&e))? {
-                let mut member = member.map_err(|e| tar_error(&e))?;
+            let tar_error = |e: crate::tarball::TarError| match e.problem {
+                crate::tarball::TarProblem::TooLarge(_) => PublishError::TooLarge { limit },
+                _ => PublishError::Tar(e.to_string()),
+            };
+            for member in crate::tarball::members(&mut archive).map_err(tar_error)? {
+                let mut member = member.map_err(tar_error)?;
                 let name = member.name();
                 let name = name.strip_prefix("./").unwrap_or(&name).to_string();
                 match member.kind() {
@@ -172,6 +178,9 @@ impl Publisher {
                     admission::stage_read(&runtime, &staging, &mut member.body, Some(left))
                         .map_err(|e| match e {
                             AdmitError::TooLarge(_) => PublishError::TooLarge { limit }.into(),
+                            AdmitError::Source(e) if crate::tarball::too_large(&e).is_some() => {
+                                PublishError::TooLarge { limit }.into()
+                            }
                             AdmitError::Source(e) => {
                                 PublishError::Tar(format!("{name}: {e}")).into()
                             }
@@ -254,7 +263,8 @@ impl Publisher {
             return Ok(done);
         }
 
-        // Each zip: its line's SHA-256 and size, and a zip Terraform can hash and install.
+        // Each zip: its line's SHA-256 and size, a zip Terraform can hash and unpack, and one
+        // holding the executable Terraform looks for.
         let limits = settings.upstream.hash_limits();
         let mut verified: Vec<(Platform, VerifiedArchive)> = Vec::new();
         for (platform, upload) in zips {
@@ -272,6 +282,15 @@ impl Publisher {
                 name: upload.name.clone(),
                 reason: e.to_string(),
             })?;
+            let path = archive.file.path().to_path_buf();
+            let (type_, os) = (addr.type_.clone(), platform.os.clone());
+            tokio::task::spawn_blocking(move || executable_in(&path, &type_, &os))
+                .await
+                .map_err(|e| Error::task("reading a zip's entries", e))?
+                .map_err(|reason| PublishError::Unusable {
+                    name: upload.name.clone(),
+                    reason,
+                })?;
             verified.push((platform, archive));
         }
 
@@ -316,7 +335,7 @@ impl Publisher {
                 &registry_sig,
                 packages.iter(),
             )
-            .map_err(|r| self.core.refused(addr, version, r, "version"))?;
+            .map_err(publisher_refused)?;
         let sums_ref = SumsRef {
             trust: Some(trust),
             ..sums_ref
@@ -613,12 +632,64 @@ impl Publisher {
     }
 
     /// Claims the version; `Some` when it was published meanwhile (see [`Publisher::already`]).
+    /// A version that differs from another of the address only in build metadata is that
+    /// version ([`Publisher::one_version`]): a conflict unless it was claimed first.
     async fn claim(&self, publication: &Publication, what: &str) -> Result<Option<Outcome>> {
-        match self.core.publications().claim(publication).await? {
-            Claimed::Claimed => Ok(None),
-            Claimed::Exists(have) => judge(*have, &publication.digest, what),
+        let outcome = match self.core.publications().claim(publication).await? {
+            Claimed::Claimed => None,
+            Claimed::Exists(have) => judge(*have, &publication.digest, what)?,
+        };
+        if outcome.is_none() {
+            self.one_version(publication, what).await?;
         }
+        Ok(outcome)
     }
+
+    /// Of the versions of one address that differ only in build metadata (`1.0.0`,
+    /// `1.0.0+build.5`), only one is ever published. Run after this publisher's own claim: a
+    /// claim that finds another such version's record (published or claimed) gives itself
+    /// back and is a conflict (409). Of two racing publishers the later claimant sees the
+    /// earlier's claim; when both see each other both give way, and neither version is
+    /// published by the race.
+    async fn one_version(&self, publication: &Publication, what: &str) -> Result<()> {
+        let publications = self.core.publications();
+        let (kind, address, version) =
+            (publication.kind, &publication.address, &publication.version);
+        publications.forget(kind, address).await;
+        let all = publications.of(kind, address).await?;
+        let mut others: Vec<&Publication> = all
+            .iter()
+            .filter(|p| p.version != *version && precedence(&p.version) == precedence(version))
+            .collect();
+        // The published one first, to name it.
+        others.sort_by_key(|p| p.state != State::Published);
+        let Some(first) = others.first() else {
+            return Ok(());
+        };
+        let have = first.version.to_string();
+        if let Some(own) = publications.get(kind, address, version).await? {
+            if own.state == State::Pending && own.digest == publication.digest {
+                publications.remove(kind, address, version).await?;
+            }
+        }
+        Err(PublishError::SameVersion {
+            what: what.to_string(),
+            have,
+        }
+        .into())
+    }
+}
+
+/// The trust policy's refusal of what a publisher sent (a pinned namespace, say): the
+/// publisher's to fix, so a 4xx, never the 502 of an origin's bad answer.
+fn publisher_refused(refusal: crate::trust::Refusal) -> Error {
+    tracing::info!("publication refused by the trust policy: {refusal}");
+    PublishError::Refused(refusal.to_string()).into()
+}
+
+/// A version without its build metadata: what Terraform's and OpenTofu's constraints compare.
+fn precedence(version: &Version) -> &str {
+    version.as_str().split('+').next().unwrap_or_default()
 }
 
 /// An existing publication against a new one's digest.
@@ -751,6 +822,54 @@ fn check_sums(sums: &[u8], files: &[PublishedFile]) -> Result<()> {
     Ok(())
 }
 
+/// Checks that a provider zip holds the executable Terraform runs for provider `type_` on
+/// `os` (`internal/providercache`'s rule): of the files at the top of the zip, in name order,
+/// the first named `terraform-provider-<type>` alone or followed by `_` or `.` and anything
+/// (`terraform-provider-foo_v1.2.0`, `terraform-provider-foo.exe`); on windows, that file's
+/// name must end in `.exe`, or Windows cannot start it. The reason it cannot be installed
+/// otherwise.
+fn executable_in(path: &std::path::Path, type_: &str, os: &str) -> std::result::Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("reading it: {e}"))?;
+    let zip = zip::ZipArchive::new(std::io::BufReader::new(file))
+        .map_err(|e| format!("reading it: {e}"))?;
+    let mut top: Vec<String> = Vec::new();
+    for name in zip.file_names() {
+        let name = name.map_err(|e| format!("reading its entries: {e}"))?;
+        if !name.is_empty() && !name.contains(['/', '\\']) {
+            top.push(name.into_owned());
+        }
+    }
+    top.sort_unstable();
+    let prefix = format!("terraform-provider-{type_}");
+    let wanted = format!(
+        "{prefix}, or {prefix} followed by _ or . and more (as {prefix}_v<version>{}), at the \
+         top of the zip",
+        if os == "windows" { ".exe" } else { "" }
+    );
+    let found = top.iter().find(|n| {
+        n.strip_prefix(prefix.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['_', '.']))
+    });
+    match found {
+        Some(name) if os == "windows" && !name.to_ascii_lowercase().ends_with(".exe") => {
+            Err(format!(
+                "the executable Terraform would run, {name}, does not end in .exe, so Windows cannot start it"
+            ))
+        }
+        Some(_) => Ok(()),
+        None => {
+            let other = top
+                .iter()
+                .find(|n| n.starts_with("terraform-provider-"))
+                .map(|n| format!(" ({n} is another provider's)"))
+                .unwrap_or_default();
+            Err(format!(
+                "holds no executable Terraform can install: expected {wanted}{other}"
+            ))
+        }
+    }
+}
+
 /// An archive's format, by its first bytes (a module archive, a release's tar stream).
 fn sniff(path: &std::path::Path) -> Result<crate::package::Format> {
     use crate::package::Format;
@@ -804,6 +923,108 @@ mod tests {
         let err = check_sums(wrong.as_bytes(), &files).unwrap_err();
         assert!(err.to_string().contains("b.zip: SHA-256"), "{err}");
         assert!(check_sums(b"zz  a.zip\n", &files).is_err());
+    }
+
+    /// `executable_in` over a zip holding these files.
+    fn executable(names: &[&str], os: &str) -> std::result::Result<(), String> {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.zip");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        for name in names {
+            if let Some(d) = name.strip_suffix('/') {
+                zip.add_directory(d, zip::write::SimpleFileOptions::default())
+                    .unwrap();
+            } else {
+                zip.start_file(*name, zip::write::SimpleFileOptions::default())
+                    .unwrap();
+                zip.write_all(b"bytes").unwrap();
+            }
+        }
+        zip.finish().unwrap();
+        executable_in(&path, "foo", os)
+    }
+
+    #[test]
+    fn a_provider_zip_holds_the_executable_terraform_looks_for() {
+        for (names, os) in [
+            (&["terraform-provider-foo_v1.0.0"][..], "linux"),
+            (&["terraform-provider-foo"], "linux"),
+            (&["README.md", "terraform-provider-foo_v1.0.0_x5"], "darwin"),
+            (&["terraform-provider-foo_v1.0.0.exe"], "windows"),
+            (&["terraform-provider-foo.exe", "LICENSE"], "windows"),
+        ] {
+            assert_eq!(executable(names, os), Ok(()), "{names:?} {os}");
+        }
+        for (names, os, says) in [
+            (&[][..], "linux", "holds no executable"),
+            (&["README.md"], "linux", "holds no executable"),
+            (
+                &["terraform-provider-bar_v1.0.0"],
+                "linux",
+                "terraform-provider-bar_v1.0.0 is another provider's",
+            ),
+            (
+                &["terraform-provider-foobar_v1.0.0"],
+                "linux",
+                "another provider's",
+            ),
+            (
+                &["bin/terraform-provider-foo_v1.0.0"],
+                "linux",
+                "holds no executable",
+            ),
+            (
+                &["terraform-provider-foo_v1/"],
+                "linux",
+                "holds no executable",
+            ),
+            (
+                &["terraform-provider-foo_v1.0.0"],
+                "windows",
+                "does not end in .exe",
+            ),
+            // Terraform takes the first in name order: here the notes, not the program.
+            (
+                &[
+                    "terraform-provider-foo_v1.0.0.exe",
+                    "terraform-provider-foo.txt",
+                ],
+                "windows",
+                "terraform-provider-foo.txt",
+            ),
+        ] {
+            let e = executable(names, os).unwrap_err();
+            assert!(e.contains(says), "{names:?} {os}: {e}");
+            assert!(e.contains("terraform-provider-foo"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_trust_refusal_of_a_publication_is_the_publishers_to_fix() {
+        // As the pin of registry.terraform.io/hashicorp/* refuses a release signed by any key
+        // but HashiCorp's: a client error, never a gateway's 502.
+        let addr = ProviderAddr::new("registry.terraform.io", "hashicorp", "foo").unwrap();
+        for refusal in [
+            crate::trust::Refusal::NotPinnedSigned {
+                addr: addr.to_string(),
+                owner: crate::trust::Owner::Hashicorp,
+                kind: SignatureKind::Private,
+            },
+            crate::trust::Refusal::NoKeys,
+        ] {
+            let e = publisher_refused(refusal);
+            assert_eq!(e.status(), http::StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+            assert_eq!(e.code(), "refused");
+        }
+    }
+
+    #[test]
+    fn build_metadata_is_not_part_of_the_precedence() {
+        let v = |s: &str| Version::parse(s).unwrap();
+        assert_eq!(precedence(&v("1.0.0+evil")), "1.0.0");
+        assert_eq!(precedence(&v("1.0.0-rc.1+b.2")), "1.0.0-rc.1");
+        assert_ne!(precedence(&v("1.0.0-rc.1")), precedence(&v("1.0.0")));
     }
 
     #[test]

@@ -294,12 +294,23 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
             .entry(a.archive.info.trust.unwrap_or(SignatureKind::Unverified))
             .or_default() += 1;
     }
+    // The published versions are claimed before any record is written, as publishing
+    // claims them: a publisher of one of them meanwhile either finds the claim (409) or
+    // made its own first, and then this import writes nothing.
+    let claimed = match claim_publications(&mirror, &publications).await {
+        Ok(claimed) => claimed,
+        Err(e) => {
+            println!("import: nothing imported from {shown}; the cache is unchanged");
+            super::print_failures(&[(shown.to_string(), e.to_string())]);
+            return Ok(Outcome::Failed);
+        }
+    };
     let admitted = async {
         let archives = admit(&mirror, imports).await?;
         let modules = admit_modules(&mirror, modules).await?;
         let releases = admit_releases(&mirror, releases).await?;
         let repos = admit_git(&mirror, git).await?;
-        let published = admit_publications(&mirror, publications).await?;
+        let published = finish_publications(&mirror, claimed).await?;
         if published > 0 {
             println!("publications recorded: {published}");
         }
@@ -873,30 +884,76 @@ async fn publication_conflicts(mirror: &Arc<Core>, publications: &[Publication])
     out
 }
 
-/// Records the publications, once their versions are in: claimed as the exporting site
-/// recorded them (an identical one kept here is left alone).
-async fn admit_publications(
+/// Claims every published version the bundle carries (state `pending`), before any of their
+/// records is written. A version published here with other files meanwhile is a conflict, and
+/// the claims this call made are given back, so nothing changed. Returns the publications to
+/// record once their versions are in: those claimed now, and those an earlier import of the
+/// same files claimed and did not finish.
+async fn claim_publications(
+    mirror: &Arc<Core>,
+    publications: &[Publication],
+) -> Result<Vec<Publication>, ImportError> {
+    let store = mirror.publications();
+    let mut claimed: Vec<Publication> = Vec::new();
+    let mut to_finish = Vec::new();
+    for p in publications {
+        let what = format!("{} {}", p.address, p.version);
+        let pending = Publication {
+            state: crate::records::publish::State::Pending,
+            ..p.clone()
+        };
+        let found = store
+            .claim(&pending)
+            .await
+            .map_err(ImportError::store(&what));
+        let conflict = match found {
+            Ok(crate::cache::Claimed::Claimed) => {
+                claimed.push(p.clone());
+                to_finish.push(p.clone());
+                None
+            }
+            Ok(crate::cache::Claimed::Exists(have)) if have.digest == p.digest => {
+                if have.state == crate::records::publish::State::Pending {
+                    to_finish.push(p.clone());
+                }
+                None
+            }
+            Ok(crate::cache::Claimed::Exists(_)) => Some(ImportError::Conflict(format!(
+                "{what} was published here with other files meanwhile"
+            ))),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = conflict {
+            for c in &claimed {
+                if let Err(undo) = store.remove(c.kind, &c.address, &c.version).await {
+                    tracing::warn!(
+                        "giving back the claim on {} {}: {undo}",
+                        c.address,
+                        c.version
+                    );
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(to_finish)
+}
+
+/// Records the claimed publications as the exporting site recorded them, once their versions
+/// are in.
+async fn finish_publications(
     mirror: &Arc<Core>,
     publications: Vec<Publication>,
 ) -> Result<usize, ImportError> {
     let mut added = 0;
     for p in publications {
         let what = format!("{} {}", p.address, p.version);
-        match mirror
+        mirror
             .publications()
-            .claim(&p)
+            .put(&p)
             .await
-            .map_err(ImportError::store(&what))?
-        {
-            crate::cache::Claimed::Claimed => added += 1,
-            crate::cache::Claimed::Exists(have) if have.digest == p.digest => {}
-            crate::cache::Claimed::Exists(_) => {
-                return Err(ImportError::Conflict(format!(
-                    "{what} was published here with other files meanwhile"
-                )));
-            }
-        }
-        mirror.publications().forget(p.kind, &p.address).await;
+            .map_err(ImportError::store(&what))?;
+        added += 1;
     }
     Ok(added)
 }

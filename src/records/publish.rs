@@ -177,6 +177,14 @@ pub enum PublishError {
     },
     #[error("{0} is not published here")]
     NotPublished(String),
+    #[error(
+        "{what}: {have} is published, and versions that differ only in build metadata are one \
+         version to Terraform's and OpenTofu's constraints: a published version never changes; \
+         publish a new version"
+    )]
+    SameVersion { what: String, have: String },
+    #[error("refused by this registry's trust policy: {0}")]
+    Refused(String),
 }
 
 impl PublishError {
@@ -186,7 +194,8 @@ impl PublishError {
         match self {
             PublishError::NotPrivate { .. } | PublishError::NotPublished(_) => S::NOT_FOUND,
             PublishError::TooLarge { .. } => S::PAYLOAD_TOO_LARGE,
-            PublishError::Conflict { .. } => S::CONFLICT,
+            PublishError::Conflict { .. } | PublishError::SameVersion { .. } => S::CONFLICT,
+            PublishError::Refused(_) => S::UNPROCESSABLE_ENTITY,
             _ => S::BAD_REQUEST,
         }
     }
@@ -196,7 +205,8 @@ impl PublishError {
         match self {
             PublishError::NotPrivate { .. } | PublishError::NotPublished(_) => "not_found",
             PublishError::TooLarge { .. } => "payload_too_large",
-            PublishError::Conflict { .. } => "conflict",
+            PublishError::Conflict { .. } | PublishError::SameVersion { .. } => "conflict",
+            PublishError::Refused(_) => "refused",
             _ => "bad_publication",
         }
     }

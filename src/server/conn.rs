@@ -9,6 +9,15 @@
 //! is dropped), and a connection with none for `server.idle_timeout` is shut down gracefully.
 //! A long download is a request in flight however slowly it goes, so it is never cut for
 //! idleness; neither is a client's own HTTP/2 ping enough to hold an idle connection open.
+//!
+//! A connection ends with a **lingering close**. An answer given before the request's body was
+//! all read (a 413 for an upload past its limit, a refusal) leaves the client still sending;
+//! a socket closed with unread bytes in it is reset, and a reset can destroy the answer before
+//! the client reads it (curl then says "broken pipe", with no status). So once hyper is done,
+//! the server ends its own side (TLS close_notify, TCP FIN) and reads and drops what the client
+//! still sends until it closes, for at most [`LINGER_TIME`] in all, [`LINGER_IDLE`] between
+//! reads and [`LINGER_BYTES`]; then it closes. HTTP/2 answers early by resetting the stream
+//! instead, and its connections end the same way.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -44,6 +53,13 @@ const MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
 /// two TLS records and a system call. Gathered, four frames go out as four full records in one
 /// call. Writes larger than this (HTTP/1.1's archive chunks) pass through without a copy.
 const WRITE_BUFFER: usize = 64 * 1024;
+
+/// Longest a connection lingers after its last answer, reading what the client still sends.
+const LINGER_TIME: Duration = Duration::from_secs(10);
+/// Longest a lingering connection waits for the client's next bytes.
+const LINGER_IDLE: Duration = Duration::from_secs(2);
+/// Most bytes a lingering connection reads (and drops) before it closes regardless.
+const LINGER_BYTES: u64 = 64 << 20;
 
 /// The HTTP/1.1 and HTTP/2 settings every connection is served with.
 pub(super) fn http_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
@@ -150,12 +166,15 @@ pub(super) async fn serve(
             }
         })
     };
+    let stream = Arc::new(Mutex::new(tokio::io::BufWriter::with_capacity(
+        WRITE_BUFFER,
+        tls,
+    )));
     let io = TokioIo::new(Watched {
-        inner: tokio::io::BufWriter::with_capacity(WRITE_BUFFER, tls),
+        inner: stream.clone(),
         activity: activity.clone(),
     });
-    let conn = shared.http.serve_connection(io, service);
-    tokio::pin!(conn);
+    let mut conn = Box::pin(shared.http.serve_connection(io, service));
 
     let result = tokio::select! {
         result = conn.as_mut() => result,
@@ -183,6 +202,38 @@ pub(super) async fn serve(
             _ => tracing::debug!(%peer, "connection ended with an error: {e}"),
         }
     }
+    // hyper is done with the stream: take it back, and close it lingering (a shutdown does
+    // not wait for that: this connection has no answer left to give).
+    drop(conn);
+    drop(closing);
+    if let Ok(stream) = Arc::try_unwrap(stream) {
+        linger(stream.into_inner().unwrap_or_else(PoisonError::into_inner)).await;
+    }
+}
+
+/// Ends the server's side of `io` (if hyper has not yet), then reads and drops what the
+/// client still sends until it closes its side, within [`LINGER_TIME`], [`LINGER_IDLE`]
+/// between reads and [`LINGER_BYTES`]: the client reads the last answer before the socket is
+/// closed (see the module's documentation).
+async fn linger<T: AsyncRead + AsyncWrite + Unpin>(mut io: T) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        if tokio::time::timeout(LINGER_IDLE, io.shutdown())
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut buf = vec![0u8; 16 << 10];
+        let mut read = 0u64;
+        while read < LINGER_BYTES {
+            match tokio::time::timeout(LINGER_IDLE, io.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => read += n as u64,
+                _ => return,
+            }
+        }
+    })
+    .await;
 }
 
 /// Resolves once the server shuts down (or is gone).
@@ -303,20 +354,28 @@ impl Body for Tracked {
     }
 }
 
-/// The connection's byte stream, noting in its [`Activity`] when bytes arrive.
+/// The connection's byte stream, noting in its [`Activity`] when bytes arrive; shared with
+/// [`serve`], which takes it back for the lingering close once hyper is done with it (hyper
+/// is its only user until then, so the lock is never contended).
 struct Watched<T> {
-    inner: T,
+    inner: Arc<Mutex<T>>,
     activity: Arc<Activity>,
+}
+
+impl<T> Watched<T> {
+    fn stream(&self) -> std::sync::MutexGuard<'_, T> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let polled = Pin::new(&mut *self.stream()).poll_read(cx, buf);
         if buf.filled().len() > before {
             self.activity.received();
         }
@@ -326,30 +385,30 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        Pin::new(&mut *self.stream()).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        Pin::new(&mut *self.stream()).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.stream().is_write_vectored()
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.stream()).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.stream()).poll_shutdown(cx)
     }
 }

@@ -93,17 +93,27 @@ impl Principal {
         }
     }
 
-    /// Whether it may publish `what` (`namespace/type` or `namespace/name/system`): only a
-    /// client whose rule's `publish` patterns match it may. 403 naming the rule if not.
-    pub fn may_publish(&self, what: &str) -> Result<(), Error> {
+    /// Whether it may publish the provider `namespace/type` or the module
+    /// `namespace/name/system`: only a client whose rule's `publish` patterns match it may.
+    /// 403 naming the rule if not.
+    pub fn may_publish(
+        &self,
+        kind: crate::auth::rules::PublishKind,
+        what: &str,
+    ) -> Result<(), Error> {
+        let kind_name = match kind {
+            crate::auth::rules::PublishKind::Provider => "provider",
+            crate::auth::rules::PublishKind::Module => "module",
+        };
         match &self.rule {
-            Some(rule) if rule.allows_publish(what) => Ok(()),
+            Some(rule) if rule.allows_publish(kind, what) => Ok(()),
             Some(rule) => Err(Error::Forbidden(format!(
-                "rule {} (auth.rules) does not let {} publish {what} (its publish patterns)",
+                "rule {} (auth.rules) does not let {} publish the {kind_name} {what} (its \
+                 publish patterns)",
                 rule.name, self.name
             ))),
             None => Err(Error::Forbidden(format!(
-                "no rule (auth.rules) lets {} publish {what}",
+                "no rule (auth.rules) lets {} publish the {kind_name} {what}",
                 self.name
             ))),
         }

@@ -1009,3 +1009,436 @@ async fn the_cli_publishes_races_resolve_once_and_bundles_carry_publications_to_
     );
     browser.close().await;
 }
+
+/// Appends a raw tar entry of `kind` named `name` holding `body` (padded to a block), as a
+/// hostile writer makes them: any kind with any body.
+fn push_entry(tar: &mut Vec<u8>, kind: tar::EntryType, name: &str, body: &[u8]) {
+    let mut h = tar::Header::new_gnu();
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    h.set_entry_type(kind);
+    h.set_mode(0o644);
+    h.set_size(body.len() as u64);
+    h.set_cksum();
+    tar.extend_from_slice(h.as_bytes());
+    tar.extend_from_slice(body);
+    tar.resize(tar.len().next_multiple_of(512), 0);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+/// A PAX record `comment=<n x's>`, as a global header's body.
+fn pax_comment(n: usize) -> Vec<u8> {
+    let rest = format!(" comment={}\n", "x".repeat(n));
+    let mut len = rest.len() + 1;
+    while format!("{len}{rest}").len() != len {
+        len += 1;
+    }
+    format!("{len}{rest}").into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_that_inflate_past_the_limits_are_refused() {
+    // A module's tar stream may take 1 MiB and 6 KiB per entry allowed: 1.1 MiB here.
+    let s = setup(
+        "max_upload_size = \"1MiB\"\n\n[modules]\nmax_unpacked_size = \"1MiB\"\nmax_entries = 16",
+    )
+    .await;
+    // A valid release of a few KiB, after what the tar reader skips: PAX global headers (each
+    // under the 64 KiB cap of one) and a `./` directory whose body nobody reads, 2 MiB each.
+    let files = tar_of(&release(&s.origin, "1.0.0"));
+    let mut globals = Vec::new();
+    for _ in 0..36 {
+        push_entry(
+            &mut globals,
+            tar::EntryType::XGlobalHeader,
+            "g",
+            &pax_comment(60_000),
+        );
+    }
+    let mut dot = Vec::new();
+    push_entry(
+        &mut dot,
+        tar::EntryType::Directory,
+        "./",
+        &vec![0u8; 2 << 20],
+    );
+    for (what, head) in [("global headers", &globals), ("a ./ body", &dot)] {
+        let upload = gzip(&[&head[..], &files[..]].concat());
+        assert!(upload.len() < 256 << 10, "{what}: {} bytes", upload.len());
+        let (status, body) = s.put("providers/acme/foo/1.0.0", PUBLISHER, upload).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{what}: {body}");
+        assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+        assert!(
+            body.to_string().contains("publishing.max_upload_size"),
+            "{body}"
+        );
+    }
+    // A module archive inflating past modules.max_unpacked_size the same way.
+    let mut module = globals.clone();
+    module.extend_from_slice(&tar_of(&[("main.tf".into(), b"# vpc\n".to_vec())]));
+    let (status, body) = s
+        .put("modules/acme/vpc/aws/1.0.0", PUBLISHER, gzip(&module))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.to_string().contains("modules.max_unpacked_size"),
+        "{body}"
+    );
+    assert!(files_under(&s.mirror.cache_dir.join("published")).is_empty());
+    // The same release alone is published.
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0", PUBLISHER, gzip(&files))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// A zip holding `(name, bytes, mode)` files.
+fn zip_of(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, bytes, mode) in files {
+        let options = zip::write::SimpleFileOptions::default().unix_permissions(*mode);
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
+}
+
+/// A release of `acme/foo` `version` whose zips are `zips` by platform, with its SHA256SUMS.
+fn release_of(version: &str, zips: &[((&str, &str), Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut sums = String::new();
+    for ((os, arch), bytes) in zips {
+        let name = format!("terraform-provider-foo_{version}_{os}_{arch}.zip");
+        sums.push_str(&format!("{}  {name}\n", sha256(bytes)));
+        files.push((name, bytes.clone()));
+    }
+    files.push((
+        format!("terraform-provider-foo_{version}_SHA256SUMS"),
+        sums.into_bytes(),
+    ));
+    files
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_terraform_cannot_install_is_refused_and_one_it_can_installs() {
+    let s = setup("").await;
+    let program: &[u8] = b"#!/bin/sh\necho 'a test provider' >&2\nexit 1\n";
+    let (os, arch) = local_platform();
+    for (what, zip, platform, says) in [
+        (
+            "an empty zip",
+            zip_of(&[]),
+            (os, arch),
+            "holds no executable",
+        ),
+        (
+            "a README alone",
+            zip_of(&[("README.md", b"# foo\n", 0o644)]),
+            (os, arch),
+            "holds no executable",
+        ),
+        (
+            "another provider's executable",
+            zip_of(&[("terraform-provider-bar_v1.2.0", program, 0o755)]),
+            (os, arch),
+            "terraform-provider-bar_v1.2.0 is another provider's",
+        ),
+        (
+            "an executable in a directory",
+            zip_of(&[("bin/terraform-provider-foo_v1.2.0", program, 0o755)]),
+            (os, arch),
+            "holds no executable",
+        ),
+        (
+            "a windows executable without .exe",
+            zip_of(&[("terraform-provider-foo_v1.2.0", program, 0o755)]),
+            ("windows", "amd64"),
+            "does not end in .exe",
+        ),
+    ] {
+        let files = release_of("1.2.0", &[(platform, zip)]);
+        let (status, body) = s
+            .put("providers/acme/foo/1.2.0", PUBLISHER, tar_of(&files))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{what}: {message}");
+        assert!(
+            message.contains("terraform-provider-foo"),
+            "{what}: {message}"
+        );
+    }
+    assert!(files_under(&s.mirror.cache_dir.join("published")).is_empty());
+
+    // The forms Terraform takes: the bare name here, `_v<version>.exe` for windows; the real
+    // terraform installs it.
+    let files = release_of(
+        "1.2.0",
+        &[
+            (
+                (os, arch),
+                zip_of(&[
+                    ("README.md", b"# foo\n", 0o644),
+                    ("terraform-provider-foo", program, 0o755),
+                ]),
+            ),
+            (
+                ("windows", "amd64"),
+                zip_of(&[("terraform-provider-foo_v1.2.0.exe", program, 0o755)]),
+            ),
+        ],
+    );
+    let (status, body) = s
+        .put("providers/acme/foo/1.2.0", PUBLISHER, tar_of(&files))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let tf = Terraform::new(&s.ca, &s.cli());
+    let dir = tf_config::root_module(&format!(
+        "terraform {{\n  required_providers {{\n    foo = {{ source = \"{}/acme/foo\", version = \"1.2.0\" }}\n  }}\n}}\n",
+        s.host
+    ));
+    tf.init(dir.path()).await.assert_success();
+    let installed = dir.path().join(format!(
+        ".terraform/providers/{}/acme/foo/1.2.0/{os}_{arch}/terraform-provider-foo",
+        s.host
+    ));
+    assert_eq!(std::fs::read(&installed).unwrap(), program);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn versions_differing_only_in_build_metadata_are_one_version() {
+    let s = setup("").await;
+    let (status, body) = s
+        .put(
+            "providers/acme/foo/1.0.0",
+            PUBLISHER,
+            tar_of(&release(&s.origin, "1.0.0")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // 1.0.0+evil with other bytes: the same version, so a conflict, and nothing is kept.
+    let before = files_under(&s.mirror.cache_dir);
+    let evil = relabelled(&s.origin, "1.1.0", "1.0.0+evil");
+    let (status, body) = s
+        .put("providers/acme/foo/1.0.0+evil", PUBLISHER, tar_of(&evil))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "conflict", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("1.0.0 is published") && message.contains("build metadata"),
+        "{message}"
+    );
+    let published = |p: &std::path::PathBuf| p.to_string_lossy().contains("published");
+    assert_eq!(
+        files_under(&s.mirror.cache_dir)
+            .into_iter()
+            .filter(published)
+            .collect::<Vec<_>>(),
+        before.into_iter().filter(published).collect::<Vec<_>>()
+    );
+    let (status, index) = s.get(&format!("./{}/acme/foo/index.json", s.host)).await;
+    assert_eq!(status, StatusCode::OK);
+    let index: Value = serde_json::from_slice(&index).unwrap();
+    assert_eq!(index["versions"], json!({ "1.0.0": {} }), "{index}");
+    // The other way round, for modules: a version with build metadata first, then without.
+    let (status, body) = s
+        .put(
+            "modules/acme/vpc/aws/2.0.0+build.1",
+            PUBLISHER,
+            module_tgz("# one\n"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for version in ["2.0.0", "2.0.0+build.2"] {
+        let (status, body) = s
+            .put(
+                &format!("modules/acme/vpc/aws/{version}"),
+                PUBLISHER,
+                module_tgz("# two\n"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{version}: {body}");
+    }
+    let (status, list) = s.get("-/api/v1/publications").await;
+    assert_eq!(status, StatusCode::OK);
+    let list: Value = serde_json::from_slice(&list).unwrap();
+    let versions: Vec<&str> = list["publications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions.len(), 2, "{list}");
+    assert!(
+        versions.contains(&"1.0.0") && versions.contains(&"2.0.0+build.1"),
+        "{list}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_early_413_over_http1_reaches_every_client_under_load() {
+    let s = setup("max_upload_size = \"1MiB\"").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    // Far past the limit: most of it is still on its way when the answer is given.
+    std::fs::write(&file, vec![7u8; 24 << 20]).unwrap();
+    let ca = s.ca.write_ca(dir.path());
+    let url = s.mirror.url("-/api/v1/publish/modules/acme/vpc/aws/1.0.0");
+    let mut statuses = Vec::new();
+    for _round in 0..10 {
+        let runs: Vec<_> = (0..5)
+            .map(|_| {
+                let mut cmd = tokio::process::Command::new("curl");
+                cmd.args(["-sS", "--http1.1", "--cacert"])
+                    .arg(&ca)
+                    .args(["-H", &format!("Authorization: Bearer {PUBLISHER}"), "-T"])
+                    .arg(&file)
+                    .args(["-o", "/dev/null", "-w", "%{http_code}"])
+                    .arg(url.as_str());
+                cmd.output()
+            })
+            .collect();
+        for out in futures_util::future::join_all(runs).await {
+            let out = out.unwrap();
+            statuses.push(format!(
+                "{} {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    let lost: Vec<&String> = statuses.iter().filter(|s| s.as_str() != "413 ").collect();
+    assert!(lost.is_empty(), "{} of 50 lost: {lost:?}", lost.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_import_claims_its_published_versions_before_it_writes_them() {
+    use crate::support::cli::{self, path_str, provender};
+    let work = tempfile::tempdir().unwrap();
+    let s = setup("").await;
+    // Site A publishes several versions (each one more thing for an import to write).
+    let versions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"];
+    for version in versions {
+        let files = relabelled(&s.origin, "1.1.0", version);
+        let (status, body) = s
+            .put(
+                &format!("providers/acme/foo/{version}"),
+                PUBLISHER,
+                tar_of(&files),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{version}: {body}");
+    }
+    let a_cfg = cli::config_file(
+        work.path(),
+        "a.toml",
+        &s.mirror.cache_dir,
+        s.origin.addr(),
+        &s.ca,
+        "",
+    );
+    let bundle = work.path().join("site.bundle");
+    cli::export_bundle(path_str(&a_cfg), &bundle).await;
+
+    // Site B, private `acme` under the same hostname, serving while the bundle is imported.
+    let b_cache = work.path().join("b-cache");
+    let b_key = work.path().join("b-signing.asc");
+    provender(&["keygen", "--provider-signing", "--output", path_str(&b_key)])
+        .await
+        .ok();
+    let publishing = format!(
+        "[publishing]\nhostname = \"{}\"\nsigning_key = \"{}\"\n\n[publishing.namespaces.acme]\n",
+        s.host,
+        b_key.display()
+    );
+    let auth = format!(
+        "[auth]\nurl_signing_key = \"{}\"\n\n[[auth.clients]]\nname = \"platform\"\ntoken = \"{PUBLISHER}\"\n\n[[auth.rules]]\nname = \"platform\"\nclients = [\"platform\"]\npublish = [\"providers:acme/*\"]\n\n",
+        "k".repeat(40)
+    );
+    let b_cfg = cli::config_file(
+        work.path(),
+        "b.toml",
+        &b_cache,
+        s.origin.addr(),
+        &s.ca,
+        &format!("offline = true\n\n{publishing}"),
+    );
+    let b = TestMirror::start_with(
+        &s.ca,
+        &s.origin,
+        MirrorOptions {
+            cache_dir: Some(&b_cache),
+            extra_upstream: "offline = true",
+            extra_toml: &format!("{auth}{publishing}"),
+            ..Default::default()
+        },
+    )
+    .await;
+    let import = tokio::spawn({
+        let (cfg, bundle) = (b_cfg.clone(), bundle.clone());
+        async move { cli::import(path_str(&cfg), &bundle).await }
+    });
+    // As soon as the import writes its first archive, a publisher on B sends other files for
+    // 1.0.0: the import's claim is already there, so the publisher gets 409 and the import
+    // goes through whole.
+    let archives = b_cache.join("archives");
+    let started = std::time::Instant::now();
+    while files_under(&archives).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the import wrote no archive"
+        );
+        assert!(!import.is_finished(), "the import ended before writing");
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    let other = tar_of(&relabelled(&s.origin, "1.0.0", "1.0.0"));
+    let other_files = relabelled(&s.origin, "1.0.0", "1.0.0");
+    let client = https_client(&s.ca, &[]);
+    let got = send(
+        "publish on B",
+        client
+            .put(b.url("-/api/v1/publish/providers/acme/foo/1.0.0"))
+            .bearer_auth(PUBLISHER)
+            .body(other),
+    )
+    .await;
+    let imported = import.await.unwrap();
+    assert_eq!(
+        got.status,
+        StatusCode::CONFLICT,
+        "{}; the import: {}",
+        String::from_utf8_lossy(&got.body),
+        imported.out()
+    );
+    imported.ok();
+    assert!(
+        imported
+            .stdout
+            .contains(&format!("publications recorded: {}", versions.len())),
+        "{}",
+        imported.out()
+    );
+    // What B serves for 1.0.0 is A's release, its records and publication alike.
+    let (os, arch) = local_platform();
+    let name = format!("terraform-provider-foo_1.0.0_{os}_{arch}.zip");
+    let got = send(
+        "archive on B",
+        client
+            .get(b.url(&format!("./{}/acme/foo/{name}", s.host)))
+            .bearer_auth(PUBLISHER),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK);
+    let from_a = relabelled(&s.origin, "1.1.0", "1.0.0");
+    let a_zip = &from_a.iter().find(|f| f.0 == name).unwrap().1;
+    assert_eq!(&got.body[..], &a_zip[..]);
+    assert_ne!(
+        &other_files.iter().find(|f| f.0 == name).unwrap().1[..],
+        &a_zip[..]
+    );
+}

@@ -58,6 +58,14 @@ impl Target {
         }
     }
 
+    /// The kind a rule's `publish` patterns name.
+    fn publish_kind(&self) -> crate::auth::rules::PublishKind {
+        match self {
+            Target::Provider(_) => crate::auth::rules::PublishKind::Provider,
+            Target::Module(_) => crate::auth::rules::PublishKind::Module,
+        }
+    }
+
     /// What a rule's `publish` patterns are matched against: the address without its host.
     fn pattern_subject(&self) -> String {
         match self {
@@ -130,7 +138,7 @@ impl App {
         };
         let (target, version, yank) = parse(rest, hostname)?;
         publisher.check_namespace(hostname, target.namespace())?;
-        principal.may_publish(&target.pattern_subject())?;
+        principal.may_publish(target.publish_kind(), &target.pattern_subject())?;
         if yank {
             if req.method() != Method::POST {
                 return Err(Error::MethodNotAllowed);
