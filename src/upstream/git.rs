@@ -41,9 +41,9 @@ use crate::address::Hostname;
 /// `http.curloptResolve` in 2.20).
 pub const MIN_GIT: (u32, u32) = (2, 31);
 
-/// What a `git archive` tar may add to its files' bytes for each entry: a 512-byte header, a
-/// PAX header for a long name (up to 4 KiB), and padding.
-pub const TAR_OVERHEAD_PER_ENTRY: u64 = 6 * 1024;
+/// What a `git archive` tar may add to its files' bytes for each entry: the same allowance as
+/// any package's tar stream.
+pub use crate::package::TAR_OVERHEAD_PER_ENTRY;
 
 /// Most bytes kept of what a git command prints (other than an archive).
 const MAX_OUTPUT: u64 = 1 << 20;
