@@ -34,7 +34,7 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
 pub use disk::DiskStorage;
-pub use object::{ObjectStorage, ObjectStoreSettings, Provider, StaticCredentials};
+pub use object::{ObjectStorage, ObjectStoreSettings, Provider, StaticCredentials, StoreDeadlines};
 
 /// Where the cache keeps what it stores (`cache.backend`).
 #[derive(Debug, Clone)]

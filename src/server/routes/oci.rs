@@ -58,7 +58,7 @@ impl OciError {
     /// A 401 `UNAUTHORIZED` answer with the `WWW-Authenticate` challenge to follow.
     fn unauthorized(denied: Denied, challenge: String) -> OciError {
         let message = match denied {
-            Denied::Unauthorized(m) | Denied::Forbidden(m) => m,
+            Denied::Unauthorized(m) | Denied::Forbidden(m) | Denied::Unavailable(m) => m,
         };
         OciError {
             challenge: Some(challenge),
@@ -79,7 +79,7 @@ impl OciError {
             Error::Forbidden(_) => "DENIED",
             Error::Policy(_) => "DENIED",
             Error::TooManySignIns(_) => "TOOMANYREQUESTS",
-            Error::Upstream(_) | Error::Storage(_) => "UNAVAILABLE",
+            Error::Upstream(_) | Error::Storage(_) | Error::OutOfTime(_) => "UNAVAILABLE",
             Error::Verification(_)
             | Error::InsufficientStorage(_)
             | Error::Internal(_)
