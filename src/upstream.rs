@@ -315,7 +315,14 @@ impl Upstream {
             .http2_max_header_list_size(
                 u32::try_from(settings.max_header_list_size).unwrap_or(u32::MAX),
             )
-            .pool_idle_timeout(Duration::from_secs(60));
+            .pool_idle_timeout(Duration::from_secs(60))
+            // An HTTP/2 connection carries every request to its host: one that stopped
+            // answering (an origin stalled mid-stream) would hold up all of them, each until
+            // its own deadline, for as long as it stays pooled. A ping unanswered within
+            // `idle_timeout` closes it, so the next request opens a new one.
+            .http2_keep_alive_interval(settings.idle_timeout)
+            .http2_keep_alive_timeout(settings.idle_timeout)
+            .http2_keep_alive_while_idle(true);
         builder = match &settings.proxy {
             // Environment settings (`HTTPS_PROXY`, ...) are ignored: only an explicit choice.
             None => builder.no_proxy(),

@@ -61,6 +61,9 @@ pub struct Kept<T, E> {
 struct KeptState<T, E> {
     held: Option<Held<T, E>>,
     last_attempt: Option<Instant>,
+    /// Why the last fetch failed, while no fetch since has succeeded (a value may still be
+    /// held from before).
+    failing: Option<E>,
 }
 
 /// What the last fetch left.
@@ -86,6 +89,7 @@ impl<T, E> Default for Kept<T, E> {
             state: Arc::new(std::sync::Mutex::new(KeptState {
                 held: None,
                 last_attempt: None,
+                failing: None,
             })),
             fetch: Flights::default(),
         }
@@ -143,6 +147,11 @@ where
         }
     }
 
+    /// Why the last fetch failed, while no fetch since has succeeded.
+    pub fn failing(&self) -> Option<E> {
+        self.state.lock().expect("kept state lock").failing.clone()
+    }
+
     /// One fetch: awaits `fetched` and holds its value, or keeps the value held (else the
     /// error) when it failed.
     async fn record(
@@ -151,6 +160,7 @@ where
     ) -> Result<(), Aborted> {
         let fetched = fetched.await;
         let mut state = state.lock().expect("kept state lock");
+        state.failing = fetched.as_ref().err().cloned();
         let held = match (fetched, state.held.take()) {
             (Ok(value), _) => Held::Value(Arc::new(value), Instant::now()),
             (Err(_), Some(Held::Value(value, at))) => Held::Value(value, at),
@@ -419,7 +429,19 @@ impl Issuers {
                 error: e.message,
                 transient: e.transient,
             })?;
-        Ok(jwt::verify(token, &known.rules, &set, now)?)
+        let verified = jwt::verify(token, &known.rules, &set, now);
+        // A key the set lacks, and the issuer did not answer when asked for it: the token
+        // cannot be checked now, which is not a refusal.
+        if let Err(JwtError::UnknownKey(_)) = &verified {
+            if let Some(e) = known.keys.failing().filter(|e| e.transient) {
+                return Err(TokenRefused::NoKeys {
+                    issuer: known.rules.issuer.clone(),
+                    error: e.message,
+                    transient: true,
+                });
+            }
+        }
+        Ok(verified?)
     }
 }
 

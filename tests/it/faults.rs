@@ -62,11 +62,27 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
     .await
 }
 
-/// `GET url`, read whole or cut off (an empty body then), and how long it took.
+/// `GET url`, read whole or cut off (an empty body then), and how long its answer took to
+/// start (a large body's own time aside), or to end in an error.
 async fn timed(client: &reqwest::Client, url: &str) -> (Got, Duration) {
     let started = Instant::now();
-    let got = send_lenient(url, client.get(url)).await;
-    (got, started.elapsed())
+    let resp = crate::support::within(url, client.get(url).send())
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    let took = started.elapsed();
+    let (status, headers) = (resp.status(), resp.headers().clone());
+    let body = crate::support::within(url, resp.bytes()).await;
+    let took = if body.is_err() {
+        started.elapsed()
+    } else {
+        took
+    };
+    let got = Got {
+        status,
+        headers,
+        body: body.map(|b| b.to_vec()).unwrap_or_default(),
+    };
+    (got, took)
 }
 
 /// A failure a client can act on: 503 or 504 (502 for a connection refused or reset), a JSON
@@ -94,12 +110,14 @@ fn assert_try_later(got: &Got, what: &str) {
 
 /// Asks `url` until it answers 200 (the dependency is back), for up to `limit`.
 async fn recovers(client: &reqwest::Client, url: &str, limit: Duration) -> Got {
+    let mut last = String::new();
     poll(limit, async || {
         let got = send_lenient(url, client.get(url)).await;
-        (got.status == StatusCode::OK).then_some(got)
+        last = format!("{} {}", got.status, got.text());
+        (got.status == StatusCode::OK && !got.body.is_empty()).then_some(got)
     })
     .await
-    .unwrap_or_else(|| panic!("{url} did not recover within {limit:?}"))
+    .unwrap_or_else(|| panic!("{url} did not recover within {limit:?}: last {last}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,14 +288,19 @@ async fn origin_trickles_a_download_that_keeps_coming_is_not_cut() {
     // 2 MiB at 1 MiB/s: longer than the request budget (2 s, which only bounds the answer's
     // start) and the call deadline, but never idle for 1 s.
     proxy.set_fault(Net::Slow(MIB as u64));
-    let (got, took) = timed(&client, &mirror.url(&big_zip("2.0.0"))).await;
+    let started = Instant::now();
+    let (got, _) = timed(&client, &mirror.url(&big_zip("2.0.0"))).await;
+    let took = started.elapsed();
     assert_eq!(got.status, 200);
     assert!(
         got.body == origin.archive("acme", "big", "2.0.0", "linux", "amd64"),
         "served whole after {took:?}"
     );
     assert!(took >= Duration::from_millis(1500), "it was slow: {took:?}");
-    assert_eq!(mirror.cached_archives().len(), 1);
+    crate::support::eventually("the archive is stored", Duration::from_secs(5), || {
+        mirror.cached_archives().len() == 1
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -512,7 +535,9 @@ async fn store_trickles_a_read_that_keeps_coming_is_not_cut() {
         200
     );
     proxy.set_fault(Net::Slow(MIB as u64));
-    let (got, took) = timed(&client, &b.url(&big_zip("1.0.0"))).await;
+    let started = Instant::now();
+    let (got, _) = timed(&client, &b.url(&big_zip("1.0.0"))).await;
+    let took = started.elapsed();
     assert_eq!(got.status, 200);
     assert!(
         got.body == origin.archive("acme", "big", "1.0.0", "linux", "amd64"),
