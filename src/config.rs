@@ -2268,6 +2268,45 @@ mod tests {
     }
 
     #[test]
+    fn deadlines_are_checked_naming_the_key() {
+        let defaults = Config::from_toml("").unwrap().validate().unwrap();
+        assert_eq!(defaults.server.request_budget, Duration::from_secs(30));
+        assert_eq!(defaults.server.ready_timeout, Duration::from_secs(5));
+        for key in ["request_budget", "ready_timeout"] {
+            let e = err(&format!("[server]\n{key} = '0s'"));
+            assert!(e.contains(&format!("server.{key}")), "{e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!(
+            "[cache]\nbackend = 'directory'\n[cache.object_store]\nbucket = '{}'",
+            dir.path().display()
+        );
+        let settings = Config::from_toml(&format!("{store}\nrequest_timeout = '6s'\nretries = 0"))
+            .unwrap()
+            .validate()
+            .unwrap();
+        let StorageSettings::Object(os) = settings.cache.storage else {
+            panic!("a directory is an object store");
+        };
+        assert_eq!(os.deadlines.request, Duration::from_secs(6));
+        assert_eq!(os.deadlines.retries, 0);
+        assert_eq!(os.deadlines.idle, Duration::from_secs(10));
+        for key in [
+            "connect_timeout",
+            "request_timeout",
+            "idle_timeout",
+            "breaker_cooldown",
+        ] {
+            let e = err(&format!("{store}\n{key} = '0s'"));
+            assert!(e.contains(&format!("cache.object_store.{key}")), "{e}");
+        }
+        let e = err(&format!("{store}\nconnect_timeout = '20s'"));
+        assert!(e.contains("cache.object_store.request_timeout"), "{e}");
+        let e = err(&format!("{store}\nretries = 11"));
+        assert!(e.contains("cache.object_store.retries"), "{e}");
+    }
+
+    #[test]
     fn connection_limits_are_checked() {
         for key in [
             "tls_handshake_timeout",

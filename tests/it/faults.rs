@@ -303,6 +303,55 @@ async fn origin_trickles_a_download_that_keeps_coming_is_not_cut() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_budget_bounds_every_call_made_for_it() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let proxy = Throttle::start(origin.addr()).await;
+    // Calls to the origin may take 20 s; a client's request may wait 1 s.
+    let mirror = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            connect_to: Some(proxy.addr()),
+            extra_upstream: "request_timeout = \"20s\"\nidle_timeout = \"20s\"\nretries = 0",
+            extra_server: "request_budget = \"1s\"",
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    proxy.set_fault(Net::Blackhole);
+    let (got, took) = timed(&client, &mirror.url(&foo("index.json"))).await;
+    assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT, "{}", got.text());
+    assert_eq!(got.code(), "deadline_exceeded");
+    assert!(
+        got.message().contains("server.request_budget"),
+        "{}",
+        got.text()
+    );
+    assert_try_later(&got, "out of budget");
+    assert!(took < Duration::from_millis(1800), "took {took:?}");
+    let m = mirror.metrics(&client).await;
+    assert_eq!(
+        crate::support::sample(
+            &m,
+            "provender_http_requests_total{route=\"index\",status=\"504\"}"
+        ),
+        1,
+        "counted under its route: {m}"
+    );
+
+    // The list's fetch went on in its own flight; once the origin answers, it is served.
+    proxy.set_fault(Net::Pass);
+    recovers(
+        &client,
+        &mirror.url(&foo("index.json")),
+        Duration::from_secs(25),
+    )
+    .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The object store.
 
