@@ -190,12 +190,13 @@ impl ObjectStorage {
         crate::tls::install_crypto_provider();
         let deadlines = settings.deadlines;
         // No overall timeout in the client: it would cut long archive streams. Each call is
-        // bounded here instead (`call`), and a body by the wait between its chunks.
+        // bounded here instead (`call`), and a body by the wait between its chunks
+        // (`idle_bounded`), which also covers a read the client retries on its own.
         let mut options = ClientOptions::new()
             .with_allow_http(settings.allow_http)
             .with_timeout_disabled()
-            .with_connect_timeout(deadlines.connect)
-            .with_read_timeout(deadlines.idle);
+            .with_read_timeout_disabled()
+            .with_connect_timeout(deadlines.connect);
         // Retries stop before the call's own deadline would cut them off.
         let retry = RetryConfig {
             backoff: BackoffConfig {
@@ -361,13 +362,11 @@ impl ObjectStorage {
         let message = e.to_string();
         let (store, key) = (self.name.clone(), key.to_string());
         match e {
-            object_store::Error::Generic { .. } | object_store::Error::NotImplemented { .. } => {
-                StorageError::Unavailable {
-                    store,
-                    key,
-                    message,
-                }
-            }
+            e if unanswered(e) => StorageError::Unavailable {
+                store,
+                key,
+                message,
+            },
             _ => StorageError::Failed {
                 store,
                 key,
@@ -508,6 +507,30 @@ fn idle_bounded(
             )),
         }
     })
+}
+
+/// Whether `e` says the store did not answer (usefully) for now: no connection, a broken or
+/// timed-out exchange, a 5xx other than 501, a 429. Only these make a call
+/// [`StorageError::Unavailable`] and count towards opening the store's circuit; any other answer
+/// (a refusal, a call the store does not implement) is the store answering.
+fn unanswered(e: &object_store::Error) -> bool {
+    if !matches!(e, object_store::Error::Generic { .. }) {
+        return false;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<object_store::client::HttpError>()
+            .is_some()
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    // A status the store answered with (object_store's retry error names it in its text).
+    let text = e.to_string();
+    text.split("status code: ")
+        .skip(1)
+        .any(|rest| rest.starts_with('5') && !rest.starts_with("501") || rest.starts_with("429"))
 }
 
 fn not_found(e: &object_store::Error) -> bool {

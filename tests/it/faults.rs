@@ -438,6 +438,8 @@ async fn fleet(bucket: &str) -> Fleet {
 /// fault ends, the same archive is served, whole and right, and `b` is ready again.
 async fn store_fault_serves_memory_and_local_tier(fault: Net, bucket: &str) {
     let Fleet {
+        _work,
+        _garage,
         origin,
         proxy,
         a,
@@ -453,7 +455,8 @@ async fn store_fault_serves_memory_and_local_tier(fault: Net, bucket: &str) {
         format!("{REGISTRY}/acme/big/index.json"),
         big_zip("1.0.0"),
     ] {
-        assert_eq!(get(&client, &a.url(&path)).await.status, 200, "a: {path}");
+        let got = get(&client, &a.url(&path)).await;
+        assert_eq!(got.status, 200, "a: {path}: {}", got.text());
     }
     // b reads foo through the store (copying its archive to its local tier), and big's records.
     for path in [
@@ -533,6 +536,8 @@ async fn store_resets_memory_and_local_tier_serve_the_rest_is_a_503_in_time() {
 #[tokio::test(flavor = "multi_thread")]
 async fn store_stalls_mid_archive_the_download_ends_in_time() {
     let Fleet {
+        _work,
+        _garage,
         origin,
         proxy,
         a,
@@ -569,6 +574,8 @@ async fn store_stalls_mid_archive_the_download_ends_in_time() {
 #[tokio::test(flavor = "multi_thread")]
 async fn store_trickles_a_read_that_keeps_coming_is_not_cut() {
     let Fleet {
+        _work,
+        _garage,
         origin,
         proxy,
         a,
