@@ -785,6 +785,18 @@ connect_to = "{proxy}"
         got.text()
     );
     assert!(took < Duration::from_millis(2500), "took {took:?}");
+    // The OCI registry says so in its own terms.
+    let tags = mirror.root_url(&format!("/v2/{REGISTRY}/acme/foo/tags/list"));
+    let token = issuer.token(&claims("oci"));
+    let got = send_lenient(&tags, client.get(&tags).bearer_auth(token)).await;
+    assert_eq!(
+        got.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        got.text()
+    );
+    assert!(got.text().contains("UNAVAILABLE"), "{}", got.text());
+    assert!(got.headers.contains_key("retry-after"), "{:?}", got.headers);
 
     proxy.set_fault(Net::Pass);
     let recovered = poll(Duration::from_secs(5), async || {
