@@ -512,6 +512,9 @@ pub enum Denied {
     Unauthorized(String),
     /// A signed URL that is tampered with or expired: 403.
     Forbidden(String),
+    /// The credentials cannot be checked now (an issuer's keys cannot be fetched): 503 with
+    /// `Retry-After`, not a refusal of the client.
+    Unavailable(String),
 }
 
 impl Denied {
@@ -520,6 +523,7 @@ impl Denied {
         match self {
             Denied::Unauthorized(_) => 401,
             Denied::Forbidden(_) => 403,
+            Denied::Unavailable(_) => 503,
         }
     }
 
@@ -528,6 +532,7 @@ impl Denied {
         let (code, message) = match self {
             Denied::Unauthorized(m) => ("unauthorized", m),
             Denied::Forbidden(m) => ("forbidden", m),
+            Denied::Unavailable(m) => ("issuer_unavailable", m),
         };
         serde_json::json!({
             "error": { "status": self.status(), "code": code, "message": message }
@@ -539,7 +544,7 @@ impl Denied {
     pub fn challenge(&self) -> Option<&'static str> {
         match self {
             Denied::Unauthorized(_) => Some("Bearer realm=\"provender\""),
-            Denied::Forbidden(_) => None,
+            Denied::Forbidden(_) | Denied::Unavailable(_) => None,
         }
     }
 }

@@ -746,6 +746,12 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     pub tls_reload_interval: Duration,
     pub access_log: bool,
+    /// The most a client request waits for its answer to start, whatever it waits on.
+    #[serde(with = "humantime_serde")]
+    pub request_budget: Duration,
+    /// The most `/readyz` waits for the cache's store to answer.
+    #[serde(with = "humantime_serde")]
+    pub ready_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub tls_handshake_timeout: Duration,
     #[serde(with = "humantime_serde")]
@@ -769,6 +775,8 @@ impl Default for ServerConfig {
             public_url: None,
             shutdown_grace: Duration::from_secs(30),
             drain_delay: Duration::ZERO,
+            request_budget: Duration::from_secs(30),
+            ready_timeout: Duration::from_secs(5),
             tls_reload_interval: Duration::from_secs(60),
             access_log: false,
             tls_handshake_timeout: Duration::from_secs(10),
@@ -849,6 +857,44 @@ pub struct ObjectStoreConfig {
     pub access_key_id: Option<String>,
     #[serde(default)]
     pub secret_access_key_file: Option<PathBuf>,
+    /// Deadlines and the circuit breaker of every call to the store (see
+    /// `storage::StoreDeadlines`).
+    #[serde(default = "default_store_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_store_request_timeout", with = "humantime_serde")]
+    pub request_timeout: Duration,
+    #[serde(default = "default_store_idle_timeout", with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(default = "default_store_retries")]
+    pub retries: usize,
+    #[serde(default = "default_store_breaker_failures")]
+    pub breaker_failures: u32,
+    #[serde(default = "default_store_breaker_cooldown", with = "humantime_serde")]
+    pub breaker_cooldown: Duration,
+}
+
+fn default_store_connect_timeout() -> Duration {
+    crate::storage::StoreDeadlines::default().connect
+}
+
+fn default_store_request_timeout() -> Duration {
+    crate::storage::StoreDeadlines::default().request
+}
+
+fn default_store_idle_timeout() -> Duration {
+    crate::storage::StoreDeadlines::default().idle
+}
+
+fn default_store_retries() -> usize {
+    crate::storage::StoreDeadlines::default().retries
+}
+
+fn default_store_breaker_failures() -> u32 {
+    crate::storage::StoreDeadlines::default().breaker_failures
+}
+
+fn default_store_breaker_cooldown() -> Duration {
+    crate::storage::StoreDeadlines::default().breaker_cooldown
 }
 
 // The key id is not secret, but keep the table's Debug output in one style with the others.
@@ -864,6 +910,12 @@ impl std::fmt::Debug for ObjectStoreConfig {
             .field("ca_file", &self.ca_file)
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key_file", &self.secret_access_key_file)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("retries", &self.retries)
+            .field("breaker_failures", &self.breaker_failures)
+            .field("breaker_cooldown", &self.breaker_cooldown)
             .finish()
     }
 }
@@ -1193,6 +1245,8 @@ impl ServerConfig {
             ));
         }
         for (key, value) in [
+            ("server.request_budget", s.request_budget),
+            ("server.ready_timeout", s.ready_timeout),
             ("server.tls_handshake_timeout", s.tls_handshake_timeout),
             ("server.header_read_timeout", s.header_read_timeout),
             ("server.idle_timeout", s.idle_timeout),
@@ -1268,6 +1322,8 @@ impl ServerConfig {
             drain_delay: s.drain_delay,
             tls_reload_interval: s.tls_reload_interval,
             access_log: s.access_log,
+            request_budget: s.request_budget,
+            ready_timeout: s.ready_timeout,
             connections: ConnectionLimits {
                 tls_handshake_timeout: s.tls_handshake_timeout,
                 header_read_timeout: s.header_read_timeout,
@@ -1475,6 +1531,7 @@ impl ObjectStoreConfig {
             }
         };
         Ok(crate::storage::ObjectStoreSettings {
+            deadlines: self.deadlines()?,
             credentials,
             provider,
             bucket: self.bucket.clone(),
@@ -1489,6 +1546,40 @@ impl ObjectStoreConfig {
 }
 
 impl ObjectStoreConfig {
+    /// The deadlines and breaker of calls to the store: every timeout longer than zero, and
+    /// each call's whole deadline (`request_timeout`) at least as long as a connection may
+    /// take to open.
+    fn deadlines(&self) -> Result<crate::storage::StoreDeadlines, ConfigError> {
+        let key = |k: &str| format!("cache.object_store.{k}");
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("breaker_cooldown", self.breaker_cooldown),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key(name), "must be longer than zero"));
+            }
+        }
+        if self.request_timeout < self.connect_timeout {
+            return Err(invalid(
+                key("request_timeout"),
+                "must be at least cache.object_store.connect_timeout: it bounds the whole call",
+            ));
+        }
+        if self.retries > 10 {
+            return Err(invalid(key("retries"), "must be at most 10"));
+        }
+        Ok(crate::storage::StoreDeadlines {
+            connect: self.connect_timeout,
+            request: self.request_timeout,
+            idle: self.idle_timeout,
+            retries: self.retries,
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: self.breaker_cooldown,
+        })
+    }
+
     /// `[cache.object_store]` with `cache.backend = "directory"`: `bucket` is the shared
     /// directory, and the keys of network stores are refused rather than ignored.
     fn validate_directory(&self) -> Result<crate::storage::ObjectStoreSettings, ConfigError> {
@@ -1533,10 +1624,12 @@ impl ObjectStoreConfig {
                 format!("{:?} must be /-separated names", self.prefix),
             ));
         }
-        Ok(crate::storage::ObjectStoreSettings::directory(
+        let mut settings = crate::storage::ObjectStoreSettings::directory(
             std::path::Path::new(self.bucket.trim_end_matches('/')),
             &prefix,
-        ))
+        );
+        settings.deadlines = self.deadlines()?;
+        Ok(settings)
     }
 }
 
@@ -2034,6 +2127,12 @@ pub struct ServerSettings {
     pub tls_reload_interval: Duration,
     /// Log one line per request (target `provender::access`).
     pub access_log: bool,
+    /// How long a client request may wait for its answer to start (its head): every call made
+    /// for it is cut off then, and it is answered 504 with `Retry-After`. The git door and
+    /// uploads are outside it (`server.request_budget`).
+    pub request_budget: Duration,
+    /// How long `/readyz` waits for the store (`server.ready_timeout`).
+    pub ready_timeout: Duration,
     pub connections: ConnectionLimits,
 }
 
@@ -2297,6 +2396,45 @@ mod tests {
             "backend = 'directory'\nredirect_downloads = true",
         );
         assert!(err(&redirect).contains("cache.redirect_downloads"));
+    }
+
+    #[test]
+    fn deadlines_are_checked_naming_the_key() {
+        let defaults = Config::from_toml("").unwrap().validate().unwrap();
+        assert_eq!(defaults.server.request_budget, Duration::from_secs(30));
+        assert_eq!(defaults.server.ready_timeout, Duration::from_secs(5));
+        for key in ["request_budget", "ready_timeout"] {
+            let e = err(&format!("[server]\n{key} = '0s'"));
+            assert!(e.contains(&format!("server.{key}")), "{e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = format!(
+            "[cache]\nbackend = 'directory'\n[cache.object_store]\nbucket = '{}'",
+            dir.path().display()
+        );
+        let settings = Config::from_toml(&format!("{store}\nrequest_timeout = '6s'\nretries = 0"))
+            .unwrap()
+            .validate()
+            .unwrap();
+        let StorageSettings::Object(os) = settings.cache.storage else {
+            panic!("a directory is an object store");
+        };
+        assert_eq!(os.deadlines.request, Duration::from_secs(6));
+        assert_eq!(os.deadlines.retries, 0);
+        assert_eq!(os.deadlines.idle, Duration::from_secs(10));
+        for key in [
+            "connect_timeout",
+            "request_timeout",
+            "idle_timeout",
+            "breaker_cooldown",
+        ] {
+            let e = err(&format!("{store}\n{key} = '0s'"));
+            assert!(e.contains(&format!("cache.object_store.{key}")), "{e}");
+        }
+        let e = err(&format!("{store}\nconnect_timeout = '20s'"));
+        assert!(e.contains("cache.object_store.request_timeout"), "{e}");
+        let e = err(&format!("{store}\nretries = 11"));
+        assert!(e.contains("cache.object_store.retries"), "{e}");
     }
 
     #[test]

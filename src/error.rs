@@ -74,7 +74,18 @@ pub enum Error {
     /// Our own fault: disk I/O, a bug.
     #[error("{0}")]
     Internal(#[from] Internal),
+    /// The request's budget (`server.request_budget`) ran out before its answer could start:
+    /// something it needs (an origin, the store, an issuer, a centre) is slow or not answering.
+    #[error(
+        "no answer within {} (server.request_budget): a dependency is slow or not answering; try again shortly",
+        humantime::format_duration(*.0)
+    )]
+    OutOfTime(std::time::Duration),
 }
+
+/// What `Retry-After` says to a client whose request a dependency failed (a timeout, no
+/// connection, an open circuit, the store unavailable): soon, but not at once.
+pub const RETRY_SOON: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a verification failure or a policy refusal is about.
 #[derive(Debug, Clone)]
@@ -296,6 +307,7 @@ impl Error {
             Error::Storage(e) => e.status(),
             Error::Publish(e) => e.status(),
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::OutOfTime(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -321,6 +333,7 @@ impl Error {
             Error::Storage(_) => "storage_error",
             Error::Publish(e) => e.code(),
             Error::Internal(_) => "internal_error",
+            Error::OutOfTime(_) => "deadline_exceeded",
         }
     }
 
@@ -399,6 +412,11 @@ impl Error {
         match self {
             Error::TooManySignIns(e) => Some(e.retry_after),
             Error::Busy { retry_after, .. } => Some(*retry_after),
+            Error::OutOfTime(_) => Some(RETRY_SOON),
+            Error::Storage(crate::storage::StorageError::Unavailable { .. }) => Some(RETRY_SOON),
+            Error::Upstream(e) if e.status().is_server_error() && e.unanswered() => {
+                Some(RETRY_SOON)
+            }
             _ => None,
         }
     }

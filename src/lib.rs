@@ -6,6 +6,7 @@
 
 pub mod address;
 pub mod auth;
+pub mod breaker;
 pub mod cache;
 pub mod catalogue;
 pub mod cli;

@@ -34,10 +34,12 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 
 pub use disk::DiskStorage;
-pub use object::{ObjectStorage, ObjectStoreSettings, Provider, StaticCredentials};
+pub use object::{ObjectStorage, ObjectStoreSettings, Provider, StaticCredentials, StoreDeadlines};
 
 /// Where the cache keeps what it stores (`cache.backend`).
 #[derive(Debug, Clone)]
+// Built once at start-up and held once: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum StorageSettings {
     /// Files under this directory (`cache.dir`).
     Disk(std::path::PathBuf),

@@ -8,7 +8,6 @@
 //! metric outcome and the HTTP status a client sees. It knows nothing about caching or the mirror
 //! protocol.
 
-mod breaker;
 mod documents;
 mod git;
 pub mod health;
@@ -27,7 +26,8 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use url::Url;
 
-pub use breaker::Circuit;
+use crate::breaker;
+pub use crate::breaker::Circuit;
 pub use documents::{
     DocumentError, ModuleVersionList, Services, VersionList, parse_discovery, parse_download,
     parse_module_versions, parse_versions,
@@ -168,13 +168,26 @@ impl UpstreamError {
         }
     }
 
-    /// The HTTP status a client of the mirror sees: 504 for a timeout, 404 when the host is not
-    /// a registry of the wanted kind, 502 otherwise.
+    /// The HTTP status a client of the mirror sees: 504 for a timeout, 503 while the host's
+    /// circuit is open, 404 when the host is not a registry of the wanted kind, 502 otherwise.
     pub fn status(&self) -> http::StatusCode {
         match self {
             UpstreamError::Timeout(_) => http::StatusCode::GATEWAY_TIMEOUT,
+            UpstreamError::CircuitOpen(_) => http::StatusCode::SERVICE_UNAVAILABLE,
             UpstreamError::NotARegistry(_) => http::StatusCode::NOT_FOUND,
             _ => http::StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Whether the host did not answer usefully for now (a timeout, no connection, a 5xx, its
+    /// circuit open), so asking again later may succeed: what a client is told to wait for.
+    pub fn unanswered(&self) -> bool {
+        match self {
+            UpstreamError::Timeout(_)
+            | UpstreamError::Connect(_)
+            | UpstreamError::CircuitOpen(_) => true,
+            UpstreamError::Status { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
         }
     }
 
@@ -327,7 +340,14 @@ impl Upstream {
             .http2_max_header_list_size(
                 u32::try_from(settings.max_header_list_size).unwrap_or(u32::MAX),
             )
-            .pool_idle_timeout(Duration::from_secs(60));
+            .pool_idle_timeout(Duration::from_secs(60))
+            // An HTTP/2 connection carries every request to its host: one that stopped
+            // answering (an origin stalled mid-stream) would hold up all of them, each until
+            // its own deadline, for as long as it stays pooled. A ping unanswered within
+            // `idle_timeout` closes it, so the next request opens a new one.
+            .http2_keep_alive_interval(settings.idle_timeout)
+            .http2_keep_alive_timeout(settings.idle_timeout)
+            .http2_keep_alive_while_idle(true);
         builder = match &settings.proxy {
             // Environment settings (`HTTPS_PROXY`, ...) are ignored: only an explicit choice.
             None => builder.no_proxy(),

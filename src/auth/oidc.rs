@@ -61,6 +61,9 @@ pub struct Kept<T, E> {
 struct KeptState<T, E> {
     held: Option<Held<T, E>>,
     last_attempt: Option<Instant>,
+    /// Why the last fetch failed, while no fetch since has succeeded (a value may still be
+    /// held from before).
+    failing: Option<E>,
 }
 
 /// What the last fetch left.
@@ -86,6 +89,7 @@ impl<T, E> Default for Kept<T, E> {
             state: Arc::new(std::sync::Mutex::new(KeptState {
                 held: None,
                 last_attempt: None,
+                failing: None,
             })),
             fetch: Flights::default(),
         }
@@ -143,6 +147,11 @@ where
         }
     }
 
+    /// Why the last fetch failed, while no fetch since has succeeded.
+    pub fn failing(&self) -> Option<E> {
+        self.state.lock().expect("kept state lock").failing.clone()
+    }
+
     /// One fetch: awaits `fetched` and holds its value, or keeps the value held (else the
     /// error) when it failed.
     async fn record(
@@ -151,6 +160,7 @@ where
     ) -> Result<(), Aborted> {
         let fetched = fetched.await;
         let mut state = state.lock().expect("kept state lock");
+        state.failing = fetched.as_ref().err().cloned();
         let held = match (fetched, state.held.take()) {
             (Ok(value), _) => Held::Value(Arc::new(value), Instant::now()),
             (Err(_), Some(Held::Value(value, at))) => Held::Value(value, at),
@@ -285,14 +295,36 @@ impl IssuerConfig {
     }
 }
 
-/// Why an issuer's key set could not be fetched.
+/// Why an issuer's key set could not be fetched; `transient` when the issuer did not answer
+/// (a timeout, no connection, a 5xx, its circuit open), so asking again later may succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-struct KeysUnavailable(String);
+#[error("{message}")]
+pub struct KeysUnavailable {
+    pub message: String,
+    pub transient: bool,
+}
+
+impl KeysUnavailable {
+    /// The issuer did not answer (usefully) for now.
+    pub fn transient(message: impl Into<String>) -> KeysUnavailable {
+        KeysUnavailable {
+            message: message.into(),
+            transient: true,
+        }
+    }
+
+    /// What the issuer answered, or where it points, cannot be used.
+    pub fn lasting(message: impl Into<String>) -> KeysUnavailable {
+        KeysUnavailable {
+            message: message.into(),
+            transient: false,
+        }
+    }
+}
 
 impl From<Aborted> for KeysUnavailable {
     fn from(aborted: Aborted) -> Self {
-        KeysUnavailable(aborted.to_string())
+        KeysUnavailable::transient(aborted.to_string())
     }
 }
 
@@ -303,8 +335,13 @@ pub enum TokenRefused {
     UnknownIssuer,
     #[error("{0}")]
     Invalid(#[from] JwtError),
+    /// `transient`: the issuer did not answer, rather than answered something unusable.
     #[error("the keys of issuer {issuer} cannot be fetched: {error}")]
-    NoKeys { issuer: String, error: String },
+    NoKeys {
+        issuer: String,
+        error: String,
+        transient: bool,
+    },
 }
 
 /// The configured issuers and their keys.
@@ -353,7 +390,7 @@ impl Issuers {
     ) -> Result<Identity, TokenRefused>
     where
         F: FnOnce(url::Url) -> Fut,
-        Fut: Future<Output = Result<bytes::Bytes, String>> + Send + 'static,
+        Fut: Future<Output = Result<bytes::Bytes, KeysUnavailable>> + Send + 'static,
     {
         let claimed = jwt::peek(token)?;
         let known = self
@@ -372,26 +409,39 @@ impl Issuers {
             async move {
                 let set = fetched
                     .await
-                    .and_then(|body| KeySet::from_jwks(&body))
+                    .and_then(|body| KeySet::from_jwks(&body).map_err(KeysUnavailable::lasting))
                     .and_then(|set| match set.is_empty() {
-                        true => Err("its key set has no usable key".to_string()),
+                        true => Err(KeysUnavailable::lasting("its key set has no usable key")),
                         false => Ok(set),
                     });
                 if let Err(e) = &set {
                     tracing::warn!(issuer = %url, "cannot fetch the issuer's keys: {e}");
                 }
-                set.map_err(KeysUnavailable)
+                set
             }
         };
         let set = known
             .keys
             .get(known.rules.refetch_interval, judge, fetch)
             .await
-            .map_err(|KeysUnavailable(error)| TokenRefused::NoKeys {
+            .map_err(|e| TokenRefused::NoKeys {
                 issuer: known.rules.issuer.clone(),
-                error,
+                error: e.message,
+                transient: e.transient,
             })?;
-        Ok(jwt::verify(token, &known.rules, &set, now)?)
+        let verified = jwt::verify(token, &known.rules, &set, now);
+        // A key the set lacks, and the issuer did not answer when asked for it: the token
+        // cannot be checked now, which is not a refusal.
+        if let Err(JwtError::UnknownKey(_)) = &verified {
+            if let Some(e) = known.keys.failing().filter(|e| e.transient) {
+                return Err(TokenRefused::NoKeys {
+                    issuer: known.rules.issuer.clone(),
+                    error: e.message,
+                    transient: true,
+                });
+            }
+        }
+        Ok(verified?)
     }
 }
 
@@ -441,7 +491,7 @@ mod tests {
         let fetches = AtomicUsize::new(0);
         let failing = |_url: url::Url| {
             fetches.fetch_add(1, Ordering::SeqCst);
-            async { Err::<bytes::Bytes, _>("connection refused".to_string()) }
+            async { Err::<bytes::Bytes, _>(KeysUnavailable::transient("connection refused")) }
         };
         // A token for an unknown issuer never causes a fetch.
         let other = "eyJhbGciOiJFUzI1NiJ9.eyJpc3MiOiJodHRwczovL290aGVyLmV4YW1wbGUifQ.c2ln";
@@ -472,7 +522,7 @@ mod tests {
             let fetches = fetches.clone();
             move || async move {
                 fetches.fetch_add(1, Ordering::SeqCst);
-                result.map_err(|e| KeysUnavailable(e.into()))
+                result.map_err(KeysUnavailable::transient)
             }
         };
         let (ok, failing) = (Ok("endpoints"), Err("down"));
@@ -499,7 +549,7 @@ mod tests {
         let empty: Kept<&str, KeysUnavailable> = Kept::default();
         for _ in 0..5 {
             let got = empty.get(interval, judged(Judged::Unusable), answer(failing));
-            assert_eq!(got.await, Err(KeysUnavailable("down".into())));
+            assert_eq!(got.await, Err(KeysUnavailable::transient("down")));
         }
         assert_eq!(fetches.load(Ordering::SeqCst), 3);
         tokio::time::sleep(interval).await;

@@ -53,9 +53,6 @@ impl From<admission::AdmitError> for Error {
     }
 }
 
-/// How long the readiness check waits for the cache.
-const NOT_READY_AFTER: Duration = Duration::from_secs(5);
-
 /// Why the cache cannot serve now (`/readyz` answers 503 with this as its reason).
 #[derive(Debug, thiserror::Error)]
 pub enum NotReady {
@@ -63,8 +60,8 @@ pub enum NotReady {
     Store(crate::storage::StorageError),
     #[error("downloads cannot be staged: {0}")]
     Staging(std::io::Error),
-    #[error("the cache did not answer within {}s", NOT_READY_AFTER.as_secs())]
-    Timeout,
+    #[error("the cache did not answer within {} (server.ready_timeout)", humantime::format_duration(*.0))]
+    Timeout(Duration),
 }
 
 mod fill;
@@ -463,9 +460,10 @@ impl Core {
                 .map_err(NotReady::Store)?;
             self.staging.probe().await.map_err(NotReady::Staging)
         };
-        match tokio::time::timeout(NOT_READY_AFTER, checks).await {
+        let limit = self.settings.server.ready_timeout;
+        match tokio::time::timeout(limit, checks).await {
             Ok(result) => result,
-            Err(_) => Err(NotReady::Timeout),
+            Err(_) => Err(NotReady::Timeout(limit)),
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::address::{GitRepo, ModuleAddr, ProviderAddr};
 use crate::auth::jwt;
-use crate::auth::oidc::Issuers;
+use crate::auth::oidc::{Issuers, TokenRefused};
 use crate::auth::rules::Rule;
 use crate::auth::{Denied, credentials_of};
 use crate::config::Settings;
@@ -167,7 +167,13 @@ impl Identities {
         let core = self.core.clone();
         let fetch = move |issuer: url::Url| async move {
             let client = core.identity_client();
-            client.issuer_keys(&issuer).await.map_err(|e| e.to_string())
+            client.issuer_keys(&issuer).await.map_err(|e| {
+                let transient = e.unanswered();
+                crate::auth::oidc::KeysUnavailable {
+                    message: e.to_string(),
+                    transient,
+                }
+            })
         };
         match self
             .issuers
@@ -177,6 +183,16 @@ impl Identities {
             Ok(identity) => {
                 tracing::debug!(identity = %identity.name, "ID token accepted");
                 Ok(Principal::named(identity.name, &self.settings))
+            }
+            Err(
+                unavailable @ TokenRefused::NoKeys {
+                    transient: true, ..
+                },
+            ) => {
+                tracing::warn!("ID token not checked: {unavailable}");
+                Err(Denied::Unavailable(format!(
+                    "the ID token cannot be checked now: {unavailable}"
+                )))
             }
             Err(refused) => {
                 tracing::info!("ID token refused: {refused}");

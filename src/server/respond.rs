@@ -72,6 +72,12 @@ pub(super) fn denied_response(denied: &Denied) -> Response<Body> {
             HeaderValue::from_static(challenge),
         );
     }
+    if matches!(denied, Denied::Unavailable(_)) {
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(crate::error::RETRY_SOON.as_secs()),
+        );
+    }
     resp
 }
 

@@ -257,16 +257,35 @@ impl App {
         // Only the sign-in form has a body; every other route reads the head alone.
         let (head, body) = req.into_parts();
         let req = Request::from_parts(head, ());
-        // Who is asking, once per request: the routes decide what that allows.
-        let who = self
-            .identities
-            .check(
-                req.headers()
-                    .get(header::AUTHORIZATION)
-                    .map(HeaderValue::as_bytes),
-            )
-            .await;
-        let (route, result) = self.route(&req, body, &who, peer).await;
+        let answer = async {
+            // Who is asking, once per request: the routes decide what that allows.
+            let who = self
+                .identities
+                .check(
+                    req.headers()
+                        .get(header::AUTHORIZATION)
+                        .map(HeaderValue::as_bytes),
+                )
+                .await;
+            let (route, result) = self.route(&req, body, &who, peer).await;
+            (who.ok(), route, result)
+        };
+        // The request's budget bounds everything done for it before its answer starts: the
+        // identity check (an issuer's keys), the store, origins, a centre. Dropping the work
+        // cancels the calls made for it; fills and single flights run on in their own tasks.
+        let (who, route, result) = if self.budgeted(req.uri().path()) {
+            let budget = self.settings.server.request_budget;
+            match tokio::time::timeout(budget, answer).await {
+                Ok(answered) => answered,
+                Err(_) => (
+                    None,
+                    self.route_of(req.uri().path()),
+                    Err(Error::OutOfTime(budget)),
+                ),
+            }
+        } else {
+            answer.await
+        };
         let mut resp = result.unwrap_or_else(|e| {
             if e.status().is_server_error() {
                 tracing::warn!(path = %req.uri().path(), status = e.status().as_u16(), "{e}");
@@ -293,11 +312,63 @@ impl App {
             let client = resp
                 .extensions()
                 .get::<Principal>()
-                .or(who.as_ref().ok())
+                .or(who.as_ref())
                 .map_or("-", |p| &*p.name);
             access_log(&req, &resp, route, peer, client, started);
         }
         Ok(resp)
+    }
+
+    /// Whether `server.request_budget` applies to a request for `path`: everything but the
+    /// git door (whose refreshes and streams have `git.*` deadlines of their own) and the
+    /// publishing API (whose uploads are as long as they are large).
+    fn budgeted(&self, path: &str) -> bool {
+        let Some(rest) = path.strip_prefix(self.settings.server.base_path.as_str()) else {
+            return true;
+        };
+        !(rest.starts_with("git/") || rest.starts_with("-/api/v1/publish/"))
+    }
+
+    /// The route a request for `path` takes, for the metrics of one whose budget ran out
+    /// (what [`route`](Self::route) would have said, from the path alone).
+    fn route_of(&self, path: &str) -> Route {
+        match path {
+            "/healthz" => return Route::Health,
+            "/readyz" => return Route::Ready,
+            "/metrics" => return Route::Metrics,
+            "/.well-known/terraform.json" => return Route::Discovery,
+            _ if path == "/v2" || path.starts_with("/v2/") => return Route::Oci,
+            _ => {}
+        }
+        let base = self.settings.server.base_path.as_str();
+        let Some(rest) = path.strip_prefix(base) else {
+            return Route::Page;
+        };
+        if let Some(site) = rest.strip_prefix("-/") {
+            return if site.starts_with("api/") {
+                Route::Api
+            } else {
+                Route::Page
+            };
+        }
+        if rest.is_empty() {
+            Route::Page
+        } else if rest.starts_with("v1/providers/") {
+            Route::Registry
+        } else if rest.starts_with("v1/modules/") {
+            Route::Module
+        } else if rest.starts_with("releases/") {
+            Route::Release
+        } else if rest.starts_with("git/") {
+            Route::Git
+        } else {
+            match MirrorPath::parse(rest) {
+                Ok(MirrorPath::Index(..)) => Route::Index,
+                Ok(MirrorPath::Version(..)) => Route::Version,
+                Ok(MirrorPath::Archive(..)) => Route::Archive,
+                Err(_) => Route::Other,
+            }
+        }
     }
 
     async fn route(

@@ -618,7 +618,13 @@ impl Site {
         let core = self.core.clone();
         let fetch = move |issuer: url::Url| async move {
             let client = core.identity_client();
-            client.issuer_keys(&issuer).await.map_err(|e| e.to_string())
+            client.issuer_keys(&issuer).await.map_err(|e| {
+                let transient = e.unanswered();
+                crate::auth::oidc::KeysUnavailable {
+                    message: e.to_string(),
+                    transient,
+                }
+            })
         };
         let identity = match self.sso_keys.verify(id_token, now, fetch).await {
             Ok(identity) => identity,

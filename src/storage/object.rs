@@ -13,6 +13,14 @@
 //! object and process; listings fold the markers into the objects they mark, and deleting or
 //! moving an object deletes its marker.
 //!
+//! Every call has a deadline (`StoreDeadlines`, from `[cache.object_store]`): connecting, the
+//! whole call with its retries (`request_timeout`; for a read, until its body starts), and the
+//! wait between a body's chunks (`idle_timeout`). A call that runs out of time fails as
+//! [`StorageError::Unavailable`] (503 to a client), and the store's circuit breaker counts it:
+//! after `breaker_failures` such failures in a row calls fail at once for `breaker_cooldown`, so
+//! a frozen store costs each client a check of memory, not a wait. A multipart upload gets one
+//! `request_timeout` per part besides its first.
+//!
 //! Credentials come from the usual places of each cloud: for S3 the `AWS_*` environment
 //! variables, web identity (IRSA), the ECS container endpoint, then instance metadata; for GCS
 //! `GOOGLE_SERVICE_ACCOUNT` / application default credentials; for Azure the `AZURE_*`
@@ -28,8 +36,13 @@ use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
 use object_store::signer::Signer;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+    WriteMultipart,
+};
 use tokio::io::AsyncReadExt;
+
+use crate::breaker::Breaker;
 
 use super::{
     Key, Object, ObjectMeta, OpenError, Result, Storage, StorageError, USE_MARKER, fold_use_markers,
@@ -64,6 +77,38 @@ impl Provider {
     }
 }
 
+/// The deadlines of calls to the store and its circuit breaker (`cache.object_store.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreDeadlines {
+    /// Opening a connection (`connect_timeout`).
+    pub connect: Duration,
+    /// One call with all its retries; for a read, until its body starts (`request_timeout`).
+    pub request: Duration,
+    /// The longest wait for the next bytes of a body (`idle_timeout`).
+    pub idle: Duration,
+    /// Extra attempts within `request` after a connection error, timeout or 5xx (`retries`).
+    pub retries: usize,
+    /// Failed or timed-out calls in a row that open the store's circuit (0: never).
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
+}
+
+impl Default for StoreDeadlines {
+    fn default() -> StoreDeadlines {
+        StoreDeadlines {
+            connect: Duration::from_secs(5),
+            request: Duration::from_secs(10),
+            idle: Duration::from_secs(10),
+            retries: 2,
+            breaker_failures: 3,
+            breaker_cooldown: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The store's one circuit in its [`Breaker`].
+const CIRCUIT: &str = "store";
+
 /// `[cache.object_store]`, validated.
 #[derive(Debug, Clone)]
 pub struct ObjectStoreSettings {
@@ -83,6 +128,7 @@ pub struct ObjectStoreSettings {
     pub ca_file: Option<PathBuf>,
     /// An S3 key given in the configuration; `None`: the environment's credentials.
     pub credentials: Option<StaticCredentials>,
+    pub deadlines: StoreDeadlines,
 }
 
 impl ObjectStoreSettings {
@@ -98,6 +144,7 @@ impl ObjectStoreSettings {
             allow_http: false,
             ca_file: None,
             credentials: None,
+            deadlines: StoreDeadlines::default(),
         }
     }
 }
@@ -126,6 +173,8 @@ pub struct ObjectStorage {
     name: String,
     /// Objects whose use marker this process wrote less than [`TOUCH_EVERY`] ago.
     touched: moka::sync::Cache<Key, ()>,
+    deadlines: StoreDeadlines,
+    breaker: Breaker,
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -139,11 +188,25 @@ impl ObjectStorage {
     /// no request; [`Storage::probe`] does.
     pub fn new(settings: &ObjectStoreSettings) -> std::result::Result<ObjectStorage, OpenError> {
         crate::tls::install_crypto_provider();
+        let deadlines = settings.deadlines;
+        // No overall timeout in the client: it would cut long archive streams. Each call is
+        // bounded here instead (`call`), and a body by the wait between its chunks
+        // (`idle_bounded`), which also covers a read the client retries on its own.
         let mut options = ClientOptions::new()
             .with_allow_http(settings.allow_http)
             .with_timeout_disabled()
-            .with_connect_timeout(Duration::from_secs(10))
-            .with_read_timeout(Duration::from_secs(60));
+            .with_read_timeout_disabled()
+            .with_connect_timeout(deadlines.connect);
+        // Retries stop before the call's own deadline would cut them off.
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.,
+            },
+            max_retries: deadlines.retries,
+            retry_timeout: deadlines.request,
+        };
         if let Some(path) = &settings.ca_file {
             let pem = std::fs::read(path).map_err(|source| OpenError::Local {
                 path: path.clone(),
@@ -166,6 +229,7 @@ impl ObjectStorage {
                         .with_bucket_name(&settings.bucket)
                         .with_virtual_hosted_style_request(!settings.path_style)
                         .with_client_options(options)
+                        .with_retry(retry)
                         .with_allow_http(settings.allow_http);
                     if let Some(region) = &settings.region {
                         b = b.with_region(region);
@@ -184,7 +248,8 @@ impl ObjectStorage {
                 Provider::Gcs => {
                     let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                         .with_bucket_name(&settings.bucket)
-                        .with_client_options(options);
+                        .with_client_options(options)
+                        .with_retry(retry);
                     if let Some(endpoint) = &settings.endpoint {
                         b = b.with_url(endpoint);
                     }
@@ -194,7 +259,8 @@ impl ObjectStorage {
                 Provider::Azure => {
                     let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                         .with_container_name(&settings.bucket)
-                        .with_client_options(options);
+                        .with_client_options(options)
+                        .with_retry(retry);
                     if let Some(endpoint) = &settings.endpoint {
                         b = b.with_url(endpoint);
                     }
@@ -222,7 +288,54 @@ impl ObjectStorage {
                 .max_capacity(100_000)
                 .time_to_live(TOUCH_EVERY)
                 .build(),
+            deadlines,
+            breaker: Breaker::new(deadlines.breaker_failures, deadlines.breaker_cooldown),
         })
+    }
+
+    /// Runs one call to the store within `limit`, through the store's circuit breaker: an
+    /// open circuit fails the call at once, and a call that fails to reach the store or runs
+    /// out of time counts towards opening it.
+    async fn call<T>(
+        &self,
+        key: impl std::fmt::Display,
+        limit: Duration,
+        work: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        if let Err(rejected) = self.breaker.allow(CIRCUIT) {
+            return Err(StorageError::Unavailable {
+                store: self.name.clone(),
+                key: key.to_string(),
+                message: format!(
+                    "the store keeps failing or not answering; next attempt in {}s (circuit breaker)",
+                    rejected.retry_in.as_secs().max(1)
+                ),
+            });
+        }
+        let result = match tokio::time::timeout(limit, work).await {
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Unavailable {
+                store: self.name.clone(),
+                key: key.to_string(),
+                message: format!(
+                    "no answer within {} (cache.object_store.request_timeout)",
+                    humantime::format_duration(limit)
+                ),
+            }),
+        };
+        self.record(&result);
+        result
+    }
+
+    /// Counts a call's outcome in the store's circuit breaker.
+    fn record<T>(&self, result: &Result<T>) {
+        if let Err(StorageError::Unavailable { .. }) = result {
+            if self.breaker.failure(CIRCUIT) {
+                tracing::warn!(store = %self.name, "the object store keeps failing; circuit opened for {:?}", self.deadlines.breaker_cooldown);
+            }
+        } else if self.breaker.success(CIRCUIT) {
+            tracing::info!(store = %self.name, "the object store answers again; circuit closed");
+        }
     }
 
     /// The object of `key`; refused if the key is unsafe ([`Key::checked`]).
@@ -249,13 +362,11 @@ impl ObjectStorage {
         let message = e.to_string();
         let (store, key) = (self.name.clone(), key.to_string());
         match e {
-            object_store::Error::Generic { .. } | object_store::Error::NotImplemented { .. } => {
-                StorageError::Unavailable {
-                    store,
-                    key,
-                    message,
-                }
-            }
+            e if unanswered(e) => StorageError::Unavailable {
+                store,
+                key,
+                message,
+            },
             _ => StorageError::Failed {
                 store,
                 key,
@@ -274,7 +385,15 @@ impl ObjectStorage {
     async fn forget_use(&self, key: &Key) {
         self.touched.invalidate(key);
         if let Ok(marker) = self.marker(key) {
-            let _ = self.store.delete(&marker).await;
+            let limit = self.deadlines.request;
+            let _ = self
+                .call(key, limit, async {
+                    self.store.delete(&marker).await.or_else(|e| match e {
+                        object_store::Error::NotFound { .. } => Ok(()),
+                        e => Err(self.err(key, &e)),
+                    })
+                })
+                .await;
         }
     }
 
@@ -287,10 +406,22 @@ impl ObjectStorage {
         }
     }
 
-    async fn upload(&self, key: &Key, mut file: tokio::fs::File) -> Result<()> {
-        let path = self.path(key)?;
+    async fn upload(&self, key: &Key, file: tokio::fs::File) -> Result<()> {
         let io_err = |e: io::Error| StorageError::io(&self.name, key, &e);
         let size = file.metadata().await.map_err(io_err)?.len();
+        // One call's deadline for the first part and each further one.
+        let parts = u32::try_from(size / PART_SIZE as u64).unwrap_or(u32::MAX);
+        let limit = self
+            .deadlines
+            .request
+            .saturating_mul(parts.saturating_add(1));
+        self.call(key, limit, self.upload_within(key, file, size))
+            .await
+    }
+
+    async fn upload_within(&self, key: &Key, mut file: tokio::fs::File, size: u64) -> Result<()> {
+        let path = self.path(key)?;
+        let io_err = |e: io::Error| StorageError::io(&self.name, key, &e);
         if size <= PART_SIZE as u64 {
             let mut buf = Vec::with_capacity(size as usize);
             file.read_to_end(&mut buf).await.map_err(io_err)?;
@@ -354,6 +485,54 @@ impl ObjectStorage {
     }
 }
 
+/// `body`, ending in a `TimedOut` error when its next chunk takes longer than `idle`.
+fn idle_bounded(
+    body: impl futures_util::Stream<Item = io::Result<Bytes>> + Send + 'static,
+    idle: Duration,
+) -> impl futures_util::Stream<Item = io::Result<Bytes>> + Send + 'static {
+    futures_util::stream::unfold(Some(body.boxed()), move |body| async move {
+        let mut body = body?;
+        match tokio::time::timeout(idle, body.next()).await {
+            Ok(Some(chunk)) => Some((chunk, Some(body))),
+            Ok(None) => None,
+            Err(_) => Some((
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the object store sent nothing for {} (cache.object_store.idle_timeout)",
+                        humantime::format_duration(idle)
+                    ),
+                )),
+                None,
+            )),
+        }
+    })
+}
+
+/// Whether `e` says the store did not answer (usefully) for now: no connection, a broken or
+/// timed-out exchange, a 5xx other than 501, a 429. Only these make a call
+/// [`StorageError::Unavailable`] and count towards opening the store's circuit; any other answer
+/// (a refusal, a call the store does not implement) is the store answering.
+fn unanswered(e: &object_store::Error) -> bool {
+    if !matches!(e, object_store::Error::Generic { .. }) {
+        return false;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<object_store::client::HttpError>()
+            .is_some()
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    // A status the store answered with (object_store's retry error names it in its text).
+    let text = e.to_string();
+    text.split("status code: ")
+        .skip(1)
+        .any(|rest| rest.starts_with('5') && !rest.starts_with("501") || rest.starts_with("429"))
+}
+
 fn not_found(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::NotFound { .. })
 }
@@ -365,54 +544,82 @@ impl Storage for ObjectStorage {
     }
 
     async fn read(&self, key: &Key) -> Result<Option<Bytes>> {
-        match self.store.get(&self.path(key)?).await {
-            Ok(got) => got.bytes().await.map(Some).map_err(|e| self.err(key, &e)),
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(self.err(key, &e)),
-        }
+        let path = self.path(key)?;
+        self.call(key, self.deadlines.request, async {
+            match self.store.get(&path).await {
+                Ok(got) => got.bytes().await.map(Some).map_err(|e| self.err(key, &e)),
+                Err(e) if not_found(&e) => Ok(None),
+                Err(e) => Err(self.err(key, &e)),
+            }
+        })
+        .await
     }
 
     async fn open(&self, key: &Key) -> Result<Option<Object>> {
-        let got = match self.store.get(&self.path(key)?).await {
-            Ok(got) => got,
-            Err(e) if not_found(&e) => return Ok(None),
-            Err(e) => return Err(self.err(key, &e)),
+        let path = self.path(key)?;
+        let got = self
+            .call(key, self.deadlines.request, async {
+                match self.store.get(&path).await {
+                    Ok(got) => Ok(Some(got)),
+                    Err(e) if not_found(&e) => Ok(None),
+                    Err(e) => Err(self.err(key, &e)),
+                }
+            })
+            .await?;
+        let Some(got) = got else {
+            return Ok(None);
         };
         let meta = self.meta_of(key.clone(), &got.meta);
-        let body = got.into_stream().map_err(io::Error::other).boxed();
+        let body = idle_bounded(
+            got.into_stream().map_err(io::Error::other),
+            self.deadlines.idle,
+        )
+        .boxed();
         Ok(Some(Object { meta, body }))
     }
 
     async fn head(&self, key: &Key) -> Result<Option<ObjectMeta>> {
-        match self.store.head(&self.path(key)?).await {
-            Ok(meta) => Ok(Some(self.meta_of(key.clone(), &meta))),
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(self.err(key, &e)),
-        }
+        let path = self.path(key)?;
+        self.call(key, self.deadlines.request, async {
+            match self.store.head(&path).await {
+                Ok(meta) => Ok(Some(self.meta_of(key.clone(), &meta))),
+                Err(e) if not_found(&e) => Ok(None),
+                Err(e) => Err(self.err(key, &e)),
+            }
+        })
+        .await
     }
 
     async fn write(&self, key: &Key, bytes: Bytes) -> Result<()> {
-        self.store
-            .put(&self.path(key)?, PutPayload::from(bytes))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.err(key, &e))
+        let path = self.path(key)?;
+        self.call(key, self.deadlines.request, async {
+            self.store
+                .put(&path, PutPayload::from(bytes))
+                .await
+                .map(|_| ())
+                .map_err(|e| self.err(key, &e))
+        })
+        .await
     }
 
     async fn create(&self, key: &Key, bytes: Bytes) -> Result<bool> {
+        let path = self.path(key)?;
         let mode = object_store::PutMode::Create;
-        match self
-            .store
-            .put_opts(&self.path(key)?, PutPayload::from(bytes), mode.into())
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(
-                object_store::Error::AlreadyExists { .. }
-                | object_store::Error::Precondition { .. },
-            ) => Ok(false),
-            Err(e) => Err(self.err(key, &e)),
-        }
+        self.call(key, self.deadlines.request, async {
+            match self
+                .store
+                .put_opts(&path, PutPayload::from(bytes), mode.into())
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(
+                    object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. },
+                ) => Ok(false),
+                Err(e) => Err(self.err(key, &e)),
+            }
+        })
+        .await
     }
 
     async fn put_file(&self, key: &Key, file: &Path) -> Result<()> {
@@ -427,11 +634,16 @@ impl Storage for ObjectStorage {
         if self.head(key).await?.is_none() {
             return Ok(false);
         }
-        let deleted = match self.store.delete(&self.path(key)?).await {
-            Ok(()) => Ok(true),
-            Err(e) if not_found(&e) => Ok(false),
-            Err(e) => Err(self.err(key, &e)),
-        };
+        let path = self.path(key)?;
+        let deleted = self
+            .call(key, self.deadlines.request, async {
+                match self.store.delete(&path).await {
+                    Ok(()) => Ok(true),
+                    Err(e) if not_found(&e) => Ok(false),
+                    Err(e) => Err(self.err(key, &e)),
+                }
+            })
+            .await;
         if deleted.is_ok() {
             self.forget_use(key).await;
         }
@@ -439,24 +651,48 @@ impl Storage for ObjectStorage {
     }
 
     async fn rename(&self, from: &Key, to: &Key) -> Result<bool> {
-        match self.store.rename(&self.path(from)?, &self.path(to)?).await {
-            Ok(()) => {
-                self.forget_use(from).await;
-                Ok(true)
-            }
-            Err(e) if not_found(&e) => Ok(false),
-            Err(e) => Err(self.err(from, &e)),
+        let (source, target) = (self.path(from)?, self.path(to)?);
+        let renamed = self
+            .call(from, self.deadlines.request, async {
+                match self.store.rename(&source, &target).await {
+                    Ok(()) => Ok(true),
+                    Err(e) if not_found(&e) => Ok(false),
+                    Err(e) => Err(self.err(from, &e)),
+                }
+            })
+            .await;
+        if let Ok(true) = renamed {
+            self.forget_use(from).await;
         }
+        renamed
     }
 
     async fn list(&self, prefix: &Key) -> Result<Vec<ObjectMeta>> {
         let path = self.path(prefix)?;
-        let listed: Vec<object_store::ObjectMeta> = self
-            .store
-            .list(Some(&path))
-            .try_collect()
-            .await
-            .map_err(|e| self.err(prefix, &e))?;
+        // A listing is many pages: each must come within one call's deadline, not the whole.
+        let limit = self.deadlines.request;
+        let listed = self
+            .call(prefix, Duration::MAX, async {
+                let mut pages = self.store.list(Some(&path));
+                let mut listed: Vec<object_store::ObjectMeta> = Vec::new();
+                loop {
+                    match tokio::time::timeout(limit, pages.next()).await {
+                        Ok(Some(item)) => listed.push(item.map_err(|e| self.err(prefix, &e))?),
+                        Ok(None) => return Ok(listed),
+                        Err(_) => {
+                            return Err(StorageError::Unavailable {
+                                store: self.name.clone(),
+                                key: prefix.to_string(),
+                                message: format!(
+                                    "the listing stalled for {} (cache.object_store.request_timeout)",
+                                    humantime::format_duration(limit)
+                                ),
+                            });
+                        }
+                    }
+                }
+            })
+            .await?;
         let mut out = fold_use_markers(
             listed
                 .iter()
@@ -474,7 +710,15 @@ impl Storage for ObjectStorage {
         ]);
         self.write(&key, Bytes::from_static(b"probe")).await?;
         let back = self.read(&key).await;
-        let _ = self.store.delete(&self.path(&key)?).await;
+        let probe = self.path(&key)?;
+        let _ = self
+            .call(&key, self.deadlines.request, async {
+                self.store
+                    .delete(&probe)
+                    .await
+                    .map_err(|e| self.err(&key, &e))
+            })
+            .await;
         match back? {
             Some(b) if &b[..] == b"probe" => Ok(()),
             _ => Err(StorageError::Failed {
@@ -495,10 +739,14 @@ impl Storage for ObjectStorage {
         let written = match self.head(key).await {
             Ok(Some(_)) => match self.marker(key) {
                 Ok(marker) => self
-                    .store
-                    .put(&marker, PutPayload::new())
+                    .call(key, self.deadlines.request, async {
+                        self.store
+                            .put(&marker, PutPayload::new())
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| self.err(key, &e))
+                    })
                     .await
-                    .map(|_| ())
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             },
@@ -515,10 +763,14 @@ impl Storage for ObjectStorage {
         let Some(signer) = &self.signer else {
             return Ok(None);
         };
-        signer
-            .signed_url(http::Method::GET, &self.path(key)?, ttl)
-            .await
-            .map(Some)
-            .map_err(|e| self.err(key, &e))
+        let path = self.path(key)?;
+        self.call(key, self.deadlines.request, async {
+            signer
+                .signed_url(http::Method::GET, &path, ttl)
+                .await
+                .map(Some)
+                .map_err(|e| self.err(key, &e))
+        })
+        .await
     }
 }

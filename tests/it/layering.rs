@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. A module may use modules of earlier layers only.
 const LAYERS: &[&[&str]] = &[
     // Foundations: names, time, files, TLS, hashing, packages, constraints.
-    &["address", "clock", "fsio", "tarball", "tls"],
+    &["address", "breaker", "clock", "fsio", "tarball", "tls"],
     &["hash", "package", "constraints"],
     // The typed records every layer shares.
     &["records"],

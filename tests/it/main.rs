@@ -7,6 +7,7 @@ mod catalogue;
 mod connections;
 mod custody;
 mod deploy;
+mod faults;
 mod git;
 mod hashes;
 mod identity;

@@ -185,7 +185,7 @@ pub(crate) fn releases_toml(work: &Path, origin: &StaticServer, builtin_keys: bo
 }
 
 /// [`releases_toml`] with the origins at `base` (`https://host:port/`).
-fn releases_toml_at(work: &Path, base: &str, builtin_keys: bool) -> String {
+pub(crate) fn releases_toml_at(work: &Path, base: &str, builtin_keys: bool) -> String {
     std::fs::create_dir_all(work).unwrap();
     let key = work.join("test-key.asc");
     std::fs::write(&key, signing_key_armor()).unwrap();

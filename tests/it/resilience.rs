@@ -279,9 +279,13 @@ async fn the_circuit_breaker_fails_fast_then_recovers() {
     }
     assert_eq!(origin.count(RequestKind::Versions), 2);
     let fast = get(&client, &index("c")).await;
-    assert_eq!(fast.status, 502);
+    assert_eq!(
+        fast.status, 503,
+        "an open circuit: the origin is unavailable for now"
+    );
     let body = fast.text();
     assert!(body.contains("circuit breaker"), "{body}");
+    assert_eq!(fast.headers["retry-after"], "5", "when to come back");
     assert_eq!(
         origin.count(RequestKind::Versions),
         2,

@@ -59,6 +59,10 @@ impl OciError {
     fn unauthorized(denied: Denied, challenge: String) -> OciError {
         let message = match denied {
             Denied::Unauthorized(m) | Denied::Forbidden(m) => m,
+            // The credentials cannot be checked now (an issuer not answering): come back later.
+            Denied::Unavailable(m) => {
+                return OciError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", m);
+            }
         };
         OciError {
             challenge: Some(challenge),
@@ -79,7 +83,9 @@ impl OciError {
             Error::Forbidden(_) => "DENIED",
             Error::Policy(_) => "DENIED",
             Error::TooManySignIns(_) => "TOOMANYREQUESTS",
-            Error::Upstream(_) | Error::Storage(_) | Error::Busy { .. } => "UNAVAILABLE",
+            Error::Upstream(_) | Error::Storage(_) | Error::Busy { .. } | Error::OutOfTime(_) => {
+                "UNAVAILABLE"
+            }
             Error::Verification(_)
             | Error::InsufficientStorage(_)
             | Error::Internal(_)
@@ -110,6 +116,14 @@ impl OciError {
         if self.status == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            || self.status == StatusCode::GATEWAY_TIMEOUT
+        {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(crate::error::RETRY_SOON.as_secs()),
+            );
         }
         if let Some(challenge) = &self.challenge {
             resp.headers_mut().insert(

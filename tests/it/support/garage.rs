@@ -152,15 +152,29 @@ impl Garage {
         SECRET
     }
 
+    /// The address of its S3 API (to put a [`super::throttle::Throttle`] in front of).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.endpoint
+            .trim_start_matches("http://")
+            .parse()
+            .expect("garage listens on an address")
+    }
+
     /// `[cache]` keys and a `[cache.object_store]` table for this Garage under `prefix`, with
     /// the key from a file in `dir`.
     pub fn cache_toml(&self, dir: &Path, prefix: &str) -> String {
+        self.cache_toml_at(dir, prefix, &self.endpoint)
+    }
+
+    /// [`cache_toml`](Self::cache_toml), reaching the store at `endpoint` (a proxy in front of
+    /// it); more `[cache.object_store]` keys can follow.
+    pub fn cache_toml_at(&self, dir: &Path, prefix: &str, endpoint: &str) -> String {
         format!(
             "backend = \"s3\"\n\n[cache.object_store]\nbucket = \"{}\"\nprefix = \"{prefix}\"\n\
              region = \"{REGION}\"\nendpoint = \"{}\"\npath_style = true\nallow_http = true\n\
              access_key_id = \"{ACCESS_KEY_ID}\"\nsecret_access_key_file = \"{}\"\n",
             self.bucket,
-            self.endpoint,
+            endpoint,
             self.secret_file(dir).display()
         )
     }
@@ -180,6 +194,7 @@ impl Garage {
                 access_key_id: ACCESS_KEY_ID.into(),
                 secret_access_key: SECRET.into(),
             }),
+            deadlines: Default::default(),
         }
     }
 }

@@ -1,7 +1,9 @@
-//! A TCP proxy that shapes traffic between provender and the fake origin: it can slow the
-//! origin's answers to a given rate or cut connections after some bytes, the way a real network
-//! misbehaves. It works below TLS, so neither program is changed: provender's `connect_to`
-//! simply points here.
+//! A TCP proxy that shapes traffic between provender and a dependency (an origin, a release
+//! host, an issuer, a centre, the object store): it can slow answers to a given rate or cut
+//! connections after some bytes, the way a real network misbehaves, and inject the faults of a
+//! dependency that hangs or dies ([`Fault`]), switched while it runs. It works below TLS, so
+//! neither program is changed: provender's `connect_to` (or the store's endpoint) simply points
+//! here.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,13 +11,35 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// What the proxy does to connections, from the moment it is set (connections already open
+/// included, as when the dependency itself changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Forward everything (within [`Throttle::set_rate`] and [`Throttle::cut_after`]).
+    Pass,
+    /// Nothing listens: connections are refused, and open ones are reset.
+    Refuse,
+    /// Accept connections and never answer: nothing is forwarded either way, as from a
+    /// process stopped with SIGSTOP. Lifting it lets held connections go on.
+    Blackhole,
+    /// Forward the first `after` bytes of each connection's answers, then nothing more on it
+    /// (the connection stays open): a dependency stopping mid-stream.
+    Stall { after: u64 },
+    /// Forward answers at this many bytes a second per connection.
+    Slow(u64),
+    /// Accept connections and reset them at once; open ones are reset at their next bytes.
+    Reset,
+}
 
 #[derive(Default)]
 struct Shape {
-    /// Bytes per second from the origin to the client; 0 = unlimited.
+    /// Bytes per second from the dependency to the client; 0 = unlimited.
     rate: AtomicU64,
-    /// Close a connection after this many bytes from the origin; 0 = never.
+    /// Close a connection after this many bytes from the dependency; 0 = never.
     cut_after: AtomicU64,
     connections: AtomicUsize,
 }
@@ -24,6 +48,7 @@ struct Shape {
 pub struct Throttle {
     addr: SocketAddr,
     shape: Arc<Shape>,
+    fault: watch::Sender<Fault>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -35,12 +60,14 @@ impl Throttle {
             .expect("bind the throttle");
         let addr = listener.local_addr().unwrap();
         let shape = Arc::new(Shape::default());
-        let counted = shape.clone();
-        let task = super::serve_connections(listener, move |client| {
-            counted.connections.fetch_add(1, Ordering::SeqCst);
-            proxy(client, target, counted.clone())
-        });
-        Throttle { addr, shape, task }
+        let (fault, faults) = watch::channel(Fault::Pass);
+        let task = tokio::spawn(listen(listener, addr, target, shape.clone(), faults));
+        Throttle {
+            addr,
+            shape,
+            fault,
+            task,
+        }
     }
 
     /// The address to give provender as `connect_to`.
@@ -48,14 +75,19 @@ impl Throttle {
         self.addr
     }
 
-    /// Limits origin-to-client traffic to `bytes_per_sec` per connection (0: unlimited).
+    /// Limits dependency-to-client traffic to `bytes_per_sec` per connection (0: unlimited).
     pub fn set_rate(&self, bytes_per_sec: u64) {
         self.shape.rate.store(bytes_per_sec, Ordering::SeqCst);
     }
 
-    /// Closes each connection once the origin has sent `bytes` on it (0: never).
+    /// Closes each connection once the dependency has sent `bytes` on it (0: never).
     pub fn cut_after(&self, bytes: u64) {
         self.shape.cut_after.store(bytes, Ordering::SeqCst);
+    }
+
+    /// Switches to `fault` (see [`Fault`]); [`Fault::Pass`] ends it.
+    pub fn set_fault(&self, fault: Fault) {
+        self.fault.send_replace(fault);
     }
 
     /// Connections accepted so far.
@@ -70,48 +102,159 @@ impl Drop for Throttle {
     }
 }
 
-async fn proxy(client: TcpStream, target: SocketAddr, shape: Arc<Shape>) {
+/// Accepts connections while no [`Fault::Refuse`] is set; under one, the port is closed and
+/// opened again (the same port) once it is lifted.
+async fn listen(
+    listener: TcpListener,
+    addr: SocketAddr,
+    target: SocketAddr,
+    shape: Arc<Shape>,
+    mut faults: watch::Receiver<Fault>,
+) {
+    let mut listener = Some(listener);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let refused = *faults.borrow_and_update() == Fault::Refuse;
+        if refused {
+            listener = None;
+        } else if listener.is_none() {
+            // Reopen the same port; a moment's retry if the old socket lingers.
+            for _ in 0..100 {
+                if let Ok(l) = TcpListener::bind(addr).await {
+                    listener = Some(l);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        tokio::select! {
+            accepted = async { listener.as_ref().unwrap().accept().await }, if listener.is_some() => {
+                match accepted {
+                    Ok((client, _)) => {
+                        shape.connections.fetch_add(1, Ordering::SeqCst);
+                        conns.spawn(proxy(client, target, shape.clone(), faults.clone()));
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+            changed = faults.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Closes `stream` with a reset rather than a FIN.
+fn reset(stream: &TcpStream) {
+    let _ = stream.set_zero_linger();
+}
+
+/// Waits until the fault lets a connection go on: `true` to forward, `false` to reset it.
+async fn until_passable(faults: &mut watch::Receiver<Fault>) -> bool {
+    loop {
+        match *faults.borrow_and_update() {
+            Fault::Refuse | Fault::Reset => return false,
+            Fault::Blackhole => {}
+            Fault::Pass | Fault::Stall { .. } | Fault::Slow(_) => return true,
+        }
+        if faults.changed().await.is_err() {
+            return false;
+        }
+    }
+}
+
+async fn proxy(
+    client: TcpStream,
+    target: SocketAddr,
+    shape: Arc<Shape>,
+    mut faults: watch::Receiver<Fault>,
+) {
+    if !until_passable(&mut faults).await {
+        reset(&client);
+        return;
+    }
     let Ok(server) = TcpStream::connect(target).await else {
+        reset(&client);
         return;
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    let upstream = async {
-        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-        let _ = server_write.shutdown().await;
-    };
-    let downstream = async {
-        let mut buf = vec![0u8; 8 * 1024];
-        let mut sent: u64 = 0;
-        loop {
-            let rate = shape.rate.load(Ordering::SeqCst);
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let upstream = pump(client_read, server_write, None, faults.clone());
+    let downstream = pump(server_read, client_write, Some(&shape), faults);
+    // Either direction ending ends the connection (a cut drops both).
+    tokio::select! {
+        () = upstream => {}
+        () = downstream => {}
+    }
+}
+
+/// Copies `from` to `to` under the current fault; `shape` is given for the direction from the
+/// dependency, which rates, cuts and stalls apply to.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    shape: Option<&Shape>,
+    mut faults: watch::Receiver<Fault>,
+) {
+    let mut buf = vec![0u8; 8 * 1024];
+    let mut sent: u64 = 0;
+    loop {
+        if !until_passable(&mut faults).await {
+            reset(from.as_ref());
+            return;
+        }
+        let fault = *faults.borrow();
+        let mut want = buf.len();
+        let mut rate = 0;
+        if let Some(shape) = shape {
+            rate = match fault {
+                Fault::Slow(rate) => rate,
+                _ => shape.rate.load(Ordering::SeqCst),
+            };
             let cut = shape.cut_after.load(Ordering::SeqCst);
-            let mut want = buf.len();
             if cut > 0 {
                 if sent >= cut {
                     break;
                 }
                 want = want.min((cut - sent) as usize);
             }
-            let n = match server_read.read(&mut buf[..want]).await {
+            if let Fault::Stall { after } = fault {
+                if sent >= after {
+                    // Mid-stream silence: the connection stays open, nothing more comes.
+                    std::future::pending::<()>().await;
+                }
+                want = want.min((after - sent) as usize);
+            }
+            if rate > 0 {
+                // Small reads, so that a slow rate trickles instead of bursting.
+                want = want.min((rate as usize / 10).max(1));
+            }
+        }
+        let n = tokio::select! {
+            read = from.read(&mut buf[..want]) => match read {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
-            };
-            if rate > 0 {
-                tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
+            },
+            // A new fault applies at once, even to a connection waiting for bytes.
+            changed = faults.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
             }
-            if client_write.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-            sent += n as u64;
+        };
+        if rate > 0 {
+            tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
         }
-        let _ = client_write.shutdown().await;
-    };
-    // Either direction ending ends the connection (a cut drops both).
-    tokio::select! {
-        () = upstream => {}
-        () = downstream => {}
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        sent += n as u64;
     }
+    let _ = to.shutdown().await;
 }

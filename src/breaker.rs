@@ -1,7 +1,8 @@
-//! A circuit breaker per origin host.
+//! A circuit breaker per dependency: per origin host (`upstream`) and for the object store
+//! (`storage`).
 //!
-//! After `threshold` consecutive failures (transport errors or 5xx; a 429 is an answer, not a
-//! failure, see `Upstream::send`) a host's circuit opens: calls fail at once, without touching
+//! After `threshold` consecutive failures (transport errors, timeouts, or 5xx; a 429 is an
+//! answer, not a failure, see `Upstream::send`) a host's circuit opens: calls fail at once, without touching
 //! the network, for `cooldown`. Then one probe is let through (half-open); its success closes
 //! the circuit, its failure opens it again. While a circuit is open, the mirror keeps serving
 //! what it has (stale version lists, cached documents, archives).
@@ -18,8 +19,12 @@ enum State {
     Open {
         until: Instant,
     },
-    /// One probe is in flight.
-    HalfOpen,
+    /// One probe is in flight, since then. A probe that never reports (its caller was
+    /// cancelled: a client's request budget ran out) is given up after `cooldown`, and another
+    /// is let through.
+    HalfOpen {
+        since: Instant,
+    },
 }
 
 /// A host's circuit as the status page shows it.
@@ -81,7 +86,7 @@ impl Breaker {
             State::Open { until } => {
                 let now = Instant::now();
                 if now >= until {
-                    *state = State::HalfOpen;
+                    *state = State::HalfOpen { since: now };
                     Ok(())
                 } else {
                     Err(Rejected {
@@ -89,9 +94,17 @@ impl Breaker {
                     })
                 }
             }
-            State::HalfOpen => Err(Rejected {
-                retry_in: Duration::ZERO,
-            }),
+            State::HalfOpen { since } => {
+                let now = Instant::now();
+                if now.saturating_duration_since(since) >= self.cooldown {
+                    *state = State::HalfOpen { since: now };
+                    Ok(())
+                } else {
+                    Err(Rejected {
+                        retry_in: Duration::ZERO,
+                    })
+                }
+            }
         }
     }
 
@@ -105,14 +118,17 @@ impl Breaker {
             Some(State::Open { until }) => Circuit::Open {
                 retry_in: until.saturating_duration_since(Instant::now()),
             },
-            Some(State::HalfOpen) => Circuit::HalfOpen,
+            Some(State::HalfOpen { .. }) => Circuit::HalfOpen,
         }
     }
 
     /// Records a healthy answer (any status below 500). Returns true if this closed the circuit.
     pub fn success(&self, host: &str) -> bool {
         let mut hosts = self.hosts.lock().expect("breaker lock");
-        let was_open = matches!(hosts.get(host), Some(State::Open { .. } | State::HalfOpen));
+        let was_open = matches!(
+            hosts.get(host),
+            Some(State::Open { .. } | State::HalfOpen { .. })
+        );
         hosts.insert(host.to_string(), State::Closed { failures: 0 });
         was_open
     }
@@ -140,7 +156,7 @@ impl Breaker {
                 };
                 false
             }
-            State::HalfOpen => {
+            State::HalfOpen { .. } => {
                 *state = open;
                 true
             }
@@ -178,6 +194,23 @@ mod tests {
         assert!(b.allow("h").is_ok());
         assert!(b.success("h"), "successful probe closes");
         assert!(b.allow("h").is_ok());
+    }
+
+    #[test]
+    fn a_probe_that_never_reports_is_given_up_after_the_cooldown() {
+        let b = Breaker::new(1, Duration::from_millis(50));
+        assert!(b.failure("h"));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(
+            b.allow("h").is_ok(),
+            "the probe, whose caller is then cancelled"
+        );
+        assert!(b.allow("h").is_err(), "while it may still report");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(
+            b.allow("h").is_ok(),
+            "another probe: the circuit is not stuck"
+        );
     }
 
     #[test]
