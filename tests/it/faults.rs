@@ -66,6 +66,27 @@ async fn origin(ca: &TestCa) -> FakeOrigin {
 
 /// `GET url`, read whole or cut off (an empty body then), and how long its answer took to
 /// start (a large body's own time aside), or to end in an error.
+/// With the proxy slowed to 1 MiB/s, `url` (the big provider's archive at `version`, 2 MiB) is
+/// still served whole: slow is not silent, so no deadline cuts it.
+async fn served_whole_at_1_mib_per_s(
+    proxy: &Throttle,
+    client: &reqwest::Client,
+    url: &str,
+    origin: &FakeOrigin,
+    version: &str,
+) {
+    proxy.set_fault(Net::Slow(MIB as u64));
+    let started = Instant::now();
+    let (got, _) = timed(client, url).await;
+    let took = started.elapsed();
+    assert_eq!(got.status, 200);
+    assert!(
+        got.body == origin.archive("acme", "big", version, "linux", "amd64"),
+        "served whole after {took:?}"
+    );
+    assert!(took >= Duration::from_millis(1500), "it was slow: {took:?}");
+}
+
 async fn timed(client: &reqwest::Client, url: &str) -> (Got, Duration) {
     let started = Instant::now();
     let resp = crate::support::within(url, client.get(url).send())
@@ -289,16 +310,14 @@ async fn origin_trickles_a_download_that_keeps_coming_is_not_cut() {
     );
     // 2 MiB at 1 MiB/s: longer than the request budget (2 s, which only bounds the answer's
     // start) and the call deadline, but never idle for 1 s.
-    proxy.set_fault(Net::Slow(MIB as u64));
-    let started = Instant::now();
-    let (got, _) = timed(&client, &mirror.url(&big_zip("2.0.0"))).await;
-    let took = started.elapsed();
-    assert_eq!(got.status, 200);
-    assert!(
-        got.body == origin.archive("acme", "big", "2.0.0", "linux", "amd64"),
-        "served whole after {took:?}"
-    );
-    assert!(took >= Duration::from_millis(1500), "it was slow: {took:?}");
+    served_whole_at_1_mib_per_s(
+        &proxy,
+        &client,
+        &mirror.url(&big_zip("2.0.0")),
+        &origin,
+        "2.0.0",
+    )
+    .await;
     crate::support::eventually("the archive is stored", Duration::from_secs(5), || {
         mirror.cached_archives().len() == 1
     })
@@ -634,16 +653,7 @@ async fn store_trickles_a_read_that_keeps_coming_is_not_cut() {
             .status,
         200
     );
-    proxy.set_fault(Net::Slow(MIB as u64));
-    let started = Instant::now();
-    let (got, _) = timed(&client, &b.url(&big_zip("1.0.0"))).await;
-    let took = started.elapsed();
-    assert_eq!(got.status, 200);
-    assert!(
-        got.body == origin.archive("acme", "big", "1.0.0", "linux", "amd64"),
-        "whole after {took:?}"
-    );
-    assert!(took >= Duration::from_millis(1500), "it was slow: {took:?}");
+    served_whole_at_1_mib_per_s(&proxy, &client, &b.url(&big_zip("1.0.0")), &origin, "1.0.0").await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1015,30 +1015,7 @@ async fn skopeo_and_oras_pull_a_module() {
 async fn module_repositories_follow_the_module_doors_rules() {
     let ca = TestCa::new();
     let origin = module_origin(&ca).await;
-    let toml = format!(
-        r#"[auth]
-url_signing_key = "{key}"
-
-[[auth.clients]]
-name = "platform"
-token = "platform-token-0123456789"
-
-[[auth.clients]]
-name = "ci"
-token = "ci-token-0123456789abc"
-
-[[auth.rules]]
-name = "platform-team"
-clients = "platform"
-
-[[auth.rules]]
-name = "readers"
-clients = "*"
-fill = false
-modules = ["{REGISTRY}/acme/net/*"]
-"#,
-        key = "k".repeat(40),
-    );
+    let toml = platform_and_readers_toml(&format!("modules = [\"{REGISTRY}/acme/net/*\"]"));
     let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     let client = https_client(&ca, &[]);
     let as_client = |path: String, token: &'static str| {
@@ -1307,29 +1284,7 @@ async fn a_module_in_a_subdirectory_is_its_directory_over_oci() {
 async fn a_cache_only_clients_oci_requests_never_reach_the_origin() {
     let ca = TestCa::new();
     let origin = origin(&ca).await;
-    let toml = format!(
-        r#"[auth]
-url_signing_key = "{key}"
-
-[[auth.clients]]
-name = "platform"
-token = "platform-token-0123456789"
-
-[[auth.clients]]
-name = "ci"
-token = "ci-token-0123456789abc"
-
-[[auth.rules]]
-name = "platform-team"
-clients = "platform"
-
-[[auth.rules]]
-name = "readers"
-clients = "*"
-fill = false
-"#,
-        key = "k".repeat(40),
-    );
+    let toml = platform_and_readers_toml("");
     let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     let client = https_client(&ca, &[]);
     let send = |url: String, method: Method, token: &'static str| {
@@ -1527,29 +1482,7 @@ async fn module_zips_count_against_the_cache_size() {
         ],
     )
     .await;
-    let toml = format!(
-        r#"[auth]
-url_signing_key = "{key}"
-
-[[auth.clients]]
-name = "platform"
-token = "platform-token-0123456789"
-
-[[auth.clients]]
-name = "ci"
-token = "ci-token-0123456789abc"
-
-[[auth.rules]]
-name = "platform-team"
-clients = "platform"
-
-[[auth.rules]]
-name = "readers"
-clients = "*"
-fill = false
-"#,
-        key = "k".repeat(40),
-    );
+    let toml = platform_and_readers_toml("");
     let mirror = TestMirror::start_with(
         &ca,
         &origin,
@@ -1627,4 +1560,33 @@ fill = false
     assert_eq!((status, &again), (StatusCode::OK, &first_zip));
     assert!(!zip_of("2.0.0").exists(), "{second} was evicted in turn");
     assert_eq!(origin.count(RequestKind::ModuleArchive), 2);
+}
+
+/// Two clients: `platform`, who may do anything, and `ci`, a cache-only reader (`fill = false`)
+/// whose rule also holds `reader_keys`.
+fn platform_and_readers_toml(reader_keys: &str) -> String {
+    format!(
+        r#"[auth]
+url_signing_key = "{key}"
+
+[[auth.clients]]
+name = "platform"
+token = "platform-token-0123456789"
+
+[[auth.clients]]
+name = "ci"
+token = "ci-token-0123456789abc"
+
+[[auth.rules]]
+name = "platform-team"
+clients = "platform"
+
+[[auth.rules]]
+name = "readers"
+clients = "*"
+fill = false
+{reader_keys}
+"#,
+        key = "k".repeat(40),
+    )
 }
