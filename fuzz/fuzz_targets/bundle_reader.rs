@@ -22,6 +22,8 @@ fuzz_target!(|data: &[u8]| {
             let (size, sha256) = match payload {
                 Payload::Archive(entry, _, _) => (entry.size, &entry.sha256),
                 Payload::Module(entry, _) => (entry.size, &entry.sha256),
+                Payload::Git(entry, _) => (entry.size, &entry.sha256),
+                Payload::ReleaseBuild(entry, _, _) => (entry.size, &entry.sha256),
             };
             // Capped as import stages it: more than the declared size is an error.
             let mut hashing = Hashing::new(std::io::sink()).capped(size);
@@ -34,7 +36,8 @@ fuzz_target!(|data: &[u8]| {
             Ok(())
         },
     );
-    if let Some((head, sums)) = walked {
+    if let Some(walked) = walked {
+        let (head, sums) = (walked.head, walked.sums);
         for (v, s, _) in sums.keys() {
             assert!(head.manifest.versions[*v].sums.len() > *s);
         }

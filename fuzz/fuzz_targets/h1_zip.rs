@@ -10,6 +10,8 @@ fuzz_target!(|data: &[u8]| {
         max_uncompressed_bytes: 1 << 20,
     };
     if let Ok(h1) = h1_zip(std::io::Cursor::new(data), limits) {
-        assert!(h1.starts_with("h1:") && h1.len() == 47, "{h1}");
+        let text = h1.as_str();
+        assert!(text.starts_with("h1:") && text.len() == 47, "{text}");
+        assert_eq!(provender::hash::H1::parse(text).ok().as_ref(), Some(&h1));
     }
 });

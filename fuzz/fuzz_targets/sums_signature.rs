@@ -4,8 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use provender::address::ProviderAddr;
-use provender::trust::Verifier;
 use provender::records::SigningKey;
+use provender::trust::Verifier;
 
 const KEY: &str = include_str!("../../src/trust/testdata/author.asc");
 

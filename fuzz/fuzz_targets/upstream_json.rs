@@ -33,9 +33,10 @@ fuzz_target!(|data: &[u8]| {
         2 => {
             let platform = Platform::parse("linux_amd64").unwrap();
             if let Ok(d) = parse_download(body, &platform) {
-                assert_eq!(d.shasum.len(), 64);
+                assert_eq!(d.shasum.as_str().len(), 64);
                 assert!(
                     d.shasum
+                        .as_str()
                         .bytes()
                         .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
                 );
