@@ -125,11 +125,13 @@ impl Breaker {
     /// Records a healthy answer (any status below 500). Returns true if this closed the circuit.
     pub fn success(&self, host: &str) -> bool {
         let mut hosts = self.hosts.lock().expect("breaker lock");
-        let was_open = matches!(
-            hosts.get(host),
-            Some(State::Open { .. } | State::HalfOpen { .. })
-        );
-        hosts.insert(host.to_string(), State::Closed { failures: 0 });
+        // In place when the host is known: a success is every call's path, so no allocation.
+        let Some(state) = hosts.get_mut(host) else {
+            hosts.insert(host.to_string(), State::Closed { failures: 0 });
+            return false;
+        };
+        let was_open = matches!(state, State::Open { .. } | State::HalfOpen { .. });
+        *state = State::Closed { failures: 0 };
         was_open
     }
 

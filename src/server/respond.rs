@@ -95,10 +95,15 @@ pub(super) fn error_headers(e: &Error, resp: &mut Response<Body>) {
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
     if let Some(wait) = e.retry_after() {
-        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+            .insert(header::RETRY_AFTER, retry_after(wait));
     }
+}
+
+/// A `Retry-After` value for `wait`: whole seconds, rounded up, at least one.
+pub(super) fn retry_after(wait: std::time::Duration) -> HeaderValue {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    HeaderValue::from(secs.max(1))
 }
 
 /// 301 to `location` (a path of this server's own).

@@ -43,6 +43,8 @@ struct OciError {
     code: &'static str,
     message: String,
     challenge: Option<String>,
+    /// When to come back (`Retry-After`), as the error says.
+    retry_after: Option<std::time::Duration>,
 }
 
 impl OciError {
@@ -52,6 +54,7 @@ impl OciError {
             code,
             message: message.into(),
             challenge: None,
+            retry_after: None,
         }
     }
 
@@ -61,7 +64,10 @@ impl OciError {
             Denied::Unauthorized(m) | Denied::Forbidden(m) => m,
             // The credentials cannot be checked now (an issuer not answering): come back later.
             Denied::Unavailable(m) => {
-                return OciError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", m);
+                return OciError {
+                    retry_after: Some(crate::error::RETRY_SOON),
+                    ..OciError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", m)
+                };
             }
         };
         OciError {
@@ -91,7 +97,10 @@ impl OciError {
             | Error::Internal(_)
             | Error::Publish(_) => "UNKNOWN",
         };
-        OciError::new(e.status(), code, e.to_string())
+        OciError {
+            retry_after: e.retry_after(),
+            ..OciError::new(e.status(), code, e.to_string())
+        }
     }
 
     fn of_path(e: &OciPathError) -> OciError {
@@ -117,12 +126,10 @@ impl OciError {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE
-            || self.status == StatusCode::GATEWAY_TIMEOUT
-        {
+        if let Some(wait) = self.retry_after {
             resp.headers_mut().insert(
                 header::RETRY_AFTER,
-                HeaderValue::from(crate::error::RETRY_SOON.as_secs()),
+                crate::server::respond::retry_after(wait),
             );
         }
         if let Some(challenge) = &self.challenge {
