@@ -267,7 +267,8 @@ pub struct GitConfig {
     /// Longest a client's fetch may take to be answered.
     #[serde(with = "humantime_serde")]
     pub serve_timeout: Duration,
-    /// Most `git upload-pack` processes at once; more requests wait for a turn.
+    /// Most packs made at once (`git upload-pack` for a fetch); more requests wait for a
+    /// turn. Advertisements have as many turns of their own.
     pub max_concurrent_serves: usize,
     /// Most of those turns one client holds at once (its name, or its address when
     /// authentication is off); its further requests wait.
@@ -1907,22 +1908,22 @@ impl ModulesConfig {
         if self.git_timeout.is_zero() {
             return Err(invalid("modules.git_timeout", "must be longer than zero"));
         }
+        let limits = crate::package::PackLimits {
+            max_entries: self.max_entries,
+            max_unpacked: self.max_unpacked_size.as_u64(),
+        };
         Ok(ModuleSettings {
             default_registry,
             aliases,
             max_archive_size: self.max_archive_size.as_u64(),
-            limits: crate::package::PackLimits {
-                max_entries: self.max_entries,
-                max_unpacked: self.max_unpacked_size.as_u64(),
-            },
+            limits,
             git: crate::upstream::GitLimits {
                 program: self.git.clone(),
                 max_bytes: self.max_git_size.as_u64(),
                 max_objects: self.max_git_objects,
-                max_archive: self.max_unpacked_size.as_u64().saturating_add(
-                    (self.max_entries as u64)
-                        .saturating_mul(crate::upstream::TAR_OVERHEAD_PER_ENTRY),
-                ),
+                // What a package within the limits may take as a tar stream: the same cap
+                // the package reader holds it to.
+                max_archive: limits.max_tar_stream(),
                 timeout: self.git_timeout,
                 size_key: "modules.max_git_size",
                 timeout_key: "modules.git_timeout",

@@ -56,7 +56,7 @@ impl Format {
 
 /// What a tar stream may hold besides its files' bytes for each entry: a 512-byte header, a
 /// GNU long-name or PAX header for a long path (up to 4 KiB and its own header), and padding
-/// (as a `git archive` may, see `upstream::git`).
+/// (as a `git archive` may: its cap is [`PackLimits::max_tar_stream`] too).
 pub const TAR_OVERHEAD_PER_ENTRY: u64 = 6 * 1024;
 
 /// Bounds on unpacking one archive.

@@ -32,9 +32,7 @@ pub use documents::{
     DocumentError, ModuleVersionList, Services, VersionList, parse_discovery, parse_download,
     parse_module_versions, parse_versions,
 };
-pub use git::{
-    GitFetch, GitLimits, MIN_GIT, Mirrored, TAR_OVERHEAD_PER_ENTRY, kill_group, valid_reference,
-};
+pub use git::{GitFetch, GitLimits, MIN_GIT, Mirrored, kill_group, valid_reference};
 pub use modules::Location;
 pub use oidc::IssuerEndpoints;
 pub use providers::ArchiveDownload;

@@ -167,13 +167,7 @@ impl Identities {
         let core = self.core.clone();
         let fetch = move |issuer: url::Url| async move {
             let client = core.identity_client();
-            client.issuer_keys(&issuer).await.map_err(|e| {
-                let transient = e.unanswered();
-                crate::auth::oidc::KeysUnavailable {
-                    message: e.to_string(),
-                    transient,
-                }
-            })
+            client.issuer_keys(&issuer).await.map_err(keys_unavailable)
         };
         match self
             .issuers
@@ -201,5 +195,17 @@ impl Identities {
                 )))
             }
         }
+    }
+}
+
+/// Why an issuer's key set could not be fetched, as the issuers' cache keeps it: transient
+/// when the issuer did not answer (so a token is a 503, not a 401).
+pub(super) fn keys_unavailable(
+    e: crate::upstream::UpstreamError,
+) -> crate::auth::oidc::KeysUnavailable {
+    if e.unanswered() {
+        crate::auth::oidc::KeysUnavailable::transient(e.to_string())
+    } else {
+        crate::auth::oidc::KeysUnavailable::lasting(e.to_string())
     }
 }

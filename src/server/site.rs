@@ -618,13 +618,10 @@ impl Site {
         let core = self.core.clone();
         let fetch = move |issuer: url::Url| async move {
             let client = core.identity_client();
-            client.issuer_keys(&issuer).await.map_err(|e| {
-                let transient = e.unanswered();
-                crate::auth::oidc::KeysUnavailable {
-                    message: e.to_string(),
-                    transient,
-                }
-            })
+            client
+                .issuer_keys(&issuer)
+                .await
+                .map_err(super::identity::keys_unavailable)
         };
         let identity = match self.sso_keys.verify(id_token, now, fetch).await {
             Ok(identity) => identity,

@@ -41,10 +41,6 @@ use crate::address::Hostname;
 /// `http.curloptResolve` in 2.20).
 pub const MIN_GIT: (u32, u32) = (2, 31);
 
-/// What a `git archive` tar may add to its files' bytes for each entry: the same allowance as
-/// any package's tar stream.
-pub use crate::package::TAR_OVERHEAD_PER_ENTRY;
-
 /// Most bytes kept of what a git command prints (other than an archive).
 const MAX_OUTPUT: u64 = 1 << 20;
 /// Most bytes kept of what it prints on standard error (the end is what matters).
@@ -60,7 +56,7 @@ pub struct GitLimits {
     /// Most objects it may hold.
     pub max_objects: u64,
     /// Most bytes its `git archive` may have: what a package within the unpacking limits can
-    /// take ([`TAR_OVERHEAD_PER_ENTRY`]).
+    /// take ([`crate::package::PackLimits::max_tar_stream`]).
     pub max_archive: u64,
     pub timeout: Duration,
     /// The settings errors name for `max_bytes` and `timeout`.
