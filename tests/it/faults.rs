@@ -474,7 +474,7 @@ async fn committed(garage: &Garage, path: &str) {
 }
 
 /// Waits until `mirror`'s local tier holds a copy of `path`'s archive.
-async fn in_local_tier(mirror: &TestMirror, path: &str) {
+async fn in_local_tier(mirror: &TestMirror, client: &reqwest::Client, path: &str) {
     let name = path.rsplit('/').next().unwrap().to_string();
     let local = mirror.cache_dir.join("local");
     crate::support::eventually(
@@ -487,6 +487,14 @@ async fn in_local_tier(mirror: &TestMirror, path: &str) {
         },
     )
     .await;
+    // The file lands a moment before the tier indexes it; its bytes are counted once indexed,
+    // and only then does a read find the copy.
+    let indexed = crate::support::poll(Duration::from_secs(10), async || {
+        let metrics = mirror.metrics(client).await;
+        (crate::support::sample(&metrics, "provender_local_tier_bytes") > 0).then_some(())
+    })
+    .await;
+    assert!(indexed.is_some(), "the local tier never indexed its copy");
 }
 
 /// With `fault` at the store under replica `b`: what `b` holds in memory (version lists and
@@ -527,7 +535,7 @@ async fn store_fault_serves_memory_and_local_tier(fault: Net, bucket: &str) {
     ] {
         assert_eq!(get(&client, &b.url(&path)).await.status, 200, "b: {path}");
     }
-    in_local_tier(&b, &foo_zip()).await;
+    in_local_tier(&b, &client, &foo_zip()).await;
     let ready = b.root_url("/readyz");
     assert_eq!(get(&client, &ready).await.status, 200);
     proxy.set_fault(fault);
