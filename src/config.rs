@@ -33,6 +33,8 @@ pub struct Config {
     pub releases: ReleasesConfig,
     pub git: GitConfig,
     pub publishing: PublishingConfig,
+    /// Which versions are admitted (`[policy]`).
+    pub policy: crate::policy::PolicyConfig,
 }
 
 /// `[publishing]`: the organisation's own providers and modules, published to this registry
@@ -1139,6 +1141,15 @@ pub enum ConfigError {
     Invalid { key: String, message: String },
 }
 
+impl From<crate::policy::PolicyError> for ConfigError {
+    fn from(e: crate::policy::PolicyError) -> ConfigError {
+        ConfigError::Invalid {
+            key: e.place,
+            message: e.message,
+        }
+    }
+}
+
 impl From<crate::usage::UsageConfigError> for ConfigError {
     fn from(e: crate::usage::UsageConfigError) -> ConfigError {
         ConfigError::Invalid {
@@ -1224,6 +1235,7 @@ impl Config {
             complete_hashes: self.complete_hashes.validate()?,
             usage: self.usage.validate()?,
             releases: self.releases.validate()?,
+            policy: self.policy.validate()?,
         })
     }
 }
@@ -2053,6 +2065,8 @@ pub struct Settings {
     /// Publishing to private namespaces (`[publishing]`; the namespaces themselves are in
     /// `trust.private`).
     pub publishing: PublishSettings,
+    /// Which versions are admitted (`[policy]`): rules, cooldown, the rules file.
+    pub policy: crate::policy::PolicySettings,
 }
 
 impl Settings {

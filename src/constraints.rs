@@ -146,6 +146,12 @@ impl Constraints {
         self.terms.iter().all(|t| t.allows(version))
     }
 
+    /// Whether `version` meets every term by order alone, prereleases included: what a policy
+    /// rule covers (`>= 3.6.1` covers `3.7.0-beta1`, which a CLI would not select by it).
+    pub fn covers(&self, version: &Version) -> bool {
+        self.terms.iter().all(|t| t.allows(version))
+    }
+
     /// The newest of `versions` that the constraints allow.
     pub fn newest<'a>(
         &self,

@@ -57,10 +57,15 @@ pub enum Error {
     /// What the origin sent does not match what it promised (checksums, SHA256SUMS).
     #[error("{0}")]
     Verification(#[from] Box<Verification>),
-    /// The operator's policy refuses this (e.g. a provider below `upstream.min_trust`); the
-    /// message names the rule.
+    /// The operator's trust policy refuses this (e.g. a provider below `upstream.min_trust`);
+    /// the message names the rule. 410, never 401 or 403, which the CLIs report as a problem
+    /// with the person's credentials.
     #[error("{0}")]
     Policy(#[from] Box<PolicyRefusal>),
+    /// The version policy (`[policy]`) refuses this version: denied (410 Gone), or held by a
+    /// hold or a cooldown that can end (425 Too Early). The JSON body carries the rule.
+    #[error("{0}")]
+    NotAdmitted(Box<crate::policy::Refused>),
     /// The cache cannot take what it would need to serve this (a full disk, with more than
     /// `cache.max_fill_memory` left to hold).
     #[error("{0}")]
@@ -302,7 +307,9 @@ impl Error {
             Error::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Error::Upstream(e) => e.status(),
             Error::Verification(_) => StatusCode::BAD_GATEWAY,
-            Error::Policy(_) => StatusCode::FORBIDDEN,
+            Error::Policy(_) => StatusCode::GONE,
+            Error::NotAdmitted(r) if r.is_hold() => StatusCode::TOO_EARLY,
+            Error::NotAdmitted(_) => StatusCode::GONE,
             Error::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             Error::Storage(e) => e.status(),
             Error::Publish(e) => e.status(),
@@ -326,6 +333,8 @@ impl Error {
             Error::Upstream(_) => "upstream_error",
             Error::Verification(_) => "verification_failed",
             Error::Policy(_) => "policy_refused",
+            Error::NotAdmitted(r) if r.is_hold() => "version_held",
+            Error::NotAdmitted(_) => "version_denied",
             Error::InsufficientStorage(_) => "insufficient_storage",
             Error::Storage(crate::storage::StorageError::Unavailable { .. }) => {
                 "storage_unavailable"
@@ -339,14 +348,17 @@ impl Error {
 
     /// The JSON body sent to clients: `{"error": {"status": 404, "code": "not_found", "message": "..."}}`.
     pub fn to_json(&self) -> String {
-        serde_json::json!({
+        let mut body = serde_json::json!({
             "error": {
                 "status": self.status().as_u16(),
                 "code": self.code(),
                 "message": self.to_string(),
             }
-        })
-        .to_string()
+        });
+        if let Error::NotAdmitted(r) = self {
+            body["error"]["policy"] = r.to_json();
+        }
+        body.to_string()
     }
 
     /// Wraps an I/O failure on our own disk, naming what we were doing.
@@ -574,7 +586,7 @@ mod tests {
             RefusalKind::Policy(PolicyRule::MinTrust)
         );
         let e = Error::refused(aws(), below.clone(), "archive");
-        assert_eq!(e.status(), StatusCode::FORBIDDEN);
+        assert_eq!(e.status(), StatusCode::GONE);
         assert_eq!(e.code(), "policy_refused");
         assert_eq!(
             e.to_string(),

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod ops;
 pub mod package;
+pub mod policy;
 pub mod records;
 pub mod reverify;
 pub mod server;

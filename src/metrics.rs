@@ -191,6 +191,8 @@ pub struct Metrics {
     pub cache_disk_bytes: IntGauge,
     pub verification_failures: IntCounterVec,
     pub policy_refusals: IntCounterVec,
+    pub policy_decisions: IntCounterVec,
+    pub policy_reloads: IntCounterVec,
     pub archive_responses: IntCounterVec,
     pub cache_write_errors: IntCounter,
     pub cache_evictions: IntCounter,
@@ -310,6 +312,24 @@ impl Metrics {
                     "Requests and imports refused by the operator's policy, by rule (min_trust).",
                 ),
                 &["rule"],
+            )
+            .unwrap(),
+            policy_decisions: IntCounterVec::new(
+                Opts::new(
+                    "provender_policy_decisions_total",
+                    "Versions the version policy refused, waived or warned about, by rule and action \
+                     (deny, hold, cooldown, waive, warn); a version list counts each version it leaves out.",
+                ),
+                &["rule", "action"],
+            )
+            .unwrap(),
+            policy_reloads: IntCounterVec::new(
+                Opts::new(
+                    "provender_policy_reloads_total",
+                    "Reads of policy.rules_file after it changed or on SIGHUP, by result (ok, error: \
+                     the rules in force stay).",
+                ),
+                &["result"],
             )
             .unwrap(),
             archive_responses: IntCounterVec::new(
@@ -451,6 +471,8 @@ impl Metrics {
         r.register(Box::new(m.verification_failures.clone()))
             .unwrap();
         r.register(Box::new(m.policy_refusals.clone())).unwrap();
+        r.register(Box::new(m.policy_decisions.clone())).unwrap();
+        r.register(Box::new(m.policy_reloads.clone())).unwrap();
         r.register(Box::new(m.archive_responses.clone())).unwrap();
         r.register(Box::new(m.hash_duration.clone())).unwrap();
         r.register(Box::new(m.cache_write_errors.clone())).unwrap();
@@ -500,6 +522,9 @@ impl Metrics {
         }
         for trust in crate::records::SignatureKind::ALL {
             self.archive_responses.with_label_values(&[trust.as_str()]);
+        }
+        for result in TlsReload::ALL {
+            self.policy_reloads.with_label_values(&[result.as_str()]);
         }
         for rule in PolicyRule::ALL {
             self.policy_refusals.with_label_values(&[rule.as_str()]);

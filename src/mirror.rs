@@ -59,7 +59,18 @@ pub struct Mirror {
 impl Mirror {
     /// Opens the core (see [`Core::open`]; touches no network) and puts the front-ends over it.
     pub fn open(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Mirror>> {
-        Ok(Arc::new(Mirror::over(Core::open(settings, metrics)?)))
+        Mirror::open_at(settings, metrics, crate::clock::system())
+    }
+
+    /// [`Mirror::open`] judging ages (version lists, the policy's cooldown) by `clock`.
+    pub fn open_at(
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> anyhow::Result<Arc<Mirror>> {
+        Ok(Arc::new(Mirror::over(Core::open_at(
+            settings, metrics, clock,
+        )?)))
     }
 
     /// The front-ends over an open core.

@@ -215,6 +215,17 @@ pub fn open_core(settings: Settings) -> Result<(Arc<Core>, Staging), OpsError> {
     Ok((mirror, staging))
 }
 
+/// Reads the operators' approvals of the version policy from the store, for a command that
+/// judges versions (seed, export, import) as the server does.
+pub async fn load_approvals(core: &Core) -> Result<(), OpsError> {
+    core.policy()
+        .approvals()
+        .refresh()
+        .await
+        .map(|_| ())
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("reading policy approvals: {e}")))
+}
+
 /// Why a cached archive could not be copied out of the store for an operator command.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {

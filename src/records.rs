@@ -139,9 +139,70 @@ pub struct IndexRecord {
     /// `false`: the origin said it has no such provider (kept only in memory, briefly).
     pub found: bool,
     pub versions: Vec<IndexVersion>,
+    /// When this mirror first saw each version (for a cooldown, `policy.min_age`).
+    #[serde(default, skip_serializing_if = "FirstSeen::is_unset")]
+    pub seen: FirstSeen,
     /// `index.json` as served.
     #[serde(skip)]
     pub rendered: Rendered,
+}
+
+/// When a mirror first saw the versions of one list: the evidence a cooldown
+/// (`policy.min_age`) judges a version's age by.
+///
+/// `since` is when this mirror first listed the thing at all (0: before lists kept it, as older
+/// records have it). A version in that first listing is *baseline*: its age is unknown, and it is
+/// taken as old, so a new mirror does not hold back every existing version. A version that
+/// appeared in a later listing is in `versions` with the time of that listing, which neither the
+/// origin nor a publisher's signature can move.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstSeen {
+    #[serde(default)]
+    pub since: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<Version, u64>,
+}
+
+impl FirstSeen {
+    /// Whether nothing is recorded (a list written before first-seen times were kept).
+    pub fn is_unset(&self) -> bool {
+        self.since == 0 && self.versions.is_empty()
+    }
+
+    /// When `version` was first seen, or `None` for a baseline version (listed when the list
+    /// was first fetched, or before times were kept).
+    pub fn of(&self, version: &Version) -> Option<u64> {
+        self.versions.get(version).copied()
+    }
+
+    /// The first-seen times of a list fetched at `now` listing `current`, given the list it
+    /// replaces (`previous`: its times and its versions), if any: versions the previous list
+    /// had keep their time (or stay baseline), new ones are seen `now`, and dropped ones are
+    /// forgotten. Without a previous list every version is baseline.
+    pub fn carried<'a>(
+        previous: Option<(&FirstSeen, &[&'a Version])>,
+        current: impl IntoIterator<Item = &'a Version>,
+        now: u64,
+    ) -> FirstSeen {
+        let Some((before, listed)) = previous else {
+            return FirstSeen {
+                since: now,
+                versions: BTreeMap::new(),
+            };
+        };
+        let versions = current
+            .into_iter()
+            .filter_map(|v| match before.versions.get(v) {
+                Some(at) => Some((v.clone(), *at)),
+                None if listed.contains(&v) => None,
+                None => Some((v.clone(), now)),
+            })
+            .collect();
+        FirstSeen {
+            since: before.since,
+            versions,
+        }
+    }
 }
 
 impl IndexRecord {
@@ -450,6 +511,9 @@ pub struct ModuleVersions {
     /// `false`: the origin said it has no such module (kept only in memory, briefly).
     pub found: bool,
     pub versions: Vec<Version>,
+    /// When this mirror first saw each version (for a cooldown, `policy.min_age`).
+    #[serde(default, skip_serializing_if = "FirstSeen::is_unset")]
+    pub seen: FirstSeen,
 }
 
 impl ModuleVersions {
@@ -609,6 +673,10 @@ pub mod docs {
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct RegistryVersions {
         pub versions: Vec<RegistryVersion>,
+        /// Messages both CLIs show a person under "Additional provider information from
+        /// registry" (the registry's `warnings`, which the protocol leaves undocumented).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub warnings: Vec<String>,
     }
 
     /// One version in [`RegistryVersions`].
@@ -734,6 +802,7 @@ mod tests {
                     platforms: vec![],
                 },
             ],
+            seen: Default::default(),
             rendered: Default::default(),
         };
         assert_eq!(

@@ -56,6 +56,14 @@ pub enum StartError {
 impl Server {
     /// Prepares TLS and the cache, then binds `server.listen`.
     pub async fn bind(settings: Settings) -> Result<Server, StartError> {
+        Server::bind_at(settings, crate::clock::system()).await
+    }
+
+    /// [`Server::bind`] with the clock version lists and the policy's cooldown judge ages by.
+    pub async fn bind_at(
+        settings: Settings,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> Result<Server, StartError> {
         settings
             .check_git_credentials()
             .map_err(|e| StartError::Setup(anyhow::Error::new(e)))?;
@@ -87,7 +95,10 @@ impl Server {
         metrics.tls_not_after.set(cert.not_after());
         warn_if_expiring(&cert);
         let tls = TlsAcceptor::from(tls::server_config(cert.clone()));
-        let mirror = Mirror::open(settings.clone(), metrics.clone())?;
+        let mirror = Mirror::open_at(settings.clone(), metrics.clone(), clock)?;
+        if let Err(e) = mirror.core().policy().approvals().refresh().await {
+            tracing::warn!("cannot read policy approvals from the store yet: {e}");
+        }
         let listener = TcpListener::bind(settings.server.listen)
             .await
             .map_err(|source| StartError::Bind {
@@ -121,6 +132,7 @@ impl Server {
         mirror.core().start_hash_job();
         mirror.core().start_tier_recheck();
         watch_certificate(&cert, settings.server.tls_reload_interval, metrics.clone());
+        watch_policy(mirror.core(), metrics.clone());
         let usage_mirror = mirror.core().clone();
         tokio::spawn(async move {
             if let Err(e) = usage_mirror.refresh_usage().await {
@@ -354,6 +366,65 @@ fn watch_certificate(cert: &Arc<tls::ReloadingCert>, interval: Duration, metrics
                     metrics.tls_reloaded(TlsReload::Error);
                     tracing::error!("{e:#}; keeping the current TLS certificate");
                 }
+            }
+        }
+    });
+}
+
+/// How often the policy's rules file is looked at for changes, and approvals made by other
+/// replicas (or `provender policy`) are read from the store.
+const POLICY_POLL: Duration = Duration::from_secs(2);
+
+/// Keeps the version policy current: reads `policy.rules_file` again when it changes and on
+/// SIGHUP (an invalid file is refused whole and the rules in force stay), and reads approvals
+/// recorded elsewhere. Ends once the core is gone.
+fn watch_policy(core: &Arc<crate::mirror::Core>, metrics: Arc<Metrics>) {
+    let weak = Arc::downgrade(core);
+    #[cfg(unix)]
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let stamp = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()))
+    };
+    let mut last = core.policy().rules_file().map(stamp);
+    tokio::spawn(async move {
+        loop {
+            #[cfg(unix)]
+            let hangup = async {
+                match hangups.as_mut() {
+                    Some(s) => s.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            #[cfg(not(unix))]
+            let hangup = std::future::pending::<Option<()>>();
+            let forced = tokio::select! {
+                () = tokio::time::sleep(POLICY_POLL) => false,
+                Some(()) = hangup => true,
+            };
+            let Some(core) = weak.upgrade() else { return };
+            let policy = core.policy();
+            if let Some(path) = policy.rules_file() {
+                let now = Some(stamp(path));
+                if forced || now != last {
+                    last = now;
+                    match policy.reload() {
+                        Ok(rules) => {
+                            metrics.policy_reloads.with_label_values(&["ok"]).inc();
+                            tracing::info!(rules, file = %path.display(), "policy rules reloaded");
+                        }
+                        Err(e) => {
+                            metrics.policy_reloads.with_label_values(&["error"]).inc();
+                            tracing::error!(
+                                "policy rules file refused, the rules in force stay: {e}"
+                            );
+                        }
+                    }
+                }
+            }
+            if let Err(e) = policy.approvals().refresh().await {
+                tracing::warn!("cannot read policy approvals from the store: {e}");
             }
         }
     });

@@ -23,7 +23,7 @@ use super::{Aborted, Flights};
 use crate::address::{ModuleAddr, ProviderAddr, Version};
 use crate::clock::Clock;
 use crate::metrics::{Lookup, LookupKind, Metrics};
-use crate::records::{IndexRecord, ModuleVersions};
+use crate::records::{FirstSeen, IndexRecord, ModuleVersions};
 use crate::storage::{Key, Storage, StorageError};
 
 /// A version list as the store keeps it.
@@ -42,6 +42,20 @@ pub trait Listing: Serialize + DeserializeOwned + Send + Sync + 'static {
     fn is_empty(&self) -> bool;
     /// A found list without versions, as of `now` (where an import starts from).
     fn empty(now: u64) -> Self;
+    /// The versions listed.
+    fn listed(&self) -> Vec<&Version>;
+    /// When each version was first seen.
+    fn seen(&self) -> &FirstSeen;
+    fn seen_mut(&mut self) -> &mut FirstSeen;
+}
+
+/// Gives a freshly fetched list the first-seen times of the list it replaces (see
+/// [`FirstSeen::carried`]).
+fn carry_seen<R: Listing>(fresh: &mut R, previous: Option<&R>, now: u64) {
+    let listed = previous.map(|p| p.listed());
+    let before = previous.zip(listed.as_deref()).map(|(p, l)| (p.seen(), l));
+    let seen = FirstSeen::carried(before, fresh.listed(), now);
+    *fresh.seen_mut() = seen;
 }
 
 impl Listing for IndexRecord {
@@ -66,8 +80,18 @@ impl Listing for IndexRecord {
             fetched_at: now,
             found: true,
             versions: Vec::new(),
+            seen: Default::default(),
             rendered: Default::default(),
         }
+    }
+    fn listed(&self) -> Vec<&Version> {
+        self.versions.iter().map(|v| &v.version).collect()
+    }
+    fn seen(&self) -> &FirstSeen {
+        &self.seen
+    }
+    fn seen_mut(&mut self) -> &mut FirstSeen {
+        &mut self.seen
     }
 }
 
@@ -93,7 +117,17 @@ impl Listing for ModuleVersions {
             fetched_at: now,
             found: true,
             versions: Vec::new(),
+            seen: Default::default(),
         }
+    }
+    fn listed(&self) -> Vec<&Version> {
+        self.versions.iter().collect()
+    }
+    fn seen(&self) -> &FirstSeen {
+        &self.seen
+    }
+    fn seen_mut(&mut self) -> &mut FirstSeen {
+        &mut self.seen
     }
 }
 
@@ -121,7 +155,17 @@ impl Listing for crate::records::releases::ReleaseList {
             fetched_at: now,
             found: true,
             releases: Vec::new(),
+            seen: Default::default(),
         }
+    }
+    fn listed(&self) -> Vec<&Version> {
+        self.releases.iter().map(|r| &r.version).collect()
+    }
+    fn seen(&self) -> &FirstSeen {
+        &self.seen
+    }
+    fn seen_mut(&mut self) -> &mut FirstSeen {
+        &mut self.seen
     }
 }
 
@@ -330,8 +374,10 @@ where
     {
         let (this, owned) = (self.clone(), key.clone());
         let work = move || async move {
-            let rec = fetch().await?;
+            let mut rec = fetch().await?;
             if rec.found() {
+                let previous = this.cached(&owned).await.filter(|p| p.found());
+                carry_seen(&mut rec, previous.as_deref(), this.now());
                 if let Err(e) = this.persist(&owned, &rec).await {
                     tracing::warn!(list = %owned, kind = R::NOUN, "cannot persist the version list: {e}");
                 }
@@ -512,6 +558,7 @@ mod tests {
                     fetched_at: now,
                     found: versions.is_some(),
                     versions: versions.unwrap_or_default(),
+                    seen: Default::default(),
                 }))
             }
         }
@@ -545,6 +592,56 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_refreshed_list_records_when_each_new_version_was_first_seen() {
+        let f = fixture(false);
+        let first = f.lists.now();
+        let rec = f
+            .lists
+            .refresh(&addr(), f.origin(Some(&["1.0.0", "1.1.0"])))
+            .await
+            .unwrap();
+        assert_eq!(rec.seen.since, first);
+        assert_eq!(
+            rec.seen.of(&v("1.0.0")),
+            None,
+            "baseline: listed at first sight"
+        );
+
+        f.clock.advance(Duration::from_secs(3600));
+        let later = f.lists.now();
+        let rec = f
+            .lists
+            .refresh(&addr(), f.origin(Some(&["1.0.0", "1.1.0", "1.2.0"])))
+            .await
+            .unwrap();
+        assert_eq!(rec.seen.since, first);
+        assert_eq!(rec.seen.of(&v("1.1.0")), None);
+        assert_eq!(rec.seen.of(&v("1.2.0")), Some(later));
+
+        // Kept through later refreshes and a restart (the stored list), forgotten when dropped.
+        f.clock.advance(Duration::from_secs(3600));
+        let rec = f
+            .lists
+            .refresh(&addr(), f.origin(Some(&["1.0.0", "1.2.0"])))
+            .await
+            .unwrap();
+        assert_eq!(rec.seen.of(&v("1.2.0")), Some(later));
+        let stored = f.lists.stored(&addr()).await.unwrap();
+        assert_eq!(stored.seen, rec.seen);
+        f.clock.advance(Duration::from_secs(3600));
+        let rec = f
+            .lists
+            .refresh(&addr(), f.origin(Some(&["1.0.0", "1.1.0", "1.2.0"])))
+            .await
+            .unwrap();
+        assert_eq!(
+            rec.seen.of(&v("1.1.0")),
+            Some(f.lists.now()),
+            "a version that came back is new again"
+        );
     }
 
     #[tokio::test]

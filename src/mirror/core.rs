@@ -66,10 +66,12 @@ pub enum NotReady {
 
 mod fill;
 mod hash_job;
+mod policy;
 mod reach;
 
 pub use fill::{Fill, OriginBody, Ready};
 pub(in crate::mirror) use fill::{FillTable, HoldBack, Turn};
+pub(in crate::mirror) use policy::seen_in;
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.
@@ -109,12 +111,25 @@ pub struct Core {
     pub(self) draining: tokio::sync::watch::Sender<bool>,
     /// What was published to the private namespaces, and their version lists.
     pub(super) publications: crate::cache::Publications,
+    /// Which versions are admitted: every door asks it (see `core/policy.rs`).
+    pub(super) policy: Arc<crate::policy::Policy>,
+    /// What ages are judged by (version lists' freshness and first-seen times, the cooldown).
+    pub(super) clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl Core {
     /// Opens the cache directories (cleaning up leftovers of an interrupted run) and builds the
     /// upstream client. Touches no network.
     pub fn open(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Core>> {
+        Core::open_at(settings, metrics, crate::clock::system())
+    }
+
+    /// [`Core::open`] with the clock that version lists and the policy judge ages by.
+    pub fn open_at(
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+        clock: Arc<dyn crate::clock::Clock>,
+    ) -> anyhow::Result<Arc<Core>> {
         let dir = &settings.cache.dir;
         let ctx = |what: &str| format!("cache.dir {}: cannot create {what}", dir.display());
         let storage = crate::storage::open(&settings.cache.storage)
@@ -160,7 +175,12 @@ impl Core {
             not_found_ttl: c.not_found_ttl,
             offline: settings.upstream.offline,
         };
-        let clock = crate::clock::system();
+        let policy = crate::policy::Policy::new(
+            &settings.policy,
+            crate::policy::Approvals::in_store(storage.clone()),
+            clock.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("policy: {e}"))?;
         let provider_lists = Listings::new(
             storage.clone(),
             cache::provider_list_key,
@@ -174,12 +194,14 @@ impl Core {
             cache::module_list_key,
             entries,
             rules,
-            clock,
+            clock.clone(),
             metrics.clone(),
         );
         let in_flight = metrics.fills_in_flight.clone();
         let publications = crate::cache::Publications::new(storage.clone(), c.index_ttl);
         Ok(Arc::new(Core {
+            clock: clock.clone(),
+            policy: Arc::new(policy),
             publications,
             settings,
             upstream,
@@ -315,6 +337,7 @@ impl Core {
         platform: &Platform,
     ) -> Result<(ArchiveInfo, bool)> {
         let key = self.archive_key(addr, version, platform)?;
+        self.judge_provider(addr, version).await?;
         if let Some(found) = self.archive_info(&key).await? {
             self.admit(&key, self.archive_trust(&key, &found).await)?;
             return Ok((found, false));
@@ -417,7 +440,17 @@ impl Core {
 
     /// A provider's version list (cache first; offline: cache only). A client that may read
     /// only the cache sees the versions with at least one archive in it.
+    /// A provider's version list as the policy admits it (what every door lists).
     pub async fn versions(
+        self: &Arc<Self>,
+        addr: &ProviderAddr,
+        reach: &Reach,
+    ) -> Result<Arc<IndexRecord>> {
+        Ok(self.versions_judged(addr, reach).await?.0)
+    }
+
+    /// A provider's version list, whatever the policy says of its versions.
+    pub(super) async fn listed_versions(
         self: &Arc<Self>,
         addr: &ProviderAddr,
         reach: &Reach,
@@ -581,6 +614,7 @@ impl Core {
                 fetched_at: this.provider_lists.now(),
                 found: found.is_some(),
                 versions: found.map(|l| l.versions).unwrap_or_default(),
+                seen: Default::default(),
                 rendered: Default::default(),
             })
         };
@@ -628,6 +662,7 @@ impl Core {
             fetched_at: crate::clock::now_secs(),
             found: true,
             versions,
+            seen: Default::default(),
             rendered: Default::default(),
         }))
     }
@@ -652,6 +687,7 @@ impl Core {
         version: &Version,
         reach: &Reach,
     ) -> Result<Arc<VersionRecord>> {
+        self.judge_provider(addr, version).await?;
         let key = (addr.clone(), version.clone());
         if self.is_private(addr) {
             return self.published_version(addr, version).await;

@@ -34,7 +34,7 @@ pub struct RegistryPackage {
 impl ProviderMirror {
     /// `v1/providers/:hostname/:namespace/:type/versions`
     pub async fn registry_versions(&self, addr: &ProviderAddr, reach: &Reach) -> Result<Bytes> {
-        let rec = self.core.versions(addr, reach).await?;
+        let (rec, refused) = self.core.versions_judged(addr, reach).await?;
         let versions = rec
             .versions
             .iter()
@@ -52,7 +52,13 @@ impl ProviderMirror {
                     .collect(),
             })
             .collect();
-        Ok(docs::to_bytes(&docs::RegistryVersions { versions }))
+        // The one channel of a provider door that reaches a person: what the policy left out,
+        // and why, is shown by `terraform init` even when no version meets the constraints.
+        let warnings = refused.iter().map(|r| format!("provender: {r}")).collect();
+        Ok(docs::to_bytes(&docs::RegistryVersions {
+            versions,
+            warnings,
+        }))
     }
 
     /// `v1/providers/:hostname/:namespace/:type/:version/download/:os/:arch`

@@ -332,14 +332,17 @@ impl GitMirror {
         }
     }
 
+    /// Whether the repository is served at all: its host is allowed (`git.allowed_hosts`) and
+    /// no version-policy rule without `versions` refuses it.
     fn allowed(&self, repo: &GitRepo) -> Result<()> {
-        if self.core.settings().git.host_allowed(&repo.host) {
-            return Ok(());
+        if !self.core.settings().git.host_allowed(&repo.host) {
+            return Err(Error::Forbidden(format!(
+                "git repositories on {} are not served here (git.allowed_hosts)",
+                repo.host
+            )));
         }
-        Err(Error::Forbidden(format!(
-            "git repositories on {} are not served here (git.allowed_hosts)",
-            repo.host
-        )))
+        self.core
+            .judge_unversioned(crate::policy::Kind::Git, &repo.to_string())
     }
 
     /// A turn to run one `git upload-pack` for `client` (its name, or its address when

@@ -29,14 +29,15 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::admission::{self, Expected, StageWriter};
-use super::core::{Core, Reach};
+use super::core::{Core, Reach, seen_in};
 use crate::address::{ModuleAddr, Version};
 use crate::cache::Flights;
 use crate::error::{Error, Failure, RefusalKind, Result};
 use crate::metrics::{Lookup, LookupKind, VerificationReason};
+use crate::policy::Kind;
 use crate::records::oci::ModuleZip;
 use crate::records::publish::PublishedKind;
-use crate::records::{ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
+use crate::records::{FirstSeen, ModuleKey, ModuleRecord, ModuleSource, ModuleVersions, docs};
 use crate::upstream::{Location, Operation};
 
 /// A cached module package on its way to a client.
@@ -108,23 +109,59 @@ impl ModuleRegistry {
     }
 
     /// A module's versions: the origin's list, or for a cache-only request those in the store.
+    /// What the policy refuses is left out.
     pub async fn version_numbers(&self, addr: &ModuleAddr, reach: &Reach) -> Result<Vec<Version>> {
         self.check_module_host(addr)?;
-        if self.is_private(addr) {
-            return self.published_versions(addr).await;
-        }
-        match reach {
-            Reach::Origin => {
-                let rec = self.module_version_list(addr).await?;
-                if !rec.found {
-                    return Err(Error::NotFound(format!(
-                        "the origin registry has no module {addr}"
-                    )));
+        let (versions, seen) = if self.is_private(addr) {
+            (self.published_versions(addr).await?, FirstSeen::default())
+        } else {
+            match reach {
+                Reach::Origin => {
+                    let rec = self.module_version_list(addr).await?;
+                    if !rec.found {
+                        return Err(Error::NotFound(format!(
+                            "the origin registry has no module {addr}"
+                        )));
+                    }
+                    (rec.versions.clone(), rec.seen.clone())
                 }
-                Ok(rec.versions.clone())
+                Reach::CacheOnly(_) => {
+                    let seen = self
+                        .core
+                        .module_lists()
+                        .cached(addr)
+                        .await
+                        .map(|l| l.seen.clone())
+                        .unwrap_or_default();
+                    (self.cached_module_versions(addr, reach).await?, seen)
+                }
             }
-            Reach::CacheOnly(_) => self.cached_module_versions(addr, reach).await,
+        };
+        match self
+            .core
+            .sift(Kind::Module, &addr.to_string(), &versions, |v| v, &seen)
+        {
+            Some((kept, _)) => Ok(kept),
+            None => Ok(versions),
         }
+    }
+
+    /// Judges one module version, by when its cached version list first had it.
+    pub async fn judge_module(&self, addr: &ModuleAddr, version: &Version) -> Result<()> {
+        if self.core.policy().is_open(Kind::Module) {
+            return Ok(());
+        }
+        let seen = match self.core.module_lists().cached(addr).await {
+            Some(list) if list.found => seen_in(
+                &list.seen,
+                list.versions.contains(version),
+                version,
+                self.core.policy().now(),
+            ),
+            _ => None,
+        };
+        self.core
+            .judge(Kind::Module, &addr.to_string(), version, seen)
     }
 
     /// Whether a module is in a private namespace: published here, never fetched.
@@ -215,6 +252,7 @@ impl ModuleRegistry {
                     fetched_at: core.module_lists().now(),
                     found: found.is_some(),
                     versions: found.unwrap_or_default(),
+                    seen: Default::default(),
                 })
             }) as futures_util::future::BoxFuture<'static, Result<ModuleVersions>>
         }
@@ -293,6 +331,7 @@ impl ModuleRegistry {
         reach: &Reach,
     ) -> Result<ModulePackage> {
         self.check_module_host(addr)?;
+        self.judge_module(addr, version).await?;
         let key = ModuleKey::new(addr, version);
         let opened = match self.core.modules().open(&key).await? {
             Some(found) => {
@@ -332,6 +371,7 @@ impl ModuleRegistry {
         version: &Version,
     ) -> Result<super::ArchiveHead> {
         self.check_module_host(addr)?;
+        self.judge_module(addr, version).await?;
         match self
             .core
             .modules()
@@ -519,6 +559,7 @@ impl ModuleRegistry {
         version: &Version,
         reach: &Reach,
     ) -> Result<ModuleRecord> {
+        self.judge_module(addr, version).await?;
         if let Some(rec) = self
             .core
             .modules()

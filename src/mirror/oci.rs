@@ -310,11 +310,20 @@ impl OciRegistry {
                         Lookup::Miss
                     },
                 );
-                found.ok_or_else(|| {
+                let doc = found.ok_or_else(|| {
                     Error::NotFound(format!(
                         "{addr} has no manifest sha256:{sha256} (resolve a tag first)"
                     ))
-                })
+                })?;
+                // A digest pins a version as a lock file does: the policy still decides.
+                let manifest = match doc.first_manifest() {
+                    Some(child) => self.core.meta().read_oci_manifest(addr, &child).await,
+                    None => Some(doc.clone()),
+                };
+                if let Some(version) = manifest.and_then(|m| m.provider_version(addr)) {
+                    self.core.judge_provider(addr, &version).await?;
+                }
+                Ok(doc)
             }
         }
     }

@@ -100,6 +100,7 @@ impl ProviderMirror {
         reach: &Reach,
     ) -> Result<Served> {
         let key = self.core.archive_key(addr, version, platform)?;
+        self.core.judge_provider(addr, version).await?;
         if let Some(fill) = self.core.join_fill(&key) {
             self.core.admit(&key, fill.trust)?;
             self.core
@@ -218,6 +219,7 @@ impl ProviderMirror {
         reach: &Reach,
     ) -> Result<ArchiveHead> {
         let key = self.core.archive_key(addr, version, platform)?;
+        self.core.judge_provider(addr, version).await?;
         if let Some(fill) = self.core.fill_in_progress(&key) {
             self.core.admit(&key, fill.trust)?;
             return Ok(ArchiveHead {

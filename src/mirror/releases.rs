@@ -25,13 +25,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 
-use super::core::{Core, Fill, HoldBack, OriginBody, Reach, Ready, Turn};
+use super::core::{Core, Fill, HoldBack, OriginBody, Reach, Ready, Turn, seen_in};
 use super::providers::{ArchiveBody, ArchiveHead};
 use crate::address::{Hostname, Version};
 use crate::cache::{Flights, Listings, release_list_key};
 use crate::error::{Error, Failure, Result};
 use crate::hash::Sha256;
 use crate::metrics::{Lookup, LookupKind};
+use crate::policy::Kind;
 use crate::records::releases::{
     HashicorpIndex, ListedRelease, Product, ReleaseKey, ReleaseList, ReleaseRecord, ReleaseZip,
     TofuIndex, release_builds, signature_filename, sums_filename,
@@ -199,7 +200,7 @@ impl ReleaseMirror {
             release_list_key,
             16,
             core.provider_lists.rules(),
-            crate::clock::system(),
+            core.clock.clone(),
             core.metrics().clone(),
         );
         let missing = moka::future::Cache::builder()
@@ -305,6 +306,7 @@ impl ReleaseMirror {
         reach: &Reach,
     ) -> Result<Arc<ReleaseRecord>> {
         self.enabled()?;
+        self.judge(product, version).await?;
         let storage = self.core.releases().storage().clone();
         if let Some(record) = stored_record(storage.as_ref(), product, version).await? {
             return Ok(Arc::new(record));
@@ -373,7 +375,7 @@ impl ReleaseMirror {
     /// for every request waiting, so unknown versions cost at most one list fetch per
     /// interval). 404 when it is not listed.
     async fn listed(&self, product: Product, version: &Version, reach: &Reach) -> Result<()> {
-        let list = self.list(product, reach).await?;
+        let list = self.vendor_list(product, reach).await?;
         if list.release(version).is_some() {
             return Ok(());
         }
@@ -396,7 +398,44 @@ impl ReleaseMirror {
     /// A product's list of releases, as its vendor publishes it (HashiCorp's `index.json`,
     /// OpenTofu's `api.json`): from the cache while fresh, refreshed in the background while
     /// stale, served stale while the origin fails (`cache.index_ttl`, `cache.stale_if_error`).
+    /// Releases the version policy refuses are left out.
     pub async fn list(&self, product: Product, reach: &Reach) -> Result<Arc<ReleaseList>> {
+        let list = self.vendor_list(product, reach).await?;
+        let Some((releases, _)) = self.core.sift(
+            Kind::Release,
+            product.as_str(),
+            &list.releases,
+            |r| &r.version,
+            &list.seen,
+        ) else {
+            return Ok(list);
+        };
+        Ok(Arc::new(ReleaseList {
+            releases,
+            ..(*list).clone()
+        }))
+    }
+
+    /// Judges one release, by when the kept list of releases first had it.
+    pub async fn judge(&self, product: Product, version: &Version) -> Result<()> {
+        if self.core.policy().is_open(Kind::Release) {
+            return Ok(());
+        }
+        let seen = match self.lists.cached(&product).await {
+            Some(list) if list.found => seen_in(
+                &list.seen,
+                list.release(version).is_some(),
+                version,
+                self.core.policy().now(),
+            ),
+            _ => None,
+        };
+        self.core
+            .judge(Kind::Release, product.as_str(), version, seen)
+    }
+
+    /// The vendor's list, whatever the policy says of its releases.
+    async fn vendor_list(&self, product: Product, reach: &Reach) -> Result<Arc<ReleaseList>> {
         self.enabled()?;
         if let Reach::CacheOnly(_) = reach {
             // A client that reads only the cache gets the list as it is, however old.
@@ -542,6 +581,7 @@ impl ReleaseMirror {
     /// progress, the stored file, or what its signed SHA256SUMS says (size unknown).
     pub async fn build_head(&self, key: &ReleaseKey, reach: &Reach) -> Result<ArchiveHead> {
         self.enabled()?;
+        self.judge(key.product, &key.version).await?;
         if let Some(fill) = self.core.release_fills.get(key) {
             return Ok(ArchiveHead {
                 sha256: fill.sha256.clone(),
@@ -568,6 +608,7 @@ impl ReleaseMirror {
     /// A release build: from the store, or streamed from its one download as it is checked.
     pub async fn build(self: &Arc<Self>, key: &ReleaseKey, reach: &Reach) -> Result<ArchiveBody> {
         self.enabled()?;
+        self.judge(key.product, &key.version).await?;
         loop {
             if let Some(found) = self.core.releases().open(key).await? {
                 self.core
@@ -619,6 +660,7 @@ impl ReleaseMirror {
     /// without opening it, for `seed`. Returns its size and whether it was fetched just now.
     pub async fn ensure_build(self: &Arc<Self>, key: &ReleaseKey) -> Result<(u64, bool)> {
         self.enabled()?;
+        self.judge(key.product, &key.version).await?;
         if let Some(found) = self.core.releases().record(key).await? {
             return Ok((found.size, false));
         }

@@ -273,6 +273,7 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
         .map(|c| super::parse_cli(c))
         .collect::<Result<Vec<_>, _>>()?;
     let (mirror, _) = super::open_core(settings)?;
+    super::load_approvals(&mirror).await?;
     let mut failed = Vec::new();
     // Without any filter, everything the cache holds; with some, what they name.
     let everything =
@@ -311,6 +312,9 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     } else {
         Vec::new()
     };
+    // A bundle carries nothing the version policy refuses here.
+    let (selection, modules, releases, repos) =
+        sift(&mirror, selection, modules, releases, repos).await;
     if selection.is_empty()
         && modules.is_empty()
         && releases.is_empty()
@@ -386,6 +390,56 @@ pub async fn run(args: ExportArgs) -> Result<Outcome, OpsError> {
     }
     super::print_failures(&failed);
     Ok(Outcome::from_failures(failed.len()))
+}
+
+/// What the version policy admits of a selection; each version it refuses is named on stderr
+/// with the rule (left out, not a failure).
+async fn sift(
+    mirror: &Arc<Core>,
+    selection: Selection,
+    modules: Vec<Listed<ModuleKind>>,
+    releases: Vec<ChosenRelease>,
+    repos: Vec<crate::mirror::CachedRepo>,
+) -> (
+    Selection,
+    Vec<Listed<ModuleKind>>,
+    Vec<ChosenRelease>,
+    Vec<crate::mirror::CachedRepo>,
+) {
+    let refused = |r: crate::error::Result<()>| match r {
+        Err(crate::error::Error::NotAdmitted(r)) => {
+            eprintln!("left out by the version policy: {r}");
+            false
+        }
+        _ => true,
+    };
+    let mut kept = Selection::new();
+    for ((addr, version), chosen) in selection {
+        if refused(mirror.judge_provider(&addr, &version).await) {
+            kept.insert((addr, version), chosen);
+        }
+    }
+    let registry = crate::mirror::ModuleRegistry::new(mirror.clone());
+    let mut kept_modules = Vec::new();
+    for m in modules {
+        if refused(registry.judge_module(&m.key.addr, &m.key.version).await) {
+            kept_modules.push(m);
+        }
+    }
+    let release_mirror = crate::mirror::ReleaseMirror::new(mirror.clone());
+    let mut kept_releases = Vec::new();
+    for r in releases {
+        if refused(release_mirror.judge(r.cli, &r.version).await) {
+            kept_releases.push(r);
+        }
+    }
+    let repos = repos
+        .into_iter()
+        .filter(|r| {
+            refused(mirror.judge_unversioned(crate::policy::Kind::Git, &r.repo.to_string()))
+        })
+        .collect();
+    (kept, kept_modules, kept_releases, repos)
 }
 
 /// Opens a chosen archive in the store.

@@ -217,6 +217,7 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         releases: settings.releases.verifier(),
     };
     let (mirror, staging) = super::open_core(settings)?;
+    super::load_approvals(&mirror).await?;
     let source = args.source.clone();
     let total = if meta.is_dir() {
         zip_bytes(&args.source)
@@ -280,6 +281,10 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         super::print_failures(&failed);
         return Ok(Outcome::Failed);
     }
+    // This site's own version policy: what it refuses is left out (named, not a failure). An
+    // imported version's age is the exporting site's business: its cooldown is not applied
+    // again here (a bundle carries nothing that site's policy refused).
+    let (imports, modules, releases, git) = sift(&mirror, imports, modules, releases, git);
     let mut warnings = unserved(mirror.settings(), &imports);
     if !releases.is_empty() && !mirror.settings().releases.enabled {
         warnings.push(
@@ -397,6 +402,57 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         eprintln!("warning: {warning}");
     }
     Ok(Outcome::Success)
+}
+
+/// What this site's version policy admits of what a bundle carries; each version it refuses
+/// is named on stderr with the rule.
+fn sift(
+    mirror: &Arc<Core>,
+    imports: Vec<VersionImport>,
+    modules: Vec<VerifiedModule>,
+    releases: Vec<VerifiedRelease>,
+    git: Vec<StagedGit>,
+) -> (
+    Vec<VersionImport>,
+    Vec<VerifiedModule>,
+    Vec<VerifiedRelease>,
+    Vec<StagedGit>,
+) {
+    use crate::policy::Kind;
+    let admitted = |r: crate::error::Result<()>| match r {
+        Err(crate::error::Error::NotAdmitted(r)) => {
+            eprintln!("left out by the version policy: {r}");
+            false
+        }
+        _ => true,
+    };
+    let imports = imports
+        .into_iter()
+        .filter(|v| admitted(mirror.judge(Kind::Provider, &v.addr.to_string(), &v.version, None)))
+        .collect();
+    let modules = modules
+        .into_iter()
+        .filter(|m| admitted(mirror.judge(Kind::Module, &m.addr.to_string(), &m.version, None)))
+        .collect();
+    let releases = releases
+        .into_iter()
+        .filter(|r| {
+            admitted(mirror.judge(
+                Kind::Release,
+                r.record.product.as_str(),
+                &r.record.version,
+                None,
+            ))
+        })
+        .collect();
+    let git = git
+        .into_iter()
+        .filter(|r| match bundle::parse_git_repo(&r.entry.repo) {
+            Ok(repo) => admitted(mirror.judge_unversioned(Kind::Git, &repo.to_string())),
+            Err(_) => true,
+        })
+        .collect();
+    (imports, modules, releases, git)
 }
 
 /// Admits each git repository from its checked `git bundle` (`GitMirror::admit_bundle`: git

@@ -357,8 +357,12 @@ pub async fn fetch_modules(
         let what = format!("module {}", w.addr);
         let version = match &w.installed {
             Some(v) => v.clone(),
-            None => match mirror.modules.module_version_list(&w.addr).await {
-                Ok(list) => match w.constraints.newest(list.versions.iter()) {
+            None => match mirror
+                .modules
+                .version_numbers(&w.addr, &crate::mirror::Reach::Origin)
+                .await
+            {
+                Ok(versions) => match w.constraints.newest(versions.iter()) {
                     Some(v) => v.clone(),
                     None => {
                         let detail = if w.constraints.is_empty() {
@@ -546,6 +550,7 @@ pub async fn run(args: SeedArgs) -> Result<Outcome, OpsError> {
     }
     let offline = settings.upstream.offline;
     let (mirror, _) = super::open_core(settings)?;
+    super::load_approvals(&mirror).await?;
     let registries = Mirror::over(mirror.clone());
     if offline {
         eprintln!("provender: upstream.offline is set; only checking what the cache already holds");

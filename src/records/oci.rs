@@ -72,6 +72,29 @@ impl Document {
         format!("sha256:{}", self.sha256)
     }
 
+    /// The version of `addr` a provider manifest was rendered for, read from its layer's title
+    /// (`terraform-provider-<type>_<version>_<os>_<arch>.zip`); `None` for an index or a
+    /// document this module did not render.
+    pub fn provider_version(&self, addr: &ProviderAddr) -> Option<Version> {
+        let manifest: oci_spec::image::ImageManifest = serde_json::from_slice(&self.bytes).ok()?;
+        let title = manifest
+            .layers()
+            .first()?
+            .annotations()
+            .as_ref()?
+            .get(TITLE)?;
+        let rest = title.strip_prefix(&format!("terraform-provider-{}_", addr.type_))?;
+        let (version, _platform) = rest.split_once('_')?;
+        Version::parse(version).ok()
+    }
+
+    /// The digest (hex) of an index's first manifest; `None` for a manifest.
+    pub fn first_manifest(&self) -> Option<String> {
+        let index: oci_spec::image::ImageIndex = serde_json::from_slice(&self.bytes).ok()?;
+        let digest = index.manifests().first()?.digest().to_string();
+        digest.strip_prefix("sha256:").map(str::to_string)
+    }
+
     /// A stored document read back: its media type is the one it declares. `None` if the
     /// bytes are not a manifest or index this module renders.
     pub fn parse(bytes: Bytes) -> Option<Document> {

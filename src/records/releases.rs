@@ -355,6 +355,9 @@ pub struct ReleaseList {
     pub found: bool,
     /// Each release's version and the files it has, newest last as the vendor lists them.
     pub releases: Vec<ListedRelease>,
+    /// When this mirror first saw each release (for a cooldown, `policy.min_age`).
+    #[serde(default, skip_serializing_if = "super::FirstSeen::is_unset")]
+    pub seen: super::FirstSeen,
 }
 
 /// One release in a [`ReleaseList`].
@@ -388,6 +391,7 @@ impl ReleaseList {
             fetched_at: now,
             found: true,
             releases,
+            seen: Default::default(),
         }
     }
 
@@ -409,6 +413,7 @@ impl ReleaseList {
             fetched_at: now,
             found: true,
             releases,
+            seen: Default::default(),
         }
     }
 

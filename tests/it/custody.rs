@@ -430,7 +430,7 @@ async fn min_trust_refuses_below_it_in_serve_seed_lock_and_import() {
         &mirror.url(&format!("{REGISTRY}/acme/foo/1.0.0.json")),
     )
     .await;
-    assert_eq!(got.status, 403, "{}", got.text());
+    assert_eq!(got.status, 410, "{}", got.text());
     assert_eq!(got.code(), "policy_refused");
     assert!(
         got.message().contains("upstream.min_trust"),
@@ -444,7 +444,7 @@ async fn min_trust_refuses_below_it_in_serve_seed_lock_and_import() {
         )),
     )
     .await;
-    assert_eq!(got.status, 403, "{}", got.text());
+    assert_eq!(got.status, 410, "{}", got.text());
     let m = mirror.metrics(&client).await;
     assert!(
         sample(&m, r#"provender_policy_refusals_total{rule="min_trust"}"#) >= 2,
@@ -601,7 +601,7 @@ async fn module_packages_record_how_they_were_obtained() {
     let package = format!("v1/modules/{REGISTRY}/acme/net/test/1.0.0/module.tar.gz");
     for (extra, status) in [
         ("offline = true", 200),
-        ("offline = true\nmin_trust = \"community\"", 403),
+        ("offline = true\nmin_trust = \"community\"", 410),
     ] {
         let mirror = TestMirror::start_with(
             &ca,
@@ -616,7 +616,7 @@ async fn module_packages_record_how_they_were_obtained() {
         for path in [&download, &package] {
             let got = get(&client, &mirror.url(path)).await;
             assert_eq!(got.status, status, "{extra}: {path}: {}", got.text());
-            if status == 403 {
+            if status == 410 {
                 assert_eq!(got.code(), "policy_refused");
                 assert!(
                     got.message().contains("upstream.min_trust"),

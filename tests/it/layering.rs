@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     // Policy over records, persistence, observation.
     &["trust", "storage", "metrics"],
     // What is kept, and the clients of the outside world.
-    &["cache", "upstream", "usage"],
+    &["cache", "policy", "upstream", "usage"],
     // Who may use the mirror (issuers' key sets are fetched in one flight, as the cache's).
     &["auth"],
     // The settings of every part, validated.

@@ -21,6 +21,7 @@ mod operations;
 mod ops;
 mod origin_smoke;
 mod pages;
+mod policy;
 mod prune;
 mod publishing;
 mod release_pages;

@@ -62,6 +62,7 @@ impl Core {
             fetched_at: list.fetched_at,
             found: true,
             versions: list.versions.clone(),
+            seen: list.seen.clone(),
             rendered: Default::default(),
         };
         cached.versions.retain(|v| stored.contains(&v.version));

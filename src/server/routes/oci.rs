@@ -87,7 +87,7 @@ impl OciError {
             Error::BadRequest(_) => "NAME_INVALID",
             Error::MethodNotAllowed | Error::PayloadTooLarge(_) => "UNSUPPORTED",
             Error::Forbidden(_) => "DENIED",
-            Error::Policy(_) => "DENIED",
+            Error::Policy(_) | Error::NotAdmitted(_) => "DENIED",
             Error::TooManySignIns(_) => "TOOMANYREQUESTS",
             Error::Upstream(_) | Error::Storage(_) | Error::Busy { .. } | Error::OutOfTime(_) => {
                 "UNAVAILABLE"

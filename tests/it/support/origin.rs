@@ -291,6 +291,9 @@ pub enum Fault {
         version: Option<&'static str>,
         platform: Option<(&'static str, &'static str)>,
     },
+    /// Version lists (providers' and modules') leave out this version: a release the origin
+    /// has not published yet. Clearing the fault publishes it.
+    Unlisted(&'static str),
     /// The `packages` extension states every archive one byte larger than it is.
     WrongPackageSize,
     /// The `packages` extension lists another (well-formed) `h1:` for every archive.
@@ -1491,6 +1494,7 @@ fn answer(
                     let versions: Vec<_> = spec
                         .versions
                         .iter()
+                        .filter(|v| !unlisted(faults, v))
                         .map(|version| json!({ "version": version }))
                         .collect();
                     json_response(
@@ -1554,7 +1558,7 @@ fn answer(
         // Served by the git server before `answer` is reached.
         Route::Git { .. } => not_found(),
         Route::Versions { ns, ty } => match fixtures.specs.get(&(ns, ty)) {
-            Some(spec) => json_response(StatusCode::OK, &versions_json(spec)),
+            Some(spec) => json_response(StatusCode::OK, &versions_json(spec, faults)),
             None => not_found(),
         },
         Route::Download {
@@ -1709,7 +1713,7 @@ fn answer(
 }
 
 /// The `versions` listing: every version with the same protocols and platforms.
-fn versions_json(spec: &ProviderSpec) -> serde_json::Value {
+fn versions_json(spec: &ProviderSpec, faults: &[Fault]) -> serde_json::Value {
     let platforms: Vec<_> = spec
         .platforms
         .iter()
@@ -1718,11 +1722,19 @@ fn versions_json(spec: &ProviderSpec) -> serde_json::Value {
     let versions: Vec<_> = spec
         .versions
         .iter()
+        .filter(|v| !unlisted(faults, v))
         .map(
             |version| json!({ "version": version, "protocols": PROTOCOLS, "platforms": platforms }),
         )
         .collect();
     json!({ "versions": versions })
+}
+
+/// Whether a fault leaves `version` out of version lists.
+fn unlisted(faults: &[Fault], version: &str) -> bool {
+    faults
+        .iter()
+        .any(|f| matches!(f, Fault::Unlisted(v) if *v == version))
 }
 
 /// A different but well-formed lowercase hex digest.

@@ -53,6 +53,9 @@ pub struct MirrorOptions<'a> {
     /// Listen here instead of on a free port chosen at bind time (for a configuration that
     /// must name its own port, such as `publishing.hostname`; see [`free_port`]).
     pub listen: Option<&'a str>,
+    /// The clock version lists and the policy's cooldown judge ages by (the system's when
+    /// `None`), so a test moves time instead of waiting for it.
+    pub clock: Option<std::sync::Arc<provender::clock::ManualClock>>,
 }
 
 /// A port nobody listens on now (bound and let go), for a server that must know its port
@@ -117,7 +120,11 @@ impl TestMirror {
         let settings = Config::from_toml(&toml)
             .and_then(|c| c.validate())
             .expect("test configuration is valid");
-        let server = within("binding provender", Server::bind(settings))
+        let clock: std::sync::Arc<dyn provender::clock::Clock> = match &opts.clock {
+            Some(clock) => clock.clone(),
+            None => provender::clock::system(),
+        };
+        let server = within("binding provender", Server::bind_at(settings, clock))
             .await
             .expect("provender binds");
         let running = server.spawn();
