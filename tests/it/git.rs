@@ -1572,3 +1572,61 @@ async fn stopping_upload_pack_stops_its_pack_objects_too() {
     );
     mirror.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_rule_refuses_a_repository_as_a_whole_and_leaves_the_others() {
+    let ca = TestCa::new();
+    let origin = origin(&ca).await;
+    let tip = origin.git_commit("acme", "net", "aws", "1.1.0");
+    // Named without `.git`: the rule covers every spelling the door takes.
+    let policy = format!(
+        "[policy]\n[[policy.rules]]\nname = \"no-vpc\"\ngit = [\"{GIT_HOST}/git/acme/terraform-aws-vpc\"]\n\
+         action = \"deny\"\nreason = \"use the platform team's network module\"\n"
+    );
+    let mirror = mirror(&ca, &origin, "", &policy).await;
+    let home = GitHome::new(&ca, &mirror);
+    let head = home
+        .clone(
+            &format!("https://{GIT_HOST}/git/acme/terraform-aws-net.git"),
+            "net",
+            &[],
+        )
+        .await;
+    assert_eq!(head, tip);
+    let client = https_client(&ca, &[]);
+    for spelling in ["terraform-aws-vpc.git", "terraform-aws-vpc"] {
+        let got = crate::support::http::get(
+            &client,
+            &mirror.url(&format!(
+                "git/{GIT_HOST}/git/acme/{spelling}/info/refs?service=git-upload-pack"
+            )),
+        )
+        .await;
+        assert_eq!(got.status, 410, "{spelling}: {}", got.text());
+        assert!(
+            got.text()
+                .contains("use the platform team's network module"),
+            "{}",
+            got.text()
+        );
+    }
+    let (ok, said) = home
+        .git(
+            home.dir.path(),
+            &[
+                "clone",
+                "--quiet",
+                &format!("https://{GIT_HOST}/git/acme/terraform-aws-vpc.git"),
+                "vpc",
+            ],
+        )
+        .await;
+    assert!(!ok, "{said}");
+    assert!(
+        !origin
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("terraform-aws-vpc")),
+        "the origin was never asked for a refused repository"
+    );
+}

@@ -120,6 +120,17 @@ async fn terraform_installs_the_newest_admitted_version_and_a_pinned_denied_one_
     let (os, arch) = local_platform();
     let zip = format!("{REGISTRY}/acme/aws/terraform-provider-aws_3.6.1_{os}_{arch}.zip");
     assert_eq!(get(&client, &mirror.url(&zip)).await.status, 410);
+    // The OCI registry's tags leave it out too, and its manifest by tag is DENIED.
+    let repo = format!("/v2/{REGISTRY}/acme/aws");
+    let tags = get(&client, &mirror.root_url(&format!("{repo}/tags/list"))).await;
+    assert_eq!(tags.json()["tags"], serde_json::json!(["3.6.0"]));
+    let got = get(
+        &client,
+        &mirror.root_url(&format!("{repo}/manifests/3.6.1")),
+    )
+    .await;
+    assert_eq!(got.status, 410, "{}", got.text());
+    assert_eq!(got.json()["errors"][0]["code"], "DENIED");
 
     // `~> 3.6` through the network mirror installs 3.6.0.
     let network = tf_config::network_mirror(mirror.url.as_str());
@@ -373,17 +384,14 @@ async fn modules_and_cli_releases_obey_the_rules_and_a_warn_rule_only_counts() {
         assert_eq!(got.status, 410, "{path}: {}", got.text());
         assert!(got.message().contains("wrong CIDR"), "{}", got.text());
     }
-    assert_eq!(
-        get(
-            &client,
-            &mirror.url(&format!(
-                "v1/modules/{REGISTRY}/acme/net/test/1.0.0/download"
-            ))
-        )
-        .await
-        .status,
-        204
-    );
+    let admitted = get(
+        &client,
+        &mirror.url(&format!(
+            "v1/modules/{REGISTRY}/acme/net/test/1.0.0/download"
+        )),
+    )
+    .await;
+    assert!(admitted.status.is_success(), "{}", admitted.text());
 
     // CLI releases: held 1.11.4 is left out of the vendor's list and refused (425).
     let got = get(&client, &mirror.url("releases/terraform/index.json")).await;
@@ -434,12 +442,55 @@ async fn a_rules_file_reloads_on_change_and_a_broken_one_keeps_the_rules_in_forc
     let work = tempfile::tempdir().unwrap();
     let rules = work.path().join("policy.toml");
     let deny = "[[rules]]\nname = \"bad\"\nproviders = [\"*/acme/aws\"]\nversions = \"3.6.1\"\naction = \"deny\"\n";
-    std::fs::write(&rules, deny).unwrap();
+    std::fs::write(&rules, "").unwrap();
     let toml = format!("[policy]\nrules_file = \"{}\"\n", rules.display());
     let mirror = TestMirror::start_with_toml(&ca, &origin, &toml).await;
     let client = https_client(&ca, &[]);
     let v361 = mirror.url(&format!("{REGISTRY}/acme/aws/3.6.1.json"));
-    assert_eq!(get(&client, &v361).await.status, 410);
+    assert_eq!(get(&client, &v361).await.status, 200);
+    // An OCI client resolved 3.6.1 to digests while it was admitted.
+    let repo = format!("/v2/{REGISTRY}/acme/aws");
+    let index = get(
+        &client,
+        &mirror.root_url(&format!("{repo}/manifests/3.6.1")),
+    )
+    .await;
+    assert_eq!(index.status, 200, "{}", index.text());
+    let index_digest = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&index.body))
+    );
+    let manifest_digest = index.json()["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let manifest = get(
+        &client,
+        &mirror.root_url(&format!("{repo}/manifests/{manifest_digest}")),
+    )
+    .await;
+    let layer = manifest.json()["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The rule is written: in force within seconds, for what is cached too.
+    std::fs::write(&rules, deny).unwrap();
+    let denied = poll(Duration::from_secs(10), async || {
+        (get(&client, &v361).await.status == 410).then_some(())
+    })
+    .await;
+    assert!(denied.is_some(), "the changed rules file is read");
+    // A digest pins a version like a lock file: refused by manifest and by blob.
+    for path in [
+        format!("{repo}/manifests/{index_digest}"),
+        format!("{repo}/manifests/{manifest_digest}"),
+        format!("{repo}/blobs/{layer}"),
+    ] {
+        let got = get(&client, &mirror.root_url(&path)).await;
+        assert_eq!(got.status, 410, "{path}: {}", got.text());
+        assert_eq!(got.json()["errors"][0]["code"], "DENIED", "{path}");
+    }
 
     // A broken file (an unknown action on line 5) is refused whole: the rule stays.
     std::fs::write(

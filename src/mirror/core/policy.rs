@@ -55,10 +55,15 @@ impl Core {
 
     /// Judges a thing without versions (a git repository): only rules without `versions` and
     /// `policy.default` apply.
+    /// A git repository is judged by its name without `.git`, so a rule covers both spellings.
     pub fn judge_unversioned(&self, kind: Kind, address: &str) -> Result<()> {
         if self.policy.is_open(kind) {
             return Ok(());
         }
+        let address = match kind {
+            Kind::Git => address.strip_suffix(".git").unwrap_or(address),
+            _ => address,
+        };
         let decision = self.policy.decide_unversioned(kind, address);
         self.count(&decision);
         decision.into_result().map(|_| ()).map_err(|refused| {
