@@ -24,6 +24,8 @@
 # ROUNDS, if set, is how many rounds of the metadata figures to take (3; 1 with --quick).
 # BEFORE_ENV and AFTER_ENV, if set, are environment assignments (`NAME=value ...`) for that side's
 # server: the same build twice, e.g. `AFTER_ENV=TOKIO_WORKER_THREADS=1 bench/compare.sh B B`.
+# BEFORE_CONFIG and AFTER_CONFIG, if set, are files of TOML tables appended to that side's
+# configuration (e.g. a `[policy]` with a thousand rules: bench/policy_rules.sh writes one).
 #
 # Options:
 #   --out FILE   also write the table of figures to FILE
@@ -84,7 +86,14 @@ build_side() { # name binary-or-revision
 BEFORE_BIN=$(build_side before "${SIDES[0]}")
 AFTER_BIN=$(build_side after "${SIDES[1]}")
 BEFORE_ENV=${BEFORE_ENV:-} AFTER_ENV=${AFTER_ENV:-}
-REVISION="before ${SIDES[0]}${BEFORE_ENV:+ with $BEFORE_ENV}, after ${SIDES[1]}${AFTER_ENV:+ with $AFTER_ENV}"
+BEFORE_CONFIG=${BEFORE_CONFIG:-} AFTER_CONFIG=${AFTER_CONFIG:-}
+REVISION="before ${SIDES[0]}${BEFORE_ENV:+ with $BEFORE_ENV}${BEFORE_CONFIG:+ and $(basename "$BEFORE_CONFIG")}, after ${SIDES[1]}${AFTER_ENV:+ with $AFTER_ENV}${AFTER_CONFIG:+ and $(basename "$AFTER_CONFIG")}"
+# The TOML appended to a side's configuration (BEFORE_CONFIG, AFTER_CONFIG).
+side_config() { # before|after
+    local file=$BEFORE_CONFIG
+    [ "$1" = after ] && file=$AFTER_CONFIG
+    if [ -n "$file" ]; then cat "$file"; fi
+}
 # Starts a side's server (start_provender's arguments after the side) with that side's
 # environment assignments; sets STARTED.
 start_side() { # before|after config port log
@@ -128,7 +137,7 @@ for side in before after; do
     port=$BEFORE_PORT
     [ $side = after ] && port=$AFTER_PORT
     log "$side: provender on 127.0.0.1:$port"
-    provender_conf "$WORK/$side.toml" "$port" "$WORK/cache-$side" "$ORIGIN_PORT"
+    provender_conf "$WORK/$side.toml" "$port" "$WORK/cache-$side" "$ORIGIN_PORT" "$(side_config $side)"
     start_side $side "$WORK/$side.toml" "$port" "$WORK/$side.log"
     PID[$side]=$STARTED
     URL[$side]=https://127.0.0.1:$port
@@ -203,7 +212,7 @@ for rep in $(seq "$COLD_REPS"); do
     timed_download cold.direct "$ORIGIN/files/bench/big/1.0.0/$BIG_ZIP" "$BIG_BYTES"
     for side in before after; do
         rm -rf "$WORK/cache-cold"
-        provender_conf "$WORK/cold.toml" "$COLD_PORT" "$WORK/cache-cold" "$ORIGIN_PORT"
+        provender_conf "$WORK/cold.toml" "$COLD_PORT" "$WORK/cache-cold" "$ORIGIN_PORT" "$(side_config $side)"
         start_side $side "$WORK/cold.toml" "$COLD_PORT" "$WORK/cold-$side.log"
         pid=$STARTED
         # As the CLI does: the version list and version document first, then the archive.
