@@ -1093,6 +1093,20 @@ mod tests {
         assert_eq!(d.warnings[0].name, "dry");
     }
 
+    fn approval(id: &str, version: &str, action: ApprovalAction, until: Option<u64>) -> Approval {
+        Approval {
+            id: id.into(),
+            kind: Kind::Provider,
+            address: AWS.into(),
+            version: v(version),
+            action,
+            by: "alice".into(),
+            at: NOW - 10,
+            reason: "because".into(),
+            until,
+        }
+    }
+
     #[test]
     fn waivers_and_holds_beat_rules_and_the_cooldown() {
         let p = policy(
@@ -1105,29 +1119,11 @@ mod tests {
                 action = "deny""#,
             )],
         );
-        p.approvals().apply(Approval {
-            kind: Kind::Provider,
-            address: AWS.into(),
-            version: v("3.6.1"),
-            action: ApprovalAction::Waive,
-            by: "alice".into(),
-            at: NOW - 10,
-            reason: "fix needed now".into(),
-            until: None,
-            id: "1".into(),
-        });
+        p.approvals()
+            .apply(approval("1", "3.6.1", ApprovalAction::Waive, None));
         assert_eq!(verdict(&p, "3.6.1", Some(NOW)), "admit");
-        p.approvals().apply(Approval {
-            kind: Kind::Provider,
-            address: AWS.into(),
-            version: v("3.5.0"),
-            action: ApprovalAction::Hold,
-            by: "bob".into(),
-            at: NOW - 5,
-            reason: "investigating".into(),
-            until: Some(NOW - 1),
-            id: "2".into(),
-        });
+        p.approvals()
+            .apply(approval("2", "3.5.0", ApprovalAction::Hold, Some(NOW - 1)));
         assert_eq!(verdict(&p, "3.5.0", None), "admit", "an expired hold");
     }
 

@@ -320,28 +320,12 @@ impl Drop for RunningServer {
 /// configuration holding the certificate) is gone.
 fn watch_certificate(cert: &Arc<tls::ReloadingCert>, interval: Duration, metrics: Arc<Metrics>) {
     let weak = Arc::downgrade(cert);
-    #[cfg(unix)]
-    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!("cannot listen for SIGHUP; the certificate reloads only on change: {e}");
-            None
-        }
-    };
+    let mut hangups = Hangups::new("the certificate");
     tokio::spawn(async move {
         loop {
-            #[cfg(unix)]
-            let hangup = async {
-                match hangups.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hangup = std::future::pending::<Option<()>>();
             let force = tokio::select! {
                 () = tokio::time::sleep(interval), if !interval.is_zero() => false,
-                Some(()) = hangup => true,
+                Some(()) = hangups.next() => true,
                 else => return,
             };
             let Some(cert) = weak.upgrade() else { return };
@@ -371,6 +355,44 @@ fn watch_certificate(cert: &Arc<tls::ReloadingCert>, interval: Duration, metrics
     });
 }
 
+/// SIGHUP, which reloads what is read from files (each watcher listens on a stream of its own);
+/// where it cannot be listened for, files are reloaded only when they change.
+struct Hangups {
+    #[cfg(unix)]
+    signals: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    /// Listens for SIGHUP from now on (so the signal no longer ends the process); `what` names
+    /// what it reloads, for the warning when it cannot.
+    fn new(what: &str) -> Hangups {
+        #[cfg(unix)]
+        {
+            let kind = tokio::signal::unix::SignalKind::hangup();
+            let signals = tokio::signal::unix::signal(kind)
+                .map_err(|e| {
+                    tracing::warn!("cannot listen for SIGHUP; {what} reloads only on change: {e}");
+                })
+                .ok();
+            Hangups { signals }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = what;
+            Hangups {}
+        }
+    }
+
+    /// The next SIGHUP (never, without a stream).
+    async fn next(&mut self) -> Option<()> {
+        #[cfg(unix)]
+        if let Some(s) = self.signals.as_mut() {
+            return s.recv().await;
+        }
+        std::future::pending().await
+    }
+}
+
 /// How often the policy's rules file is looked at for changes, and approvals made by other
 /// replicas (or `provender policy`) are read from the store.
 const POLICY_POLL: Duration = Duration::from_secs(2);
@@ -380,8 +402,7 @@ const POLICY_POLL: Duration = Duration::from_secs(2);
 /// recorded elsewhere. Ends once the core is gone.
 fn watch_policy(core: &Arc<crate::mirror::Core>, metrics: Arc<Metrics>) {
     let weak = Arc::downgrade(core);
-    #[cfg(unix)]
-    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut hangups = Hangups::new("the policy rules file");
     let stamp = |path: &std::path::Path| {
         std::fs::metadata(path)
             .ok()
@@ -390,18 +411,9 @@ fn watch_policy(core: &Arc<crate::mirror::Core>, metrics: Arc<Metrics>) {
     let mut last = core.policy().rules_file().map(stamp);
     tokio::spawn(async move {
         loop {
-            #[cfg(unix)]
-            let hangup = async {
-                match hangups.as_mut() {
-                    Some(s) => s.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hangup = std::future::pending::<Option<()>>();
             let forced = tokio::select! {
                 () = tokio::time::sleep(POLICY_POLL) => false,
-                Some(()) = hangup => true,
+                Some(()) = hangups.next() => true,
             };
             let Some(core) = weak.upgrade() else { return };
             let policy = core.policy();

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use provender::clock::Clock;
+use provender::policy::ApprovalAction::{self, Revoke, Waive};
 
 use crate::support::cli::{config_file, path_str, provender};
 use crate::support::http::get;
@@ -177,6 +178,21 @@ async fn terraform_installs_the_newest_admitted_version_and_a_pinned_denied_one_
     );
 }
 
+/// alice's approval of acme/aws 3.6.1.
+fn approval(action: ApprovalAction, at: u64, reason: &str) -> provender::policy::Approval {
+    provender::policy::Approval {
+        id: String::new(),
+        kind: provender::policy::Kind::Provider,
+        address: format!("{REGISTRY}/acme/aws"),
+        version: provender::address::Version::parse("3.6.1").unwrap(),
+        action,
+        by: "alice".into(),
+        at,
+        reason: reason.into(),
+        until: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cooldown_holds_a_new_version_until_it_is_old_enough_and_a_waiver_admits_it_early() {
     let ca = TestCa::new();
@@ -260,17 +276,7 @@ async fn a_cooldown_holds_a_new_version_until_it_is_old_enough_and_a_waiver_admi
         Arc::new(provender::storage::DiskStorage::new(mirror.cache_dir.clone()).unwrap());
     let approvals = provender::policy::Approvals::in_store(storage.clone());
     approvals
-        .record(provender::policy::Approval {
-            id: String::new(),
-            kind: provender::policy::Kind::Provider,
-            address: format!("{REGISTRY}/acme/aws"),
-            version: provender::address::Version::parse("3.6.1").unwrap(),
-            action: provender::policy::ApprovalAction::Waive,
-            by: "alice".into(),
-            at: clock.now_secs(),
-            reason: "the fix we need".into(),
-            until: None,
-        })
+        .record(approval(Waive, clock.now_secs(), "the fix we need"))
         .await
         .unwrap();
     let admitted = poll(Duration::from_secs(10), async || {
@@ -291,17 +297,7 @@ async fn a_cooldown_holds_a_new_version_until_it_is_old_enough_and_a_waiver_admi
 
     // Revoked, it is held again; a week later the cooldown has passed by itself.
     approvals
-        .record(provender::policy::Approval {
-            id: String::new(),
-            kind: provender::policy::Kind::Provider,
-            address: format!("{REGISTRY}/acme/aws"),
-            version: provender::address::Version::parse("3.6.1").unwrap(),
-            action: provender::policy::ApprovalAction::Revoke,
-            by: "alice".into(),
-            at: clock.now_secs() + 1,
-            reason: "tested enough".into(),
-            until: None,
-        })
+        .record(approval(Revoke, clock.now_secs() + 1, "tested enough"))
         .await
         .unwrap();
     let held = poll(Duration::from_secs(10), async || {
