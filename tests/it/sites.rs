@@ -863,3 +863,78 @@ async fn with_fallback_off_an_edge_asks_nothing_but_its_centre() {
     assert!(edge.cached_archives().is_empty());
     assert!(version_record(&edge.cache_dir, "acme", "foo", "2.0.0").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edge_applies_its_own_policy_on_top_of_what_its_centre_admits() {
+    let ca = TestCa::new();
+    let work = tempfile::tempdir().unwrap();
+    let (os, arch) = local_platform();
+    let origin = FakeOrigin::start(
+        &ca,
+        &[REGISTRY],
+        vec![ProviderSpec::new(
+            "acme",
+            "foo",
+            &["1.0.0", "2.0.0", "3.0.0"],
+            &[(os, arch)],
+        )],
+    )
+    .await;
+    let deny = |name: &str, version: &str| {
+        format!(
+            "[[policy.rules]]\nname = \"{name}\"\nproviders = [\"{REGISTRY}/acme/foo\"]\n\
+             versions = \"{version}\"\naction = \"deny\"\nreason = \"{name}'s reason\"\n"
+        )
+    };
+    let centre_toml = format!("{}\n[policy]\n{}", centre_auth(), deny("centre-rule", "2.0.0"));
+    let centre = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_toml: &centre_toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let token_file = work.path().join("edge-token");
+    std::fs::write(&token_file, format!("{EDGE_TOKEN}\n")).unwrap();
+    let edge_toml = format!(
+        "{}\n[policy]\n{}",
+        edge_toml(&centre.url, &token_file, "", false, None),
+        deny("edge-rule", "3.0.0")
+    );
+    let edge = TestMirror::start_with(
+        &ca,
+        &origin,
+        MirrorOptions {
+            extra_upstream: "allow_private_networks = true",
+            by_name: true,
+            extra_toml: &edge_toml,
+            ..Default::default()
+        },
+    )
+    .await;
+    let client = https_client(&ca, &[]);
+    let listed = get(&client, &edge.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let versions: Vec<String> = listed.json()["versions"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(versions, ["1.0.0"], "the centre's rule, then the edge's");
+    let got = get(&client, &edge.url(&format!("{REGISTRY}/acme/foo/3.0.0.json"))).await;
+    assert_eq!(got.status, 410, "{}", got.text());
+    assert_eq!(got.json()["error"]["policy"]["rule"], "edge-rule");
+    // A version only the centre refuses: the edge asks, and says why it cannot have it.
+    let got = get(&client, &edge.url(&format!("{REGISTRY}/acme/foo/2.0.0.json"))).await;
+    assert_ne!(got.status, 200, "{}", got.text());
+    assert!(got.message().contains("centre-rule"), "{}", got.text());
+    let centre_said = get(
+        &client,
+        &centre.url(&format!("{REGISTRY}/acme/foo/2.0.0.json")),
+    )
+    .await;
+    assert_eq!(centre_said.status, 410);
+}
