@@ -37,8 +37,8 @@ pub use providers::{
     VersionEntry, VersionView,
 };
 pub use policy::{
-    ApprovalRequest, Approved, ApproveError, BadApproval, JudgedVersion, PolicyHistory, PolicyView,
-    RuleEntry, VersionUser,
+    ApprovalRequest, Approved, ApproveError, BadApproval, Judge, JudgedVersion, PolicyHistory,
+    PolicyView, RuleEntry, VersionUser, approve, canonical_address, parse_kind,
 };
 pub use published::{Namespace, PublishedEntry, PublishedList};
 pub use releases::{CachedRelease, CachedZip, ListSummary, ProductReleases, ReleaseCatalogue};

@@ -264,94 +264,162 @@ fn attach_usage(versions: &mut [JudgedVersion], rows: Vec<Row>) {
     }
 }
 
+/// Judges versions as the doors do: the policy's decision, with the version's first sight read
+/// from the cached version list of its provider, module or CLI (as `judge_provider`,
+/// `judge_module` and the release door read it).
+pub struct Judge {
+    core: Arc<Core>,
+    releases: tokio::sync::OnceCell<Arc<ReleaseMirror>>,
+}
+
+impl Judge {
+    pub fn new(core: Arc<Core>) -> Judge {
+        Judge {
+            core,
+            releases: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// When this mirror first saw `version` of `address` (of `kind`) in its origin's list:
+    /// `None` for a version listed when the mirror first listed the thing (of no known age),
+    /// or when no list is kept.
+    pub async fn seen(&self, kind: Kind, address: &str, version: &Version) -> Option<u64> {
+        let now = self.core.policy().now();
+        match kind {
+            Kind::Provider => {
+                let addr = ProviderAddr::parse(address).ok()?;
+                let list = self.core.provider_lists().cached(&addr).await?;
+                list.found.then(|| {
+                    seen_in(
+                        &list.seen,
+                        list.platforms_of(version).is_some(),
+                        version,
+                        now,
+                    )
+                })?
+            }
+            Kind::Module => {
+                let addr = ModuleAddr::parse_in(address, DEFAULT_HOST).ok()?;
+                let list = self.core.module_lists().cached(&addr).await?;
+                list.found.then(|| {
+                    seen_in(&list.seen, list.versions.contains(version), version, now)
+                })?
+            }
+            Kind::Release => {
+                let product = Product::parse(address)?;
+                let releases = self
+                    .releases
+                    .get_or_init(|| async { ReleaseMirror::new(self.core.clone()) })
+                    .await;
+                let list = releases.kept_list(product).await?;
+                list.found.then(|| {
+                    seen_in(&list.seen, list.release(version).is_some(), version, now)
+                })?
+            }
+            Kind::Git => None,
+        }
+    }
+
+    /// The policy's decision for `version` of `address` (a git repository has none: it is
+    /// judged whole).
+    pub async fn decide(&self, kind: Kind, address: &str, version: Option<&Version>) -> Decision {
+        let policy = self.core.policy();
+        match version {
+            Some(version) if kind != Kind::Git => {
+                let seen = self.seen(kind, address, version).await;
+                policy.decide(kind, address, version, seen)
+            }
+            _ => policy.decide_unversioned(kind, address),
+        }
+    }
+}
+
 /// Every cached provider, module and CLI release version (and git repository) the policy
 /// refuses or waives now.
 pub async fn judge_cached(core: &Arc<Core>, snapshot: &Snapshot) -> Vec<JudgedVersion> {
     let policy = core.policy();
-    let now = policy.now();
-    let mut out = Vec::new();
-    let mut keep = |kind, address: &str, version: Option<&Version>, decision: Decision| {
-        if let Some(v) = judged(kind, address, version, decision) {
-            out.push(v);
-        }
-    };
+    let judge = Judge::new(core.clone());
+    let mut cached: Vec<(Kind, &str, Option<Version>)> = Vec::new();
     if !policy.is_open(Kind::Provider) {
         for p in &snapshot.providers {
-            let Ok(addr) = ProviderAddr::parse(&p.source) else {
-                continue;
-            };
-            let list = core.provider_lists().cached(&addr).await;
             for v in &p.versions {
-                let Ok(version) = Version::parse(&v.version) else {
-                    continue;
-                };
-                let seen = match &list {
-                    Some(list) if list.found => seen_in(
-                        &list.seen,
-                        list.platforms_of(&version).is_some(),
-                        &version,
-                        now,
-                    ),
-                    _ => None,
-                };
-                let decision = policy.decide(Kind::Provider, &p.source, &version, seen);
-                keep(Kind::Provider, &p.source, Some(&version), decision);
+                if let Ok(version) = Version::parse(&v.version) {
+                    cached.push((Kind::Provider, &p.source, Some(version)));
+                }
             }
         }
     }
     if !policy.is_open(Kind::Module) {
         for m in &snapshot.modules {
-            let (Ok(addr), Ok(version)) = (
-                ModuleAddr::parse_in(&m.address, DEFAULT_HOST),
-                Version::parse(&m.version),
-            ) else {
-                continue;
-            };
-            let seen = match core.module_lists().cached(&addr).await {
-                Some(list) if list.found => seen_in(
-                    &list.seen,
-                    list.versions.contains(&version),
-                    &version,
-                    now,
-                ),
-                _ => None,
-            };
-            let decision = policy.decide(Kind::Module, &m.address, &version, seen);
-            keep(Kind::Module, &m.address, Some(&version), decision);
+            if let Ok(version) = Version::parse(&m.version) {
+                cached.push((Kind::Module, &m.address, Some(version)));
+            }
         }
     }
-    if !policy.is_open(Kind::Release) && !snapshot.releases.is_empty() {
-        let releases = ReleaseMirror::new(core.clone());
+    if !policy.is_open(Kind::Release) {
         for p in &snapshot.releases {
-            let Some(product) = Product::parse(p.product) else {
-                continue;
-            };
-            let list = releases.kept_list(product).await;
             for r in &p.releases {
-                let Ok(version) = Version::parse(&r.version) else {
-                    continue;
-                };
-                let seen = match &list {
-                    Some(list) if list.found => seen_in(
-                        &list.seen,
-                        list.release(&version).is_some(),
-                        &version,
-                        now,
-                    ),
-                    _ => None,
-                };
-                let decision = policy.decide(Kind::Release, p.product, &version, seen);
-                keep(Kind::Release, p.product, Some(&version), decision);
+                if let Ok(version) = Version::parse(&r.version) {
+                    cached.push((Kind::Release, p.product, Some(version)));
+                }
             }
         }
     }
     if !policy.is_open(Kind::Git) {
         for repo in &snapshot.git {
-            let decision = policy.decide_unversioned(Kind::Git, &repo.repository);
-            keep(Kind::Git, &repo.repository, None, decision);
+            cached.push((Kind::Git, &repo.repository, None));
         }
     }
+    let mut out = Vec::new();
+    for (kind, address, version) in cached {
+        let decision = judge.decide(kind, address, version.as_ref()).await;
+        out.extend(judged(kind, address, version.as_ref(), decision));
+    }
     out
+}
+
+/// `text` as the address of a `kind` the policy judges: a provider's or module's with its
+/// registry host (`registry.terraform.io` added to a short one), `terraform` or `tofu`, a git
+/// repository's `host/path`.
+pub fn canonical_address(kind: Kind, text: &str) -> Result<String, BadApproval> {
+    let bad = |message: String| BadApproval {
+        field: "address",
+        message,
+    };
+    let text = text.trim();
+    if text.is_empty() || text.len() > MAX_ADDRESS {
+        return Err(bad(format!("must be 1 to {MAX_ADDRESS} characters")));
+    }
+    match kind {
+        Kind::Provider => ProviderAddr::parse(text)
+            .map(|a| a.to_string())
+            .map_err(|e| bad(e.to_string())),
+        Kind::Module => ModuleAddr::parse_in(text, DEFAULT_HOST)
+            .map(|a| a.to_string())
+            .map_err(|e| bad(e.to_string())),
+        Kind::Release => Product::parse(text)
+            .map(|p| p.as_str().to_string())
+            .ok_or_else(|| {
+                bad(format!(
+                    "{:?}: a release's address is terraform or tofu",
+                    clip(text)
+                ))
+            }),
+        Kind::Git => crate::address::GitRepo::parse(text)
+            .map(|r| r.to_string())
+            .map_err(|e| bad(e.to_string())),
+    }
+}
+
+/// A kind as the CLI and the API write it.
+pub fn parse_kind(text: &str) -> Result<Kind, BadApproval> {
+    Kind::parse(text.trim()).ok_or_else(|| BadApproval {
+        field: "kind",
+        message: format!(
+            "{:?} is not provider, module, release or git",
+            clip(text)
+        ),
+    })
 }
 
 /// A version's entry when the policy refuses or waives it.
@@ -463,45 +531,15 @@ impl ApprovalRequest {
     /// policy judges (`registry.terraform.io` added to a short one).
     pub fn check(&self, by: &str, now: u64) -> Result<Approval, BadApproval> {
         let bad = |field, message: String| BadApproval { field, message };
-        let kind = Kind::parse(self.kind.trim()).ok_or_else(|| {
-            bad(
-                "kind",
-                format!(
-                    "{:?} is not provider, module or release",
-                    clip(&self.kind)
-                ),
-            )
-        })?;
-        let text = self.address.trim();
-        if text.is_empty() || text.len() > MAX_ADDRESS {
+        let kind = parse_kind(&self.kind)?;
+        if kind == Kind::Git {
             return Err(bad(
-                "address",
-                format!("must be 1 to {MAX_ADDRESS} characters"),
+                "kind",
+                "a git repository has no versions to approve: change the rule that names it"
+                    .into(),
             ));
         }
-        let address = match kind {
-            Kind::Provider => ProviderAddr::parse(text)
-                .map(|a| a.to_string())
-                .map_err(|e| bad("address", e.to_string()))?,
-            Kind::Module => ModuleAddr::parse_in(text, DEFAULT_HOST)
-                .map(|a| a.to_string())
-                .map_err(|e| bad("address", e.to_string()))?,
-            Kind::Release => Product::parse(text)
-                .map(|p| p.as_str().to_string())
-                .ok_or_else(|| {
-                    bad(
-                        "address",
-                        format!("{:?}: a release's address is terraform or tofu", clip(text)),
-                    )
-                })?,
-            Kind::Git => {
-                return Err(bad(
-                    "kind",
-                    "a git repository has no versions to approve: change the rule that names it"
-                        .into(),
-                ));
-            }
-        };
+        let address = canonical_address(kind, &self.address)?;
         let version =
             Version::parse(self.version.trim()).map_err(|e| bad("version", e.to_string()))?;
         let action = match self.action.trim() {
