@@ -32,13 +32,13 @@ use crate::mirror::Core;
 
 pub use lockfile::LockBlock;
 pub use modules::{ModuleEntry, ModuleList, ModuleQuery};
+pub use policy::{
+    ApprovalRequest, ApproveError, Approved, BadApproval, Judge, JudgedVersion, PolicyHistory,
+    PolicyView, RuleEntry, VersionUser, approve, canonical_address, parse_kind,
+};
 pub use providers::{
     Choices, PlatformEntry, Provider, ProviderEntry, ProviderList, ProviderQuery, ProviderSummary,
     VersionEntry, VersionView,
-};
-pub use policy::{
-    ApprovalRequest, Approved, ApproveError, BadApproval, Judge, JudgedVersion, PolicyHistory,
-    PolicyView, RuleEntry, VersionUser, approve, canonical_address, parse_kind,
 };
 pub use published::{Namespace, PublishedEntry, PublishedList};
 pub use releases::{CachedRelease, CachedZip, ListSummary, ProductReleases, ReleaseCatalogue};

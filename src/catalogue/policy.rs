@@ -179,9 +179,7 @@ impl PolicyView {
                 releases: r.patterns[2].clone(),
                 git: r.patterns[3].clone(),
                 versions: r.versions_text.clone(),
-                min_age: r
-                    .min_age
-                    .map(|d| humantime::format_duration(d).to_string()),
+                min_age: r.min_age.map(|d| humantime::format_duration(d).to_string()),
                 reason: r.reason.clone(),
                 link: r.link.clone(),
                 expires: r.expires,
@@ -301,9 +299,8 @@ impl Judge {
             Kind::Module => {
                 let addr = ModuleAddr::parse_in(address, DEFAULT_HOST).ok()?;
                 let list = self.core.module_lists().cached(&addr).await?;
-                list.found.then(|| {
-                    seen_in(&list.seen, list.versions.contains(version), version, now)
-                })?
+                list.found
+                    .then(|| seen_in(&list.seen, list.versions.contains(version), version, now))?
             }
             Kind::Release => {
                 let product = Product::parse(address)?;
@@ -312,9 +309,8 @@ impl Judge {
                     .get_or_init(|| async { ReleaseMirror::new(self.core.clone()) })
                     .await;
                 let list = releases.kept_list(product).await?;
-                list.found.then(|| {
-                    seen_in(&list.seen, list.release(version).is_some(), version, now)
-                })?
+                list.found
+                    .then(|| seen_in(&list.seen, list.release(version).is_some(), version, now))?
             }
             Kind::Git => None,
         }
@@ -415,10 +411,7 @@ pub fn canonical_address(kind: Kind, text: &str) -> Result<String, BadApproval> 
 pub fn parse_kind(text: &str) -> Result<Kind, BadApproval> {
     Kind::parse(text.trim()).ok_or_else(|| BadApproval {
         field: "kind",
-        message: format!(
-            "{:?} is not provider, module, release or git",
-            clip(text)
-        ),
+        message: format!("{:?} is not provider, module, release or git", clip(text)),
     })
 }
 
@@ -535,8 +528,7 @@ impl ApprovalRequest {
         if kind == Kind::Git {
             return Err(bad(
                 "kind",
-                "a git repository has no versions to approve: change the rule that names it"
-                    .into(),
+                "a git repository has no versions to approve: change the rule that names it".into(),
             ));
         }
         let address = canonical_address(kind, &self.address)?;
@@ -555,7 +547,10 @@ impl ApprovalRequest {
         };
         let reason = self.reason.trim();
         if reason.is_empty() {
-            return Err(bad("reason", "is needed: say why, for the audit trail".into()));
+            return Err(bad(
+                "reason",
+                "is needed: say why, for the audit trail".into(),
+            ));
         }
         if reason.len() > 2000 || reason.chars().any(|c| c.is_control() && c != '\n') {
             return Err(bad(
@@ -568,10 +563,7 @@ impl ApprovalRequest {
             Some(text) => {
                 let t = crate::policy::parse_time(text).map_err(|e| bad("until", e))?;
                 if t <= now {
-                    return Err(bad(
-                        "until",
-                        format!("{text:?} is not in the future"),
-                    ));
+                    return Err(bad("until", format!("{text:?} is not in the future")));
                 }
                 Some(t)
             }
@@ -657,12 +649,30 @@ mod tests {
         assert_eq!(ok.address, "registry.terraform.io/acme/aws");
         assert_eq!(ok.at, now);
         let field = |r: ApprovalRequest| r.check("alice", now).unwrap_err().field;
-        assert_eq!(field(request("thing", "acme/aws", "1.0.0", "waive")), "kind");
-        assert_eq!(field(request("git", "github.com/a/b", "1.0.0", "waive")), "kind");
-        assert_eq!(field(request("provider", "a/b/c/d/e", "1.0.0", "waive")), "address");
-        assert_eq!(field(request("release", "vim", "1.0.0", "waive")), "address");
-        assert_eq!(field(request("module", "acme/vpc/aws", "x y", "hold")), "version");
-        assert_eq!(field(request("provider", "acme/aws", "1.0.0", "bless")), "action");
+        assert_eq!(
+            field(request("thing", "acme/aws", "1.0.0", "waive")),
+            "kind"
+        );
+        assert_eq!(
+            field(request("git", "github.com/a/b", "1.0.0", "waive")),
+            "kind"
+        );
+        assert_eq!(
+            field(request("provider", "a/b/c/d/e", "1.0.0", "waive")),
+            "address"
+        );
+        assert_eq!(
+            field(request("release", "vim", "1.0.0", "waive")),
+            "address"
+        );
+        assert_eq!(
+            field(request("module", "acme/vpc/aws", "x y", "hold")),
+            "version"
+        );
+        assert_eq!(
+            field(request("provider", "acme/aws", "1.0.0", "bless")),
+            "action"
+        );
         let mut no_reason = request("provider", "acme/aws", "1.0.0", "hold");
         no_reason.reason = "  ".into();
         assert_eq!(field(no_reason), "reason");

@@ -210,7 +210,14 @@ async fn list(args: ShowArgs) -> Result<Outcome, OpsError> {
                 ]
             })
             .collect();
-        let header = ["NAME", "ACTION", "VERSIONS", "MATCHES", "EXPIRES", "WRITTEN AT"];
+        let header = [
+            "NAME",
+            "ACTION",
+            "VERSIONS",
+            "MATCHES",
+            "EXPIRES",
+            "WRITTEN AT",
+        ];
         super::ls::print_table(&header.map(String::from), &rows);
     }
     println!("\napprovals in force ({}):", view.approvals.len());
@@ -247,7 +254,9 @@ async fn list(args: ShowArgs) -> Result<Outcome, OpsError> {
                     v.version.clone().unwrap_or_else(|| "-".into()),
                     v.verdict.to_string(),
                     format!("{} ({})", v.rule, v.action),
-                    v.admissible_at.map(format_time).unwrap_or_else(|| "-".into()),
+                    v.admissible_at
+                        .map(format_time)
+                        .unwrap_or_else(|| "-".into()),
                     v.uses.to_string(),
                     v.users
                         .iter()
@@ -331,12 +340,9 @@ async fn check(args: CheckArgs) -> Result<Outcome, OpsError> {
             let because = match why {
                 Admitted::Default => "no rule refuses it (policy.default)".to_string(),
                 Admitted::Rule(r) => format!("rule {:?} allows it ({})", r.name, r.place),
-                Admitted::Waiver(a) => format!(
-                    "waived by {} at {}: {}",
-                    a.by,
-                    format_time(a.at),
-                    a.reason
-                ),
+                Admitted::Waiver(a) => {
+                    format!("waived by {} at {}: {}", a.by, format_time(a.at), a.reason)
+                }
             };
             println!("admitted: {what}: {because}");
             Ok(Outcome::Success)

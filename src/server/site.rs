@@ -272,7 +272,11 @@ impl Site {
 
     /// Who would approve: the client a bearer token or a signed-in session stands for. With
     /// authentication off nobody can: an approval names who made it.
-    fn approver(&self, caller: &Caller, who: &Result<Principal, Denied>) -> Result<Principal, Error> {
+    fn approver(
+        &self,
+        caller: &Caller,
+        who: &Result<Principal, Denied>,
+    ) -> Result<Principal, Error> {
         match (caller, who) {
             (Caller::Session(session), _) => Ok(Principal::named(
                 self.settings.auth.subject_client(&session.subject),
