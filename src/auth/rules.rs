@@ -291,6 +291,25 @@ mod tests {
     }
 
     #[test]
+    fn only_a_rule_that_says_so_lets_a_client_approve() {
+        let set = rules(
+            r#"
+            [[rules]]
+            name = "platform"
+            clients = "platform"
+            approve = true
+            [[rules]]
+            name = "everyone"
+            clients = "*"
+            "#,
+        )
+        .unwrap();
+        assert!(set.for_client("platform").unwrap().approve);
+        assert!(!set.for_client("ci").unwrap().approve, "no by default");
+        assert!(rules("[[rules]]\nname = \"a\"\nclients = \"x\"\napprove = \"yes\"").is_err());
+    }
+
+    #[test]
     fn publish_patterns_name_their_kind_and_old_ones_keep_their_meaning() {
         let set = rules(
             r#"
