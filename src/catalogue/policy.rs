@@ -641,6 +641,50 @@ mod tests {
     }
 
     #[test]
+    fn a_cooldown_says_when_the_version_becomes_installable_and_a_hold_who_made_it() {
+        let now = 1_800_000_000;
+        let settings = crate::policy::PolicySettings {
+            min_age: std::time::Duration::from_secs(7 * 86_400),
+            ..Default::default()
+        };
+        let policy = crate::policy::Policy::new(
+            &settings,
+            crate::policy::Approvals::in_memory(),
+            crate::clock::ManualClock::at(now),
+        )
+        .unwrap();
+        let aws = "registry.terraform.io/acme/aws";
+        let v = Version::parse("3.6.1").unwrap();
+        let young = policy.decide(Kind::Provider, aws, &v, Some(now - 86_400));
+        let entry = judged(Kind::Provider, aws, Some(&v), young).unwrap();
+        assert_eq!((entry.verdict, entry.action), ("held", "cooldown"));
+        assert_eq!(entry.rule, "min_age");
+        assert_eq!(entry.admissible_at, Some(now + 6 * 86_400));
+        assert!(
+            entry.message.contains("becomes installable"),
+            "{}",
+            entry.message
+        );
+        let old = policy.decide(Kind::Provider, aws, &v, None);
+        assert!(
+            judged(Kind::Provider, aws, Some(&v), old).is_none(),
+            "admitted"
+        );
+        let mut hold = request("provider", aws, "3.6.0", "hold")
+            .check("bob", now - 5)
+            .unwrap();
+        hold.id = "1".into();
+        policy.approvals().apply(hold);
+        let v360 = Version::parse("3.6.0").unwrap();
+        let held = policy.decide(Kind::Provider, aws, &v360, None);
+        let entry = judged(Kind::Provider, aws, Some(&v360), held).unwrap();
+        assert_eq!(
+            (entry.rule.as_str(), entry.by.as_deref()),
+            ("approval", Some("bob"))
+        );
+    }
+
+    #[test]
     fn a_request_names_the_field_at_fault() {
         let now = 1_800_000_000;
         let ok = request("provider", "acme/aws", "3.6.1", "waive")
