@@ -243,6 +243,8 @@ impl StatusPage<'_> {
 pub struct PolicyPage<'a> {
     pub chrome: Chrome,
     pub view: &'a crate::catalogue::PolicyView,
+    /// The approval a form just recorded, to say so.
+    pub recorded: Option<crate::policy::Approval>,
     /// The approver's client name, when the person may approve.
     pub approver: Option<String>,
     /// Whether the pages need a sign-in (else no one can approve here).

@@ -262,7 +262,7 @@ impl Site {
                 .approver(&caller, who)
                 .and_then(|p| p.may_approve().map(|()| p))
                 .ok();
-            return self.policy_page(signed_in, approver).await;
+            return self.policy_page(query, signed_in, approver).await;
         }
         match rest.strip_prefix("api/v1/") {
             Some(api) => self.api(api, query).await,
@@ -345,13 +345,19 @@ impl Site {
     /// The policy page: for an approver, with the forms to waive, hold and revoke.
     async fn policy_page(
         &self,
+        query: Option<&str>,
         signed_in: bool,
         approver: Option<Principal>,
     ) -> Result<Response<Body>, Error> {
         let view = self.catalogue.policy().await?;
+        // `recorded=<id>`, where a form's approval sends the person: that record, said back.
+        let recorded = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .find(|(k, _)| k == "recorded")
+            .and_then(|(_, id)| view.history.iter().find(|a| a.id == id).cloned());
         html(PolicyPage {
             chrome: self.chrome("Version policy", "policy", signed_in),
             view: &view,
+            recorded,
             approver: approver.map(|p| p.name.to_string()),
             authentication: self.settings.auth.pages_need_sign_in(),
         })

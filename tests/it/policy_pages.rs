@@ -735,6 +735,13 @@ async fn the_policy_page_shows_held_denied_and_waived_versions_and_an_approver_w
     assert!(reloaded.is_some(), "the form led to a new page");
     let url = browser.client.current_url().await.unwrap();
     assert!(url.path().ends_with("-/policy"), "{url}");
+    assert!(
+        browser
+            .text("#recorded")
+            .await
+            .contains("waive of provider"),
+        "the page says what was recorded"
+    );
     let waived = row_texts(&browser, "tr.waived").await;
     assert_eq!(waived.len(), 2, "{waived:#?}");
     assert!(
