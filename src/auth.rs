@@ -756,6 +756,17 @@ impl AuthSettings {
             .map(|i| fingerprint(&self.tokens[i]))
     }
 
+    /// The client name a session's subject stands for: a named token's `[[auth.clients]]` name
+    /// for its `token:<fingerprint>`, else the subject itself (another token, or a person signed
+    /// in with single sign-on). `[[auth.rules]]` and approvals know the client by this name.
+    pub fn subject_client(&self, subject: &str) -> String {
+        self.tokens
+            .iter()
+            .position(|t| fingerprint(t) == subject)
+            .and_then(|i| self.names[i].clone())
+            .unwrap_or_else(|| subject.to_string())
+    }
+
     /// Whether a session subject may still be signed in: for `token:`, its token is still one
     /// of the configured ones; for a person signed in with single sign-on, single sign-on is
     /// still configured (with the same name).

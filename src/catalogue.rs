@@ -15,6 +15,7 @@
 
 mod lockfile;
 mod modules;
+mod policy;
 mod providers;
 mod published;
 mod releases;
@@ -31,6 +32,10 @@ use crate::mirror::Core;
 
 pub use lockfile::LockBlock;
 pub use modules::{ModuleEntry, ModuleList, ModuleQuery};
+pub use policy::{
+    ApprovalRequest, ApproveError, Approved, BadApproval, Judge, JudgedVersion, PolicyHistory,
+    PolicyView, RuleEntry, VersionUser, approve, canonical_address, parse_kind,
+};
 pub use providers::{
     Choices, PlatformEntry, Provider, ProviderEntry, ProviderList, ProviderQuery, ProviderSummary,
     VersionEntry, VersionView,
@@ -228,6 +233,46 @@ impl Catalogue {
         let since = query.first_day(SystemTime::now());
         let rows = crate::usage::read(&**self.core.archives().storage(), since.as_deref()).await?;
         Ok(UsageList::of(rows, query, since))
+    }
+
+    /// The version policy: its rules, what of the cache it refuses or waives now and who used
+    /// those versions, the approvals in force and every approval record.
+    pub async fn policy(self: &Arc<Self>) -> Result<PolicyView> {
+        let snapshot = self.snapshot().await?;
+        let rows = crate::usage::read(&**self.core.archives().storage(), None).await?;
+        let history = self.policy_history().await?.history;
+        Ok(PolicyView::of(&self.core, &snapshot, rows, history).await)
+    }
+
+    /// Every approval record, oldest first (the audit trail).
+    pub async fn policy_history(self: &Arc<Self>) -> Result<PolicyHistory> {
+        let history = self
+            .core
+            .policy()
+            .approvals()
+            .history()
+            .await
+            .map_err(|e| match e {
+                crate::policy::approvals::ApprovalError::Storage(e) => Error::Storage(e),
+                other => Error::unexpected(other.to_string()),
+            })?;
+        Ok(PolicyHistory {
+            api_version: API_VERSION,
+            history,
+        })
+    }
+
+    /// Records an approval `by` a client allowed to approve (see [`policy::approve`]).
+    pub async fn approve(
+        self: &Arc<Self>,
+        request: &ApprovalRequest,
+        by: &str,
+    ) -> Result<Approved> {
+        let approval = policy::approve(&self.core, request, by).await?;
+        Ok(Approved {
+            api_version: API_VERSION,
+            approval,
+        })
     }
 
     /// What was published to the private namespaces (the store's records, read now).

@@ -27,6 +27,9 @@ pub enum Error {
     /// The request path is malformed (bad path segment, bad version syntax, ...).
     #[error("{0}")]
     BadRequest(#[from] AddressError),
+    /// A request body is malformed: the message names the field at fault.
+    #[error("{0}")]
+    Invalid(String),
     /// The mirror does not serve this: unknown provider, version, platform, or a hostname outside
     /// `upstream.allowed_hosts`.
     #[error("{0}")]
@@ -298,7 +301,7 @@ impl Error {
     /// The HTTP status a client sees for this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::BadRequest(_) | Error::Invalid(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -321,7 +324,7 @@ impl Error {
     /// A stable short code for the JSON body and logs.
     pub fn code(&self) -> &'static str {
         match self {
-            Error::BadRequest(_) => "bad_request",
+            Error::BadRequest(_) | Error::Invalid(_) => "bad_request",
             Error::NotFound(_) => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::Forbidden(_) => "forbidden",

@@ -28,7 +28,7 @@ mod providers;
 mod publish;
 mod releases;
 
-pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach};
+pub use self::core::{Core, Fill, ModuleLists, NotReady, ProviderLists, Reach, seen_in};
 pub use facade::RegistryPackage;
 pub use git::{CachedRepo, GitBundled, GitMirror, GitProtocol, GitReady, GitTurn, TurnKind};
 pub use modules::{ModulePackage, ModuleRegistry};

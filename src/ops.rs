@@ -10,7 +10,10 @@
 //! - `keygen`: a site key that signs bundles, so that importers know who made them (or the
 //!   registry's provider signing key);
 //! - `publish`: a client of a registry's publishing API; `unpublish`: an operator's removal of a
-//!   published version, with an audit record.
+//!   published version, with an audit record;
+//! - `policy`: operators' waivers, holds and revocations of versions under the version policy
+//!   (each with an audit record), the rules and what of the cache they refuse, and one
+//!   version's decision.
 //!
 //! Every command opens the same [`Core`](crate::mirror::Core) as `serve` (same `--config`, cache directory,
 //! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
@@ -31,6 +34,7 @@ pub mod keygen;
 pub mod lock;
 pub mod lockfile;
 pub mod ls;
+pub mod policy;
 pub mod prune;
 pub mod publish;
 pub mod seed;
@@ -104,6 +108,9 @@ pub enum OpsCommand {
     /// Remove a published version for good, leaving an audit record (an operator's command:
     /// it works on the store).
     Unpublish(publish::UnpublishArgs),
+    /// The version policy: waive, hold or revoke one version (leaving an audit record), list
+    /// the rules and what of the cache they refuse, show the audit trail, check one version.
+    Policy(policy::PolicyArgs),
 }
 
 /// The options every operator command shares.
@@ -133,6 +140,7 @@ pub fn run(command: OpsCommand) -> ExitCode {
             OpsCommand::Usage(a) => usage::run(a).await,
             OpsCommand::Publish(a) => publish::run(a).await,
             OpsCommand::Unpublish(a) => publish::unpublish(a).await,
+            OpsCommand::Policy(a) => policy::run(a).await,
         }
     });
     match outcome {

@@ -18,6 +18,10 @@
 //! `namespace/type` and a module's `namespace/name/system` alike, and since `*` matches `/`
 //! too, `acme/net*` grants the provider `acme/network` and the module `acme/net-x/aws`
 //! (`acme/*` is all of acme's).
+//!
+//! `approve = true` lets its clients waive, hold and revoke versions under the version policy
+//! (see [`crate::policy`]) through the API and the policy page; a rule without it, and a client
+//! no rule matches, may not: an approval names who made it, so it needs a rule that says so.
 
 use std::sync::Arc;
 
@@ -49,6 +53,10 @@ pub struct RuleConfig {
     /// when absent.
     #[serde(default)]
     pub publish: Option<Patterns>,
+    /// Whether they may waive, hold and revoke versions under the version policy (`POST
+    /// -/api/v1/policy/approvals` and the policy page's forms); no when absent.
+    #[serde(default)]
+    pub approve: bool,
 }
 
 fn yes() -> bool {
@@ -66,6 +74,8 @@ pub struct Rule {
     modules: Option<Globs>,
     git: Option<Globs>,
     publish: Option<Publish>,
+    /// Whether its clients may approve versions under the version policy.
+    pub approve: bool,
 }
 
 /// A rule's `publish` patterns, by the kind they grant (a pattern without a kind is in both).
@@ -138,6 +148,7 @@ impl RuleConfig {
                     publish_patterns(&list).map_err(|e| invalid("publish", e))
                 })
                 .transpose()?,
+            approve: self.approve,
         })
     }
 }
@@ -277,6 +288,25 @@ mod tests {
             "no patterns: nothing"
         );
         assert!(!Rules::default().any_publish());
+    }
+
+    #[test]
+    fn only_a_rule_that_says_so_lets_a_client_approve() {
+        let set = rules(
+            r#"
+            [[rules]]
+            name = "platform"
+            clients = "platform"
+            approve = true
+            [[rules]]
+            name = "everyone"
+            clients = "*"
+            "#,
+        )
+        .unwrap();
+        assert!(set.for_client("platform").unwrap().approve);
+        assert!(!set.for_client("ci").unwrap().approve, "no by default");
+        assert!(rules("[[rules]]\nname = \"a\"\nclients = \"x\"\napprove = \"yes\"").is_err());
     }
 
     #[test]

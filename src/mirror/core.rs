@@ -71,7 +71,7 @@ mod reach;
 
 pub use fill::{Fill, OriginBody, Ready};
 pub(in crate::mirror) use fill::{FillTable, HoldBack, Turn};
-pub(in crate::mirror) use policy::seen_in;
+pub use policy::seen_in;
 pub use reach::Reach;
 
 /// Version lists of providers, as the core keeps them.

@@ -434,6 +434,12 @@ impl ReleaseMirror {
             .judge(Kind::Release, product.as_str(), version, seen)
     }
 
+    /// The vendor's list of `product`'s releases as kept (memory, else the store), whatever its
+    /// age; the policy's views read when each release was first seen from it.
+    pub async fn kept_list(&self, product: Product) -> Option<Arc<ReleaseList>> {
+        self.lists.cached(&product).await
+    }
+
     /// The vendor's list, whatever the policy says of its releases.
     async fn vendor_list(&self, product: Product, reach: &Reach) -> Result<Arc<ReleaseList>> {
         self.enabled()?;

@@ -1,6 +1,7 @@
 //! `provender usage`: which client fetched which provider and module versions, every server's
 //! counts added up (see [`crate::usage`]): one line per client and version, with the number of
-//! uses and the first and last day of use in the period asked for.
+//! uses and the first and last day of use in the period asked for. With `--refused`, only the
+//! uses of versions the version policy refuses now, each with its rule: who a refusal affects.
 
 use super::{CommonArgs, OpsError, Outcome};
 
@@ -27,6 +28,24 @@ pub struct UsageArgs {
     /// Print JSON (one object per client and version) instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Only uses of versions the version policy refuses now, each with the rule that refuses
+    /// it: who would be affected by the refusal.
+    #[arg(long)]
+    pub refused: bool,
+}
+
+/// A usage row with the refusal of its version (`--refused`).
+#[derive(serde::Serialize)]
+struct RefusedUse<'a> {
+    #[serde(flatten)]
+    row: &'a crate::usage::Row,
+    /// `denied` or `held`.
+    verdict: &'static str,
+    rule: &'a str,
+    /// `deny`, `hold` or `cooldown`.
+    action: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
 }
 
 /// The first day of a period of `since` ending today, as [`crate::usage::read`] takes it.
@@ -74,6 +93,9 @@ pub async fn run(args: UsageArgs) -> Result<Outcome, OpsError> {
         address.as_ref().is_none_or(|g| g.is_match(&r.address))
             && client.as_ref().is_none_or(|g| g.is_match(&r.client))
     });
+    if args.refused {
+        return refused(core, &rows, args.json, since.as_deref()).await;
+    }
     if args.json {
         println!(
             "{}",
@@ -107,6 +129,71 @@ pub async fn run(args: UsageArgs) -> Result<Outcome, OpsError> {
     }
     let header = [
         "KIND", "ADDRESS", "VERSION", "CLIENT", "USES", "FIRST", "LAST",
+    ]
+    .map(String::from);
+    super::ls::print_table(&header, &table);
+    Ok(Outcome::Success)
+}
+
+/// `provender usage --refused`: the uses of versions the policy refuses now, each with its rule.
+async fn refused(
+    core: std::sync::Arc<crate::mirror::Core>,
+    rows: &[crate::usage::Row],
+    json: bool,
+    since: Option<&str>,
+) -> Result<Outcome, OpsError> {
+    super::load_approvals(&core).await?;
+    let view = crate::catalogue::Catalogue::new(core)
+        .policy()
+        .await
+        .map_err(|e| OpsError::Failed(anyhow::anyhow!("judging the cache: {e}")))?;
+    let uses: Vec<RefusedUse> = rows
+        .iter()
+        .filter_map(|row| {
+            let v = view.refusal_of(row)?;
+            Some(RefusedUse {
+                row,
+                verdict: v.verdict,
+                rule: &v.rule,
+                action: v.action,
+                reason: v.reason.as_deref(),
+            })
+        })
+        .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&uses).expect("JSON of strings and numbers")
+        );
+        return Ok(Outcome::Success);
+    }
+    if uses.is_empty() {
+        println!(
+            "usage: no use of a version the policy refuses now{}",
+            match since {
+                Some(day) => format!(" since {day}"),
+                None => String::new(),
+            }
+        );
+        return Ok(Outcome::Success);
+    }
+    let table: Vec<[String; 8]> = uses
+        .iter()
+        .map(|u| {
+            [
+                u.row.kind.as_str().to_string(),
+                u.row.address.clone(),
+                u.row.version.clone(),
+                u.row.client.clone(),
+                u.row.count.to_string(),
+                u.row.last.clone(),
+                u.verdict.to_string(),
+                format!("{} ({})", u.rule, u.action),
+            ]
+        })
+        .collect();
+    let header = [
+        "KIND", "ADDRESS", "VERSION", "CLIENT", "USES", "LAST", "REFUSED", "RULE",
     ]
     .map(String::from);
     super::ls::print_table(&header, &table);

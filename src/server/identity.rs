@@ -120,6 +120,24 @@ impl Principal {
     }
 }
 
+impl Principal {
+    /// Whether it may waive, hold or revoke versions under the version policy: only a client
+    /// whose rule says `approve = true` may. 403 naming the rule if not.
+    pub fn may_approve(&self) -> Result<(), Error> {
+        match &self.rule {
+            Some(rule) if rule.approve => Ok(()),
+            Some(rule) => Err(Error::Forbidden(format!(
+                "rule {} (auth.rules) does not let {} approve versions (approve = true)",
+                rule.name, self.name
+            ))),
+            None => Err(Error::Forbidden(format!(
+                "no rule (auth.rules) lets {} approve versions (approve = true)",
+                self.name
+            ))),
+        }
+    }
+}
+
 impl Identities {
     pub fn new(settings: Arc<Settings>, core: Arc<Core>) -> Identities {
         Identities {

@@ -17,7 +17,7 @@ pub struct Chrome {
     pub base: String,
     pub title: String,
     /// Which navigation entry is current: `start`, `providers`, `modules`, `releases`, `usage`,
-    /// `status` or ``.
+    /// `policy`, `status` or ``.
     pub section: &'static str,
     pub signed_in: bool,
     pub version: &'static str,
@@ -236,6 +236,28 @@ impl StatusPage<'_> {
     }
 }
 
+/// The version policy page: rules, what of the cache is refused or waived and who used it,
+/// approvals and their audit trail; for an approver, the forms to waive, hold and revoke.
+#[derive(Template)]
+#[template(path = "policy.html")]
+pub struct PolicyPage<'a> {
+    pub chrome: Chrome,
+    pub view: &'a crate::catalogue::PolicyView,
+    /// The approval a form just recorded, to say so.
+    pub recorded: Option<crate::policy::Approval>,
+    /// The approver's client name, when the person may approve.
+    pub approver: Option<String>,
+    /// Whether the pages need a sign-in (else no one can approve here).
+    pub authentication: bool,
+}
+
+impl PolicyPage<'_> {
+    /// A form field's id unique on the page: `<what>-<n>`.
+    fn field_id(&self, what: &str, n: impl Borrow<usize>) -> String {
+        format!("{what}-{}", n.borrow())
+    }
+}
+
 #[derive(Template)]
 #[template(path = "sign_in.html")]
 pub struct SignInPage {
@@ -303,6 +325,7 @@ impl Formats for ProviderPage<'_> {}
 impl Formats for VersionPage<'_> {}
 impl Formats for ModulesPage<'_> {}
 impl Formats for StatusPage<'_> {}
+impl Formats for PolicyPage<'_> {}
 impl Formats for ReleasesPage<'_> {}
 impl Formats for SignInPage {}
 impl Formats for ErrorPage {}

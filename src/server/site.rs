@@ -9,10 +9,13 @@
 //!
 //! With client authentication on, everything here but the sign-in page and the static files
 //! needs a bearer token or a session cookie (see [`crate::auth::session`]): a page without one
-//! redirects to sign-in, an API request gets 401. Sign-in and sign-out are the only `POST`s;
-//! browsers' `Sec-Fetch-Site` must say they come from this site (or, from browsers too old to
-//! send it, `Origin` must be this server's; a form with neither is refused), and the cookie is
-//! `SameSite=Strict`, so other sites cannot make a browser use them. Single sign-on's starts
+//! redirects to sign-in, an API request gets 401. Sign-in, sign-out and approvals (the policy
+//! page's forms, `POST -/api/v1/policy/approvals`) are the only `POST`s; browsers'
+//! `Sec-Fetch-Site` must say they come from this site (or, from browsers too old to send it,
+//! `Origin` must be this server's; a form with neither is refused), and the cookie is
+//! `SameSite=Strict`, so other sites cannot make a browser use them. An approval is made only
+//! by a client whose `[[auth.rules]]` entry says `approve = true`, under its name; with
+//! authentication off there is no name to record, so none is made here. Single sign-on's starts
 //! and callbacks are rate-limited per client address and for everyone (see
 //! [`crate::auth::sso::SignIns`]).
 //!
@@ -32,7 +35,7 @@ use hyper::body::Incoming;
 
 use super::identity::Principal;
 use super::pages::{
-    Chrome, ErrorPage, ModulesPage, Paging, ProviderPage, ProvidersPage, PublishedPage,
+    Chrome, ErrorPage, ModulesPage, Paging, PolicyPage, ProviderPage, ProvidersPage, PublishedPage,
     ReleasesPage, SignInPage, SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
 use super::respond::{
@@ -43,7 +46,9 @@ use crate::auth::Denied;
 use crate::auth::oidc::{Issuers, Judged, Kept};
 use crate::auth::session::{self, Session, Sessions};
 use crate::auth::sso::{self, Pending, SignIns};
-use crate::catalogue::{Catalogue, ModuleQuery, ProviderQuery, ReleaseCatalogue, UsageQuery};
+use crate::catalogue::{
+    ApprovalRequest, Catalogue, ModuleQuery, ProviderQuery, ReleaseCatalogue, UsageQuery,
+};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::mirror::Core;
@@ -52,8 +57,11 @@ use crate::upstream::IssuerEndpoints;
 /// Providers listed per page.
 pub const PAGE_SIZE: usize = 100;
 
-/// The largest sign-in form accepted.
+/// The largest sign-in or approval form (or JSON body) accepted.
 const MAX_FORM: usize = 8 * 1024;
+
+/// Where approvers `POST` approvals, below `-/`.
+const APPROVALS: &str = "api/v1/policy/approvals";
 
 /// What pages may load: their own scripts, styles and images, nothing inline, no frames.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
@@ -230,6 +238,9 @@ impl Site {
             }
             return self.sign_out(req, caller);
         }
+        if *req.method() == Method::POST && (rest == "policy" || rest == APPROVALS) {
+            return self.approval(req, body, kind, caller, who).await;
+        }
         only_get(req)?;
         if let Caller::Nobody = caller {
             return Ok(match kind {
@@ -246,10 +257,110 @@ impl Site {
             .acquire()
             .await
             .map_err(|e| Error::unexpected(format!("page renders: {e}")))?;
+        if rest == "policy" {
+            let approver = self
+                .approver(&caller, who)
+                .and_then(|p| p.may_approve().map(|()| p))
+                .ok();
+            return self.policy_page(query, signed_in, approver).await;
+        }
         match rest.strip_prefix("api/v1/") {
             Some(api) => self.api(api, query).await,
             None => self.page(rest, query, signed_in).await,
         }
+    }
+
+    /// Who would approve: the client a bearer token or a signed-in session stands for. With
+    /// authentication off nobody can: an approval names who made it.
+    fn approver(
+        &self,
+        caller: &Caller,
+        who: &Result<Principal, Denied>,
+    ) -> Result<Principal, Error> {
+        match (caller, who) {
+            (Caller::Session(session), _) => Ok(Principal::named(
+                self.settings.auth.subject_client(&session.subject),
+                &self.settings,
+            )),
+            (Caller::Let, Ok(principal)) if self.settings.auth.enabled() => Ok(principal.clone()),
+            (Caller::Let, _) => Err(Error::Forbidden(
+                "approvals need to know who approved, and client authentication is off here                  ([auth]): no one can approve through the API or the pages; operators use                  provender policy waive|hold|revoke"
+                    .into(),
+            )),
+            (Caller::Nobody, _) => Err(Error::Forbidden(
+                "approving needs a bearer token or a signed-in session".into(),
+            )),
+        }
+    }
+
+    /// `POST -/api/v1/policy/approvals` (JSON) and the policy page's forms (`POST -/policy`):
+    /// a waiver, hold or revocation by a client whose `[[auth.rules]]` entry says
+    /// `approve = true`, recorded with its name. A form must come from this site (like
+    /// sign-in's); so must a request carrying only a session cookie.
+    async fn approval(
+        &self,
+        req: &Request<()>,
+        body: Incoming,
+        kind: Kind,
+        caller: Caller,
+        who: &Result<Principal, Denied>,
+    ) -> Result<Response<Body>, Error> {
+        if let Caller::Nobody = caller {
+            return Ok(match kind {
+                Kind::Api => {
+                    unauthorized("this mirror requires a bearer token or a signed-in session")
+                }
+                Kind::Page => self.to_sign_in(req),
+            });
+        }
+        if kind == Kind::Page || matches!(caller, Caller::Session(_)) {
+            same_site(req, &self.base_url)?;
+        }
+        let principal = self.approver(&caller, who)?;
+        principal.may_approve()?;
+        let bytes = http_body_util::Limited::new(body, MAX_FORM)
+            .collect()
+            .await
+            .map_err(|e| Error::PayloadTooLarge(format!("approval: {e}")))?
+            .to_bytes();
+        let request = match kind {
+            Kind::Api => serde_json::from_slice::<ApprovalRequest>(&bytes)
+                .map_err(|e| Error::Invalid(format!("the body is not an approval: {e}")))?,
+            Kind::Page => approval_form(&bytes),
+        };
+        let approved = self.catalogue.approve(&request, &principal.name).await?;
+        Ok(match kind {
+            Kind::Api => {
+                let body = serde_json::to_vec(&approved).expect("approvals serialise");
+                json_response(StatusCode::CREATED, body)
+            }
+            Kind::Page => see_other(&format!(
+                "{}-/policy?recorded={}#history",
+                self.base(),
+                approved.approval.id
+            )),
+        })
+    }
+
+    /// The policy page: for an approver, with the forms to waive, hold and revoke.
+    async fn policy_page(
+        &self,
+        query: Option<&str>,
+        signed_in: bool,
+        approver: Option<Principal>,
+    ) -> Result<Response<Body>, Error> {
+        let view = self.catalogue.policy().await?;
+        // `recorded=<id>`, where a form's approval sends the person: that record, said back.
+        let recorded = url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .find(|(k, _)| k == "recorded")
+            .and_then(|(_, id)| view.history.iter().find(|a| a.id == id).cloned());
+        html(PolicyPage {
+            chrome: self.chrome("Version policy", "policy", signed_in),
+            view: &view,
+            recorded,
+            approver: approver.map(|p| p.name.to_string()),
+            authentication: self.settings.auth.pages_need_sign_in(),
+        })
     }
 
     /// Who is asking: with authentication off anyone; else a bearer token's holder (`who`,
@@ -415,6 +526,8 @@ impl Site {
             "usage" => return json(&c.usage(&UsageQuery::parse(query)).await?),
             "releases" => return json(&c.releases().await?),
             "publications" => return json(&c.published().await?),
+            "policy" => return json(&c.policy().await?),
+            "policy/history" => return json(&c.policy_history().await?),
             _ => {}
         }
         if let Some(path) = path.strip_prefix("providers/") {
@@ -780,7 +893,7 @@ fn same_site(req: &Request<()>, base_url: &url::Url) -> Result<(), Error> {
     let refused = |from: &str| {
         let from: String = from.chars().take(100).collect();
         Err(Error::Forbidden(format!(
-            "a form from another site ({from}) cannot sign in or out here"
+            "a form from another site ({from}) cannot sign in, sign out or approve here"
         )))
     };
     match (header("sec-fetch-site"), header("origin")) {
@@ -789,11 +902,30 @@ fn same_site(req: &Request<()>, base_url: &url::Url) -> Result<(), Error> {
         (None, Some(origin)) if origin == base_url.origin().ascii_serialization() => Ok(()),
         (None, Some(origin)) => refused(origin),
         (None, None) => Err(Error::Forbidden(
-            "a form without Sec-Fetch-Site or Origin cannot sign in or out here: only a \
+            "a form without Sec-Fetch-Site or Origin cannot sign in, sign out or approve here: only a \
              browser's form on this mirror's own pages can"
                 .into(),
         )),
     }
+}
+
+/// The policy page's form, as an approval request (missing fields are empty, and named when
+/// checked).
+fn approval_form(form: &[u8]) -> ApprovalRequest {
+    let mut request = ApprovalRequest::default();
+    for (key, value) in url::form_urlencoded::parse(form) {
+        let value = value.into_owned();
+        match &*key {
+            "kind" => request.kind = value,
+            "address" => request.address = value,
+            "version" => request.version = value,
+            "action" => request.action = value,
+            "reason" => request.reason = value,
+            "until" => request.until = Some(value),
+            _ => {}
+        }
+    }
+    request
 }
 
 fn html(page: impl Template) -> Result<Response<Body>, Error> {
@@ -849,6 +981,9 @@ fn api_index() -> serde_json::Value {
             "usage": "usage?q=&days=30",
             "releases": "releases",
             "publications": "publications",
+            "policy": "policy",
+            "policy_history": "policy/history",
+            "policy_approvals": "POST policy/approvals {kind, address, version, action, reason, until?}",
         }
     })
 }

@@ -22,6 +22,7 @@ mod ops;
 mod origin_smoke;
 mod pages;
 mod policy;
+mod policy_pages;
 mod prune;
 mod publishing;
 mod release_pages;

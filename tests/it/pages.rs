@@ -461,6 +461,7 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         "-/usage".into(),
         "-/published".into(),
         "-/status".into(),
+        "-/policy".into(),
         "-/ca.pem".into(),
         "-/nothing-here".into(),
     ];
@@ -474,6 +475,8 @@ async fn with_authentication_on_every_page_and_api_route_needs_a_sign_in_or_a_to
         "-/api/v1/usage?days=0".into(),
         "-/api/v1/publications".into(),
         "-/api/v1/status".into(),
+        "-/api/v1/policy".into(),
+        "-/api/v1/policy/history".into(),
     ];
     let forged = "provender_session=eyJpZCI6IngiLCJzdWJqZWN0IjoidG9rZW46MCIsImV4cGlyZXMiOjk5OTk5OTk5OTl9.AAAA";
     for cookie in [None, Some(forged)] {

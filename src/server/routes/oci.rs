@@ -84,7 +84,7 @@ impl OciError {
                 Subject::Manifest => "MANIFEST_UNKNOWN",
                 Subject::Blob => "BLOB_UNKNOWN",
             },
-            Error::BadRequest(_) => "NAME_INVALID",
+            Error::BadRequest(_) | Error::Invalid(_) => "NAME_INVALID",
             Error::MethodNotAllowed | Error::PayloadTooLarge(_) => "UNSUPPORTED",
             Error::Forbidden(_) => "DENIED",
             Error::Policy(_) | Error::NotAdmitted(_) => "DENIED",
