@@ -886,7 +886,11 @@ async fn an_edge_applies_its_own_policy_on_top_of_what_its_centre_admits() {
              versions = \"{version}\"\naction = \"deny\"\nreason = \"{name}'s reason\"\n"
         )
     };
-    let centre_toml = format!("{}\n[policy]\n{}", centre_auth(), deny("centre-rule", "2.0.0"));
+    let centre_toml = format!(
+        "{}\n[policy]\n{}",
+        centre_auth(),
+        deny("centre-rule", "2.0.0")
+    );
     let centre = TestMirror::start_with(
         &ca,
         &origin,
@@ -915,7 +919,11 @@ async fn an_edge_applies_its_own_policy_on_top_of_what_its_centre_admits() {
     )
     .await;
     let client = https_client(&ca, &[]);
-    let listed = get(&client, &edge.url(&format!("{REGISTRY}/acme/foo/index.json"))).await;
+    let listed = get(
+        &client,
+        &edge.url(&format!("{REGISTRY}/acme/foo/index.json")),
+    )
+    .await;
     assert_eq!(listed.status, 200, "{}", listed.text());
     let versions: Vec<String> = listed.json()["versions"]
         .as_object()
@@ -924,11 +932,19 @@ async fn an_edge_applies_its_own_policy_on_top_of_what_its_centre_admits() {
         .cloned()
         .collect();
     assert_eq!(versions, ["1.0.0"], "the centre's rule, then the edge's");
-    let got = get(&client, &edge.url(&format!("{REGISTRY}/acme/foo/3.0.0.json"))).await;
+    let got = get(
+        &client,
+        &edge.url(&format!("{REGISTRY}/acme/foo/3.0.0.json")),
+    )
+    .await;
     assert_eq!(got.status, 410, "{}", got.text());
     assert_eq!(got.json()["error"]["policy"]["rule"], "edge-rule");
     // A version only the centre refuses is one the centre does not list: the edge cannot
     // have it (the centre's policy page and logs say why).
-    let got = get(&client, &edge.url(&format!("{REGISTRY}/acme/foo/2.0.0.json"))).await;
+    let got = get(
+        &client,
+        &edge.url(&format!("{REGISTRY}/acme/foo/2.0.0.json")),
+    )
+    .await;
     assert_eq!(got.status, 404, "{}", got.text());
 }
