@@ -410,9 +410,10 @@ impl Version {
     }
 }
 
-impl Ord for Version {
-    /// Semantic-versioning precedence; build metadata only breaks ties so the order is total.
-    fn cmp(&self, other: &Self) -> Ordering {
+impl Version {
+    /// Semantic-versioning precedence alone: build metadata takes no part (`1.0.0+a` and
+    /// `1.0.0+b` are equal), as in version constraints.
+    pub fn precedence(&self, other: &Version) -> Ordering {
         self.numbers()
             .cmp(&other.numbers())
             .then_with(|| match (self.prerelease(), other.prerelease()) {
@@ -421,6 +422,13 @@ impl Ord for Version {
                 (Some(_), None) => Ordering::Less,
                 (Some(a), Some(b)) => cmp_prerelease(a, b),
             })
+    }
+}
+
+impl Ord for Version {
+    /// Semantic-versioning precedence; build metadata only breaks ties so the order is total.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.precedence(other)
             .then_with(|| self.text.cmp(&other.text))
     }
 }

@@ -189,16 +189,7 @@ impl Term {
 
 /// Semantic-versioning precedence, ignoring build metadata.
 fn precedence(a: &Version, b: &Version) -> Ordering {
-    let strip = |v: &Version| -> Version {
-        let text = v
-            .as_str()
-            .split('+')
-            .next()
-            .unwrap_or(v.as_str())
-            .to_string();
-        Version::parse(&text).unwrap_or_else(|_| v.clone())
-    };
-    strip(a).cmp(&strip(b))
+    a.precedence(b)
 }
 
 impl fmt::Display for Constraints {

@@ -30,6 +30,7 @@ pub mod approvals;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -412,13 +413,22 @@ pub fn parse_rules_file(path: &Path, text: &str) -> Result<Vec<Arc<Rule>>, Polic
         .collect()
 }
 
-/// A set of rules ready to be matched: one `GlobSet` per kind.
-#[derive(Debug)]
+/// A set of rules ready to be matched: one `GlobSet` per kind, and the rules matching each
+/// address asked about, remembered (with the set, so a reload never mixes two sets).
 pub struct RuleSet {
     rules: Vec<Arc<Rule>>,
     sets: [globset::GlobSet; 4],
     /// For each kind, the rule each pattern of its set belongs to.
     owners: [Vec<usize>; 4],
+    matches: moka::sync::Cache<(Kind, String), Arc<[usize]>>,
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSet")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
 }
 
 impl RuleSet {
@@ -455,6 +465,7 @@ impl RuleSet {
             ],
             rules,
             owners,
+            matches: moka::sync::Cache::new(100_000),
         })
     }
 
@@ -466,8 +477,21 @@ impl RuleSet {
         !self.owners[kind.index()].is_empty()
     }
 
-    /// The rules whose patterns match `address`, in order.
-    fn matching(&self, kind: Kind, address: &str) -> Arc<[usize]> {
+    /// The rules whose patterns match `address` (lowercase), in order: remembered.
+    fn matching(&self, kind: Kind, address: String) -> Arc<[usize]> {
+        if !self.names_kind(kind) {
+            return Arc::from([]);
+        }
+        let key = (kind, address);
+        if let Some(m) = self.matches.get(&key) {
+            return m;
+        }
+        let m = self.match_now(kind, &key.1);
+        self.matches.insert(key, m.clone());
+        m
+    }
+
+    fn match_now(&self, kind: Kind, address: &str) -> Arc<[usize]> {
         let mut found: Vec<usize> = self.sets[kind.index()]
             .matches(address)
             .into_iter()
@@ -702,8 +726,9 @@ pub struct Policy {
     configured: Vec<Arc<Rule>>,
     rules_file: Option<PathBuf>,
     rules: RwLock<Arc<RuleSet>>,
-    /// The rules matching each address, for the current rule set (cleared on a reload).
-    matches: moka::sync::Cache<(Kind, String), Arc<[usize]>>,
+    /// Per kind, whether nothing of it can be refused (no rule names it, no cooldown, default
+    /// allow; approvals are asked separately): read without a lock on every request.
+    open: [AtomicBool; 4],
     approvals: Approvals,
     clock: Arc<dyn Clock>,
 }
@@ -726,16 +751,18 @@ impl Policy {
         clock: Arc<dyn Clock>,
     ) -> Result<Policy, PolicyError> {
         let rules = [settings.rules.clone(), settings.file_rules.clone()].concat();
-        Ok(Policy {
+        let policy = Policy {
             min_age: settings.min_age,
             default: settings.default,
             configured: settings.rules.clone(),
             rules_file: settings.rules_file.clone(),
             rules: RwLock::new(Arc::new(RuleSet::new(rules)?)),
-            matches: moka::sync::Cache::new(100_000),
+            open: Default::default(),
             approvals,
             clock,
-        })
+        };
+        policy.set_open(&policy.rule_set());
+        Ok(policy)
     }
 
     /// A policy that admits everything (no rules, no cooldown), for tools and tests.
@@ -761,11 +788,20 @@ impl Policy {
         };
         let mut rules = self.configured.clone();
         rules.extend(read_rules_file(path)?);
-        let set = RuleSet::new(rules)?;
+        let set = Arc::new(RuleSet::new(rules)?);
         let count = set.rules.len();
-        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(set);
-        self.matches.invalidate_all();
+        *self.rules.write().unwrap_or_else(|e| e.into_inner()) = set.clone();
+        self.set_open(&set);
         Ok(count)
+    }
+
+    fn set_open(&self, set: &RuleSet) {
+        for kind in Kind::ALL {
+            let open = self.default == DefaultAction::Allow
+                && self.min_age.is_zero()
+                && !set.names_kind(kind);
+            self.open[kind.index()].store(open, Ordering::Relaxed);
+        }
     }
 
     /// The rules in force.
@@ -792,10 +828,28 @@ impl Policy {
 
     /// Whether the policy can refuse anything of `kind` at all; when it cannot, doors skip it.
     pub fn is_open(&self, kind: Kind) -> bool {
-        self.default == DefaultAction::Allow
-            && self.min_age.is_zero()
-            && !self.rule_set().names_kind(kind)
-            && self.approvals.is_empty()
+        self.open[kind.index()].load(Ordering::Relaxed) && self.approvals.is_empty()
+    }
+
+    /// The rules of `address` (of `kind`) as they stand now, resolved once for every version a
+    /// request judges (a whole version list costs one look-up, not one per version).
+    pub fn at<'p>(&'p self, kind: Kind, address: &str) -> AddressRules<'p> {
+        if self.is_open(kind) {
+            return AddressRules {
+                policy: self,
+                kind,
+                address: address.to_string(),
+                state: None,
+            };
+        }
+        let set = self.rule_set();
+        let matching = set.matching(kind, address.to_ascii_lowercase());
+        AddressRules {
+            policy: self,
+            kind,
+            address: address.to_string(),
+            state: Some((set, matching, self.clock.now_secs())),
+        }
     }
 
     /// The decision for `version` of `address` (of `kind`), first seen at `seen` (`None`:
@@ -807,26 +861,37 @@ impl Policy {
         version: &Version,
         seen: Option<u64>,
     ) -> Decision {
-        self.judge(kind, address, Some(version), seen)
+        self.at(kind, address).decide(version, seen)
     }
 
     /// The decision for a thing without versions (a git repository): only rules without
     /// `versions` and `policy.default` apply; no cooldown.
     pub fn decide_unversioned(&self, kind: Kind, address: &str) -> Decision {
-        self.judge(kind, address, None, None)
+        self.at(kind, address).judge(None, None)
+    }
+}
+
+/// The rules matching one address at one moment (see [`Policy::at`]).
+pub struct AddressRules<'p> {
+    policy: &'p Policy,
+    kind: Kind,
+    address: String,
+    /// The rule set, the rules of it that match, and the time; `None` when nothing of the
+    /// kind can be refused.
+    state: Option<(Arc<RuleSet>, Arc<[usize]>, u64)>,
+}
+
+impl AddressRules<'_> {
+    /// The decision for `version`, first seen at `seen` (`None`: baseline, of no known age).
+    pub fn decide(&self, version: &Version, seen: Option<u64>) -> Decision {
+        self.judge(Some(version), seen)
     }
 
-    fn judge(
-        &self,
-        kind: Kind,
-        address: &str,
-        version: Option<&Version>,
-        seen: Option<u64>,
-    ) -> Decision {
-        if self.is_open(kind) {
+    fn judge(&self, version: Option<&Version>, seen: Option<u64>) -> Decision {
+        let Some((set, matching, now)) = &self.state else {
             return Decision::admit(Admitted::Default);
-        }
-        let now = self.clock.now_secs();
+        };
+        let (kind, address, now) = (self.kind, self.address.as_str(), *now);
         let refuse = |cause| Decision {
             verdict: Verdict::Refuse(Box::new(Refused {
                 kind,
@@ -837,7 +902,7 @@ impl Policy {
             warnings: Vec::new(),
         };
         if let Some(version) = version {
-            if let Some(a) = self.approvals.current(kind, address, version, now) {
+            if let Some(a) = self.policy.approvals.current(kind, address, version, now) {
                 match a.action {
                     ApprovalAction::Waive => return Decision::admit(Admitted::Waiver(a)),
                     ApprovalAction::Hold => return refuse(Cause::Held(a)),
@@ -846,20 +911,6 @@ impl Policy {
                 }
             }
         }
-        let set = self.rule_set();
-        let matching = if set.names_kind(kind) {
-            let key = (kind, address.to_ascii_lowercase());
-            match self.matches.get(&key) {
-                Some(m) => m,
-                None => {
-                    let m = set.matching(kind, &key.1);
-                    self.matches.insert(key, m.clone());
-                    m
-                }
-            }
-        } else {
-            Arc::from([])
-        };
         let mut decisive: Option<&Arc<Rule>> = None;
         let mut warnings = Vec::new();
         let mut min_age: Option<(Duration, &Arc<Rule>)> = None;
@@ -895,7 +946,7 @@ impl Policy {
                 d.warnings = warnings;
                 return d;
             }
-            None if self.default == DefaultAction::Deny => {
+            None if self.policy.default == DefaultAction::Deny => {
                 let mut d = refuse(Cause::Default);
                 d.warnings = warnings;
                 return d;
@@ -914,7 +965,7 @@ impl Policy {
         }
         let (age, rule) = match min_age {
             Some((age, rule)) => (age, Some(rule.clone())),
-            None => (self.min_age, None),
+            None => (self.policy.min_age, None),
         };
         if let Some((seen, until)) = young(age) {
             let mut d = refuse(Cause::Cooldown {

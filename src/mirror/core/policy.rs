@@ -88,11 +88,12 @@ impl Core {
         if self.policy.is_open(kind) {
             return None;
         }
+        let rules = self.policy.at(kind, address);
         let mut kept = Vec::with_capacity(items.len());
         let mut refused = Vec::new();
         for item in items {
             let version = version_of(item);
-            let decision = self.policy.decide(kind, address, version, seen.of(version));
+            let decision = rules.decide(version, seen.of(version));
             self.count(&decision);
             match decision.verdict {
                 Verdict::Admit(_) => kept.push(item.clone()),
