@@ -414,14 +414,14 @@ impl Version {
     /// Semantic-versioning precedence alone: build metadata takes no part (`1.0.0+a` and
     /// `1.0.0+b` are equal), as in version constraints.
     pub fn precedence(&self, other: &Version) -> Ordering {
-        self.numbers()
-            .cmp(&other.numbers())
-            .then_with(|| match (self.prerelease(), other.prerelease()) {
+        self.numbers().cmp(&other.numbers()).then_with(|| {
+            match (self.prerelease(), other.prerelease()) {
                 (None, None) => Ordering::Equal,
                 (None, Some(_)) => Ordering::Greater,
                 (Some(_), None) => Ordering::Less,
                 (Some(a), Some(b)) => cmp_prerelease(a, b),
-            })
+            }
+        })
     }
 }
 
