@@ -47,15 +47,11 @@ pub fn requested_repositories(query: Option<&str>) -> Result<Option<Vec<String>>
             let mut parts = scope.splitn(3, ':');
             let (kind, name, actions) = (parts.next(), parts.next(), parts.next());
             let pull = actions.is_some_and(|a| a.split(',').any(|a| a == "pull" || a == "*"));
-            match (kind, name) {
-                (Some("repository"), Some(name))
-                    if pull && !name.is_empty() && name.len() <= 256 =>
-                {
-                    if !names.iter().any(|n| n == name) {
-                        names.push(name.to_string());
-                    }
-                }
-                _ => {}
+            let wanted = kind == Some("repository") && pull;
+            if let Some(name) = name.filter(|n| wanted && !n.is_empty() && n.len() <= 256)
+                && !names.iter().any(|n| n == name)
+            {
+                names.push(name.to_string());
             }
         }
     }
