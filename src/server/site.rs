@@ -1007,6 +1007,8 @@ fn api_index() -> serde_json::Value {
             "policy": "policy",
             "policy_history": "policy/history",
             "policy_approvals": "POST policy/approvals {kind, address, version, action, reason, until?}",
+            "tokens": "tokens (a person's own, with terraform login on)",
+            "token_revoke": "POST tokens/{id}/revoke",
         }
     })
 }
