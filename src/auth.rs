@@ -18,10 +18,12 @@
 //! Tokens never appear in logs or error messages.
 
 pub mod jwt;
+pub mod login;
 pub mod oidc;
 pub mod rules;
 pub mod session;
 pub mod sso;
+pub mod tokens;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -70,6 +72,8 @@ pub struct AuthConfig {
     pub rules: Vec<rules::RuleConfig>,
     /// Single sign-on for the pages (see [`sso`]).
     pub single_sign_on: Option<sso::SsoConfig>,
+    /// `terraform login` through single sign-on (see [`login`]).
+    pub cli_login: Option<login::CliLoginConfig>,
 }
 
 /// One `[[auth.clients]]` entry: a named client and its token (inline or in a file).
@@ -111,6 +115,7 @@ impl std::fmt::Debug for AuthConfig {
                     .as_ref()
                     .map(|s| (&s.issuer, &s.client_id)),
             )
+            .field("cli_login", &self.cli_login)
             .finish()
     }
 }
@@ -131,6 +136,7 @@ impl Default for AuthConfig {
             clients: Vec::new(),
             rules: Vec::new(),
             single_sign_on: None,
+            cli_login: None,
         }
     }
 }
@@ -357,12 +363,17 @@ impl AuthConfig {
                 ));
             }
         }
-        let clients_known = !digests.is_empty() || !issuers.is_empty();
+        let cli_login = self
+            .cli_login
+            .as_ref()
+            .map(|c| c.validate(sso.is_some()))
+            .transpose()?;
+        let clients_known = !digests.is_empty() || !issuers.is_empty() || cli_login.is_some();
         let enabled = clients_known || sso.is_some();
         if !clients_known && !rules.is_empty() {
             return Err(invalid(
                 "auth.rules",
-                "rules need clients to tell apart: configure tokens, clients or issuers",
+                "rules need clients to tell apart: configure tokens, clients, issuers or cli_login",
             ));
         }
         let (signing_key, key_generated) = match key {
@@ -383,6 +394,7 @@ impl AuthConfig {
             issuers,
             rules,
             sso,
+            cli_login,
         })
     }
 }
@@ -480,6 +492,8 @@ pub struct AuthSettings {
     pub rules: rules::Rules,
     /// Single sign-on for the pages (see [`sso`]).
     pub sso: Option<sso::SsoSettings>,
+    /// `terraform login` (see [`login`]): people's own tokens.
+    pub cli_login: Option<login::CliLoginSettings>,
 }
 
 impl std::fmt::Debug for AuthSettings {
@@ -550,9 +564,16 @@ impl Denied {
 }
 
 impl AuthSettings {
-    /// Whether clients must authenticate.
+    /// Whether clients must authenticate: the mirror has tokens, accepts ID tokens, or gives
+    /// people tokens with `terraform login`.
     pub fn enabled(&self) -> bool {
-        !self.tokens.is_empty() || !self.issuers.is_empty()
+        !self.tokens.is_empty() || !self.issuers.is_empty() || self.cli_login.is_some()
+    }
+
+    /// Whether `name` is a person who may hold a token from `terraform login`: login is on and
+    /// single sign-on (still) vouches for names like theirs.
+    pub fn is_login_person(&self, name: &str) -> bool {
+        self.cli_login.is_some() && self.sso.as_ref().is_some_and(|s| s.owns(name))
     }
 
     /// Whether the pages need a sign-in: client authentication is on, or single sign-on is
@@ -738,7 +759,9 @@ impl AuthSettings {
                 Some(name) => name == client,
                 None => fingerprint(t) == client,
             });
-        token || self.issuers.iter().any(|i| is_identity_of(&i.name, client))
+        token
+            || self.issuers.iter().any(|i| is_identity_of(&i.name, client))
+            || self.is_login_person(client)
     }
 
     /// HMAC-SHA256 of `message` with the signing key, in the domain `purpose` (`archive`,

@@ -13,7 +13,8 @@
 //!   published version, with an audit record;
 //! - `policy`: operators' waivers, holds and revocations of versions under the version policy
 //!   (each with an audit record), the rules and what of the cache they refuse, and one
-//!   version's decision.
+//!   version's decision;
+//! - `tokens`: people's tokens from `terraform login`, listed and revoked on the store.
 //!
 //! Every command opens the same [`Core`](crate::mirror::Core) as `serve` (same `--config`, cache directory,
 //! upstream settings and verification), works, prints a summary on stdout, and exits non-zero
@@ -38,6 +39,7 @@ pub mod policy;
 pub mod prune;
 pub mod publish;
 pub mod seed;
+pub mod tokens;
 pub mod usage;
 pub mod verify;
 pub mod wanted;
@@ -111,6 +113,8 @@ pub enum OpsCommand {
     /// The version policy: waive, hold or revoke one version (leaving an audit record), list
     /// the rules and what of the cache they refuse, show the audit trail, check one version.
     Policy(policy::PolicyArgs),
+    /// People's tokens from `terraform login`: list them, revoke them (on the store).
+    Tokens(tokens::TokensArgs),
 }
 
 /// The options every operator command shares.
@@ -141,6 +145,7 @@ pub fn run(command: OpsCommand) -> ExitCode {
             OpsCommand::Publish(a) => publish::run(a).await,
             OpsCommand::Unpublish(a) => publish::unpublish(a).await,
             OpsCommand::Policy(a) => policy::run(a).await,
+            OpsCommand::Tokens(a) => tokens::run(a).await,
         }
     });
     match outcome {

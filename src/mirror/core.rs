@@ -118,6 +118,11 @@ pub struct Core {
 }
 
 impl Core {
+    /// The clock ages and expiries are judged by.
+    pub fn clock(&self) -> &Arc<dyn crate::clock::Clock> {
+        &self.clock
+    }
+
     /// Opens the cache directories (cleaning up leftovers of an interrupted run) and builds the
     /// upstream client. Touches no network.
     pub fn open(settings: Arc<Settings>, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Core>> {

@@ -1,14 +1,17 @@
-//! Who is asking: a client bearer token that is one of the mirror's tokens, or an OpenID
-//! Connect ID token from a configured issuer (`[[auth.issuers]]`, see `auth::oidc`), whose key
-//! sets are fetched through the origins' client, so the address policy, proxy and trust roots
-//! of origins apply to issuers too.
+//! Who is asking: a client bearer token that is one of the mirror's tokens, a person's token
+//! from `terraform login` (see `auth::tokens`), or an OpenID Connect ID token from a configured
+//! issuer (`[[auth.issuers]]`, see `auth::oidc`), whose key sets are fetched through the
+//! origins' client, so the address policy, proxy and trust roots of origins apply to issuers
+//! too.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::address::{GitRepo, ModuleAddr, ProviderAddr};
 use crate::auth::jwt;
 use crate::auth::oidc::{Issuers, TokenRefused};
 use crate::auth::rules::Rule;
+use crate::auth::tokens::{self, PersonTokens};
 use crate::auth::{Denied, credentials_of};
 use crate::config::Settings;
 use crate::error::Error;
@@ -19,6 +22,10 @@ pub struct Identities {
     settings: Arc<Settings>,
     issuers: Issuers,
     core: Arc<Core>,
+    /// People's tokens, when `terraform login` is on.
+    person_tokens: Option<Arc<PersonTokens>>,
+    /// What a person whose token is refused is told to run.
+    login_again: String,
     /// Who asks when authentication is off, or a route lets anyone in: made once, so a request
     /// that needs no identity costs none.
     anonymous: Principal,
@@ -139,12 +146,56 @@ impl Principal {
 }
 
 impl Identities {
-    pub fn new(settings: Arc<Settings>, core: Arc<Core>) -> Identities {
+    /// The identities of `settings`; people's tokens in `person_tokens` when `terraform login`
+    /// is on at the mirror whose public base URL is `base_url`.
+    pub fn new(
+        settings: Arc<Settings>,
+        core: Arc<Core>,
+        person_tokens: Option<Arc<PersonTokens>>,
+        base_url: &url::Url,
+    ) -> Identities {
+        let host = crate::address::authority(base_url).unwrap_or_default();
         Identities {
             issuers: Issuers::new(&settings.auth.issuers),
             anonymous: Principal::named("anonymous", &settings),
             settings,
             core,
+            person_tokens,
+            login_again: format!("run `terraform login {host}` (or `tofu login {host}`) again"),
+        }
+    }
+
+    /// A person's token from `terraform login`, checked: valid, unexpired, unrevoked, and its
+    /// person still one single sign-on vouches for. Its use is noted (when, from where).
+    async fn person(
+        &self,
+        tokens: &PersonTokens,
+        token: &str,
+        peer: IpAddr,
+    ) -> Result<Principal, Denied> {
+        let now = self.core.clock().now_secs();
+        match tokens.check(token, now).await {
+            Ok(record) if self.settings.auth.is_login_person(&record.person) => {
+                tokens.note_use(&record, now, peer);
+                Ok(Principal::named(record.person.as_str(), &self.settings))
+            }
+            Ok(_) => Err(Denied::Unauthorized(format!(
+                "the token's person is no longer one single sign-on vouches for here: {}",
+                self.login_again
+            ))),
+            Err(tokens::TokenRefused::Unavailable(why)) => {
+                tracing::warn!("person token not checked: {why}");
+                Err(Denied::Unavailable(format!(
+                    "the token cannot be checked now (the store): {why}"
+                )))
+            }
+            Err(refused) => {
+                tracing::info!("person token refused: {refused}");
+                Err(Denied::Unauthorized(format!(
+                    "{refused}: {}",
+                    self.login_again
+                )))
+            }
         }
     }
 
@@ -153,9 +204,14 @@ impl Identities {
         self.anonymous.clone()
     }
 
-    /// Checks an `Authorization` header: one of the mirror's tokens, else an ID token.
-    /// `Basic` credentials count as their password presented as a bearer token.
-    pub async fn check(&self, authorization: Option<&[u8]>) -> Result<Principal, Denied> {
+    /// Checks an `Authorization` header from `peer`: one of the mirror's tokens, a person's
+    /// token, else an ID token. `Basic` credentials count as their password presented as a
+    /// bearer token.
+    pub async fn check(
+        &self,
+        authorization: Option<&[u8]>,
+        peer: IpAddr,
+    ) -> Result<Principal, Denied> {
         if !self.settings.auth.enabled() {
             return Ok(self.anonymous());
         }
@@ -178,6 +234,12 @@ impl Identities {
         let token = authorization
             .and_then(|v| credentials_of(v, "bearer"))
             .and_then(|t| std::str::from_utf8(t.trim_ascii()).ok());
+        if let (Some(tokens), Some(token)) = (
+            &self.person_tokens,
+            token.filter(|t| PersonTokens::looks_like(t)),
+        ) {
+            return self.person(tokens, token, peer).await;
+        }
         let Some(token) = token.filter(|t| !self.issuers.is_empty() && jwt::looks_like_jwt(t))
         else {
             return Err(denied);

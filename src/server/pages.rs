@@ -20,6 +20,8 @@ pub struct Chrome {
     /// `policy`, `status` or ``.
     pub section: &'static str,
     pub signed_in: bool,
+    /// Whether people have tokens of their own here (`terraform login`): the "Your tokens" link.
+    pub login: bool,
     pub version: &'static str,
 }
 
@@ -340,6 +342,7 @@ mod tests {
             title: "Test".into(),
             section: "",
             signed_in: false,
+            login: false,
             version: "0",
         }
     }
@@ -404,3 +407,42 @@ mod tests {
         assert_eq!(page.size(1536), "1.5 KiB");
     }
 }
+
+/// `terraform login`'s consent page: the signed-in person confirms that the CLI listening on
+/// this computer gets a token in their name.
+#[derive(Template)]
+#[template(path = "login.html")]
+pub struct LoginPage {
+    pub chrome: Chrome,
+    /// Who the token will sign in.
+    pub person: String,
+    /// The CLI's port on this computer.
+    pub port: u16,
+    /// How long the token will last, in words.
+    pub lifetime: String,
+    /// The authorization request's fields, carried through the form.
+    pub fields: Vec<(&'static str, String)>,
+}
+
+/// After the consent page: cancelled, or the code handed to the CLI.
+#[derive(Template)]
+#[template(path = "login_done.html")]
+pub struct LoginDonePage {
+    pub chrome: Chrome,
+    pub cancelled: bool,
+}
+
+/// "Your tokens": a person's tokens from `terraform login`, with a button to revoke each.
+#[derive(Template)]
+#[template(path = "tokens.html")]
+pub struct TokensPage {
+    pub chrome: Chrome,
+    pub person: String,
+    pub tokens: Vec<crate::auth::tokens::TokenView>,
+    /// The token just revoked, to say so.
+    pub revoked: Option<String>,
+    /// The command that obtains a token here.
+    pub login_command: String,
+}
+
+impl Formats for TokensPage {}

@@ -154,7 +154,17 @@ impl App {
         base_url: url::Url,
         ca_pem: Option<Bytes>,
     ) -> App {
-        let identities = Arc::new(Identities::new(settings.clone(), mirror.core().clone()));
+        let person_tokens = settings.auth.cli_login.as_ref().map(|_| {
+            Arc::new(crate::auth::tokens::PersonTokens::new(
+                mirror.core().archives().storage().clone(),
+            ))
+        });
+        let identities = Arc::new(Identities::new(
+            settings.clone(),
+            mirror.core().clone(),
+            person_tokens.clone(),
+            &base_url,
+        ));
         let usage = Arc::new(crate::usage::Recorder::new(
             mirror.core().archives().storage().clone(),
             settings.usage.clone(),
@@ -167,6 +177,7 @@ impl App {
                 mirror.core().clone(),
                 base_url.clone(),
                 ca_pem,
+                person_tokens,
             ),
             identities,
             settings,
@@ -265,6 +276,7 @@ impl App {
                     req.headers()
                         .get(header::AUTHORIZATION)
                         .map(HeaderValue::as_bytes),
+                    peer.ip(),
                 )
                 .await;
             let (route, result) = self.route(&req, body, &who, peer).await;
@@ -780,10 +792,19 @@ impl App {
     /// services map namespaces to origins with `modules.aliases` / `modules.default_registry`.
     fn discovery(&self) -> Response<Body> {
         let base = &self.settings.server.base_path;
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "modules.v1": format!("{base}v1/modules/-/"),
             "providers.v1": format!("{base}v1/providers/-/"),
         });
+        // `terraform login` / `tofu login` (see `auth::login`).
+        if self.settings.auth.cli_login.is_some() {
+            doc["login.v1"] = serde_json::json!({
+                "client": crate::auth::login::CLIENT_ID,
+                "grant_types": ["authz_code"],
+                "authz": format!("{base}-/login/authorize"),
+                "token": format!("{base}-/login/token"),
+            });
+        }
         json_response(StatusCode::OK, doc.to_string().into_bytes())
     }
 

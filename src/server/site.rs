@@ -54,6 +54,8 @@ use crate::error::Error;
 use crate::mirror::Core;
 use crate::upstream::IssuerEndpoints;
 
+mod login;
+
 /// Providers listed per page.
 pub const PAGE_SIZE: usize = 100;
 
@@ -102,6 +104,10 @@ pub struct Site {
     /// Pages and API documents rendered at once: at most half the cores, so that however
     /// hard the pages are asked for, the protocol keeps the other half.
     renders: tokio::sync::Semaphore,
+    /// People's tokens, when `terraform login` is on (`[auth.cli_login]`).
+    person_tokens: Option<Arc<crate::auth::tokens::PersonTokens>>,
+    /// `terraform login` codes already traded here.
+    used_codes: crate::auth::login::UsedCodes,
 }
 
 /// How a request is answered when it lacks credentials.
@@ -126,6 +132,7 @@ impl Site {
         core: Arc<Core>,
         base_url: url::Url,
         ca_pem: Option<Bytes>,
+        person_tokens: Option<Arc<crate::auth::tokens::PersonTokens>>,
     ) -> Site {
         let catalogue = Catalogue::new(core.clone());
         let sso_keys = Issuers::new(
@@ -153,6 +160,8 @@ impl Site {
             base_url,
             ca_pem,
             renders: tokio::sync::Semaphore::new((cores / 2).max(1)),
+            person_tokens,
+            used_codes: Default::default(),
         }
     }
 
@@ -180,10 +189,12 @@ impl Site {
             Kind::Page => self.error_page(&e, self.session(req).is_some()),
         });
         let headers = resp.headers_mut();
-        headers.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(CSP),
-        );
+        if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+            headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP),
+            );
+        }
         headers.insert(
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
@@ -231,7 +242,16 @@ impl Site {
                 _ => Err(Error::MethodNotAllowed),
             };
         }
+        if rest == "login/authorize" {
+            return self.login_authorize(req, body, peer).await;
+        }
+        if rest == "login/token" {
+            return self.login_token(req, body, peer).await;
+        }
         let caller = self.caller(req, who);
+        if self.person_tokens.is_some() && (rest == "tokens" || rest.starts_with("api/v1/tokens")) {
+            return self.tokens_route(req, body, rest, kind, caller, who).await;
+        }
         if rest == "sign-out" {
             if *req.method() != Method::POST {
                 return Err(Error::MethodNotAllowed);
@@ -284,7 +304,9 @@ impl Site {
             )),
             (Caller::Let, Ok(principal)) if self.settings.auth.enabled() => Ok(principal.clone()),
             (Caller::Let, _) => Err(Error::Forbidden(
-                "approvals need to know who approved, and client authentication is off here                  ([auth]): no one can approve through the API or the pages; operators use                  provender policy waive|hold|revoke"
+                "approvals need to know who approved, and client authentication is off here \
+                 ([auth]): no one can approve through the API or the pages; operators use \
+                 provender policy waive|hold|revoke"
                     .into(),
             )),
             (Caller::Nobody, _) => Err(Error::Forbidden(
@@ -391,6 +413,7 @@ impl Site {
             title: title.into(),
             section,
             signed_in,
+            login: self.person_tokens.is_some(),
             version: env!("CARGO_PKG_VERSION"),
         }
     }
@@ -1124,6 +1147,24 @@ pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
                     from these hosts through this server, with no change to any .tf file."
                 .into(),
             text: lines,
+        });
+    }
+    if settings.auth.cli_login.is_some() {
+        let machine = base_url.host_str().unwrap_or("localhost");
+        out.push(Snippet {
+            id: "login",
+            title: "Sign in: one token for every door",
+            intro: "Run this once: it opens your browser at this mirror's single sign-on and \
+                    stores a token of yours in the CLI's credentials file, which terraform and \
+                    tofu then send here for providers and modules. Git and CLI release \
+                    downloads take the same token from a netrc file."
+                .into(),
+            text: format!(
+                "terraform login {host}    # or: tofu login {host}\n\n\
+                 # Then, for git and release downloads, a line in ~/.netrc with the token the\n\
+                 # login stored in ~/.terraform.d/credentials.tfrc.json:\n\
+                 machine {machine} login token password <your token>\n"
+            ),
         });
     }
     if settings.auth.enabled() {

@@ -210,7 +210,7 @@ impl App {
         }
         let path = req.uri().path();
         if path == "/v2/token" {
-            return self.oci_token(req).await;
+            return self.oci_token(req, who).await;
         }
         let rest = path.strip_prefix("/v2/").unwrap_or_default();
         let parsed = if rest.is_empty() {
@@ -395,7 +395,11 @@ impl App {
 
     /// `/v2/token`: one of the mirror's tokens or an accepted ID token (as the `Basic`
     /// password, or a bearer token) in, the same token out as `{"token", "access_token"}`.
-    async fn oci_token(&self, req: &Request<()>) -> Result<Response<Body>, OciError> {
+    async fn oci_token(
+        &self,
+        req: &Request<()>,
+        who: &Result<Principal, Denied>,
+    ) -> Result<Response<Body>, OciError> {
         let auth = &self.settings.auth;
         let token = if auth.enabled() {
             let presented = req
@@ -406,10 +410,8 @@ impl App {
                 |denied| OciError::unauthorized(denied, "Basic realm=\"provender\"".into());
             let token =
                 crate::auth::AuthSettings::token_request_secret(presented).map_err(refused)?;
-            self.identities
-                .check(Some(format!("Bearer {token}").as_bytes()))
-                .await
-                .map_err(refused)?;
+            // The request's own credentials were checked once already, as any request's are.
+            who.clone().map_err(refused)?;
             token
         } else {
             // Nothing to prove: any token works, so hand out a placeholder.
