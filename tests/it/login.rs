@@ -2,12 +2,16 @@
 //! single sign-on at a fake identity provider ([`crate::support::issuer`]):
 //! - the real `terraform login`, its browser headless Chromium, stores a token that then
 //!   serves the real `terraform init` through the network mirror, a `git clone` through the git
-//!   door and a release download, each with nothing but that token;
+//!   door and a release download, each with nothing but that token; the registry facade, the
+//!   module registry and the OCI registry take it too, as a bearer token or as the password of
+//!   Basic credentials, and every door refuses a request without one;
 //! - expired tokens, tokens revoked by their person (API) or by an operator (`provender
-//!   tokens`), and another mirror's tokens are refused with a 401 that says to log in again;
+//!   tokens`), and another mirror's tokens are refused at every door, with a 401 that says to
+//!   run `terraform login <host>` again;
 //! - a person outside the claim rules gets no code;
 //! - the token endpoint trades a code once, only with its verifier, client and redirect URI,
-//!   and the authorization endpoint never redirects to anything but a loopback listener;
+//!   and the authorization endpoint never redirects to anything but a loopback listener, nor
+//!   answers a consent form from another site;
 //! - "Your tokens" lists a person's tokens and revokes them in the browser.
 //!
 //! Where no real CLI is needed, the CLI's side is played here: a PKCE pair, a listener on
@@ -85,6 +89,8 @@ struct Setup {
     /// commands.
     extra_toml: String,
     upstream: &'static str,
+    /// Whether the origin serves a module (and its git repository).
+    git: bool,
 }
 
 /// The provider's `[auth]` (people at acme.example), releases protected, and `terraform login`
@@ -148,6 +154,7 @@ impl Setup {
             client,
             extra_toml,
             upstream: spec.upstream,
+            git: spec.git,
         }
     }
 
@@ -166,10 +173,56 @@ impl Setup {
         index_at(&self.client, &self.mirror, token).await
     }
 
-    /// Checks that `token` is refused at the network mirror as one to log in again for.
+    /// Checks that `token` is refused at the network mirror as one to log in again for, and
+    /// at every other door.
     async fn assert_refused(&self, token: &str, what: &str) {
         let got = self.index(Some(token)).await;
         assert_refused_at(&got, &self.host(), what);
+        for (door, status) in self.doors(Some(token)).await {
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}, at {door}");
+        }
+    }
+
+    /// What each door answers `token` (as bearer, and as the password of Basic credentials
+    /// with any user name), or no credentials: the network mirror, the registry facade, the
+    /// OCI registry (also its token endpoint), and the module registry when the origin has
+    /// modules.
+    async fn doors(&self, token: Option<&str>) -> Vec<(String, StatusCode)> {
+        let mut urls = vec![
+            self.mirror.url(&format!("{REGISTRY}/acme/foo/index.json")),
+            self.mirror
+                .url(&format!("v1/providers/{REGISTRY}/acme/foo/versions")),
+            self.mirror
+                .root_url(&format!("/v2/{REGISTRY}/acme/foo/tags/list")),
+        ];
+        if self.git {
+            urls.push(
+                self.mirror
+                    .url(&format!("v1/modules/{REGISTRY}/acme/net/aws/versions")),
+            );
+        }
+        let oci_token = format!(
+            "{}?service=provender&scope=repository:{REGISTRY}/acme/foo:pull",
+            self.mirror.root_url("/v2/token")
+        );
+        let mut answers = Vec::new();
+        for url in &urls {
+            let req = self.client.get(url);
+            let req = match token {
+                Some(token) => req.bearer_auth(token),
+                None => req,
+            };
+            answers.push((format!("{url} (bearer)"), send(url, req).await.status));
+        }
+        for url in urls.iter().chain([&oci_token]) {
+            let req = self.client.get(url);
+            let req = match token {
+                Some(token) => req.basic_auth("anyone", Some(token)),
+                None => req,
+            };
+            answers.push((format!("{url} (basic)"), send(url, req).await.status));
+        }
+        answers
     }
 
     /// `GET -/api/v1/tokens` with `token` as bearer: the caller's tokens.
@@ -546,18 +599,21 @@ impl<'a> Agent<'a> {
         got
     }
 
-    /// Goes to `url` and follows redirects (signing in at the provider on the way) until an
-    /// answer that is not a redirect, or a redirect that leaves for a plain-HTTP listener: the
-    /// URL that gave it, and it.
+    /// Goes to `url` and follows redirects and pages that refresh at once to another (signing
+    /// in at the provider on the way) until an answer that is neither, or a redirect that
+    /// leaves for a plain-HTTP listener: the URL that gave it, and it.
     async fn visit(&mut self, url: &str) -> (url::Url, Got) {
         let mut url = url::Url::parse(url).unwrap();
         for _ in 0..12 {
             let got = self.get(url.as_str()).await;
-            if !got.status.is_redirection() {
+            let location = if got.status.is_redirection() {
+                got.headers["location"].to_str().unwrap().to_string()
+            } else if let Some(refresh) = meta_refresh(&got) {
+                refresh
+            } else {
                 return (url, got);
-            }
-            let location = got.headers["location"].to_str().unwrap();
-            let mut next = url.join(location).unwrap();
+            };
+            let mut next = url.join(&location).unwrap();
             if next.scheme() == "http" {
                 return (url, got);
             }
@@ -607,6 +663,29 @@ impl<'a> Agent<'a> {
         .await;
         access_token(&got)
     }
+}
+
+/// Where a page that refreshes at once (`<meta http-equiv="refresh" content="0;url=...">`)
+/// sends the browser.
+fn meta_refresh(got: &Got) -> Option<String> {
+    if got.status != StatusCode::OK {
+        return None;
+    }
+    let html = got.text();
+    let meta = html
+        .match_indices("<meta")
+        .map(|(at, _)| attributes(&html[at + "<meta".len()..]))
+        .find(|a| {
+            a.get("http-equiv")
+                .is_some_and(|v| v.eq_ignore_ascii_case("refresh"))
+        })?;
+    let content = meta.get("content")?;
+    let (delay, target) = content.split_once(';')?;
+    let target = target.trim();
+    let target = target
+        .strip_prefix("url=")
+        .or_else(|| target.strip_prefix("URL="))?;
+    (delay.trim() == "0").then(|| target.trim_matches(['"', '\'']).to_string())
 }
 
 /// The form holding the button `#allow` in `html` (the page at `page`): its action and fields
@@ -844,6 +923,9 @@ impl TerraformLogin {
             bin.path().display(),
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into())
         );
+        // Where terraform keeps its credentials: it saves into this directory without making
+        // it (any other command, or its update check, has made it on a person's computer).
+        std::fs::create_dir_all(terraform.home().join(".terraform.d")).unwrap();
         let stdout = tempfile::tempfile().unwrap();
         let stderr = tempfile::tempfile().unwrap();
         let mut child = tokio::process::Command::new(TERRAFORM)
@@ -874,17 +956,10 @@ impl TerraformLogin {
     }
 
     fn output(&self) -> String {
-        let read = |f: &std::fs::File| {
-            let mut f = f.try_clone().unwrap();
-            std::io::Seek::rewind(&mut f).unwrap();
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut f, &mut s).unwrap();
-            s
-        };
         format!(
             "--- stdout ---\n{}\n--- stderr ---\n{}",
-            read(&self.stdout),
-            read(&self.stderr)
+            read_whole(&self.stdout),
+            read_whole(&self.stderr)
         )
     }
 
@@ -892,7 +967,9 @@ impl TerraformLogin {
     async fn browser_url(&mut self) -> String {
         let opened = poll(STEP, async || {
             let text = std::fs::read_to_string(&self.opened).ok()?;
-            text.lines().next().map(str::to_string)
+            // A whole line: the script has written it.
+            let line = text.split_inclusive('\n').next()?;
+            line.strip_suffix('\n').map(str::to_string)
         })
         .await;
         match opened {
@@ -913,20 +990,31 @@ impl TerraformLogin {
                 panic!("terraform login still waits:\n{}", self.output());
             }
         };
-        let read = |f: &std::fs::File| {
-            let mut f = f.try_clone().unwrap();
-            std::io::Seek::rewind(&mut f).unwrap();
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut f, &mut s).unwrap();
-            s
-        };
         TerraformOutput {
-            args: vec!["login".into(), self.host.clone()],
+            args: vec!["login".into(), "-no-color".into(), self.host.clone()],
             status,
-            stdout: read(&self.stdout),
-            stderr: read(&self.stderr),
+            stdout: read_whole(&self.stdout),
+            stderr: read_whole(&self.stderr),
         }
     }
+}
+
+/// What a command wrote to `file` so far.
+fn read_whole(file: &std::fs::File) -> String {
+    let mut file = file.try_clone().unwrap();
+    std::io::Seek::rewind(&mut file).unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A `terraform` whose CLI configuration is `cli_config` in `$HOME/.terraformrc`, where a person
+/// keeps it: terraform reads the credentials `terraform login` stores only along with its
+/// configuration directory, which `TF_CLI_CONFIG_FILE` would replace (an empty one is unset).
+fn terraform_at_home(ca: &TestCa, cli_config: &str) -> Terraform {
+    let terraform = Terraform::new(ca, cli_config).env("TF_CLI_CONFIG_FILE", "");
+    std::fs::write(terraform.home().join(".terraformrc"), cli_config).unwrap();
+    terraform
 }
 
 /// A HOME for `git` trusting the test CA, with `netrc` as its `.netrc` when given.
@@ -1037,7 +1125,7 @@ async fn terraform_login_through_single_sign_on_then_init_git_and_releases_with_
     let cli_config = tf_config::network_mirror(mirror.url.as_str());
 
     // terraform reads `login.v1` and sends its browser to the mirror's authorization endpoint.
-    let terraform = Terraform::new(&setup.ca, &cli_config);
+    let terraform = terraform_at_home(&setup.ca, &cli_config);
     let mut login = TerraformLogin::start(&terraform, &host).await;
     let opened = login.browser_url().await;
     assert!(
@@ -1086,22 +1174,33 @@ async fn terraform_login_through_single_sign_on_then_init_git_and_releases_with_
     assert!(is_person_token(&token), "{stored}");
 
     // `terraform init` through the network mirror with nothing but that stored token; from
-    // another HOME, without it, the mirror answers 401.
+    // another HOME, without it, the mirror answers 401 (which terraform reports so whether or
+    // not it sent credentials).
     let dir = tf_config::root_module(FOO);
     terraform.init(dir.path()).await.assert_success();
     let elsewhere = tf_config::root_module(FOO);
-    let refused = Terraform::new(&setup.ca, &cli_config)
+    let refused = terraform_at_home(&setup.ca, &cli_config)
         .init(elsewhere.path())
         .await;
     refused.assert_failure();
+    let said = refused
+        .combined()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
-        refused
-            .combined()
-            .contains(&format!("host {host} requires authentication credentials")),
-        "{}",
-        refused.combined()
+        said.contains(&format!(
+            "host {host} rejected the given authentication credentials"
+        )),
+        "{said}"
     );
-    assert_eq!(setup.index(None).await.status, StatusCode::UNAUTHORIZED);
+    // The other doors take the token too (the module registry among them).
+    for (door, status) in setup.doors(Some(&token)).await {
+        assert_eq!(status, StatusCode::OK, "the stored token, at {door}");
+    }
+    for (door, status) in setup.doors(None).await {
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "no token, at {door}");
+    }
     // The person's list shows the token, used.
     let used = poll(Duration::from_secs(10), async || {
         let listed = setup.listed_tokens(&token).await;
@@ -1416,8 +1515,21 @@ async fn the_token_endpoint_refuses_replayed_codes_wrong_verifiers_and_foreign_r
     let login = &discovery.json()["login.v1"];
     assert_eq!(login["client"], CLIENT_ID, "{login}");
     assert_eq!(login["grant_types"], serde_json::json!(["authz_code"]));
-    assert_eq!(login["authz"], mirror.url("-/login/authorize"));
-    assert_eq!(login["token"], mirror.url("-/login/token"));
+    // Relative URLs are resolved against the discovery document's, as the CLIs do.
+    let discovery_url = url::Url::parse(&mirror.root_url("/.well-known/terraform.json")).unwrap();
+    let endpoint = |key: &str| {
+        let named = login[key].as_str().unwrap_or_default();
+        discovery_url
+            .join(named)
+            .map(String::from)
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        endpoint("authz"),
+        mirror.url("-/login/authorize"),
+        "{login}"
+    );
+    assert_eq!(endpoint("token"), mirror.url("-/login/token"), "{login}");
 
     // Requests that cannot be answered get an error page and never a redirect: before
     // sign-in, after it, and as a consent form sent back with the allow button.
@@ -1564,7 +1676,12 @@ async fn the_token_endpoint_refuses_replayed_codes_wrong_verifiers_and_foreign_r
     .await;
     let token = access_token(&traded);
     assert_eq!(traded.json()["expires_in"], 7200);
-    assert_eq!(setup.index(Some(&token)).await.status, StatusCode::OK);
+    for (door, status) in setup.doors(Some(&token)).await {
+        assert_eq!(status, StatusCode::OK, "the new token, at {door}");
+    }
+    for (door, status) in setup.doors(None).await {
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "no token, at {door}");
+    }
     let replayed = exchange(
         client,
         mirror,
@@ -1573,10 +1690,38 @@ async fn the_token_endpoint_refuses_replayed_codes_wrong_verifiers_and_foreign_r
     .await;
     assert_invalid_grant(&replayed, "a replayed code");
 
-    // Only that one trade made a token.
-    let listed = setup.listed_tokens(&token).await;
-    assert_eq!(listed.len(), 1, "{listed:#?}");
-    assert_eq!(listed[0]["id"], token_id(&token));
+    // A listener named by its address, 127.0.0.1, is as good as `localhost`.
+    let by_address = Pkce::new();
+    let redirect = format!("http://127.0.0.1:{port}/login");
+    let url = authorize_url_changing(mirror, port, &by_address, "redirect_uri", Some(&redirect));
+    let allowed = alice.allow(&url).await;
+    assert_eq!(allowed.status, StatusCode::SEE_OTHER, "{}", allowed.text());
+    let back = url::Url::parse(allowed.headers["location"].to_str().unwrap()).unwrap();
+    assert_eq!(
+        format!("{}{}", back.origin().ascii_serialization(), back.path()),
+        redirect
+    );
+    let code = back
+        .query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .expect("a code");
+    let mut fields = token_request(&code, port, &by_address.verifier);
+    fields[2].1 = redirect;
+    let other_token = access_token(&exchange(client, mirror, &fields).await);
+
+    // Only those two trades made tokens.
+    let listed: std::collections::BTreeSet<String> = setup
+        .listed_tokens(&token)
+        .await
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    let traded: std::collections::BTreeSet<String> = [&token, &other_token]
+        .into_iter()
+        .map(|t| token_id(t).to_string())
+        .collect();
+    assert_eq!(listed, traded);
 }
 
 #[tokio::test(flavor = "multi_thread")]
