@@ -20,6 +20,7 @@
 pub mod jwt;
 pub mod login;
 pub mod oidc;
+pub mod registry_token;
 pub mod rules;
 pub mod session;
 pub mod sso;

@@ -763,9 +763,13 @@ pub mod docs {
     }
 
     /// The JSON body of a module download answer (`{"location": ...}`), which OpenTofu reads.
+    /// With `use_registry_credentials` (OpenTofu 1.12 and later) OpenTofu fetches `location`
+    /// itself, sending the registry host's credentials when it is `true`.
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct ModuleLocation {
         pub location: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub use_registry_credentials: Option<bool>,
     }
 
     /// Compact JSON, as served.

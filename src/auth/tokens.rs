@@ -238,6 +238,17 @@ impl PersonTokens {
         if !ct_eq(&presented, &digest(record.secret_sha256.as_bytes())) {
             return Err(TokenRefused::Unknown);
         }
+        self.check_id(id, now).await
+    }
+
+    /// The record of the token with ID `id`, if it is still valid at `now` (for a registry token
+    /// traded for it: the secret was checked then).
+    pub async fn check_id(&self, id: &str, now: u64) -> Result<Arc<TokenRecord>, TokenRefused> {
+        let record = self
+            .record(id)
+            .await
+            .map_err(|e| TokenRefused::Unavailable(e.to_string()))?
+            .ok_or(TokenRefused::Unknown)?;
         match (&record.revoked, record.state(now)) {
             (Some(revoked), _) => Err(TokenRefused::Revoked {
                 by: revoked.by.clone(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::address::{GitRepo, ModuleAddr, ProviderAddr};
 use crate::auth::jwt;
 use crate::auth::oidc::{Issuers, TokenRefused};
+use crate::auth::registry_token;
 use crate::auth::rules::Rule;
 use crate::auth::tokens::{self, PersonTokens};
 use crate::auth::{Denied, credentials_of};
@@ -40,6 +41,10 @@ pub struct Principal {
     pub name: Arc<str>,
     /// The first `[[auth.rules]]` entry for it; none: it may do everything.
     pub rule: Option<Arc<Rule>>,
+    /// The ID of the person token it came with (`terraform login`).
+    pub person_token: Option<Arc<str>>,
+    /// The OCI repositories a registry token limits it to (see `auth::registry_token`).
+    pub repositories: Option<Arc<[String]>>,
 }
 
 impl Principal {
@@ -47,7 +52,19 @@ impl Principal {
     pub fn named(name: impl Into<Arc<str>>, settings: &Settings) -> Principal {
         let name = name.into();
         let rule = settings.auth.rules.for_client(&name);
-        Principal { name, rule }
+        Principal {
+            name,
+            rule,
+            person_token: None,
+            repositories: None,
+        }
+    }
+
+    /// Whether it may read the OCI repository `name`: a registry token names the ones it may.
+    pub fn may_read_repository(&self, name: &str) -> bool {
+        self.repositories
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name))
     }
 
     /// How far its requests may reach: to the origins, or (a rule with `fill = false`) the
@@ -165,6 +182,40 @@ impl Identities {
         }
     }
 
+    /// A registry token from `/v2/token`, checked: good only at the OCI door, for the
+    /// repositories it names, while the credentials it was traded for hold.
+    async fn registry(&self, token: &str, oci: bool) -> Result<Principal, Denied> {
+        if !oci {
+            return Err(Denied::Unauthorized(
+                "a registry token from /v2/token is good only at the OCI door (/v2/)".into(),
+            ));
+        }
+        let now = self.core.clock().now_secs();
+        let grant = self.settings.auth.open_registry_token(token, now)?;
+        if let Some(id) = &grant.person_token {
+            let tokens = self.person_tokens.as_ref().ok_or_else(|| {
+                Denied::Unauthorized("terraform login is not configured here".into())
+            })?;
+            tokens
+                .check_id(id, now)
+                .await
+                .map_err(|refused| match refused {
+                    tokens::TokenRefused::Unavailable(why) => Denied::Unavailable(format!(
+                        "the token cannot be checked now (the store): {why}"
+                    )),
+                    other => Denied::Unauthorized(format!(
+                        "the registry token's {other}: {}",
+                        self.login_again
+                    )),
+                })?;
+        }
+        Ok(Principal {
+            person_token: grant.person_token.map(Into::into),
+            repositories: Some(grant.repositories.into()),
+            ..Principal::named(grant.client, &self.settings)
+        })
+    }
+
     /// A person's token from `terraform login`, checked: valid, unexpired, unrevoked, and its
     /// person still one single sign-on vouches for. Its use is noted (when, from where).
     async fn person(
@@ -177,7 +228,10 @@ impl Identities {
         match tokens.check(token, now).await {
             Ok(record) if self.settings.auth.is_login_person(&record.person) => {
                 tokens.note_use(&record, now, peer);
-                Ok(Principal::named(record.person.as_str(), &self.settings))
+                Ok(Principal {
+                    person_token: Some(record.id.as_str().into()),
+                    ..Principal::named(record.person.as_str(), &self.settings)
+                })
             }
             Ok(_) => Err(Denied::Unauthorized(format!(
                 "the token's person is no longer one single sign-on vouches for here: {}",
@@ -205,12 +259,13 @@ impl Identities {
     }
 
     /// Checks an `Authorization` header from `peer`: one of the mirror's tokens, a person's
-    /// token, else an ID token. `Basic` credentials count as their password presented as a
-    /// bearer token.
+    /// token, a registry token (only at the OCI door: `oci`), else an ID token. `Basic`
+    /// credentials count as their password presented as a bearer token.
     pub async fn check(
         &self,
         authorization: Option<&[u8]>,
         peer: IpAddr,
+        oci: bool,
     ) -> Result<Principal, Denied> {
         if !self.settings.auth.enabled() {
             return Ok(self.anonymous());
@@ -239,6 +294,9 @@ impl Identities {
             token.filter(|t| PersonTokens::looks_like(t)),
         ) {
             return self.person(tokens, token, peer).await;
+        }
+        if let Some(token) = token.filter(|t| t.starts_with(registry_token::PREFIX)) {
+            return self.registry(token, oci).await;
         }
         let Some(token) = token.filter(|t| !self.issuers.is_empty() && jwt::looks_like_jwt(t))
         else {

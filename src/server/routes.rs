@@ -277,6 +277,7 @@ impl App {
                         .get(header::AUTHORIZATION)
                         .map(HeaderValue::as_bytes),
                     peer.ip(),
+                    req.uri().path().starts_with("/v2/"),
                 )
                 .await;
             let (route, result) = self.route(&req, body, &who, peer).await;
@@ -827,9 +828,16 @@ impl App {
                 let rec = m.module_download(&addr, &version, &reach).await?;
                 let location = Links::new(&self.settings, &principal.name)
                     .module_package(&addr, &version, &rec);
-                // Both forms: Terraform reads the header, OpenTofu also the JSON body.
+                // Both forms: Terraform reads the header, OpenTofu also the JSON body. With
+                // client authentication on, OpenTofu 1.12 and later is told to send its token for
+                // this host with the package request (the signed URL stays for older clients and
+                // Terraform). Not for a package whose module lies in a subdirectory: OpenTofu's
+                // direct download does not read the `//subdir` of a location.
+                let use_registry_credentials =
+                    (self.settings.auth.enabled() && rec.subdir.is_none()).then_some(true);
                 let body = crate::records::docs::to_bytes(&crate::records::docs::ModuleLocation {
                     location: location.clone(),
+                    use_registry_credentials,
                 });
                 let mut resp = json_response(StatusCode::OK, body);
                 resp.headers_mut().insert(

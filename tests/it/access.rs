@@ -277,6 +277,21 @@ async fn readers_get_only_cached_module_versions() {
     let url = mirror.url.join(&location).unwrap();
     let package = send("package", client.get(url)).await;
     assert_eq!(package.status, StatusCode::OK);
+    // OpenTofu 1.12 and later download the body's location themselves, with the registry
+    // host's token, when the answer says so: the location then works with the token alone.
+    let body = download.json();
+    assert_eq!(body["use_registry_credentials"], true, "{body}");
+    let mut direct = mirror.url.join(body["location"].as_str().unwrap()).unwrap();
+    direct.set_query(None);
+    let anonymous = send("unsigned package", client.get(direct.clone())).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+    let with_token = send(
+        "package with token",
+        client.get(direct).bearer_auth(CI_TOKEN),
+    )
+    .await;
+    assert_eq!(with_token.status, StatusCode::OK);
+    assert_eq!(with_token.body, package.body);
     assert_eq!(
         get("1.1.0/download".into(), CI_TOKEN).await.status,
         StatusCode::FORBIDDEN

@@ -481,6 +481,33 @@ async fn with_auth_the_bearer_challenge_takes_the_mirrors_tokens() {
         crate::support::http::send(&tags_url, client.get(&tags_url).bearer_auth(&token)).await;
     assert_eq!(tags.status, StatusCode::OK);
     assert_eq!(tags.json()["tags"][0], "1.0.0");
+    // The token is a registry token for the repository asked for, not the mirror's token: it
+    // reads nothing else, at no other door, and a scope-less request still gets the token back.
+    assert!(token.starts_with("pvo_"), "{token}");
+    assert_ne!(token, "s3cret-token-for-tests");
+    assert_eq!(granted.json()["expires_in"], 300);
+    let other_url = mirror.root_url("/v2/registry.terraform.io/acme/other/tags/list");
+    let other =
+        crate::support::http::send(&other_url, client.get(&other_url).bearer_auth(&token)).await;
+    assert_eq!(other.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        header(&other, "www-authenticate")
+            .contains("scope=\"repository:registry.terraform.io/acme/other:pull\""),
+        "a new challenge for the other repository"
+    );
+    let index_url = mirror.url(&format!("{REPO}/index.json"));
+    let elsewhere =
+        crate::support::http::send(&index_url, client.get(&index_url).bearer_auth(&token)).await;
+    assert_eq!(elsewhere.status, StatusCode::UNAUTHORIZED);
+    let unscoped_url = format!("{realm}?service=provender");
+    let unscoped = crate::support::http::send(
+        &unscoped_url,
+        client
+            .get(&unscoped_url)
+            .basic_auth("ci", Some("s3cret-token-for-tests")),
+    )
+    .await;
+    assert_eq!(unscoped.json()["token"], "s3cret-token-for-tests");
 
     // The real clients follow the challenge.
     let skopeo = Skopeo::new(&ca, &mirror);

@@ -3,8 +3,11 @@
 //!
 //! - `GET /v2/` answers 200 (clients ping it), or with authentication on and no valid token,
 //!   401 with a `Bearer` challenge naming `/v2/token` as its realm;
-//! - `GET /v2/token` trades one of the mirror's tokens (the password of `Basic` credentials, any
-//!   user name) for a bearer token, which is that same token: the same tokens as the mirror;
+//! - `GET /v2/token` trades the mirror's credentials (one of its tokens, a person's token from
+//!   `terraform login`, an ID token; the password of `Basic` credentials, any user name, or a
+//!   bearer token) for a bearer token: when the client names repositories (`scope=repository:
+//!   <name>:pull`, as OCI clients do), a registry token good for those repositories alone for
+//!   five minutes (see `auth::registry_token`); else the same token it presented;
 //! - `tags/list` (paged with `n` / `last` and a `Link` header), `manifests/<tag or digest>` and
 //!   `blobs/<digest>`, for `GET` and `HEAD`, with `Content-Type`, `Content-Length` and
 //!   `Docker-Content-Digest`;
@@ -24,6 +27,7 @@ use http::{Method, Request, Response, StatusCode};
 use super::{App, Body, redirect};
 use crate::address::{OciPath, OciPathError, OciReference, OciRepo};
 use crate::auth::Denied;
+use crate::auth::registry_token::{REGISTRY_TOKEN_TTL, RegistryGrant};
 use crate::error::Error;
 use crate::mirror::{OciBlob, OciBlobHead, Served, empty_config};
 use crate::records::oci::{self, Document};
@@ -374,17 +378,28 @@ impl App {
         who: &Result<Principal, Denied>,
         path: Option<&OciPath>,
     ) -> Result<Principal, OciError> {
+        let repository = path.map(|p| match p {
+            OciPath::Tags(r) | OciPath::Manifest(r, _) | OciPath::Blob(r, _) => r.to_string(),
+        });
         let denied = match who {
-            Ok(principal) => return Ok(principal.clone()),
+            Ok(principal)
+                if repository
+                    .as_ref()
+                    .is_none_or(|r| principal.may_read_repository(r)) =>
+            {
+                return Ok(principal.clone());
+            }
+            // A registry token for other repositories: the client asks for one for this.
+            Ok(principal) => Denied::Unauthorized(format!(
+                "the registry token of {} does not name this repository",
+                principal.name
+            )),
             Err(denied) => denied.clone(),
         };
         let mut realm = self.base_url.clone();
         realm.set_path("/v2/token");
         realm.set_query(None);
-        let scope = path
-            .map(|p| match p {
-                OciPath::Tags(r) | OciPath::Manifest(r, _) | OciPath::Blob(r, _) => r,
-            })
+        let scope = repository
             .map(|r| format!(",scope=\"repository:{r}:pull\""))
             .unwrap_or_default();
         Err(OciError::unauthorized(
@@ -393,8 +408,9 @@ impl App {
         ))
     }
 
-    /// `/v2/token`: one of the mirror's tokens or an accepted ID token (as the `Basic`
-    /// password, or a bearer token) in, the same token out as `{"token", "access_token"}`.
+    /// `/v2/token`: the mirror's credentials in (as the `Basic` password, or a bearer token);
+    /// out as `{"token", "access_token"}`, a registry token for the repositories the client
+    /// names, or the same token when it names none.
     async fn oci_token(
         &self,
         req: &Request<()>,
@@ -411,8 +427,27 @@ impl App {
             let token =
                 crate::auth::AuthSettings::token_request_secret(presented).map_err(refused)?;
             // The request's own credentials were checked once already, as any request's are.
-            who.clone().map_err(refused)?;
-            token
+            let principal = who.clone().map_err(refused)?;
+            // A client that names repositories gets a token for those alone.
+            let repositories =
+                crate::auth::registry_token::requested_repositories(req.uri().query())
+                    .map_err(|m| OciError::new(StatusCode::FORBIDDEN, "DENIED", m))?;
+            match repositories {
+                Some(repositories) => auth.seal_registry_token(&RegistryGrant {
+                    client: principal.name.to_string(),
+                    person_token: principal.person_token.as_deref().map(str::to_string),
+                    repositories: match &principal.repositories {
+                        // A registry token traded again stays within its own repositories.
+                        Some(held) => repositories
+                            .into_iter()
+                            .filter(|r| held.contains(r))
+                            .collect(),
+                        None => repositories,
+                    },
+                    expires: self.mirror.core().clock().now_secs() + REGISTRY_TOKEN_TTL,
+                }),
+                None => token,
+            }
         } else {
             // Nothing to prove: any token works, so hand out a placeholder.
             "anonymous".to_string()
@@ -420,7 +455,11 @@ impl App {
         let body = serde_json::json!({
             "token": token,
             "access_token": token,
-            "expires_in": 3600,
+            "expires_in": if token.starts_with(crate::auth::registry_token::PREFIX) {
+                REGISTRY_TOKEN_TTL
+            } else {
+                3600
+            },
         });
         let mut resp = bytes_response(
             StatusCode::OK,
