@@ -13,6 +13,7 @@ mod hashes;
 mod identity;
 mod integrity;
 mod layering;
+mod login;
 mod mirror;
 mod module_fixture_smoke;
 mod modules;
