@@ -520,6 +520,14 @@ pub fn credentials_of<'a>(value: &'a [u8], scheme: &str) -> Option<&'a [u8]> {
     name.eq_ignore_ascii_case(scheme.as_bytes()).then_some(rest)
 }
 
+/// Why a sealed value is not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unsealed {
+    Malformed,
+    /// Not made with this mirror's key.
+    Forged,
+}
+
 /// Why a request is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
@@ -771,6 +779,34 @@ impl AuthSettings {
         let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.signing_key);
         let tag = ring::hmac::sign(&key, format!("provender-{purpose}\n{message}").as_bytes());
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref())
+    }
+
+    /// `value` sealed for `purpose`: its JSON in base64url, a dot, and the MAC over that
+    /// ([`mac_of`](Self::mac_of)). Anyone can read it; only this mirror's key makes it.
+    fn seal(&self, purpose: &str, value: &impl serde::Serialize) -> String {
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(value).expect("sealed values serialise"));
+        let mac = self.mac_of(purpose, &claims);
+        format!("{claims}.{mac}")
+    }
+
+    /// The value [`seal`](Self::seal) made for `purpose`, if its MAC is this key's (compared in
+    /// constant time).
+    fn unseal<T: serde::de::DeserializeOwned>(
+        &self,
+        purpose: &str,
+        sealed: &str,
+    ) -> Result<T, Unsealed> {
+        let (claims, mac) = sealed.split_once('.').ok_or(Unsealed::Malformed)?;
+        let expected = self.mac_of(purpose, claims);
+        if !ct_eq(&digest(expected.as_bytes()), &digest(mac.as_bytes())) {
+            return Err(Unsealed::Forged);
+        }
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or(Unsealed::Malformed)
     }
 
     /// The session subject of a valid token: `token:` and the first 8 bytes of its SHA-256 in

@@ -250,27 +250,16 @@ pub fn seal_code(auth: &AuthSettings, person: &str, request: &AuthzRequest, now:
         challenge: request.challenge.clone(),
         expires: now + CODE_TTL,
     };
-    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(serde_json::to_vec(&code).expect("a code serialises"));
-    let mac = auth.mac_of("login-code", &claims);
-    format!("{claims}.{mac}")
+    auth.seal("login-code", &code)
 }
 
 /// The code's contents, if its MAC is this mirror's and it has not expired.
 pub fn open_code(auth: &AuthSettings, sealed: &str, now: u64) -> Result<Code, LoginError> {
     let refused = |m: &str| LoginError::InvalidGrant(format!("the code {m}"));
-    let (claims, mac) = sealed
-        .split_once('.')
-        .ok_or_else(|| refused("is malformed"))?;
-    let expected = auth.mac_of("login-code", claims);
-    if !ct_eq(&digest(expected.as_bytes()), &digest(mac.as_bytes())) {
-        return Err(refused("was not issued by this mirror"));
-    }
-    let code: Code = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(claims)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| refused("is malformed"))?;
+    let code: Code = auth.unseal("login-code", sealed).map_err(|e| match e {
+        super::Unsealed::Forged => refused("was not issued by this mirror"),
+        super::Unsealed::Malformed => refused("is malformed"),
+    })?;
     if now >= code.expires {
         return Err(refused("has expired: run the login again"));
     }

@@ -6,10 +6,9 @@
 //! good only at `/v2/`, only for those repositories, and only while the credentials it was
 //! traded for are (a revoked person token, a removed client, an unconfigured issuer end it).
 
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::{AuthSettings, Denied, ct_eq, digest};
+use super::{AuthSettings, Denied};
 
 /// What every registry token starts with.
 pub const PREFIX: &str = "pvo_";
@@ -66,10 +65,7 @@ pub fn requested_repositories(query: Option<&str>) -> Result<Option<Vec<String>>
 impl AuthSettings {
     /// A registry token for `grant`.
     pub fn seal_registry_token(&self, grant: &RegistryGrant) -> String {
-        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(serde_json::to_vec(grant).expect("a grant serialises"));
-        let mac = self.mac_of("registry-token", &claims);
-        format!("{PREFIX}{claims}.{mac}")
+        format!("{PREFIX}{}", self.seal("registry-token", grant))
     }
 
     /// What a registry token grants, if this mirror made it and it has not expired. The
@@ -77,19 +73,13 @@ impl AuthSettings {
     /// client's name is checked here.
     pub fn open_registry_token(&self, token: &str, now: u64) -> Result<RegistryGrant, Denied> {
         let refused = |m: &str| Denied::Unauthorized(format!("the registry token {m}"));
-        let (claims, mac) = token
+        let sealed = token
             .strip_prefix(PREFIX)
-            .and_then(|t| t.split_once('.'))
             .ok_or_else(|| refused("is malformed"))?;
-        let expected = self.mac_of("registry-token", claims);
-        if !ct_eq(&digest(expected.as_bytes()), &digest(mac.as_bytes())) {
-            return Err(refused("was not made by this mirror"));
-        }
-        let grant: RegistryGrant = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(claims)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .ok_or_else(|| refused("is malformed"))?;
+        let grant: RegistryGrant = self.unseal("registry-token", sealed).map_err(|e| match e {
+            super::Unsealed::Forged => refused("was not made by this mirror"),
+            super::Unsealed::Malformed => refused("is malformed"),
+        })?;
         if now >= grant.expires {
             return Err(refused("has expired: ask /v2/token for a new one"));
         }

@@ -374,26 +374,16 @@ fn address_of(peer: IpAddr) -> IpAddr {
 impl AuthSettings {
     /// The cookie value carrying `pending`: its JSON, base64url, and a MAC with the URL
     /// signing key.
-    pub fn seal(&self, pending: &Pending) -> String {
-        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(serde_json::to_vec(pending).expect("a pending sign-in serialises"));
-        format!("{claims}.{}", self.mac_of("sso", &claims))
+    pub fn seal_pending(&self, pending: &Pending) -> String {
+        self.seal("sso", pending)
     }
 
     /// The sign-in a cookie value carries, if genuine and not expired.
-    pub fn unseal(&self, cookie: &str, now: u64) -> Option<Pending> {
+    pub fn unseal_pending(&self, cookie: &str, now: u64) -> Option<Pending> {
         if cookie.len() > 2048 {
             return None;
         }
-        let (claims, mac) = cookie.split_once('.')?;
-        let expected = self.mac_of("sso", claims);
-        if !ct_eq(&digest(expected.as_bytes()), &digest(mac.as_bytes())) {
-            return None;
-        }
-        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(claims)
-            .ok()?;
-        let pending: Pending = serde_json::from_slice(&json).ok()?;
+        let pending: Pending = self.unseal("sso", cookie).ok()?;
         (now < pending.expires).then_some(pending)
     }
 }
@@ -451,17 +441,26 @@ mod tests {
     fn pending_sign_ins_are_sealed() {
         let auth = settings();
         let pending = Pending::new("/-/status".into(), 1_000).unwrap();
-        let cookie = auth.seal(&pending);
-        assert_eq!(auth.unseal(&cookie, 1_001), Some(pending.clone()));
+        let cookie = auth.seal_pending(&pending);
+        assert_eq!(auth.unseal_pending(&cookie, 1_001), Some(pending.clone()));
         assert!(pending.state_is(&pending.state) && !pending.state_is("other"));
-        assert_eq!(auth.unseal(&cookie, 1_000 + PENDING_TTL.as_secs()), None);
+        assert_eq!(
+            auth.unseal_pending(&cookie, 1_000 + PENDING_TTL.as_secs()),
+            None
+        );
         let (claims, mac) = cookie.split_once('.').unwrap();
         let mut forged = pending.clone();
         forged.next = "https://evil.example/".into();
         let forged_claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .encode(serde_json::to_vec(&forged).unwrap());
-        assert_eq!(auth.unseal(&format!("{forged_claims}.{mac}"), 1_001), None);
-        assert_eq!(auth.unseal(&format!("{claims}.x{mac}"), 1_001), None);
+        assert_eq!(
+            auth.unseal_pending(&format!("{forged_claims}.{mac}"), 1_001),
+            None
+        );
+        assert_eq!(
+            auth.unseal_pending(&format!("{claims}.x{mac}"), 1_001),
+            None
+        );
     }
 
     #[test]

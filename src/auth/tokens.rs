@@ -42,9 +42,9 @@ pub struct Revoked {
     pub by: String,
 }
 
-/// One token's record, as stored.
+/// What a token is, as its record and its listing both say.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenRecord {
+pub struct TokenInfo {
     pub id: String,
     /// Who it signs in (`<single sign-on name>:<name claim>`).
     pub person: String,
@@ -57,10 +57,24 @@ pub struct TokenRecord {
     pub user_agent: String,
     /// What asked for it (`terraform-cli`).
     pub client: String,
+}
+
+/// One token's record, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    #[serde(flatten)]
+    pub info: TokenInfo,
     /// SHA-256 of the secret, hex.
     secret_sha256: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked: Option<Revoked>,
+}
+
+impl std::ops::Deref for TokenRecord {
+    type Target = TokenInfo;
+    fn deref(&self) -> &TokenInfo {
+        &self.info
+    }
 }
 
 /// Where and when a token was last used.
@@ -91,16 +105,11 @@ impl TokenRecord {
     }
 }
 
-/// A token as listed: its record and last use.
+/// A token as listed: what it is, its state and last use.
 #[derive(Debug, Clone, Serialize)]
 pub struct TokenView {
-    pub id: String,
-    pub person: String,
-    pub created: u64,
-    pub expires: u64,
-    pub created_from: String,
-    pub user_agent: String,
-    pub client: String,
+    #[serde(flatten)]
+    pub info: TokenInfo,
     pub state: TokenState,
     pub last_used: Option<u64>,
     pub last_from: Option<String>,
@@ -108,6 +117,13 @@ pub struct TokenView {
     pub revoked_at: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revoked_by: Option<String>,
+}
+
+impl std::ops::Deref for TokenView {
+    type Target = TokenInfo;
+    fn deref(&self) -> &TokenInfo {
+        &self.info
+    }
 }
 
 /// Why a person token is not accepted.
@@ -207,13 +223,15 @@ impl PersonTokens {
         let id = super::login::random_hex(16);
         let secret = super::login::random_hex(32);
         let record = TokenRecord {
-            id: id.clone(),
-            person: new.person.to_string(),
-            created: now,
-            expires: now.saturating_add(new.ttl.as_secs()),
-            created_from: new.from.to_string(),
-            user_agent: new.user_agent.chars().take(200).collect(),
-            client: new.client.to_string(),
+            info: TokenInfo {
+                id: id.clone(),
+                person: new.person.to_string(),
+                created: now,
+                expires: now.saturating_add(new.ttl.as_secs()),
+                created_from: new.from.to_string(),
+                user_agent: new.user_agent.chars().take(200).collect(),
+                client: new.client.to_string(),
+            },
             secret_sha256: secret_digest(&secret),
             revoked: None,
         };
@@ -312,13 +330,7 @@ impl PersonTokens {
                 last_from: used.map(|u| u.from),
                 revoked_at: record.revoked.as_ref().map(|r| r.at),
                 revoked_by: record.revoked.as_ref().map(|r| r.by.clone()),
-                id: record.id,
-                person: record.person,
-                created: record.created,
-                expires: record.expires,
-                created_from: record.created_from,
-                user_agent: record.user_agent,
-                client: record.client,
+                info: record.info,
             });
         }
         views.sort_by(|a, b| (b.created, &b.id).cmp(&(a.created, &a.id)));

@@ -128,7 +128,7 @@ async fn revoke(args: RevokeArgs) -> Result<Outcome, OpsError> {
             .map_err(failed)?
             .into_iter()
             .filter(|t| t.state == TokenState::Active)
-            .map(|t| t.id)
+            .map(|t| t.info.id)
             .collect(),
         None => args.ids.clone(),
     };

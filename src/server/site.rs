@@ -263,12 +263,7 @@ impl Site {
         }
         only_get(req)?;
         if let Caller::Nobody = caller {
-            return Ok(match kind {
-                Kind::Api => {
-                    unauthorized("this mirror requires a bearer token or a signed-in session")
-                }
-                Kind::Page => self.to_sign_in(req),
-            });
+            return Ok(self.without_credentials(req, kind));
         }
         let signed_in = caller.signed_in();
         let query = req.uri().query();
@@ -328,12 +323,7 @@ impl Site {
         who: &Result<Principal, Denied>,
     ) -> Result<Response<Body>, Error> {
         if let Caller::Nobody = caller {
-            return Ok(match kind {
-                Kind::Api => {
-                    unauthorized("this mirror requires a bearer token or a signed-in session")
-                }
-                Kind::Page => self.to_sign_in(req),
-            });
+            return Ok(self.without_credentials(req, kind));
         }
         if kind == Kind::Page || matches!(caller, Caller::Session(_)) {
             same_site(req, &self.base_url)?;
@@ -672,7 +662,7 @@ impl Site {
             format!(
                 "{}={}; Path={}-/sign-in; Max-Age={}; HttpOnly; Secure; SameSite=Lax",
                 sso::COOKIE,
-                self.settings.auth.seal(&pending),
+                self.settings.auth.seal_pending(&pending),
                 self.base(),
                 sso::PENDING_TTL.as_secs()
             ),
@@ -697,7 +687,7 @@ impl Site {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .filter_map(|h| session::cookie(h, sso::COOKIE))
-            .find_map(|value| self.settings.auth.unseal(value, now));
+            .find_map(|value| self.settings.auth.unseal_pending(value, now));
         let params: std::collections::HashMap<String, String> =
             url::form_urlencoded::parse(req.uri().query().unwrap_or_default().as_bytes())
                 .into_owned()
@@ -853,6 +843,15 @@ impl Site {
         let mut resp = see_other(&format!("{}-/sign-in", self.base()));
         self.set_session_cookie(&mut resp, "", 0)?;
         Ok(resp)
+    }
+
+    /// The answer to a request without credentials: an API request gets 401, a page sends the
+    /// browser to sign in.
+    fn without_credentials(&self, req: &Request<()>, kind: Kind) -> Response<Body> {
+        match kind {
+            Kind::Api => unauthorized("this mirror requires a bearer token or a signed-in session"),
+            Kind::Page => self.to_sign_in(req),
+        }
     }
 
     /// A redirect to the sign-in page that comes back here.

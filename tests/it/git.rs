@@ -111,33 +111,7 @@ impl GitHome {
 
     /// Runs `git args` in `cwd` without blocking the runtime; its output and success.
     async fn git(&self, cwd: &Path, args: &[&str]) -> (bool, String) {
-        let home = self.dir.path().to_path_buf();
-        let cwd = cwd.to_path_buf();
-        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        within(
-            "running git",
-            tokio::task::spawn_blocking(move || {
-                let out = Command::new("git")
-                    .args(&args)
-                    .current_dir(cwd)
-                    .env_clear()
-                    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                    .env("HOME", &home)
-                    .env("GIT_TERMINAL_PROMPT", "0")
-                    .env("GIT_CONFIG_NOSYSTEM", "1")
-                    .stdin(Stdio::null())
-                    .output()
-                    .expect("run git");
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                (out.status.success(), text)
-            }),
-        )
-        .await
-        .unwrap()
+        run_git(self.dir.path(), cwd, args).await
     }
 
     /// `git clone extra... url dest` in the home; panics unless it succeeds.
@@ -153,6 +127,38 @@ impl GitHome {
         assert!(ok, "{head}");
         head.trim().to_owned()
     }
+}
+
+/// Runs `git args` in `cwd` with `home` as its home, without prompts or the system's
+/// configuration and without blocking the runtime: its success and output.
+pub async fn run_git(home: &Path, cwd: &Path, args: &[&str]) -> (bool, String) {
+    let home = home.to_path_buf();
+    let cwd = cwd.to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    within(
+        "running git",
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new("git")
+                .args(&args)
+                .current_dir(cwd)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("HOME", &home)
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .stdin(Stdio::null())
+                .output()
+                .expect("run git");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), text)
+        }),
+    )
+    .await
+    .unwrap()
 }
 
 /// The `VERSION` file of each module `terraform init` installed, by module key.

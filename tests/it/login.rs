@@ -40,9 +40,7 @@ use crate::support::pki::TestCa;
 use crate::support::provender::{MirrorOptions, REGISTRY, TestMirror, config_toml};
 use crate::support::static_server::StaticServer;
 use crate::support::tf_config::{self, FOO};
-use crate::support::{
-    TERRAFORM, Terraform, TerraformOutput, https_client_no_redirects, poll, within,
-};
+use crate::support::{TERRAFORM, Terraform, TerraformOutput, https_client_no_redirects, poll};
 
 /// A person the claim rule (`email = "*@acme.example"`) lets in.
 const ALICE: &str = "alice@acme.example";
@@ -1040,32 +1038,7 @@ fn git_home(ca: &TestCa, netrc: Option<&str>) -> TempDir {
 
 /// `git args` in `home` (also its working directory), without prompts: success and output.
 async fn git(home: &Path, args: &[&str]) -> (bool, String) {
-    let home = home.to_path_buf();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    within(
-        "running git",
-        tokio::task::spawn_blocking(move || {
-            let out = std::process::Command::new("git")
-                .args(&args)
-                .current_dir(&home)
-                .env_clear()
-                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                .env("HOME", &home)
-                .env("GIT_TERMINAL_PROMPT", "0")
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .stdin(Stdio::null())
-                .output()
-                .expect("run git");
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            (out.status.success(), text)
-        }),
-    )
-    .await
-    .unwrap()
+    crate::git::run_git(home, home, args).await
 }
 
 /// A terraform release for linux_amd64 (a small zip), signed with the test key, in HashiCorp's

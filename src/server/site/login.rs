@@ -24,7 +24,7 @@ use crate::auth::tokens::{NewToken, PersonTokens};
 use crate::error::Error;
 use crate::server::identity::Principal;
 use crate::server::pages::{LoginDonePage, LoginPage, TokensPage};
-use crate::server::respond::{Body, json_response, see_other, unauthorized};
+use crate::server::respond::{Body, json_response, see_other};
 
 impl Site {
     /// The person tokens, when `terraform login` is on.
@@ -41,7 +41,7 @@ impl Site {
         body: Incoming,
         peer: IpAddr,
     ) -> Result<Response<Body>, Error> {
-        let tokens = self.login_tokens()?.clone();
+        self.login_tokens()?;
         let (request, decision) = match *req.method() {
             Method::GET | Method::HEAD => {
                 let query = req.uri().query().unwrap_or_default();
@@ -109,7 +109,6 @@ impl Site {
                 let now = self.core.clock().now_secs();
                 let code = login::seal_code(&self.settings.auth, &person, &request, now);
                 tracing::info!(person = %person, port = request.port(), %peer, "CLI login confirmed");
-                drop(tokens);
                 Ok(see_other(&request.redirect_with_code(&code)))
             }
             Some(_) => html(LoginDonePage {
@@ -229,12 +228,7 @@ impl Site {
     ) -> Result<Response<Body>, Error> {
         let tokens = self.login_tokens()?.clone();
         if let Caller::Nobody = caller {
-            return Ok(match kind {
-                Kind::Api => {
-                    unauthorized("this mirror requires a bearer token or a signed-in session")
-                }
-                Kind::Page => self.to_sign_in(req),
-            });
+            return Ok(self.without_credentials(req, kind));
         }
         let signed_in = caller.signed_in();
         let person = self.token_owner(&caller, who)?;
