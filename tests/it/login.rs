@@ -1041,39 +1041,6 @@ async fn git(home: &Path, args: &[&str]) -> (bool, String) {
     crate::git::run_git(home, home, args).await
 }
 
-/// A terraform release for linux_amd64 (a small zip), signed with the test key, in HashiCorp's
-/// layout under `root/hashicorp`, with HashiCorp's list of releases naming it. Returns the zip.
-fn small_terraform_release(root: &Path) -> Vec<u8> {
-    let zip = crate::releases::zip_of("terraform", b"#!/bin/sh\necho Terraform v1.11.4\n", true);
-    crate::releases::write_release(
-        &root.join("hashicorp/terraform/1.11.4"),
-        "terraform_1.11.4_SHA256SUMS",
-        &[("terraform_1.11.4_linux_amd64.zip", &zip)],
-        &[
-            "terraform_1.11.4_SHA256SUMS.sig",
-            "terraform_1.11.4_SHA256SUMS.72D7468F.sig",
-        ],
-        false,
-    );
-    let index = serde_json::json!({"name": "terraform", "versions": {"1.11.4": {
-        "name": "terraform", "version": "1.11.4",
-        "shasums": "terraform_1.11.4_SHA256SUMS",
-        "shasums_signature": "terraform_1.11.4_SHA256SUMS.sig",
-        "shasums_signatures": ["terraform_1.11.4_SHA256SUMS.72D7468F.sig", "terraform_1.11.4_SHA256SUMS.sig"],
-        "builds": [{
-            "name": "terraform", "version": "1.11.4", "os": "linux", "arch": "amd64",
-            "filename": "terraform_1.11.4_linux_amd64.zip",
-            "url": "https://releases.hashicorp.com/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip",
-        }],
-    }}});
-    std::fs::write(
-        root.join("hashicorp/terraform/index.json"),
-        serde_json::to_vec(&index).unwrap(),
-    )
-    .unwrap();
-    zip
-}
-
 // ---------------------------------------------------------------------------------------------
 // The tests
 
@@ -1081,7 +1048,7 @@ fn small_terraform_release(root: &Path) -> Vec<u8> {
 async fn terraform_login_through_single_sign_on_then_init_git_and_releases_with_the_stored_token() {
     let ca = TestCa::new();
     let work = tempfile::tempdir().unwrap();
-    let zip = small_terraform_release(&work.path().join("origin"));
+    let zip = crate::release_pages::terraform_origin(&work.path().join("origin"), &["1.11.4"]);
     let releases = StaticServer::start(&ca, &work.path().join("origin"));
     let setup = Setup::start_with_ca(
         ca,

@@ -35,7 +35,7 @@ const TFENV_PATTERN: &str = r"[0-9]+\.[0-9]+\.[0-9]+(-(rc|beta|alpha|oci)-?[0-9]
 
 /// HashiCorp's `terraform/index.json` listing `versions` (in the order given, as a map), each
 /// with a linux_amd64 build; and 1.11.4's files, signed with the test key. Returns 1.11.4's zip.
-fn terraform_origin(root: &Path, versions: &[&str]) -> Vec<u8> {
+pub fn terraform_origin(root: &Path, versions: &[&str]) -> Vec<u8> {
     let zip = zip_of("terraform", b"#!/bin/sh\necho terraform\n", true);
     write_release(
         &root.join("hashicorp/terraform/1.11.4"),
