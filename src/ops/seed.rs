@@ -27,7 +27,8 @@ use crate::mirror::{Core, Mirror, Reach};
 /// `provender seed`
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "INPUT is a configuration directory (its required_providers blocks), a \
+    after_help = "INPUT is a configuration directory (its required_providers blocks, and the \
+registry and git module sources its module blocks call, followed into the modules they call), a \
 *.lock.hcl file (its exact versions), or a *.toml / *.json list:\n\n  [[providers]]\n  source   = \
 \"hashicorp/aws\"\n  versions = \"~> 5.0\"\n\nExample: provender seed --config provender.toml \
 --platform linux_amd64 --platform darwin_arm64 ./infra .terraform.lock.hcl"
