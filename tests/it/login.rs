@@ -1230,12 +1230,39 @@ async fn expired_revoked_and_other_mirror_tokens_are_refused() {
         .unwrap()
         .to_string();
 
-    // Revoked by its person through the API: refused at once.
+    // An OCI client's registry token, traded for the token about to be revoked: good for the
+    // repository it names only.
+    let trade_url = format!(
+        "{}?service=provender&scope=repository:{REGISTRY}/acme/foo:pull",
+        setup.mirror.root_url("/v2/token")
+    );
+    let traded = send(
+        &trade_url,
+        setup
+            .client
+            .get(&trade_url)
+            .basic_auth("tofu", Some(&by_person)),
+    )
+    .await;
+    assert_eq!(traded.status, StatusCode::OK, "{}", traded.text());
+    let registry_token = traded.json()["token"].as_str().unwrap().to_string();
+    let tags_url = setup
+        .mirror
+        .root_url(&format!("/v2/{REGISTRY}/acme/foo/tags/list"));
+    let tags = async |token: &str| {
+        send(&tags_url, setup.client.get(&tags_url).bearer_auth(token))
+            .await
+            .status
+    };
+    assert_eq!(tags(&registry_token).await, StatusCode::OK);
+
+    // Revoked by its person through the API: refused at once, and so is what it was traded for.
     let revoked = setup.revoke(token_id(&by_person), &expiring).await;
     assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.text());
     setup
         .assert_refused(&by_person, "revoked through the API")
         .await;
+    assert_eq!(tags(&registry_token).await, StatusCode::UNAUTHORIZED);
     // Someone else's token is not another person's to revoke.
     let not_theirs = setup.revoke(token_id(&by_operator), &bobs[0]).await;
     assert_eq!(
