@@ -193,6 +193,7 @@ pub struct Metrics {
     pub policy_refusals: IntCounterVec,
     pub policy_decisions: IntCounterVec,
     pub policy_reloads: IntCounterVec,
+    pub person_tokens: IntCounterVec,
     pub archive_responses: IntCounterVec,
     pub cache_write_errors: IntCounter,
     pub cache_evictions: IntCounter,
@@ -330,6 +331,16 @@ impl Metrics {
                      the rules in force stay).",
                 ),
                 &["result"],
+            )
+            .unwrap(),
+            person_tokens: IntCounterVec::new(
+                Opts::new(
+                    "provender_person_tokens_total",
+                    "People's tokens from terraform login, by event: issued, refused (expired, \
+                     revoked, unknown or its person no longer signed in), revoked (by its person \
+                     on this server).",
+                ),
+                &["event"],
             )
             .unwrap(),
             archive_responses: IntCounterVec::new(
@@ -473,6 +484,7 @@ impl Metrics {
         r.register(Box::new(m.policy_refusals.clone())).unwrap();
         r.register(Box::new(m.policy_decisions.clone())).unwrap();
         r.register(Box::new(m.policy_reloads.clone())).unwrap();
+        r.register(Box::new(m.person_tokens.clone())).unwrap();
         r.register(Box::new(m.archive_responses.clone())).unwrap();
         r.register(Box::new(m.hash_duration.clone())).unwrap();
         r.register(Box::new(m.cache_write_errors.clone())).unwrap();
@@ -525,6 +537,9 @@ impl Metrics {
         }
         for result in TlsReload::ALL {
             self.policy_reloads.with_label_values(&[result.as_str()]);
+        }
+        for event in ["issued", "refused", "revoked"] {
+            self.person_tokens.with_label_values(&[event]);
         }
         for rule in PolicyRule::ALL {
             self.policy_refusals.with_label_values(&[rule.as_str()]);

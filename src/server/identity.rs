@@ -216,6 +216,16 @@ impl Identities {
         })
     }
 
+    /// Counts a refused person token.
+    fn refused_person(&self, denied: Denied) -> Denied {
+        self.core
+            .metrics()
+            .person_tokens
+            .with_label_values(&["refused"])
+            .inc();
+        denied
+    }
+
     /// A person's token from `terraform login`, checked: valid, unexpired, unrevoked, and its
     /// person still one single sign-on vouches for. Its use is noted (when, from where).
     async fn person(
@@ -233,10 +243,10 @@ impl Identities {
                     ..Principal::named(record.person.as_str(), &self.settings)
                 })
             }
-            Ok(_) => Err(Denied::Unauthorized(format!(
+            Ok(_) => Err(self.refused_person(Denied::Unauthorized(format!(
                 "the token's person is no longer one single sign-on vouches for here: {}",
                 self.login_again
-            ))),
+            )))),
             Err(tokens::TokenRefused::Unavailable(why)) => {
                 tracing::warn!("person token not checked: {why}");
                 Err(Denied::Unavailable(format!(
@@ -245,10 +255,10 @@ impl Identities {
             }
             Err(refused) => {
                 tracing::info!("person token refused: {refused}");
-                Err(Denied::Unauthorized(format!(
+                Err(self.refused_person(Denied::Unauthorized(format!(
                     "{refused}: {}",
                     self.login_again
-                )))
+                ))))
             }
         }
     }

@@ -1689,6 +1689,17 @@ async fn the_token_endpoint_refuses_replayed_codes_wrong_verifiers_and_foreign_r
         .map(|t| token_id(t).to_string())
         .collect();
     assert_eq!(listed, traded);
+    // And the metrics say so.
+    let metrics_url = setup.mirror.root_url("/metrics");
+    let metrics = send(&metrics_url, client.get(&metrics_url).bearer_auth(&token)).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert!(
+        metrics
+            .text()
+            .contains("provender_person_tokens_total{event=\"issued\"} 2"),
+        "{}",
+        metrics.text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

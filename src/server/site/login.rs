@@ -173,6 +173,7 @@ impl Site {
             .await
             .map_err(|e| Error::unexpected(format!("storing a new token: {e}")))?;
         tracing::info!(person = %record.person, token = %record.id, %peer, "token issued by terraform login");
+        self.count_token("issued");
         let body = serde_json::json!({
             "access_token": token,
             "token_type": "bearer",
@@ -240,11 +241,13 @@ impl Site {
                 .map_err(|e| Error::unexpected(format!("listing tokens: {e}")))
         };
         let revoke = async |id: &str| {
-            tokens
+            let record = tokens
                 .revoke(id, Some(&person), &person, now)
                 .await
                 .map_err(|e| Error::unexpected(format!("revoking a token: {e}")))?
-                .ok_or_else(|| Error::NotFound(format!("you have no token {id}")))
+                .ok_or_else(|| Error::NotFound(format!("you have no token {id}")))?;
+            self.count_token("revoked");
+            Ok::<_, Error>(record)
         };
         match (kind, rest) {
             (Kind::Api, "api/v1/tokens") => {
@@ -298,6 +301,15 @@ impl Site {
                 })
             }
         }
+    }
+
+    /// Counts an event of people's tokens (`provender_person_tokens_total`).
+    fn count_token(&self, event: &str) {
+        self.core
+            .metrics()
+            .person_tokens
+            .with_label_values(&[event])
+            .inc();
     }
 
     /// `terraform login <this mirror's host>`.
