@@ -97,41 +97,43 @@ async fn terraform_installs_the_newest_admitted_version_and_a_pinned_denied_one_
     let origin = aws_origin(&ca).await;
     let mirror = TestMirror::start_with_toml(&ca, &origin, DENY_361).await;
     let client = https_client(&ca, &[]);
-
-    // The network mirror's list leaves 3.6.1 out; asking for it is a 410 naming the rule.
-    let got = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/aws/index.json")),
-    )
-    .await;
-    assert_eq!(got.status, 200);
-    assert_eq!(index_versions(&got.json()), ["3.6.0"]);
-    let got = get(
-        &client,
-        &mirror.url(&format!("{REGISTRY}/acme/aws/3.6.1.json")),
-    )
-    .await;
-    assert_eq!(got.status, 410, "{}", got.text());
-    assert_eq!(got.code(), "version_denied");
-    let policy = &got.json()["error"]["policy"];
-    assert_eq!(policy["rule"], "aws-3.6.1-regression");
-    assert_eq!(policy["action"], "deny");
-    assert_eq!(policy["reason"], "3.6.1 deletes bucket policies");
-    assert_eq!(policy["link"], "https://example.com/advisories/1");
     let (os, arch) = local_platform();
-    let zip = format!("{REGISTRY}/acme/aws/terraform-provider-aws_3.6.1_{os}_{arch}.zip");
-    assert_eq!(get(&client, &mirror.url(&zip)).await.status, 410);
-    // The OCI registry's tags leave it out too, and its manifest by tag is DENIED.
-    let repo = format!("/v2/{REGISTRY}/acme/aws");
-    let tags = get(&client, &mirror.root_url(&format!("{repo}/tags/list"))).await;
-    assert_eq!(tags.json()["tags"], serde_json::json!(["3.6.0"]));
-    let got = get(
-        &client,
-        &mirror.root_url(&format!("{repo}/manifests/3.6.1")),
-    )
-    .await;
-    assert_eq!(got.status, 410, "{}", got.text());
-    assert_eq!(got.json()["errors"][0]["code"], "DENIED");
+    // Over HTTP/1.1 and HTTP/2 alike: the network mirror's list leaves 3.6.1 out; asking for
+    // it is a 410 naming the rule.
+    for client in [client.clone(), crate::support::https_client_h2(&ca)] {
+        let got = get(
+            &client,
+            &mirror.url(&format!("{REGISTRY}/acme/aws/index.json")),
+        )
+        .await;
+        assert_eq!(got.status, 200);
+        assert_eq!(index_versions(&got.json()), ["3.6.0"]);
+        let got = get(
+            &client,
+            &mirror.url(&format!("{REGISTRY}/acme/aws/3.6.1.json")),
+        )
+        .await;
+        assert_eq!(got.status, 410, "{}", got.text());
+        assert_eq!(got.code(), "version_denied");
+        let policy = &got.json()["error"]["policy"];
+        assert_eq!(policy["rule"], "aws-3.6.1-regression");
+        assert_eq!(policy["action"], "deny");
+        assert_eq!(policy["reason"], "3.6.1 deletes bucket policies");
+        assert_eq!(policy["link"], "https://example.com/advisories/1");
+        let zip = format!("{REGISTRY}/acme/aws/terraform-provider-aws_3.6.1_{os}_{arch}.zip");
+        assert_eq!(get(&client, &mirror.url(&zip)).await.status, 410);
+        // The OCI registry's tags leave it out too, and its manifest by tag is DENIED.
+        let repo = format!("/v2/{REGISTRY}/acme/aws");
+        let tags = get(&client, &mirror.root_url(&format!("{repo}/tags/list"))).await;
+        assert_eq!(tags.json()["tags"], serde_json::json!(["3.6.0"]));
+        let got = get(
+            &client,
+            &mirror.root_url(&format!("{repo}/manifests/3.6.1")),
+        )
+        .await;
+        assert_eq!(got.status, 410, "{}", got.text());
+        assert_eq!(got.json()["errors"][0]["code"], "DENIED");
+    }
 
     // `~> 3.6` through the network mirror installs 3.6.0.
     let network = tf_config::network_mirror(mirror.url.as_str());

@@ -141,6 +141,14 @@ pub fn https_client(ca: &TestCa, resolve: &[(&str, SocketAddr)]) -> reqwest::Cli
         .expect("build reqwest client")
 }
 
+/// Like [`https_client`], speaking HTTP/2 only (with prior knowledge, as over ALPN).
+pub fn https_client_h2(ca: &TestCa) -> reqwest::Client {
+    https_builder(ca, &[])
+        .http2_prior_knowledge()
+        .build()
+        .expect("build reqwest client")
+}
+
 /// Like [`https_client`], without following redirects (to see them).
 pub fn https_client_no_redirects(ca: &TestCa) -> reqwest::Client {
     https_builder(ca, &[])
