@@ -247,33 +247,26 @@ impl PersonTokens {
     /// The record of a valid, unexpired, unrevoked `token` at `now`.
     pub async fn check(&self, token: &str, now: u64) -> Result<Arc<TokenRecord>, TokenRefused> {
         let (id, secret) = split(token).ok_or(TokenRefused::Malformed)?;
-        let record = self
-            .record(id)
-            .await
-            .map_err(|e| TokenRefused::Unavailable(e.to_string()))?
-            .ok_or(TokenRefused::Unknown)?;
+        let record = self.known(id).await?;
         let presented = digest(secret_digest(secret).as_bytes());
         if !ct_eq(&presented, &digest(record.secret_sha256.as_bytes())) {
             return Err(TokenRefused::Unknown);
         }
-        self.check_id(id, now).await
+        valid(record, now)
     }
 
     /// The record of the token with ID `id`, if it is still valid at `now` (for a registry token
     /// traded for it: the secret was checked then).
     pub async fn check_id(&self, id: &str, now: u64) -> Result<Arc<TokenRecord>, TokenRefused> {
-        let record = self
-            .record(id)
+        valid(self.known(id).await?, now)
+    }
+
+    /// The record of token `id`, whatever its state.
+    async fn known(&self, id: &str) -> Result<Arc<TokenRecord>, TokenRefused> {
+        self.record(id)
             .await
             .map_err(|e| TokenRefused::Unavailable(e.to_string()))?
-            .ok_or(TokenRefused::Unknown)?;
-        match (&record.revoked, record.state(now)) {
-            (Some(revoked), _) => Err(TokenRefused::Revoked {
-                by: revoked.by.clone(),
-            }),
-            (None, TokenState::Expired) => Err(TokenRefused::Expired),
-            _ => Ok(record),
-        }
+            .ok_or(TokenRefused::Unknown)
     }
 
     /// Notes that a token was used from `from` at `now`: written to the store at most every
@@ -366,6 +359,17 @@ impl PersonTokens {
         }
         self.records.invalidate(id).await;
         Ok(Some(record))
+    }
+}
+
+/// `record`, if its token is neither revoked nor expired at `now`.
+fn valid(record: Arc<TokenRecord>, now: u64) -> Result<Arc<TokenRecord>, TokenRefused> {
+    match (&record.revoked, record.state(now)) {
+        (Some(revoked), _) => Err(TokenRefused::Revoked {
+            by: revoked.by.clone(),
+        }),
+        (None, TokenState::Expired) => Err(TokenRefused::Expired),
+        _ => Ok(record),
     }
 }
 

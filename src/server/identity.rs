@@ -196,34 +196,13 @@ impl Identities {
             let tokens = self.person_tokens.as_ref().ok_or_else(|| {
                 Denied::Unauthorized("terraform login is not configured here".into())
             })?;
-            tokens
-                .check_id(id, now)
-                .await
-                .map_err(|refused| match refused {
-                    tokens::TokenRefused::Unavailable(why) => Denied::Unavailable(format!(
-                        "the token cannot be checked now (the store): {why}"
-                    )),
-                    other => Denied::Unauthorized(format!(
-                        "the registry token's {other}: {}",
-                        self.login_again
-                    )),
-                })?;
+            self.person_principal(tokens, tokens.check_id(id, now).await, None)?;
         }
         Ok(Principal {
             person_token: grant.person_token.map(Into::into),
             repositories: Some(grant.repositories.into()),
             ..Principal::named(grant.client, &self.settings)
         })
-    }
-
-    /// Counts a refused person token.
-    fn refused_person(&self, denied: Denied) -> Denied {
-        self.core
-            .metrics()
-            .person_tokens
-            .with_label_values(&["refused"])
-            .inc();
-        denied
     }
 
     /// A person's token from `terraform login`, checked: valid, unexpired, unrevoked, and its
@@ -235,32 +214,47 @@ impl Identities {
         peer: IpAddr,
     ) -> Result<Principal, Denied> {
         let now = self.core.clock().now_secs();
-        match tokens.check(token, now).await {
+        self.person_principal(tokens, tokens.check(token, now).await, Some((now, peer)))
+    }
+
+    /// The person a token's record (`found`, as `tokens` checked it) signs in, if single sign-on
+    /// still vouches for them; a use at `used` (when, from where) is noted. A refusal is counted
+    /// and tells the person to log in again; a store that cannot answer is a 503.
+    fn person_principal(
+        &self,
+        tokens: &PersonTokens,
+        found: Result<Arc<tokens::TokenRecord>, tokens::TokenRefused>,
+        used: Option<(u64, IpAddr)>,
+    ) -> Result<Principal, Denied> {
+        let refused = match found {
             Ok(record) if self.settings.auth.is_login_person(&record.person) => {
-                tokens.note_use(&record, now, peer);
-                Ok(Principal {
+                if let Some((now, peer)) = used {
+                    tokens.note_use(&record, now, peer);
+                }
+                return Ok(Principal {
                     person_token: Some(record.id.as_str().into()),
                     ..Principal::named(record.person.as_str(), &self.settings)
-                })
+                });
             }
-            Ok(_) => Err(self.refused_person(Denied::Unauthorized(format!(
-                "the token's person is no longer one single sign-on vouches for here: {}",
-                self.login_again
-            )))),
+            Ok(_) => "the token's person is no longer one single sign-on vouches for here".into(),
             Err(tokens::TokenRefused::Unavailable(why)) => {
                 tracing::warn!("person token not checked: {why}");
-                Err(Denied::Unavailable(format!(
+                return Err(Denied::Unavailable(format!(
                     "the token cannot be checked now (the store): {why}"
-                )))
+                )));
             }
-            Err(refused) => {
-                tracing::info!("person token refused: {refused}");
-                Err(self.refused_person(Denied::Unauthorized(format!(
-                    "{refused}: {}",
-                    self.login_again
-                ))))
-            }
-        }
+            Err(refused) => refused.to_string(),
+        };
+        tracing::info!("person token refused: {refused}");
+        self.core
+            .metrics()
+            .person_tokens
+            .with_label_values(&["refused"])
+            .inc();
+        Err(Denied::Unauthorized(format!(
+            "{refused}: {}",
+            self.login_again
+        )))
     }
 
     /// The client of a request without credentials, where one may come without.

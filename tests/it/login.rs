@@ -63,6 +63,8 @@ const STEP: Duration = Duration::from_secs(30);
 struct Spec {
     /// Keys of `[auth.cli_login]`.
     cli_login: &'static str,
+    /// More `[cache]` keys and tables (an object store).
+    cache: String,
     /// Whole tables appended to the configuration.
     more_toml: String,
     /// Keys of `[upstream]`.
@@ -137,6 +139,7 @@ impl Setup {
             &origin,
             MirrorOptions {
                 extra_toml: &extra_toml,
+                extra_cache: &spec.cache,
                 extra_upstream: spec.upstream,
                 clock: spec.clock,
                 ..Default::default()
@@ -1786,4 +1789,66 @@ async fn the_tokens_page_lists_and_revokes_in_the_browser() {
         .collect();
     assert_eq!(states[token_id(&first)], "revoked");
     assert_eq!(states[token_id(&second)], "active");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_an_object_store_every_replica_accepts_a_token_and_sees_its_revocation() {
+    let garage = crate::support::garage::Garage::start("provender-login");
+    let dirs = tempfile::tempdir().unwrap();
+    let cache_of = |name: &str| {
+        let dir = dirs.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        garage.cache_toml(&dir, "mirror")
+    };
+    let setup = Setup::start(Spec {
+        cache: cache_of("a"),
+        ..Default::default()
+    })
+    .await;
+    let other_cache = cache_of("b");
+    let other = TestMirror::start_with(
+        &setup.ca,
+        &setup.origin,
+        MirrorOptions {
+            extra_toml: &setup.extra_toml,
+            extra_cache: &other_cache,
+            ..Default::default()
+        },
+    )
+    .await;
+    // A token made at one replica is good at the other, which reads its record from the store.
+    let mut alice = setup.person(ALICE);
+    let token = alice.token().await;
+    let at_other = index_at(&setup.client, &other, Some(&token)).await;
+    assert_eq!(at_other.status, StatusCode::OK, "{}", at_other.text());
+    // Revoked at the first, it is refused there at once and at the other within seconds.
+    let revoked = setup.revoke(token_id(&token), &token).await;
+    assert_eq!(revoked.status, StatusCode::OK, "{}", revoked.text());
+    assert_eq!(
+        setup.index(Some(&token)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let refused = crate::support::poll(Duration::from_secs(20), async || {
+        let got = index_at(&setup.client, &other, Some(&token)).await;
+        (got.status == StatusCode::UNAUTHORIZED).then_some(got)
+    })
+    .await
+    .expect("the other replica refuses the revoked token within its record cache's 10 s");
+    assert_refused_at(&refused, &host_of(&other), "revoked at another replica");
+    // Nothing of the token's secret is in the bucket: the record holds its digest.
+    let secret = token.split('.').nth(1).unwrap();
+    let record = garage_object(&garage, &format!("auth/tokens/{}.json", token_id(&token))).await;
+    assert!(record.contains("secret_sha256"), "{record}");
+    assert!(!record.contains(secret), "{record}");
+}
+
+/// An object under `garage`'s `mirror` prefix, as text.
+async fn garage_object(garage: &crate::support::garage::Garage, key: &str) -> String {
+    let storage = provender::storage::ObjectStorage::new(&garage.settings("mirror")).unwrap();
+    let bytes =
+        provender::storage::Storage::read(&storage, &provender::storage::Key::parse(key).unwrap())
+            .await
+            .unwrap()
+            .expect("the object is in the bucket");
+    String::from_utf8(bytes.to_vec()).unwrap()
 }
