@@ -263,7 +263,12 @@ impl Catalogue {
             Some(found) => (Some(found.text.clone()), found.summary.clone()),
             None => (None, None),
         };
-        Ok(ModuleList::of(&snapshot.modules, &snapshot.git, query, &text))
+        Ok(ModuleList::of(
+            &snapshot.modules,
+            &snapshot.git,
+            query,
+            &text,
+        ))
     }
 
     /// Reads the documentation of `keys` in the background, one such task at a time.

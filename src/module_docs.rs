@@ -250,7 +250,8 @@ pub fn extract(
     subdir: Option<&str>,
     limits: DocLimits,
 ) -> Result<ModuleDocs, DocsError> {
-    let inflated = crate::tarball::Inflated::new(flate2::read::GzDecoder::new(package), limits.max_stream);
+    let inflated =
+        crate::tarball::Inflated::new(flate2::read::GzDecoder::new(package), limits.max_stream);
     let mut archive = tar::Archive::new(inflated);
     let prefix = subdir
         .map(|s| format!("{}/", s.trim_matches('/')))
@@ -310,7 +311,10 @@ pub fn extract(
             continue;
         }
         let mut body = Vec::with_capacity(size as usize);
-        if let Err(e) = (&mut member.body).take(limits.max_file).read_to_end(&mut body) {
+        if let Err(e) = (&mut member.body)
+            .take(limits.max_file)
+            .read_to_end(&mut body)
+        {
             return Err(match crate::tarball::too_large(&e) {
                 Some(limit) => DocsError::TooLarge(limit),
                 None => DocsError::Unreadable(format!("{rel}: {e}")),
@@ -395,7 +399,8 @@ fn read_module(path: &str, gathered: Gathered) -> ModuleDoc {
             }),
         }
     }
-    doc.inputs.sort_by(|a, b| (!a.required, &a.name).cmp(&(!b.required, &b.name)));
+    doc.inputs
+        .sort_by(|a, b| (!a.required, &a.name).cmp(&(!b.required, &b.name)));
     doc.outputs.sort_by(|a, b| a.name.cmp(&b.name));
     doc.resources
         .sort_by(|a, b| (&a.type_, &a.name).cmp(&(&b.type_, &b.name)));
@@ -469,7 +474,9 @@ fn read_body(body: &hcl::Body, file: &str, doc: &mut ModuleDoc) {
         let inner = block.body();
         match block.identifier() {
             "variable" => {
-                let Some(name) = label(block, 0) else { continue };
+                let Some(name) = label(block, 0) else {
+                    continue;
+                };
                 let default = attribute(inner, "default");
                 doc.inputs.push(Input {
                     name,
@@ -482,7 +489,9 @@ fn read_body(body: &hcl::Body, file: &str, doc: &mut ModuleDoc) {
                 });
             }
             "output" => {
-                let Some(name) = label(block, 0) else { continue };
+                let Some(name) = label(block, 0) else {
+                    continue;
+                };
                 doc.outputs.push(Output {
                     name,
                     description: literal(attribute(inner, "description")),
@@ -505,7 +514,9 @@ fn read_body(body: &hcl::Body, file: &str, doc: &mut ModuleDoc) {
                 }
             }
             "module" => {
-                let Some(name) = label(block, 0) else { continue };
+                let Some(name) = label(block, 0) else {
+                    continue;
+                };
                 doc.module_calls.push(ModuleCall {
                     name,
                     source: literal(attribute(inner, "source")),
@@ -517,7 +528,10 @@ fn read_body(body: &hcl::Body, file: &str, doc: &mut ModuleDoc) {
                 if let Some(v) = attribute(inner, "required_version") {
                     doc.required_version = Some(text(v));
                 }
-                for req in inner.blocks().filter(|b| b.identifier() == "required_providers") {
+                for req in inner
+                    .blocks()
+                    .filter(|b| b.identifier() == "required_providers")
+                {
                     for entry in req.body().attributes() {
                         doc.required_providers
                             .push(requirement(entry.key(), entry.expr()));
@@ -635,8 +649,14 @@ output "secret" {
             ("README.md", b"# VPC\n\nMakes a **VPC**.\n"),
             ("main.tf", MAIN.as_bytes()),
             ("variables.tf", VARIABLES.as_bytes()),
-            ("modules/subnets/main.tf", b"variable \"count_per_az\" {\n  default = 1\n}\n"),
-            ("examples/simple/main.tf", b"module \"vpc\" {\n  source = \"../..\"\n  name = \"x\"\n}\n"),
+            (
+                "modules/subnets/main.tf",
+                b"variable \"count_per_az\" {\n  default = 1\n}\n",
+            ),
+            (
+                "examples/simple/main.tf",
+                b"module \"vpc\" {\n  source = \"../..\"\n  name = \"x\"\n}\n",
+            ),
             ("examples/simple/README.md", b"Simple use."),
             ("modules/empty/notes.txt", b"nothing"),
             ("deep/nested/x.tf", b"variable \"hidden\" {}"),
@@ -659,7 +679,10 @@ output "secret" {
         assert!(root.inputs[2].sensitive);
         assert_eq!(root.inputs[2].type_.as_deref(), Some("map(string)"));
         assert_eq!(root.outputs.len(), 2);
-        assert_eq!(root.outputs[1].description.as_deref(), Some("The VPC's ID."));
+        assert_eq!(
+            root.outputs[1].description.as_deref(),
+            Some("The VPC's ID.")
+        );
         assert!(root.outputs[0].sensitive);
         assert_eq!(root.resources[0].type_, "aws_vpc");
         assert_eq!(root.data_sources[0].type_, "aws_region");
@@ -679,8 +702,17 @@ output "secret" {
                 },
             ]
         );
-        assert_eq!(root.module_calls[0].source.as_deref(), Some("./modules/subnets"));
-        assert!(root.readme.as_ref().unwrap().html.contains("<strong>VPC</strong>"));
+        assert_eq!(
+            root.module_calls[0].source.as_deref(),
+            Some("./modules/subnets")
+        );
+        assert!(
+            root.readme
+                .as_ref()
+                .unwrap()
+                .html
+                .contains("<strong>VPC</strong>")
+        );
         let subs: Vec<_> = docs.submodules.iter().map(|m| m.path.as_str()).collect();
         assert_eq!(subs, ["modules/subnets"]);
         assert_eq!(docs.submodules[0].inputs[0].name, "count_per_az");
@@ -732,9 +764,11 @@ output "secret" {
         assert_eq!(docs.root.inputs.len(), 1);
         assert!(docs.root.problems[0].message.contains("2048 bytes"));
 
-        let many: Vec<(String, Vec<u8>)> =
-            (0..20).map(|i| (format!("f{i}.txt"), vec![])).collect();
-        let refs: Vec<(&str, &[u8])> = many.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
+        let many: Vec<(String, Vec<u8>)> = (0..20).map(|i| (format!("f{i}.txt"), vec![])).collect();
+        let refs: Vec<(&str, &[u8])> = many
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.as_slice()))
+            .collect();
         let limits = DocLimits {
             max_entries: 10,
             ..DocLimits::default()

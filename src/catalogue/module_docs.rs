@@ -51,9 +51,7 @@ impl StoredDocs {
         let docs = self.docs.as_ref().map_or(0, |d| {
             d.all()
                 .map(|m| {
-                    m.readme
-                        .as_ref()
-                        .map_or(0, |r| r.html.len() + r.text.len())
+                    m.readme.as_ref().map_or(0, |r| r.html.len() + r.text.len())
                         + 256 * (m.inputs.len() + m.outputs.len() + m.resources.len())
                 })
                 .sum::<usize>()
@@ -107,9 +105,15 @@ impl DocsCache {
         let made = self
             .docs
             .try_get_with(key.clone(), async {
-                load(core, key, &record.sha256, record.subdir.as_deref(), self.limits)
-                    .await
-                    .map(Arc::new)
+                load(
+                    core,
+                    key,
+                    &record.sha256,
+                    record.subdir.as_deref(),
+                    self.limits,
+                )
+                .await
+                .map(Arc::new)
             })
             .await
             .map_err(|e: Arc<Error>| (*e).clone())?;
@@ -119,7 +123,12 @@ impl DocsCache {
 
     /// What search reads of a module version, made if it is not kept yet; `None` when the cache
     /// does not hold it or it cannot be read (logged).
-    pub async fn indexed(&self, core: &Arc<Core>, key: &ModuleKey, sha256: &str) -> Option<Arc<Indexed>> {
+    pub async fn indexed(
+        &self,
+        core: &Arc<Core>,
+        key: &ModuleKey,
+        sha256: &str,
+    ) -> Option<Arc<Indexed>> {
         if let Some(kept) = self.index.get(key).filter(|i| i.sha256.as_str() == sha256) {
             return Some(kept);
         }
@@ -188,7 +197,9 @@ async fn load(
                 return Ok(stored);
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(key = %docs_key, "unreadable module documentation, made again: {e}"),
+            Err(e) => {
+                tracing::warn!(key = %docs_key, "unreadable module documentation, made again: {e}")
+            }
         }
     }
     let Some(opened) = core.modules().open(key).await? else {
@@ -198,7 +209,9 @@ async fn load(
     let mut body = opened.body;
     let mut too_large = false;
     while let Some(chunk) = body.try_next().await.map_err(|e| {
-        Error::unexpected(format!("reading the package of {key} for its documentation: {e}"))
+        Error::unexpected(format!(
+            "reading the package of {key} for its documentation: {e}"
+        ))
     })? {
         if package.len() as u64 + chunk.len() as u64 > MAX_PACKAGE {
             too_large = true;

@@ -390,28 +390,44 @@ mod tests {
         ];
         assert_eq!(groups(&all), [0..2, 2..3]);
         let text = |i: usize| match i {
-            0 => (Some("builds a network\ncidr_block".to_string()), Some("Builds a network.".to_string())),
+            0 => (
+                Some("builds a network\ncidr_block".to_string()),
+                Some("Builds a network.".to_string()),
+            ),
             _ => (None, None),
         };
         let search = |q: &str| {
             let list = ModuleList::of(&all, &[], &ModuleQuery::parse(Some(q)), &text);
             (
-                list.summaries.iter().map(|m| m.address.as_str().to_owned()).collect::<Vec<_>>(),
+                list.summaries
+                    .iter()
+                    .map(|m| m.address.as_str().to_owned())
+                    .collect::<Vec<_>>(),
                 list.modules.len(),
             )
         };
         let vpc = "registry.terraform.io/acme/vpc/aws".to_string();
         let dns = "registry.terraform.io/other/dns/aws".to_string();
         assert_eq!(search(""), (vec![vpc.clone(), dns.clone()], 3));
-        assert_eq!(search("q=NETWORK+cidr"), (vec![vpc.clone()], 2), "every word, any case");
+        assert_eq!(
+            search("q=NETWORK+cidr"),
+            (vec![vpc.clone()], 2),
+            "every word, any case"
+        );
         assert_eq!(search("q=network+dns"), (vec![], 0));
         assert_eq!(search("q=other%2F"), (vec![dns.clone()], 1), "the address");
         assert_eq!(search("source=git"), (vec![dns.clone()], 1));
-        assert_eq!(search("namespace=acme&trust=origin"), (vec![vpc.clone()], 2));
+        assert_eq!(
+            search("namespace=acme&trust=origin"),
+            (vec![vpc.clone()], 2)
+        );
         let list = ModuleList::of(&all, &[], &ModuleQuery::default(), &text);
         assert_eq!(list.summaries[0].latest, "2.0.0");
         assert_eq!(list.summaries[0].versions, 2);
-        assert_eq!(list.summaries[0].summary.as_deref(), Some("Builds a network."));
+        assert_eq!(
+            list.summaries[0].summary.as_deref(),
+            Some("Builds a network.")
+        );
         assert_eq!(list.choices.sources, ["archive", "git"]);
     }
 
@@ -421,8 +437,17 @@ mod tests {
             module_block("registry.terraform.io/acme/vpc-x/aws", "1.0.0"),
             "module \"vpc_x\" {\n  source  = \"registry.terraform.io/acme/vpc-x/aws\"\n  version = \"1.0.0\"\n}\n"
         );
-        assert_eq!(provider_source("aws", None), "registry.terraform.io/hashicorp/aws");
-        assert_eq!(provider_source("x", Some("Acme/X")), "registry.terraform.io/acme/x");
-        assert_eq!(provider_source("x", Some("example.com/acme/x")), "example.com/acme/x");
+        assert_eq!(
+            provider_source("aws", None),
+            "registry.terraform.io/hashicorp/aws"
+        );
+        assert_eq!(
+            provider_source("x", Some("Acme/X")),
+            "registry.terraform.io/acme/x"
+        );
+        assert_eq!(
+            provider_source("x", Some("example.com/acme/x")),
+            "example.com/acme/x"
+        );
     }
 }

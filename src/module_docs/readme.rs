@@ -33,7 +33,11 @@ pub struct Readme {
 impl Readme {
     /// Its first paragraph's text, cut at `max` characters: a summary for lists.
     pub fn summary(&self, max: usize) -> String {
-        let first = self.first_paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+        let first = self
+            .first_paragraph
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         match first.char_indices().nth(max) {
             Some((cut, _)) => format!("{}…", first[..cut].trim_end()),
             None => first,
@@ -53,7 +57,8 @@ pub fn anchor(path: &str) -> String {
 /// Renders `markdown`, the README of the module at `module_path` in its package (`""` for the
 /// root), which relative links are resolved against.
 pub fn render(markdown: &str, module_path: &str) -> Readme {
-    let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    let options =
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     let mut text = String::new();
     let mut in_image = 0usize;
     // The first paragraph: `None` before it, `Some(false)` inside it, `Some(true)` after.
@@ -180,7 +185,11 @@ mod tests {
         );
         assert!(r.html.contains("<h1>Title</h1>"), "{}", r.html);
         assert!(r.html.contains("<em>text</em>"));
-        assert!(r.html.contains("<table>") && r.html.contains("<td>2</td>"), "{}", r.html);
+        assert!(
+            r.html.contains("<table>") && r.html.contains("<td>2</td>"),
+            "{}",
+            r.html
+        );
         assert!(r.html.contains("<pre><code>module \"x\" {}"), "{}", r.html);
         assert!(r.text.contains("Some text") && r.text.contains("module \"x\""));
         assert_eq!(r.summary(100), "Some text.");
@@ -200,15 +209,36 @@ mod tests {
             "",
         );
         let html = &r.html;
-        for bad in ["<script", "alert(1)", "<img", "onerror", "javascript:", "style=", "onclick", "<iframe", "<form", "<input", "evil.example"] {
+        for bad in [
+            "<script",
+            "alert(1)",
+            "<img",
+            "onerror",
+            "javascript:",
+            "style=",
+            "onclick",
+            "<iframe",
+            "<form",
+            "<input",
+            "evil.example",
+        ] {
             assert!(!html.contains(bad), "{bad} in {html}");
         }
-        assert!(html.contains("[image: diagram]") && html.contains("[image: local]"), "{html}");
         assert!(
-            html.contains("<a href=\"https://example.com/docs\" rel=\"noopener noreferrer nofollow\">web</a>"),
+            html.contains("[image: diagram]") && html.contains("[image: local]"),
             "{html}"
         );
-        assert!(html.contains("<a rel=\"noopener noreferrer nofollow\">file</a>") || html.contains(">file</a>"), "{html}");
+        assert!(
+            html.contains(
+                "<a href=\"https://example.com/docs\" rel=\"noopener noreferrer nofollow\">web</a>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<a rel=\"noopener noreferrer nofollow\">file</a>")
+                || html.contains(">file</a>"),
+            "{html}"
+        );
         assert!(!html.contains("docs/usage.md"), "{html}");
         assert!(html.contains("href=\"#module-modules-subnets\""), "{html}");
         assert!(html.contains("href=\"#module-examples-simple\""), "{html}");
@@ -216,8 +246,14 @@ mod tests {
 
     #[test]
     fn links_resolve_from_the_readme_s_own_module() {
-        assert_eq!(relative("examples/simple", "../../modules/a"), Some("#module-modules-a".into()));
-        assert_eq!(relative("examples/simple", "../.."), Some("#module-root".into()));
+        assert_eq!(
+            relative("examples/simple", "../../modules/a"),
+            Some("#module-modules-a".into())
+        );
+        assert_eq!(
+            relative("examples/simple", "../.."),
+            Some("#module-root".into())
+        );
         assert_eq!(relative("", "../../etc/passwd"), None);
         assert_eq!(relative("", "#usage"), None);
         assert_eq!(relative("", "LICENSE"), None);

@@ -12,10 +12,10 @@ use serde_json::Value;
 use crate::pages::{check_page, clipboard_becomes, rows, snippet};
 use crate::support::browser::Browser;
 use crate::support::http::get;
+use crate::support::https_client;
 use crate::support::origin::{FakeOrigin, ModuleSource, ModuleSpec, ProviderSpec};
 use crate::support::pki::TestCa;
 use crate::support::provender::{REGISTRY, TestMirror};
-use crate::support::https_client;
 
 /// A README with what real ones hold: a table, code, relative links to a submodule, an
 /// example and a file, pictures from elsewhere and from the package, and things that must
@@ -116,7 +116,12 @@ async fn download(client: &reqwest::Client, mirror: &TestMirror, module: &str, v
         "v1/modules/{REGISTRY}/{module}/{version}/download"
     ));
     let answer = get(client, &url).await;
-    assert_eq!(answer.status, StatusCode::OK, "{module} {version}: {}", answer.text());
+    assert_eq!(
+        answer.status,
+        StatusCode::OK,
+        "{module} {version}: {}",
+        answer.text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -135,7 +140,10 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
             vpc(),
             ModuleSpec::new("acme", "broken", "test", &["0.1.0"])
                 .with_file("broken.tf", "variable \"half\" {\n  type = \n")
-                .with_file("main.tf", "variable \"whole\" {\n  description = \"Still shown.\"\n}\n"),
+                .with_file(
+                    "main.tf",
+                    "variable \"whole\" {\n  description = \"Still shown.\"\n}\n",
+                ),
             ModuleSpec::new("acme", "netsub", "test", &["2.0.0"])
                 .source(ModuleSource::Subdir("net".into())),
         ],
@@ -178,7 +186,12 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| (i["name"].as_str().unwrap(), i["required"].as_bool().unwrap()))
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap(),
+                i["required"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         inputs,
@@ -200,7 +213,12 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["source"].as_str().unwrap(), p["cached"].as_bool().unwrap()))
+        .map(|p| {
+            (
+                p["source"].as_str().unwrap(),
+                p["cached"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         providers,
@@ -210,7 +228,8 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         ]
     );
     assert_eq!(view["versions"], serde_json::json!(["1.1.0", "1.0.0"]));
-    let block = format!("module \"vpc\" {{\n  source  = \"{address}\"\n  version = \"1.1.0\"\n}}\n");
+    let block =
+        format!("module \"vpc\" {{\n  source  = \"{address}\"\n  version = \"1.1.0\"\n}}\n");
     assert_eq!(view["module_block"], block.as_str());
     // Kept beside the package, for every replica and the next start.
     let stored = mirror
@@ -221,18 +240,38 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
 
     // The page, in the browser.
     let browser = Browser::start().await;
-    browser.goto(&mirror.url(&format!("-/modules/{address}"))).await;
+    browser
+        .goto(&mirror.url(&format!("-/modules/{address}")))
+        .await;
     browser.allow_clipboard().await;
     let heading = browser.text("h1").await;
     assert_eq!(heading, format!("{address} 1.1.0"), "the newest version");
     let readme = browser.find(".readme").await.html(true).await.unwrap();
-    assert!(readme.contains("<strong>virtual network</strong>"), "{readme}");
-    assert!(readme.contains("<table>") && readme.contains("<pre><code>"), "{readme}");
-    assert!(readme.contains("[image: architecture]") && readme.contains("[image: local diagram]"), "{readme}");
-    for absent in ["<script", "<img", "<iframe", "javascript:", "images.example.com", "LICENSE\""] {
+    assert!(
+        readme.contains("<strong>virtual network</strong>"),
+        "{readme}"
+    );
+    assert!(
+        readme.contains("<table>") && readme.contains("<pre><code>"),
+        "{readme}"
+    );
+    assert!(
+        readme.contains("[image: architecture]") && readme.contains("[image: local diagram]"),
+        "{readme}"
+    );
+    for absent in [
+        "<script",
+        "<img",
+        "<iframe",
+        "javascript:",
+        "images.example.com",
+        "LICENSE\"",
+    ] {
         assert!(!readme.contains(absent), "{absent} in {readme}");
     }
-    let pwned = browser.run("return window.pwned === undefined;", vec![]).await;
+    let pwned = browser
+        .run("return window.pwned === undefined;", vec![])
+        .await;
     assert_eq!(pwned, Value::Bool(true), "something in the README ran");
     // Relative links lead to the sections of the page; links to the web stay.
     let hrefs = browser
@@ -252,7 +291,10 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         ])
     );
     for id in ["module-modules-subnets", "module-examples-simple"] {
-        assert!(!browser.find_all(&format!("section#{id}")).await.is_empty(), "{id}");
+        assert!(
+            !browser.find_all(&format!("section#{id}")).await.is_empty(),
+            "{id}"
+        );
     }
     let mut inputs = Vec::new();
     for row in browser
@@ -261,29 +303,56 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
     {
         inputs.push(row.text().await.unwrap());
     }
-    assert!(inputs[0].starts_with("name") && inputs[0].contains("The network's name, shown in the console."), "{inputs:?}");
+    assert!(
+        inputs[0].starts_with("name")
+            && inputs[0].contains("The network's name, shown in the console."),
+        "{inputs:?}"
+    );
     assert!(inputs[2].contains("sensitive"), "{inputs:?}");
     let providers = browser.text("#module-root").await;
-    assert!(providers.contains("acme/absent (not in this cache)"), "{providers}");
+    assert!(
+        providers.contains("acme/absent (not in this cache)"),
+        "{providers}"
+    );
     let foo_link = browser
-        .find(&format!("#module-root a[href$='-/providers/{REGISTRY}/acme/foo']"))
+        .find(&format!(
+            "#module-root a[href$='-/providers/{REGISTRY}/acme/foo']"
+        ))
         .await;
-    assert_eq!(foo_link.text().await.unwrap(), format!("{REGISTRY}/acme/foo"));
+    assert_eq!(
+        foo_link.text().await.unwrap(),
+        format!("{REGISTRY}/acme/foo")
+    );
     let sub = browser.text("#module-modules-subnets").await;
-    assert!(sub.contains("subnet_cidrs") && sub.contains("One per zone."), "{sub}");
+    assert!(
+        sub.contains("subnet_cidrs") && sub.contains("One per zone."),
+        "{sub}"
+    );
     let example = browser.text("#module-examples-simple").await;
     assert!(example.contains("The smallest use."), "{example}");
     // The module block, copied as shown.
     assert_eq!(snippet(&browser, "module-block").await, block);
-    browser.find("button[data-copy='module-block']").await.click().await.unwrap();
+    browser
+        .find("button[data-copy='module-block']")
+        .await
+        .click()
+        .await
+        .unwrap();
     clipboard_becomes(&browser, &block).await;
     check_page(&browser, &mirror, "module-version").await;
     // The version selector.
     browser.select("#version", "1.0.0").await;
-    browser.click_to_page(".version-select button[type='submit']").await;
+    browser
+        .click_to_page(".version-select button[type='submit']")
+        .await;
     assert_eq!(browser.text("h1").await, format!("{address} 1.0.0"));
     let url = browser.run("return location.pathname;", vec![]).await;
-    assert!(url.as_str().unwrap().ends_with(&format!("-/modules/{address}/1.0.0")), "{url}");
+    assert!(
+        url.as_str()
+            .unwrap()
+            .ends_with(&format!("-/modules/{address}/1.0.0")),
+        "{url}"
+    );
 
     // A package with a file that does not parse: what could be read, and what could not.
     browser
@@ -291,26 +360,40 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         .await;
     let text = browser.text("#module-root").await;
     assert!(text.contains("broken.tf: not valid HCL"), "{text}");
-    assert!(text.contains("whole") && text.contains("Still shown."), "{text}");
+    assert!(
+        text.contains("whole") && text.contains("Still shown."),
+        "{text}"
+    );
     check_page(&browser, &mirror, "module-broken").await;
     // A module in a subdirectory of its package: that directory only.
     let net = get(
         &client,
-        &mirror.url(&format!("-/api/v1/modules/{REGISTRY}/acme/netsub/test/2.0.0")),
+        &mirror.url(&format!(
+            "-/api/v1/modules/{REGISTRY}/acme/netsub/test/2.0.0"
+        )),
     )
     .await
     .json();
     assert_eq!(net["docs"]["root"]["inputs"][0]["name"], "greeting");
-    assert_eq!(net["docs"]["root"]["readme"], Value::Null, "the package's README is not the module's");
+    assert_eq!(
+        net["docs"]["root"]["readme"],
+        Value::Null,
+        "the package's README is not the module's"
+    );
 
     // Search: a word of a README, an input of a submodule, filters, and across kinds.
     browser.goto(&mirror.url("-/modules?q=quokkaword")).await;
     let found = rows(&browser).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with(&address), "{found:?}");
-    assert!(found[0].contains("Builds a virtual network"), "the summary: {found:?}");
+    assert!(
+        found[0].contains("Builds a virtual network"),
+        "the summary: {found:?}"
+    );
     check_page(&browser, &mirror, "modules-search").await;
-    let by_input = get(&client, &mirror.url("-/api/v1/modules?q=subnet_cidrs")).await.json();
+    let by_input = get(&client, &mirror.url("-/api/v1/modules?q=subnet_cidrs"))
+        .await
+        .json();
     let names: Vec<&str> = by_input["summaries"]
         .as_array()
         .unwrap()
@@ -318,9 +401,16 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         .map(|m| m["address"].as_str().unwrap())
         .collect();
     assert_eq!(names, [address.as_str()]);
-    let filtered = get(&client, &mirror.url("-/api/v1/modules?q=quokkaword&source=git")).await.json();
+    let filtered = get(
+        &client,
+        &mirror.url("-/api/v1/modules?q=quokkaword&source=git"),
+    )
+    .await
+    .json();
     assert_eq!(filtered["summaries"].as_array().unwrap().len(), 0);
-    browser.goto(&mirror.url("-/modules?q=nothing-has-this-word")).await;
+    browser
+        .goto(&mirror.url("-/modules?q=nothing-has-this-word"))
+        .await;
     assert!(browser.text("main").await.contains("No module matches."));
     browser.goto(&mirror.url("-/search?q=acme")).await;
     let results = browser.text("main").await;
@@ -340,8 +430,13 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
         .await
         .unwrap();
     crate::support::poll(std::time::Duration::from_secs(5), async || {
-        let url = browser.run("return location.pathname + location.search;", vec![]).await;
-        url.as_str().unwrap().ends_with("-/search?q=quokkaword").then_some(())
+        let url = browser
+            .run("return location.pathname + location.search;", vec![])
+            .await;
+        url.as_str()
+            .unwrap()
+            .ends_with("-/search?q=quokkaword")
+            .then_some(())
     })
     .await
     .expect("the header's search box searches");

@@ -104,7 +104,10 @@ fn module_path(path: &str) -> Result<(ModuleAddr, Option<Version>), Error> {
     let parts: Vec<&str> = path.split('/').collect();
     match parts.as_slice() {
         [h, n, m, s] => Ok((ModuleAddr::new(h, n, m, s)?, None)),
-        [h, n, m, s, v] => Ok((ModuleAddr::new(h, n, m, s)?, Some(Version::parse_lenient(v)?))),
+        [h, n, m, s, v] => Ok((
+            ModuleAddr::new(h, n, m, s)?,
+            Some(Version::parse_lenient(v)?),
+        )),
         _ => Err(Error::NotFound(format!(
             "modules/{path}: expected <hostname>/<namespace>/<name>/<system>[/<version>]"
         ))),
@@ -127,11 +130,19 @@ mod tests {
         let (addr, version) = module_path("registry.terraform.io/acme/vpc/aws/1.2.0").unwrap();
         assert_eq!(addr.to_string(), "registry.terraform.io/acme/vpc/aws");
         assert_eq!(version.unwrap().as_str(), "1.2.0");
-        assert!(module_path("registry.terraform.io/acme/vpc/aws").unwrap().1.is_none());
+        assert!(
+            module_path("registry.terraform.io/acme/vpc/aws")
+                .unwrap()
+                .1
+                .is_none()
+        );
         assert!(module_path("registry.terraform.io/acme/vpc").is_err());
         assert!(module_path("registry.terraform.io/acme/vpc/a-b").is_err());
         assert!(module_path("registry.terraform.io/acme/vpc/aws/1.0/x").is_err());
-        assert_eq!(chosen_version(Some("version=2.0.0")).as_deref(), Some("2.0.0"));
+        assert_eq!(
+            chosen_version(Some("version=2.0.0")).as_deref(),
+            Some("2.0.0")
+        );
         assert_eq!(chosen_version(Some("version=")), None);
     }
 }
