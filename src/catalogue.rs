@@ -14,6 +14,7 @@
 //! page or a script in a loop costs at most one scan per change or interval.
 
 mod lockfile;
+mod module_docs;
 mod modules;
 mod policy;
 mod providers;
@@ -25,13 +26,17 @@ mod usage;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::address::{Platform, ProviderAddr, Version};
+use crate::address::{ModuleAddr, Platform, ProviderAddr, Version};
 use crate::cache::Flights;
 use crate::error::{Error, Result};
 use crate::mirror::Core;
 
 pub use lockfile::LockBlock;
-pub use modules::{ModuleEntry, ModuleList, ModuleQuery};
+pub use module_docs::StoredDocs;
+pub use modules::{
+    ModuleChoices, ModuleEntry, ModuleList, ModuleQuery, ModuleSummary, ModuleVersionView,
+    ModuleView, ProviderNeed, module_block, provider_source,
+};
 pub use policy::{
     ApprovalRequest, ApproveError, Approved, BadApproval, Judge, JudgedVersion, PolicyHistory,
     PolicyView, RuleEntry, VersionUser, approve, canonical_address, parse_kind,
@@ -78,6 +83,10 @@ pub struct Catalogue {
     builds: Flights<(), Arc<Snapshot>, Error>,
     /// The version records the last build read (a build takes them, and gives them back).
     known: Mutex<providers::Known>,
+    /// Module documentation, made from the packages and kept.
+    docs: module_docs::DocsCache,
+    /// Whether a task is reading modules' documentation for the lists.
+    warming: std::sync::atomic::AtomicBool,
 }
 
 /// A snapshot and what it was built from.
@@ -95,6 +104,8 @@ impl Catalogue {
             snapshot: Mutex::new(None),
             builds: Flights::default(),
             known: Mutex::default(),
+            docs: module_docs::DocsCache::default(),
+            warming: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -222,10 +233,122 @@ impl Catalogue {
         LockBlock::of(addr, &view.version, platforms)
     }
 
-    /// The cached module versions a query selects.
+    /// The cached modules a query selects. A query with words reads the documentation of each
+    /// module's newest version first (made once per version, then kept); without, the lists use
+    /// what is known and the rest is read in the background.
     pub async fn modules(self: &Arc<Self>, query: &ModuleQuery) -> Result<ModuleList> {
         let snapshot = self.snapshot().await?;
-        Ok(ModuleList::of(&snapshot.modules, &snapshot.git, query))
+        let newest: Vec<Option<(crate::records::ModuleKey, String)>> =
+            modules::groups(&snapshot.modules)
+                .into_iter()
+                .map(|range| module_key(&snapshot.modules[range.start]))
+                .collect();
+        let indexed = match query.q.trim().is_empty() {
+            true => {
+                let known: Vec<_> = newest
+                    .iter()
+                    .map(|k| {
+                        k.as_ref()
+                            .and_then(|(key, sha)| self.docs.indexed_now(key, sha))
+                    })
+                    .collect();
+                if known.iter().any(Option::is_none) {
+                    self.warm(newest.into_iter().flatten().collect());
+                }
+                known
+            }
+            false => self.docs.index_all(&self.core, newest).await,
+        };
+        let text = |i: usize| match indexed.get(i).and_then(Option::as_ref) {
+            Some(found) => (Some(found.text.clone()), found.summary.clone()),
+            None => (None, None),
+        };
+        Ok(ModuleList::of(
+            &snapshot.modules,
+            &snapshot.git,
+            query,
+            &text,
+        ))
+    }
+
+    /// Reads the documentation of `keys` in the background, one such task at a time.
+    fn warm(self: &Arc<Self>, keys: Vec<(crate::records::ModuleKey, String)>) {
+        use std::sync::atomic::Ordering;
+        if self.warming.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.docs
+                .index_all(&this.core, keys.into_iter().map(Some).collect())
+                .await;
+            this.warming.store(false, Ordering::Release);
+        });
+    }
+
+    /// One module with every cached version.
+    pub async fn module(self: &Arc<Self>, addr: &ModuleAddr) -> Result<ModuleView> {
+        let snapshot = self.snapshot().await?;
+        let versions = find_module(&snapshot, addr)?;
+        let summary = match module_key(&versions[0]) {
+            Some((key, sha)) => self.docs.indexed(&self.core, &key, &sha).await,
+            None => None,
+        }
+        .and_then(|i| i.summary.clone());
+        Ok(ModuleView {
+            api_version: API_VERSION,
+            module: modules::summarise(versions, summary),
+            versions: versions.to_vec(),
+        })
+    }
+
+    /// One cached version of a module, with its documentation.
+    pub async fn module_version(
+        self: &Arc<Self>,
+        addr: &ModuleAddr,
+        version: &Version,
+    ) -> Result<ModuleVersionView> {
+        let snapshot = self.snapshot().await?;
+        let versions = find_module(&snapshot, addr)?;
+        let entry = versions
+            .iter()
+            .find(|v| v.version == version.as_str())
+            .ok_or_else(|| Error::NotFound(format!("{addr} {version} is not in this cache")))?;
+        let key = crate::records::ModuleKey::new(addr, version);
+        let stored = self
+            .docs
+            .get(&self.core, &key)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("{addr} {version} is not in this cache")))?;
+        let summary = stored
+            .docs
+            .as_ref()
+            .and_then(|d| d.root.readme.as_ref())
+            .map(|r| r.summary(160));
+        let providers = stored
+            .docs
+            .iter()
+            .flat_map(|d| &d.root.required_providers)
+            .map(|p| {
+                let source = provider_source(&p.name, p.source.as_deref());
+                ProviderNeed {
+                    name: p.name.clone(),
+                    cached: snapshot.providers.iter().any(|c| c.source == source),
+                    source,
+                    version: p.version.clone(),
+                }
+            })
+            .collect();
+        Ok(ModuleVersionView {
+            api_version: API_VERSION,
+            module: modules::summarise(versions, summary),
+            version: entry.clone(),
+            versions: versions.iter().map(|v| v.version.clone()).collect(),
+            module_block: module_block(&entry.address, &entry.version),
+            providers,
+            docs: stored.docs.clone(),
+            docs_error: stored.error.clone(),
+        })
     }
 
     /// Who fetched which versions in a period (the store's usage counts, read now).
@@ -309,6 +432,31 @@ fn find_provider<'a>(snapshot: &'a Snapshot, addr: &ProviderAddr) -> Result<&'a 
         .iter()
         .find(|p| p.source == source)
         .ok_or_else(|| Error::NotFound(format!("{addr} has no archives in this cache")))
+}
+
+/// A module's cached versions (newest first) in a snapshot.
+fn find_module<'a>(snapshot: &'a Snapshot, addr: &ModuleAddr) -> Result<&'a [ModuleEntry]> {
+    let address = addr.to_string();
+    let start = snapshot
+        .modules
+        .iter()
+        .position(|m| m.address == address)
+        .ok_or_else(|| Error::NotFound(format!("{addr} is not in this cache")))?;
+    let end = snapshot.modules[start..]
+        .iter()
+        .position(|m| m.address != address)
+        .map_or(snapshot.modules.len(), |n| start + n);
+    Ok(&snapshot.modules[start..end])
+}
+
+/// The store key of a listed module version, and its package's SHA-256.
+fn module_key(entry: &ModuleEntry) -> Option<(crate::records::ModuleKey, String)> {
+    let addr = ModuleAddr::parse_in(&entry.address, "registry.terraform.io").ok()?;
+    let version = Version::parse_lenient(&entry.version).ok()?;
+    Some((
+        crate::records::ModuleKey::new(&addr, &version),
+        entry.sha256.clone(),
+    ))
 }
 
 /// Unix seconds of a time.

@@ -18,6 +18,7 @@ pub mod fsio;
 pub mod hash;
 pub mod metrics;
 pub mod mirror;
+pub mod module_docs;
 pub mod ops;
 pub mod package;
 pub mod policy;

@@ -8,6 +8,7 @@
 //! modules/<host>/<namespace>/<name>/<system>/<version>/module.json      its record (ModuleRecord)
 //! modules/<host>/<namespace>/<name>/<system>/<version>/module.zip       the package as a zip,
 //! modules/<host>/<namespace>/<name>/<system>/<version>/module.zip.json  for OCI (ModuleZip)
+//! modules/<host>/<namespace>/<name>/<system>/<version>/docs.json        its documentation
 //! quarantine/<object key>.<unix time>                                   taken out of service,
 //! quarantine/<record key>.<unix time>                                   with its record
 //! ```
@@ -15,7 +16,8 @@
 //! The bytes are stored first and the record written last: **the record is the commit point**.
 //! Bytes without a record (a crash in between) are not served and are overwritten by the next
 //! fill; a record whose object has another size is treated as absent. Removal goes the other
-//! way, record first. Records are immutable once written (a fresh fill of the same object writes
+//! way, record first, and takes the files made from an object ([`Kind::derived`]) with it. Records
+//! are immutable once written (a fresh fill of the same object writes
 //! the same record), so they are also kept in memory, and a hit reads only the object. Records
 //! are written as pretty JSON; any JSON form of one is read.
 
@@ -70,6 +72,11 @@ pub trait Kind: Send + Sync + 'static {
     fn size(record: &Self::Record) -> u64;
     /// The lowercase hex SHA-256 the record gives.
     fn sha256(record: &Self::Record) -> &Sha256;
+    /// Files made from an object and kept beside it (a module's documentation), removed and
+    /// quarantined with it.
+    fn derived(_key: &Self::Key) -> Vec<Key> {
+        Vec::new()
+    }
 }
 
 /// Provider archives: `archives/<host>/<namespace>/<type>/<version>/<file>.zip`.
@@ -169,6 +176,15 @@ impl Kind for ReleaseKind {
 pub struct ModuleKind;
 
 impl ModuleKind {
+    /// The file of a module version's documentation (`crate::module_docs`), made from its
+    /// package.
+    pub const DOCS: &'static str = "docs.json";
+
+    /// Where a module version's documentation is kept.
+    pub fn docs_key(key: &ModuleKey) -> Key {
+        Self::file_key(key, Self::DOCS)
+    }
+
     fn file_key(key: &ModuleKey, file: &str) -> Key {
         let addr = &key.addr;
         Key::new([
@@ -218,6 +234,10 @@ impl Kind for ModuleKind {
 
     fn sha256(record: &ModuleRecord) -> &Sha256 {
         &record.sha256
+    }
+
+    fn derived(key: &ModuleKey) -> Vec<Key> {
+        vec![Self::docs_key(key)]
     }
 }
 
@@ -502,7 +522,11 @@ impl<K: Kind> Objects<K> {
             tier.forget(&K::object_key(key));
         }
         self.storage.delete(&K::record_key(key)).await?;
-        self.storage.delete(&K::object_key(key)).await
+        let found = self.storage.delete(&K::object_key(key)).await?;
+        for derived in K::derived(key) {
+            self.storage.delete(&derived).await?;
+        }
+        Ok(found)
     }
 
     /// Takes an object out of service (it failed re-verification), keeping it and its record
@@ -520,6 +544,9 @@ impl<K: Kind> Objects<K> {
         };
         let record = K::record_key(key);
         self.storage.rename(&record, &moved(&record)).await?;
+        for derived in K::derived(key) {
+            self.storage.delete(&derived).await?;
+        }
         let object = K::object_key(key);
         let target = moved(&object);
         if !self.storage.rename(&object, &target).await? {
@@ -695,6 +722,29 @@ mod tests {
             subdir: None,
         };
         round_trip::<ModuleZipKind>(module(), zip, b"zipped").await;
+    }
+
+    /// A module's documentation, made from its package, goes when the package goes: removed with
+    /// it, and not left behind when it is quarantined.
+    #[tokio::test]
+    async fn derived_files_go_with_their_object() {
+        for quarantine in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let modules: Objects<ModuleKind> = store(dir.path());
+            let staged = stage(dir.path(), b"module").await;
+            modules
+                .commit(&module(), staged, &module_record(6))
+                .await
+                .unwrap();
+            let docs = dir.path().join(ModuleKind::docs_key(&module()).as_str());
+            std::fs::write(&docs, b"{}").unwrap();
+            match quarantine {
+                true => assert!(modules.quarantine(&module()).await.unwrap().is_some()),
+                false => assert!(modules.remove(&module()).await.unwrap()),
+            }
+            assert!(!docs.exists(), "quarantine: {quarantine}");
+            assert!(modules.list().await.unwrap().is_empty());
+        }
     }
 
     /// A package and its zip live side by side; each store sees only its own kind.

@@ -7,8 +7,9 @@ use std::borrow::Borrow;
 use askama::Template;
 
 use crate::catalogue::{
-    LockBlock, ModuleList, ModuleQuery, Provider, ProviderEntry, ProviderList, ProviderQuery,
-    ProviderSummary, ReleaseCatalogue, Status, UsageList, UsageQuery, VersionEntry, VersionView,
+    LockBlock, ModuleList, ModuleQuery, ModuleSummary, ModuleVersionView, Provider, ProviderEntry,
+    ProviderList, ProviderQuery, ProviderSummary, ReleaseCatalogue, Status, UsageList, UsageQuery,
+    VersionEntry, VersionView,
 };
 
 /// What every page's frame needs.
@@ -182,7 +183,76 @@ impl VersionPage<'_> {
 pub struct ModulesPage<'a> {
     pub chrome: Chrome,
     pub list: &'a ModuleList,
+    pub shown: &'a [ModuleSummary],
     pub query: &'a ModuleQuery,
+    pub paging: Paging,
+}
+
+impl ModulesPage<'_> {
+    /// The link to page `n` of the same query.
+    fn page_link(&self, n: usize) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (key, value) in [
+            ("q", &self.query.q),
+            ("hostname", &self.query.hostname),
+            ("namespace", &self.query.namespace),
+            ("trust", &self.query.trust),
+            ("source", &self.query.source),
+        ] {
+            if !value.is_empty() {
+                query.append_pair(key, value);
+            }
+        }
+        query.append_pair("page", &n.to_string());
+        format!("{}-/modules?{}", self.chrome.base, query.finish())
+    }
+}
+
+/// A module version's page: its documentation.
+#[derive(Template)]
+#[template(path = "module_version.html")]
+pub struct ModuleVersionPage<'a> {
+    pub chrome: Chrome,
+    pub view: &'a ModuleVersionView,
+}
+
+impl ModuleVersionPage<'_> {
+    /// The id of a module's section (`module-root`, `module-examples-simple`): what a README's
+    /// relative link to it points at.
+    fn anchor(&self, path: &str) -> String {
+        crate::module_docs::readme::anchor(path)
+    }
+
+    /// A module's heading: `This module`, `Submodule vpc`, `Example simple`.
+    fn title(&self, path: &str) -> String {
+        match path.split_once('/') {
+            Some(("modules", name)) => format!("Submodule {name}"),
+            Some(("examples", name)) => format!("Example {name}"),
+            _ => "This module".into(),
+        }
+    }
+}
+
+/// `-/search`: providers and modules a query finds.
+#[derive(Template)]
+#[template(path = "search.html")]
+pub struct SearchPage<'a> {
+    pub chrome: Chrome,
+    pub q: &'a str,
+    pub providers: &'a ProviderList,
+    pub modules: &'a ModuleList,
+    /// How many of each are shown.
+    pub limit: usize,
+}
+
+impl SearchPage<'_> {
+    fn shown_providers(&self) -> &[ProviderSummary] {
+        &self.providers.providers[..self.providers.providers.len().min(self.limit)]
+    }
+
+    fn shown_modules(&self) -> &[ModuleSummary] {
+        &self.modules.summaries[..self.modules.summaries.len().min(self.limit)]
+    }
 }
 
 #[derive(Template)]
@@ -326,6 +396,8 @@ impl Formats for ProvidersPage<'_> {}
 impl Formats for ProviderPage<'_> {}
 impl Formats for VersionPage<'_> {}
 impl Formats for ModulesPage<'_> {}
+impl Formats for ModuleVersionPage<'_> {}
+impl Formats for SearchPage<'_> {}
 impl Formats for StatusPage<'_> {}
 impl Formats for PolicyPage<'_> {}
 impl Formats for ReleasesPage<'_> {}

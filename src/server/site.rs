@@ -35,7 +35,7 @@ use hyper::body::Incoming;
 
 use super::identity::Principal;
 use super::pages::{
-    Chrome, ErrorPage, ModulesPage, Paging, PolicyPage, ProviderPage, ProvidersPage, PublishedPage,
+    Chrome, ErrorPage, Paging, PolicyPage, ProviderPage, ProvidersPage, PublishedPage,
     ReleasesPage, SignInPage, SignedInPage, Snippet, StartPage, StatusPage, UsagePage, VersionPage,
 };
 use super::respond::{
@@ -55,6 +55,7 @@ use crate::mirror::Core;
 use crate::upstream::IssuerEndpoints;
 
 mod login;
+mod modules;
 
 /// Providers listed per page.
 pub const PAGE_SIZE: usize = 100;
@@ -470,13 +471,13 @@ impl Site {
             };
         }
         if rest == "modules" {
-            let parsed = ModuleQuery::parse(query);
-            let list = self.catalogue.modules(&parsed).await?;
-            return html(ModulesPage {
-                chrome: self.chrome("Modules", "modules", signed_in),
-                list: &list,
-                query: &parsed,
-            });
+            return self.modules_page(query, signed_in).await;
+        }
+        if let Some(path) = rest.strip_prefix("modules/") {
+            return self.module_page(path, query, signed_in).await;
+        }
+        if rest == "search" {
+            return self.search_page(query, signed_in).await;
         }
         if rest == "releases" {
             let view = self.catalogue.releases().await?;
@@ -542,6 +543,9 @@ impl Site {
             "policy" => return json(&c.policy().await?),
             "policy/history" => return json(&c.policy_history().await?),
             _ => {}
+        }
+        if let Some(path) = path.strip_prefix("modules/") {
+            return self.module_api(path).await;
         }
         if let Some(path) = path.strip_prefix("providers/") {
             let (path, lock) = match path.strip_suffix("/lock") {
@@ -998,7 +1002,9 @@ fn api_index() -> serde_json::Value {
             "provider": "providers/{hostname}/{namespace}/{type}",
             "version": "providers/{hostname}/{namespace}/{type}/{version}",
             "lock": "providers/{hostname}/{namespace}/{type}/{version}/lock?platform={os_arch}",
-            "modules": "modules?q=",
+            "modules": "modules?q=&hostname=&namespace=&trust=&source=",
+            "module": "modules/{hostname}/{namespace}/{name}/{system}",
+            "module_version": "modules/{hostname}/{namespace}/{name}/{system}/{version} (with its documentation)",
             "status": "status",
             "usage": "usage?q=&days=30",
             "releases": "releases",

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Foundations: names, time, files, TLS, hashing, packages, constraints.
     &["address", "breaker", "clock", "fsio", "tarball", "tls"],
-    &["hash", "package", "constraints"],
+    &["hash", "package", "constraints", "module_docs"],
     // The typed records every layer shares.
     &["records"],
     // Policy over records, persistence, observation.

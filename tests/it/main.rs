@@ -16,6 +16,7 @@ mod layering;
 mod login;
 mod mirror;
 mod module_fixture_smoke;
+mod module_pages;
 mod modules;
 mod oci;
 mod operations;

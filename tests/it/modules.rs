@@ -708,6 +708,17 @@ async fn modules_cross_an_air_gap_with_seed_export_import_and_verify() {
     assert_eq!(dummy.total_requests(), 0);
     let manifest = std::fs::read_to_string(root.path().join(".terraform/modules/modules.json"));
     assert!(manifest.unwrap().contains("\"rel.child\""));
+    // The sealed site reads each module's documentation from the imported package.
+    let client = https_client(&ca, &[]);
+    let docs = get(
+        &client,
+        &mirror.url(&format!("-/api/v1/modules/{REGISTRY}/acme/net/test/1.0.0")),
+    )
+    .await;
+    assert_eq!(docs.status, StatusCode::OK, "{}", docs.text());
+    assert_eq!(docs.json()["docs"]["root"]["inputs"][0]["name"], "greeting");
+    let docs_file = offline.join(format!("modules/{REGISTRY}/acme/net/test/1.0.0/docs.json"));
+    assert!(docs_file.exists(), "kept beside the package");
 
     // verify re-hashes packages; a damaged one is quarantined and reported.
     let offline_cfg = path_str(&sealed);
@@ -723,6 +734,7 @@ async fn modules_cross_an_air_gap_with_seed_export_import_and_verify() {
     found.fails(1);
     assert!(found.out().contains("acme/net/test"), "{}", found.out());
     assert!(!package.exists(), "the damaged package is out of service");
+    assert!(!docs_file.exists(), "its documentation goes with it");
 }
 
 /// A version the origin does not list is answered from the cached version list, at the module

@@ -369,6 +369,14 @@ async fn published_providers_and_modules_install_lock_and_stay_immutable() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A published module has its documentation too.
+    let (status, docs) = s
+        .get(&format!("-/api/v1/modules/{}/acme/vpc/aws/1.4.0", s.host))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&docs));
+    let docs: Value = serde_json::from_slice(&docs).unwrap();
+    assert_eq!(docs["docs"]["root"]["outputs"][0]["name"], "name");
+    assert_eq!(docs["version"]["source_kind"], "published");
     // Uploads stream in over HTTP/1.1 and HTTP/2 alike.
     for (version, http, said) in [("1.4.1", "--http1.1", "1.1"), ("1.4.2", "--http2", "2")] {
         let (code, used, body) = s.curl_put(
