@@ -83,6 +83,7 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    let setups = settings.clone();
     runtime.block_on(async move {
         let server = match Server::bind(settings).await {
             Ok(s) => s,
@@ -95,7 +96,7 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         };
-        announce(&server);
+        announce(&server, &setups);
         match server.run(shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -106,26 +107,36 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
     })
 }
 
-/// Logs where the mirror listens and exactly how to point the CLI at it.
-fn announce(server: &Server) {
+/// Logs where the mirror listens, then each client's set-up for it, once: the start page's
+/// snippets (the CLI block, git's `insteadOf` and CA lines, the `.netrc` line, the installers'
+/// base URL), one log line each.
+fn announce(server: &Server, settings: &crate::config::Settings) {
     let url = server.base_url();
     tracing::info!(
         "provender {} listening on {} (mirror base URL {url})",
         env!("CARGO_PKG_VERSION"),
         server.local_addr()
     );
-    let mut help = format!(
-        "Point Terraform or OpenTofu at this mirror with this CLI configuration block:\n\n\
-         provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n"
-    );
-    if let Some(ca) = server.ca_file() {
-        help.push_str(&format!(
-            "\nThe server uses a self-signed certificate. Trust its CA, e.g.:\n\n  export SSL_CERT_FILE={}\n\n\
-             (SSL_CERT_FILE replaces the system roots for the CLI; to keep them, add the CA to the system trust store instead.)\n",
-            std::path::absolute(ca).unwrap_or_else(|_| ca.clone()).display()
-        ));
+    let ca = server
+        .ca_file()
+        .map(|ca| std::path::absolute(ca).unwrap_or_else(|_| ca.clone()));
+    let ca_shown = ca.as_ref().map(|ca| ca.display().to_string());
+    for snippet in crate::server::site::snippets(settings, url, ca_shown.as_deref()) {
+        tracing::info!(
+            "client set-up: {}: {}\n\n{}",
+            snippet.title,
+            snippet.intro,
+            snippet.text
+        );
     }
-    tracing::info!("\n{help}");
+    if let Some(ca) = ca_shown {
+        tracing::info!(
+            "client set-up: the server uses a self-signed certificate. Trust its CA, e.g.:\n\n  \
+             export SSL_CERT_FILE={ca}\n\n(SSL_CERT_FILE replaces the system roots for the CLI; \
+             to keep them, add the CA to the system trust store instead. Git reads its own \
+             setting: see the git lines.)\n"
+        );
+    }
 }
 
 async fn shutdown_signal() {
