@@ -479,8 +479,8 @@ fn report_check(
         ),
     }
     println!(
-        "would admit: {} provider archives ({} versions), {} module versions, {} CLI release \
-         builds, {} git repositories, {} publications",
+        "would admit: provider archives {} (of {} versions), module versions {}, CLI release \
+         builds {}, git repositories {}, publications {}",
         would.archives,
         would.versions,
         would.modules,
@@ -519,7 +519,11 @@ fn print_parts(left_out: &[LeftOut]) {
     for part in left_out {
         println!("  {}: {}; to admit it:", part.what, part.why);
         for line in part.settings.lines() {
-            println!("      {line}");
+            if line.is_empty() {
+                println!();
+            } else {
+                println!("      {line}");
+            }
         }
     }
 }
