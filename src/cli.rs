@@ -160,3 +160,87 @@ async fn shutdown_signal() {
     }
     tracing::info!("shutdown requested");
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::server::site::snippets;
+
+    fn settings(more: &str) -> crate::config::Settings {
+        let toml = format!("[cache]\ndir = \"/nonexistent/provender\"\n{more}");
+        crate::config::Config::from_toml(&toml)
+            .unwrap()
+            .validate()
+            .unwrap()
+    }
+
+    /// The set-ups `serve` logs at start, one per client, by title: text.
+    fn set_ups(more: &str, ca: Option<&str>) -> Vec<(&'static str, String)> {
+        let url = url::Url::parse("https://mirror.example.com/").unwrap();
+        snippets(&settings(more), &url, ca)
+            .into_iter()
+            .map(|s| (s.title, s.text))
+            .collect()
+    }
+
+    fn text_of(set_ups: &[(&'static str, String)], title: &str) -> Option<String> {
+        set_ups
+            .iter()
+            .find(|(t, _)| t.contains(title))
+            .map(|(_, text)| text.clone())
+    }
+
+    #[test]
+    fn each_door_adds_its_clients_set_up() {
+        // Only the CLI blocks when nothing else is on.
+        let plain = set_ups("", None);
+        assert!(text_of(&plain, "git").is_none());
+        assert!(text_of(&plain, "Installers").is_none());
+        assert!(text_of(&plain, "netrc").is_none());
+        assert!(
+            text_of(&plain, "Providers: Terraform")
+                .unwrap()
+                .contains("url = \"https://mirror.example.com/\"")
+        );
+
+        let doors = "[git]\nallowed_hosts = [\"github.com\"]\n\n[releases]\nenabled = true\n\n\
+                     [auth]\ntokens = [\"a-token-of-at-least-thirty-two-chars\"]\n";
+        let all = set_ups(doors, Some("/etc/provender/tls/ca.pem"));
+        let git = text_of(&all, "git sources").unwrap();
+        assert!(
+            git.contains(
+                "git config --global url.\"https://mirror.example.com/git/github.com/\".insteadOf \"https://github.com/\""
+            ),
+            "{git}"
+        );
+        // git reads neither SSL_CERT_FILE nor the CLI's settings: its own line, for this
+        // server only.
+        assert!(
+            git.contains(
+                "git config --global http.\"https://mirror.example.com/\".sslCAInfo /etc/provender/tls/ca.pem"
+            ),
+            "{git}"
+        );
+        assert!(
+            git.contains("GIT_SSL_CAINFO=/etc/provender/tls/ca.pem"),
+            "{git}"
+        );
+        let installers = text_of(&all, "Installers").unwrap();
+        assert!(
+            installers.starts_with("https://mirror.example.com/releases\n"),
+            "{installers}"
+        );
+        let netrc = text_of(&all, "netrc").unwrap();
+        assert_eq!(
+            netrc,
+            "machine mirror.example.com login token password <your token>\n"
+        );
+
+        // A certificate the operator gave: the CA lines are there to fill in, commented.
+        let given = set_ups(doors, None);
+        let git = text_of(&given, "git sources").unwrap();
+        assert!(
+            git.contains("# git config --global http.\"https://mirror.example.com/\".sslCAInfo /path/to/ca.pem"),
+            "{git}"
+        );
+    }
+}

@@ -420,6 +420,28 @@ async fn the_air_gap_chapter_walks_as_written() {
     let service = std::fs::read_to_string(infra.join(".terraform/modules/service/VERSION"))
         .unwrap_or_default();
     assert_eq!(service.trim(), "1.2.0", "the git module's tag");
+    // The sealed mirror's start page shows the same client set-ups as its start-up log.
+    let server = walk.servers.last().expect("the sealed site's server");
+    let page = crate::support::https_client(&walk.ca, &[])
+        .get(server.url("-/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for wanted in [
+        format!("{}git/{GIT_HOST}/", server.url),
+        ".insteadOf".to_string(),
+        ".sslCAInfo".to_string(),
+        "GIT_SSL_CAINFO".to_string(),
+        format!("{}releases", server.url),
+    ] {
+        assert!(
+            page.contains(&wanted),
+            "{wanted} on the start page:\n{page}"
+        );
+    }
     for mut server in std::mem::take(&mut walk.servers) {
         server.signal("TERM");
         server.wait();
