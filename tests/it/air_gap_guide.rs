@@ -789,13 +789,11 @@ async fn step(walk: &mut Walk, place: Place, line: &str) {
             for (name, value) in &walk.env {
                 terraform = terraform.env(name, value);
             }
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let mut args = args.clone();
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
             args.extend(["-input=false", "-no-color"]);
             terraform.run(&dir, &args).await.assert_success();
             walk.terraform = Some(terraform);
         }
         other => panic!("walk.sh runs {other:?}, which the test does not know: {line}"),
     }
-    let _ = &walk.work;
 }
