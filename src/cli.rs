@@ -83,6 +83,7 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    let setups = settings.clone();
     runtime.block_on(async move {
         let server = match Server::bind(settings).await {
             Ok(s) => s,
@@ -95,7 +96,7 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG);
             }
         };
-        announce(&server);
+        announce(&server, &setups);
         match server.run(shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -106,26 +107,36 @@ fn serve(config_path: Option<PathBuf>) -> ExitCode {
     })
 }
 
-/// Logs where the mirror listens and exactly how to point the CLI at it.
-fn announce(server: &Server) {
+/// Logs where the mirror listens, then each client's set-up for it, once: the start page's
+/// snippets (the CLI block, git's `insteadOf` and CA lines, the `.netrc` line, the installers'
+/// base URL), one log line each.
+fn announce(server: &Server, settings: &crate::config::Settings) {
     let url = server.base_url();
     tracing::info!(
         "provender {} listening on {} (mirror base URL {url})",
         env!("CARGO_PKG_VERSION"),
         server.local_addr()
     );
-    let mut help = format!(
-        "Point Terraform or OpenTofu at this mirror with this CLI configuration block:\n\n\
-         provider_installation {{\n  network_mirror {{\n    url = \"{url}\"\n  }}\n}}\n"
-    );
-    if let Some(ca) = server.ca_file() {
-        help.push_str(&format!(
-            "\nThe server uses a self-signed certificate. Trust its CA, e.g.:\n\n  export SSL_CERT_FILE={}\n\n\
-             (SSL_CERT_FILE replaces the system roots for the CLI; to keep them, add the CA to the system trust store instead.)\n",
-            std::path::absolute(ca).unwrap_or_else(|_| ca.clone()).display()
-        ));
+    let ca = server
+        .ca_file()
+        .map(|ca| std::path::absolute(ca).unwrap_or_else(|_| ca.clone()));
+    let ca_shown = ca.as_ref().map(|ca| ca.display().to_string());
+    for snippet in crate::server::site::snippets(settings, url, ca_shown.as_deref()) {
+        tracing::info!(
+            "client set-up: {}: {}\n\n{}",
+            snippet.title,
+            snippet.intro,
+            snippet.text
+        );
     }
-    tracing::info!("\n{help}");
+    if let Some(ca) = ca_shown {
+        tracing::info!(
+            "client set-up: the server uses a self-signed certificate. Trust its CA, e.g.:\n\n  \
+             export SSL_CERT_FILE={ca}\n\n(SSL_CERT_FILE replaces the system roots for the CLI; \
+             to keep them, add the CA to the system trust store instead. Git reads its own \
+             setting: see the git lines.)\n"
+        );
+    }
 }
 
 async fn shutdown_signal() {
@@ -148,4 +159,88 @@ async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::server::site::snippets;
+
+    fn settings(more: &str) -> crate::config::Settings {
+        let toml = format!("[cache]\ndir = \"/nonexistent/provender\"\n{more}");
+        crate::config::Config::from_toml(&toml)
+            .unwrap()
+            .validate()
+            .unwrap()
+    }
+
+    /// The set-ups `serve` logs at start, one per client, by title: text.
+    fn set_ups(more: &str, ca: Option<&str>) -> Vec<(&'static str, String)> {
+        let url = url::Url::parse("https://mirror.example.com/").unwrap();
+        snippets(&settings(more), &url, ca)
+            .into_iter()
+            .map(|s| (s.title, s.text))
+            .collect()
+    }
+
+    fn text_of(set_ups: &[(&'static str, String)], title: &str) -> Option<String> {
+        set_ups
+            .iter()
+            .find(|(t, _)| t.contains(title))
+            .map(|(_, text)| text.clone())
+    }
+
+    #[test]
+    fn each_door_adds_its_clients_set_up() {
+        // Only the CLI blocks when nothing else is on.
+        let plain = set_ups("", None);
+        assert!(text_of(&plain, "git").is_none());
+        assert!(text_of(&plain, "Installers").is_none());
+        assert!(text_of(&plain, "netrc").is_none());
+        assert!(
+            text_of(&plain, "Providers: Terraform")
+                .unwrap()
+                .contains("url = \"https://mirror.example.com/\"")
+        );
+
+        let doors = "[git]\nallowed_hosts = [\"github.com\"]\n\n[releases]\nenabled = true\n\n\
+                     [auth]\ntokens = [\"a-token-of-at-least-thirty-two-chars\"]\n";
+        let all = set_ups(doors, Some("/etc/provender/tls/ca.pem"));
+        let git = text_of(&all, "git sources").unwrap();
+        assert!(
+            git.contains(
+                "git config --global url.\"https://mirror.example.com/git/github.com/\".insteadOf \"https://github.com/\""
+            ),
+            "{git}"
+        );
+        // git reads neither SSL_CERT_FILE nor the CLI's settings: its own line, for this
+        // server only.
+        assert!(
+            git.contains(
+                "git config --global http.\"https://mirror.example.com/\".sslCAInfo /etc/provender/tls/ca.pem"
+            ),
+            "{git}"
+        );
+        assert!(
+            git.contains("GIT_SSL_CAINFO=/etc/provender/tls/ca.pem"),
+            "{git}"
+        );
+        let installers = text_of(&all, "Installers").unwrap();
+        assert!(
+            installers.starts_with("https://mirror.example.com/releases\n"),
+            "{installers}"
+        );
+        let netrc = text_of(&all, "netrc").unwrap();
+        assert_eq!(
+            netrc,
+            "machine mirror.example.com login token password <your token>\n"
+        );
+
+        // A certificate the operator gave: the CA lines are there to fill in, commented.
+        let given = set_ups(doors, None);
+        let git = text_of(&given, "git sources").unwrap();
+        assert!(
+            git.contains("# git config --global http.\"https://mirror.example.com/\".sslCAInfo /path/to/ca.pem"),
+            "{git}"
+        );
+    }
 }

@@ -63,6 +63,9 @@ use crate::storage::StorageError;
 
 /// Exit code for an unusable configuration or command line (sysexits' EX_CONFIG).
 pub(crate) const EXIT_CONFIG: u8 = 78;
+/// Exit code of a command done in part: what this site has no configuration for was left out
+/// (an `import` that admitted the rest).
+pub(crate) const EXIT_PARTIAL: u8 = 3;
 /// Exit code when the listening socket cannot be bound (sysexits' EX_UNAVAILABLE): worth a
 /// restart, unlike a configuration error.
 pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
@@ -151,6 +154,7 @@ pub fn run(command: OpsCommand) -> ExitCode {
     match outcome {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Failed) => ExitCode::FAILURE,
+        Ok(Outcome::Partial) => ExitCode::from(EXIT_PARTIAL),
         Err(OpsError::Usage(msg)) => {
             eprintln!("provender: {msg}");
             ExitCode::from(EXIT_CONFIG)
@@ -169,6 +173,9 @@ pub enum Outcome {
     Success,
     /// The command finished, but some items failed (the summary says which).
     Failed,
+    /// Done in part: what this site has no configuration for was left out, named with the
+    /// settings that would take it (`import`; exit code [`EXIT_PARTIAL`]).
+    Partial,
 }
 
 impl Outcome {

@@ -11,7 +11,7 @@ mod links;
 mod pages;
 mod respond;
 mod routes;
-mod site;
+pub(crate) mod site;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -94,6 +94,99 @@ pub struct Manifest {
     /// who published each, when, and its digest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub publications: Vec<crate::records::publish::Publication>,
+    /// What it carries, in brief ([`Contents::of`] the lists above), so that the importing
+    /// site's configuration can be read off it. Bundles made before it was written have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contents: Option<Contents>,
+}
+
+/// What a bundle carries, in brief: each kind counted, and what a site needs configured to
+/// serve it (the registry hosts of its providers and modules, the hosts of its git
+/// repositories, the CLIs of its releases, the hostname and namespaces of its published
+/// versions). It is always [`Contents::of`] the manifest's lists: import refuses a manifest
+/// whose `contents` says otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contents {
+    /// Provider versions and their archives (published ones included).
+    pub provider_versions: usize,
+    pub provider_archives: usize,
+    /// The registry hosts of the providers and modules that are not published versions.
+    pub registry_hosts: BTreeSet<String>,
+    /// Module versions (published ones included).
+    pub module_versions: usize,
+    /// Repositories of the git cache, and their hosts.
+    pub git_repositories: usize,
+    pub git_hosts: BTreeSet<String>,
+    /// CLI releases, their builds, and the CLIs they are of (`terraform`, `tofu`).
+    pub release_versions: usize,
+    pub release_builds: usize,
+    pub release_products: BTreeSet<String>,
+    /// Published versions (publication records), and their namespaces by hostname.
+    pub publications: usize,
+    pub published: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Contents {
+    /// What `manifest` carries, from its lists.
+    pub fn of(manifest: &Manifest) -> Contents {
+        let published_hosts: BTreeSet<(String, String)> = manifest
+            .publications
+            .iter()
+            .filter_map(|p| {
+                p.provider()
+                    .map(|a| (a.hostname.to_string(), a.namespace.to_ascii_lowercase()))
+                    .or_else(|| {
+                        p.module()
+                            .map(|a| (a.hostname.to_string(), a.namespace.to_ascii_lowercase()))
+                    })
+            })
+            .collect();
+        let is_published = |host: &str, namespace: &str| {
+            published_hosts.contains(&(host.to_string(), namespace.to_ascii_lowercase()))
+        };
+        let mut published: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (host, namespace) in &published_hosts {
+            published
+                .entry(host.clone())
+                .or_default()
+                .insert(namespace.clone());
+        }
+        let providers = manifest
+            .versions
+            .iter()
+            .filter_map(|v| parse_source(&v.source).ok())
+            .filter(|a| !is_published(a.hostname.as_str(), &a.namespace))
+            .map(|a| a.hostname.to_string());
+        let modules = manifest
+            .modules
+            .iter()
+            .filter_map(|m| parse_module_source(&m.source).ok())
+            .filter(|a| !is_published(a.hostname.as_str(), &a.namespace))
+            .map(|a| a.hostname.to_string());
+        Contents {
+            provider_versions: manifest.versions.len(),
+            provider_archives: manifest.versions.iter().map(|v| v.archives.len()).sum(),
+            registry_hosts: providers.chain(modules).collect(),
+            module_versions: manifest.modules.len(),
+            git_repositories: manifest.git.len(),
+            git_hosts: manifest
+                .git
+                .iter()
+                .filter_map(|g| parse_git_repo(&g.repo).ok())
+                .map(|r| r.host.to_string())
+                .collect(),
+            release_versions: manifest.releases.len(),
+            release_builds: manifest.releases.iter().map(|r| r.builds.len()).sum(),
+            release_products: manifest
+                .releases
+                .iter()
+                .map(|r| r.cli.as_str().to_string())
+                .collect(),
+            publications: manifest.publications.len(),
+            published,
+        }
+    }
 }
 
 /// One repository of the git cache in a bundle: a `git bundle` of every reference it had, and
@@ -452,6 +545,14 @@ impl Manifest {
                 )));
             }
             r.check()?;
+        }
+        if let Some(said) = &manifest.contents {
+            if *said != Contents::of(&manifest) {
+                return Err(BundleError::manifest(
+                    "its contents summary does not match the versions, modules, releases, git \
+                     repositories and publications it lists",
+                ));
+            }
         }
         Ok(manifest)
     }
@@ -899,6 +1000,55 @@ mod tests {
             parsed["archives"]["linux_amd64"]["url"],
             "terraform-provider-foo_1.1.0_linux_amd64.zip"
         );
+    }
+
+    /// A manifest carrying one git repository, with `contents` as given.
+    fn with_git(contents: Option<Contents>) -> Vec<u8> {
+        let repo = crate::address::GitRepo::parse("git.example.com/acme/net.git").unwrap();
+        let manifest = Manifest {
+            format: FORMAT.into(),
+            format_version: FORMAT_VERSION,
+            created_at: 0,
+            versions: Vec::new(),
+            modules: Vec::new(),
+            releases: Vec::new(),
+            git: vec![BundleGit {
+                repo: repo.to_string(),
+                path: git_path(&repo),
+                size: 3,
+                sha256: Sha256::of(b"git"),
+                head: None,
+                refs: BTreeMap::new(),
+            }],
+            publications: Vec::new(),
+            contents,
+        };
+        serde_json::to_vec(&manifest).unwrap()
+    }
+
+    #[test]
+    fn contents_are_derived_for_older_bundles_and_must_agree_with_the_lists() {
+        // A bundle made before manifests said what they carry: derived from its lists.
+        let older = Manifest::parse(&with_git(None)).unwrap();
+        assert_eq!(older.contents, None);
+        let derived = Contents::of(&older);
+        assert_eq!(derived.git_repositories, 1);
+        assert_eq!(
+            derived.git_hosts.iter().collect::<Vec<_>>(),
+            ["git.example.com"]
+        );
+        assert_eq!(derived.provider_versions + derived.module_versions, 0);
+        assert!(derived.published.is_empty() && derived.release_products.is_empty());
+        // Written by export: parsed as it is.
+        let said = Manifest::parse(&with_git(Some(derived.clone()))).unwrap();
+        assert_eq!(said.contents.as_ref(), Some(&derived));
+        // A summary that says otherwise than the lists is refused.
+        let lying = Contents {
+            git_hosts: ["elsewhere.example.com".to_string()].into(),
+            ..derived
+        };
+        let refused = Manifest::parse(&with_git(Some(lying))).unwrap_err();
+        assert!(refused.problem.contains("contents summary"), "{refused}");
     }
 
     /// What [`walk`] reports for `bundle`, refusing every payload.

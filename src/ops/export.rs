@@ -582,6 +582,7 @@ async fn write_bundle(
             .collect(),
         releases: Vec::new(),
         git: Vec::new(),
+        contents: None,
     };
     // Each git repository as one `git bundle`, made first: the manifest pins its bytes.
     let scratch = mirror
@@ -746,6 +747,8 @@ async fn write_bundle(
             manifest.publications.push(p);
         }
     }
+    // What it carries, in brief: the importing site's configuration is read off it.
+    manifest.contents = Some(bundle::Contents::of(&manifest));
     let documents = manifest.mirror_documents()?;
     let manifest_bytes = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
 

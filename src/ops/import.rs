@@ -52,7 +52,13 @@ use crate::trust::{Refusal, SignatureKind, Trust, TrustPolicy, Verifier};
     after_help = "SOURCE is a bundle made by `provender export --bundle`, a directory made \
 by `provender export`, or a directory made by `terraform providers mirror`.\nNothing is admitted \
 unless every archive checks out; importing the same source again changes nothing.\nA bundle must \
-be signed by a site in bundles.trusted_keys; anything else needs --allow-unverified."
+be signed by a site in bundles.trusted_keys; anything else needs --allow-unverified.\nWhat this \
+site has no configuration to serve (published versions without their [publishing] namespace, \
+git repositories of hosts outside git.allowed_hosts, CLI releases without releases.enabled) is \
+left out and named with the settings that would admit it; the rest is admitted.\n`--check` \
+verifies the same and admits nothing, and prints the configuration that admits all of it.\n\
+Exit status: 0 all admitted (with --check: would be), 1 nothing admitted (a check failed), 3 \
+admitted in part (some parts left out, named), 78 a bad configuration or argument."
 )]
 pub struct ImportArgs {
     #[command(flatten)]
@@ -62,9 +68,25 @@ pub struct ImportArgs {
     /// never admitted without HashiCorp's signature.
     #[arg(long)]
     pub allow_unverified: bool,
+    /// Verify everything and report what would be admitted, what would be left out and why,
+    /// and the configuration this site needs to admit all of it; admit nothing.
+    #[arg(long)]
+    pub check: bool,
     /// The bundle file or mirror directory to import.
     #[arg(value_name = "SOURCE")]
     pub source: PathBuf,
+}
+
+/// A part of a source this site has no configuration to serve: left out (the rest is
+/// admitted), and named with the settings that would admit it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeftOut {
+    /// What it is: `published provider <address> <version>`, `git repository <repo>`, ...
+    what: String,
+    /// Why this site cannot serve it.
+    why: String,
+    /// The configuration (TOML) that would admit it.
+    settings: String,
 }
 
 /// One archive that passed every check, waiting in the staging area.
@@ -260,6 +282,9 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         releases,
         git,
         publications,
+        mut left_out,
+        contents,
+        signer,
     } = found;
     let shown = args.source.display();
     if failed.is_empty()
@@ -267,9 +292,12 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         && modules.is_empty()
         && releases.is_empty()
         && git.is_empty()
+        && left_out.is_empty()
     {
         failed.push((shown.to_string(), "holds no provider archive".into()));
     }
+    // What this site has no configuration to serve is left out, named; the rest goes on.
+    let (releases, git) = unserved_kinds(mirror.settings(), releases, git, &mut left_out);
     if failed.is_empty() {
         failed.extend(conflicts(&mirror, &imports).await);
         failed.extend(module_conflicts(&mirror, &modules).await);
@@ -281,17 +309,40 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         super::print_failures(&failed);
         return Ok(Outcome::Failed);
     }
+    let partly = if left_out.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::Partial
+    };
     // This site's own version policy: what it refuses is left out (named, not a failure). An
     // imported version's age is the exporting site's business: its cooldown is not applied
     // again here (a bundle carries nothing that site's policy refused).
     let (imports, modules, releases, git) = sift(&mirror, imports, modules, releases, git);
-    let mut warnings = unserved(mirror.settings(), &imports);
-    if !releases.is_empty() && !mirror.settings().releases.enabled {
-        warnings.push(
-            "releases.enabled is off: the imported CLI releases are in the cache but will not \
-             be served until it is on"
-                .into(),
+    let warnings = unserved(mirror.settings(), &imports, &modules);
+    if args.check {
+        let would = Would {
+            archives: imports.iter().map(|v| v.archives.len()).sum(),
+            versions: imports.len(),
+            modules: modules.len(),
+            release_builds: releases.iter().map(|r| r.zips.len()).sum(),
+            git: git.len(),
+            publications: publications.len(),
+        };
+        report_check(
+            &shown.to_string(),
+            custody.as_ref(),
+            &would,
+            &left_out,
+            &warnings,
         );
+        if let Some(contents) = &contents {
+            println!(
+                "\nThe configuration a sealed site needs to admit and serve all of it (merge into \
+                 its configuration file):\n"
+            );
+            print!("{}", sealed_settings(contents, signer.as_deref()));
+        }
+        return Ok(partly);
     }
     let mut levels: BTreeMap<SignatureKind, usize> = BTreeMap::new();
     for a in imports.iter().flat_map(|v| &v.archives) {
@@ -388,20 +439,198 @@ pub async fn run(args: ImportArgs) -> Result<Outcome, OpsError> {
         for r in &repos {
             println!("  {r}");
         }
-        if !repos
-            .iter()
-            .all(|r| mirror.settings().git.host_allowed(&r.host))
-        {
-            eprintln!(
-                "warning: git repositories on hosts outside git.allowed_hosts are in the cache \
-                 but will not be served until their hosts are allowed"
-            );
-        }
     }
+    print_left_out(&left_out);
     for warning in warnings {
         eprintln!("warning: {warning}");
     }
-    Ok(Outcome::Success)
+    Ok(partly)
+}
+
+/// What `--check` found would be admitted.
+struct Would {
+    archives: usize,
+    versions: usize,
+    modules: usize,
+    release_builds: usize,
+    git: usize,
+    publications: usize,
+}
+
+/// `import --check`'s report: who vouches for the source, what would be admitted, and what
+/// would be left out and why.
+fn report_check(
+    shown: &str,
+    custody: Option<&Custody>,
+    would: &Would,
+    left_out: &[LeftOut],
+    warnings: &[String],
+) {
+    println!("import --check: {shown} verified; nothing was admitted");
+    match custody {
+        Some(Custody::Trusted(id)) => println!("signed by trusted site key {id}"),
+        Some(Custody::Untrusted(why)) => {
+            println!(
+                "not vouched for by a trusted site ({why}); would be admitted with --allow-unverified"
+            )
+        }
+        None => println!(
+            "a mirror directory carries no signature; would be admitted with --allow-unverified"
+        ),
+    }
+    println!(
+        "would admit: provider archives {} (of {} versions), module versions {}, CLI release \
+         builds {}, git repositories {}, publications {}",
+        would.archives,
+        would.versions,
+        would.modules,
+        would.release_builds,
+        would.git,
+        would.publications
+    );
+    if left_out.is_empty() {
+        println!("would leave out: nothing");
+    } else {
+        println!("would leave out ({}):", left_out.len());
+        print_parts(left_out);
+    }
+    for warning in warnings {
+        println!("warning: {warning}");
+    }
+}
+
+/// Names each part left out, why, and the settings that would admit it.
+fn print_left_out(left_out: &[LeftOut]) {
+    if left_out.is_empty() {
+        return;
+    }
+    println!(
+        "left out ({}): this site has no configuration to serve them; the rest is admitted",
+        left_out.len()
+    );
+    print_parts(left_out);
+    println!(
+        "add those settings and import the same bundle again to admit them (`provender import \
+         --check` prints the whole configuration it needs)"
+    );
+}
+
+fn print_parts(left_out: &[LeftOut]) {
+    for part in left_out {
+        println!("  {}: {}; to admit it:", part.what, part.why);
+        for line in part.settings.lines() {
+            if line.is_empty() {
+                println!();
+            } else {
+                println!("      {line}");
+            }
+        }
+    }
+}
+
+/// The CLI releases and git repositories this site has no configuration to serve: left out
+/// (added to `left_out`, each with the settings that would admit it). Returns the rest.
+fn unserved_kinds(
+    settings: &crate::config::Settings,
+    releases: Vec<VerifiedRelease>,
+    git: Vec<StagedGit>,
+    left_out: &mut Vec<LeftOut>,
+) -> (Vec<VerifiedRelease>, Vec<StagedGit>) {
+    let releases = if settings.releases.enabled {
+        releases
+    } else {
+        for r in &releases {
+            left_out.push(LeftOut {
+                what: format!("CLI release {} {}", r.record.product, r.record.version),
+                why: "releases.enabled is off here".into(),
+                settings: "[releases]\nenabled = true".into(),
+            });
+        }
+        Vec::new()
+    };
+    let (served, unserved): (Vec<StagedGit>, Vec<StagedGit>) = git.into_iter().partition(|r| {
+        bundle::parse_git_repo(&r.entry.repo)
+            .is_ok_and(|repo| settings.git.host_allowed(&repo.host))
+    });
+    for r in &unserved {
+        let host = bundle::parse_git_repo(&r.entry.repo)
+            .map(|repo| repo.host.to_string())
+            .unwrap_or_default();
+        let why = if settings.git.allowed_hosts.is_empty() {
+            "the git door is closed here (git.allowed_hosts is empty)".to_string()
+        } else {
+            format!("{host} is not in git.allowed_hosts here")
+        };
+        let mut hosts: Vec<String> = settings
+            .git
+            .allowed_hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        hosts.push(host);
+        left_out.push(LeftOut {
+            what: format!("git repository {}", r.entry.repo),
+            why,
+            settings: format!("[git]\nallowed_hosts = {}", toml_strings(&hosts)),
+        });
+    }
+    (releases, served)
+}
+
+/// A TOML array of strings.
+fn toml_strings<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
+    let quoted: Vec<String> = items
+        .into_iter()
+        .map(|s| format!("{:?}", s.as_ref()))
+        .collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The configuration a sealed site needs to admit and serve everything a bundle carries, from
+/// its manifest's contents: a TOML fragment to merge into that site's configuration file.
+fn sealed_settings(contents: &bundle::Contents, signer: Option<&str>) -> String {
+    let mut out = String::from("[upstream]\noffline = true\n");
+    if !contents.registry_hosts.is_empty() {
+        out.push_str(&format!(
+            "allowed_hosts = {}\n",
+            toml_strings(&contents.registry_hosts)
+        ));
+    }
+    out.push_str("\n[bundles]\n");
+    match signer {
+        Some(key) => out.push_str(&format!(
+            "trusted_keys = [{key:?}]   # the key that signed it: check it with the exporting site\n"
+        )),
+        None => out.push_str("# the bundle is not signed: trusted_keys cannot admit it\n"),
+    }
+    if !contents.git_hosts.is_empty() {
+        out.push_str(&format!(
+            "\n[git]\nallowed_hosts = {}\n",
+            toml_strings(&contents.git_hosts)
+        ));
+    }
+    if contents.release_versions > 0 {
+        out.push_str("\n[releases]\nenabled = true\n");
+    }
+    let mut published = contents.published.iter();
+    if let Some((host, namespaces)) = published.next() {
+        out.push_str(&format!(
+            "\n[publishing]\nhostname = {host:?}\nsigning_key = \"...\"   # this site's own key: \
+             provender keygen --provider-signing\n"
+        ));
+        for ns in namespaces {
+            out.push_str(&format!("\n[publishing.namespaces.{ns}]\n"));
+        }
+    }
+    for (host, namespaces) in published {
+        let namespaces: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+        out.push_str(&format!(
+            "# also published under {host} ({}): a site publishes under one hostname, so those \
+             cannot be admitted here too\n",
+            namespaces.join(", ")
+        ));
+    }
+    out
 }
 
 /// What this site's version policy admits of what a bundle carries; each version it refuses
@@ -581,17 +810,28 @@ async fn admit_modules(
     Ok((added, present))
 }
 
-/// What this cache takes but its server will not serve: providers of registry hosts outside
-/// `upstream.allowed_hosts`, and platforms outside `upstream.platforms`.
-fn unserved(settings: &crate::config::Settings, imports: &[VersionImport]) -> Vec<String> {
-    let hosts: BTreeSet<String> = imports
+/// What this cache takes but its server will not serve: providers and modules of registry
+/// hosts outside `upstream.allowed_hosts`, and platforms outside `upstream.platforms`.
+fn unserved(
+    settings: &crate::config::Settings,
+    imports: &[VersionImport],
+    modules: &[VerifiedModule],
+) -> Vec<String> {
+    let providers = imports
         .iter()
         .filter(|v| {
             !settings.upstream.host_allowed(&v.addr.hostname)
                 && !settings.trust.private.has_provider(&v.addr)
         })
-        .map(|v| v.addr.hostname.to_string())
-        .collect();
+        .map(|v| v.addr.hostname.to_string());
+    let modules = modules
+        .iter()
+        .filter(|m| {
+            !settings.upstream.host_allowed(&m.addr.hostname)
+                && !settings.trust.private.has_module(&m.addr)
+        })
+        .map(|m| m.addr.hostname.to_string());
+    let hosts: BTreeSet<String> = providers.chain(modules).collect();
     let platforms: BTreeSet<String> = imports
         .iter()
         .flat_map(|v| &v.archives)
@@ -600,8 +840,9 @@ fn unserved(settings: &crate::config::Settings, imports: &[VersionImport]) -> Ve
         .collect();
     let hosts = hosts.into_iter().map(|host| {
         format!(
-            "{host} is not listed in upstream.allowed_hosts; its providers are in the cache \
-             but will not be served until it is"
+            "{host} is not listed in upstream.allowed_hosts; its providers and modules are in \
+             the cache but will not be served until it is ([upstream] allowed_hosts = [..., \
+             {host:?}])"
         )
     });
     let platforms = platforms.into_iter().map(|platform| {
@@ -700,6 +941,63 @@ struct Found {
     git: Vec<StagedGit>,
     /// The publications of the published versions it carries.
     publications: Vec<Publication>,
+    /// What it carries that this site cannot serve, left out.
+    left_out: Vec<LeftOut>,
+    /// A bundle's contents (its manifest's, or derived from its lists for a bundle made before
+    /// manifests said), and the public key of the site that signed it.
+    contents: Option<bundle::Contents>,
+    signer: Option<String>,
+}
+
+/// A published version, as `(kind, address, version)`.
+type PublishedId = (PublishedKind, String, Version);
+
+/// Who vouches for a bundle, and the published versions in it that are left out here.
+struct Vouched<'a> {
+    custody: &'a Custody,
+    skip: &'a [PublishedId],
+}
+
+/// The published versions a bundle carries whose namespace is not private here: each is left
+/// out, with its publication and its provider or module version, and named with the
+/// `[publishing]` settings that would admit it.
+fn unpublished_here(
+    private: &crate::trust::PrivateNamespaces,
+    listed: &[Publication],
+) -> (Vec<PublishedId>, Vec<LeftOut>) {
+    let mut skip = Vec::new();
+    let mut left_out = Vec::new();
+    for p in listed {
+        let place = match p.kind {
+            PublishedKind::Provider => p.provider().map(|a| (a.hostname, a.namespace)),
+            PublishedKind::Module => p.module().map(|a| (a.hostname, a.namespace)),
+        };
+        // A malformed address is not left out: `check_publications` refuses it.
+        let Some((host, namespace)) = place else {
+            continue;
+        };
+        if private.contains(&host, &namespace) {
+            continue;
+        }
+        let namespace = namespace.to_ascii_lowercase();
+        let why = match &private.hostname {
+            Some(h) if *h == host => {
+                format!("namespace {namespace} of {host} is not in publishing.namespaces here")
+            }
+            Some(h) => format!("this site publishes under {h}, not {host}"),
+            None => "this site has no private namespace ([publishing] is not configured)".into(),
+        };
+        skip.push((p.kind, p.address.clone(), p.version.clone()));
+        left_out.push(LeftOut {
+            what: format!("published {} {} {}", p.kind.as_str(), p.address, p.version),
+            why,
+            settings: format!(
+                "[publishing]\nhostname = \"{host}\"\nsigning_key = \"...\"   # this site's own key: \
+                 provender keygen --provider-signing\n\n[publishing.namespaces.{namespace}]"
+            ),
+        });
+    }
+    (skip, left_out)
 }
 
 /// One git repository's `git bundle`, checked against the manifest, waiting in the staging
@@ -720,6 +1018,7 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
     };
     let reader = BufReader::with_capacity(256 * 1024, checker.bar.wrap_read(file));
     let mut vouched = None;
+    let mut described = None;
     let mut staged: HashMap<(usize, usize), VerifiedArchive> = HashMap::new();
     let mut staged_modules: HashMap<usize, StagedFile> = HashMap::new();
     let mut staged_zips: HashMap<(usize, usize), StagedFile> = HashMap::new();
@@ -729,6 +1028,13 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
         reader,
         &mut problems,
         |head| {
+            described = Some((
+                head.manifest
+                    .contents
+                    .clone()
+                    .unwrap_or_else(|| bundle::Contents::of(&head.manifest)),
+                head.signature.as_ref().map(|s| s.public_key.clone()),
+            ));
             vouched = Some(custody(checker.rules, head)?);
             Ok::<(), ImportError>(())
         },
@@ -770,7 +1076,13 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
         return (Found::default(), Some(custody));
     }
     let head = &walked.head;
-    let out = bundle_versions(checker, head, walked.sums, staged, &custody, &shown, failed);
+    let (skip, left_out) =
+        unpublished_here(&checker.rules.trust.private, &head.manifest.publications);
+    let vouched = Vouched {
+        custody: &custody,
+        skip: &skip,
+    };
+    let out = bundle_versions(checker, head, walked.sums, staged, &vouched, &shown, failed);
     let releases = bundle_releases(
         checker,
         head,
@@ -788,6 +1100,9 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
             continue;
         };
         let addr = bundle::parse_module_source(&m.source).expect("checked by Manifest::parse");
+        if skip.contains(&(PublishedKind::Module, addr.to_string(), m.version.clone())) {
+            continue;
+        }
         // How it was obtained is this import's finding, not the bundle's claim: a trusted
         // site's word counts, and so does its saying that it had the package unverified.
         let mut record = m.record.clone();
@@ -827,33 +1142,38 @@ fn from_bundle(checker: &Checker, path: &Path, failed: &mut Failures) -> (Found,
             })
         })
         .collect();
-    let publications = check_publications(checker, head, &custody, &out, &modules, &shown, failed);
+    let publications = check_publications(checker, head, &vouched, &out, &modules, &shown, failed);
     if !failed.is_empty() {
         return (Found::default(), Some(custody));
     }
+    let (contents, signer) = described.unzip();
     let found = Found {
         versions: out,
         modules,
         releases,
         git,
         publications,
+        left_out,
+        contents,
+        signer: signer.flatten(),
     };
     (found, Some(custody))
 }
 
-/// The published versions a bundle carries: only from a trusted site, only into a namespace
-/// that is private here too, each with its publication record, and only for what the bundle
-/// holds (a publication record without its version, or a version of a private namespace
-/// without its record, is refused).
+/// The published versions a bundle carries: only from a trusted site, each with its
+/// publication record, and only for what the bundle holds (a publication record without its
+/// version, or a version of a private namespace without its record, is refused). Those whose
+/// namespace is not private here are left out before (`skip`, from [`unpublished_here`]).
 fn check_publications(
     checker: &Checker,
     head: &Head,
-    custody: &Custody,
+    vouched: &Vouched,
     versions: &[VersionImport],
     modules: &[VerifiedModule],
     shown: &str,
     failed: &mut Failures,
 ) -> Vec<Publication> {
+    let (custody, skip) = (vouched.custody, vouched.skip);
     let private = &checker.rules.trust.private;
     let listed = &head.manifest.publications;
     let has = |kind: PublishedKind, address: &str, version: &Version| {
@@ -888,6 +1208,9 @@ fn check_publications(
     }
     let mut out = Vec::new();
     for p in listed {
+        if skip.contains(&(p.kind, p.address.clone(), p.version.clone())) {
+            continue; // left out: its namespace is not private here
+        }
         let here = match p.kind {
             PublishedKind::Provider => p.provider().is_some_and(|a| private.has_provider(&a)),
             PublishedKind::Module => p.module().is_some_and(|a| private.has_module(&a)),
@@ -1189,14 +1512,18 @@ fn bundle_versions(
     head: &Head,
     mut sums: SumsFiles,
     mut staged: HashMap<(usize, usize), VerifiedArchive>,
-    custody: &Custody,
+    vouched: &Vouched,
     shown: &str,
     failed: &mut Failures,
 ) -> Vec<VersionImport> {
+    let (custody, skip) = (vouched.custody, vouched.skip);
     let rules = checker.rules;
     let mut out = Vec::new();
     for (vi, v) in head.manifest.versions.iter().enumerate() {
         let addr = bundle::parse_source(&v.source).expect("checked by Manifest::parse");
+        if skip.contains(&(PublishedKind::Provider, addr.to_string(), v.version.clone())) {
+            continue; // left out: its namespace is not private here
+        }
         let mut refs = Vec::new();
         for (si, s) in v.sums.iter().enumerate() {
             let doc = sums.remove(&(vi, si, false)).unwrap_or_default();

@@ -518,7 +518,12 @@ impl Site {
         let snapshot = self.catalogue.snapshot().await?;
         html(StartPage {
             chrome: self.chrome("Use this mirror", "start", signed_in),
-            snippets: snippets(&self.settings, &self.base_url),
+            // The CA certificate the page offers, as the name it downloads under.
+            snippets: snippets(
+                &self.settings,
+                &self.base_url,
+                self.ca_pem.as_ref().map(|_| "~/provender-ca.pem"),
+            ),
             ca_url: self
                 .ca_pem
                 .as_ref()
@@ -1098,8 +1103,10 @@ fn safe_next(next: &str, base: &str) -> String {
     }
 }
 
-/// The configuration snippets of the start page, with this server's URLs filled in.
-pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
+/// Each client's set-up for this mirror, with its URLs filled in: the start page shows them, and
+/// `serve` logs them once at start. `ca_file` is where clients keep this server's CA
+/// certificate when it made its own (none: a certificate the operator gave it).
+pub fn snippets(settings: &Settings, base_url: &url::Url, ca_file: Option<&str>) -> Vec<Snippet> {
     let url = base_url.as_str();
     let host = crate::address::authority(base_url).unwrap_or_else(|| "localhost".into());
     let mut out = vec![Snippet {
@@ -1146,14 +1153,40 @@ pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
                 "git config --global url.\"{url}git/{git_host}/\".insteadOf \"https://{git_host}/\"\n"
             ));
         }
+        // git reads neither SSL_CERT_FILE nor the CLI's settings: its own, for this server only.
+        match ca_file {
+            Some(ca) => lines.push_str(&format!(
+                "git config --global http.\"{url}\".sslCAInfo {ca}\n                 # or, for one shell or CI job: export GIT_SSL_CAINFO={ca}\n"
+            )),
+            None => lines.push_str(&format!(
+                "# If this server's certificate is from a private CA (git does not read SSL_CERT_FILE):\n                 # git config --global http.\"{url}\".sslCAInfo /path/to/ca.pem\n                 # or, for one shell or CI job: export GIT_SSL_CAINFO=/path/to/ca.pem\n"
+            )),
+        }
         out.push(Snippet {
             id: "git",
             title: "Modules from git sources",
             intro: "Run these once on each machine or CI job (a run step in GitHub Actions, \
                     before_script in GitLab CI): git then fetches git::https:// module sources \
-                    from these hosts through this server, with no change to any .tf file."
+                    from these hosts through this server, with no change to any .tf file. Git \
+                    does not read SSL_CERT_FILE: the CA line tells it which certificate \
+                    authority to trust for this server."
                 .into(),
             text: lines,
+        });
+    }
+    if settings.releases.enabled {
+        out.push(Snippet {
+            id: "releases",
+            title: "Installers: terraform and tofu themselves",
+            intro: format!(
+                "Version installers (tfenv, tenv, tofuenv) download the CLIs' own releases from \
+                 this base URL; the releases page ({url}-/releases) has each installer's lines."
+            ),
+            text: format!(
+                "{}\n\n# tfenv and tenv (terraform):\nexport TFENV_REMOTE={}\n",
+                releases_url(base_url),
+                releases_url(base_url)
+            ),
         });
     }
     if settings.auth.cli_login.is_some() {
@@ -1183,15 +1216,21 @@ pub fn snippets(settings: &Settings, base_url: &url::Url) -> Vec<Snippet> {
                     reads a netrc file or a credential helper."
                 .into(),
             text: format!(
-                "credentials \"{host}\" {{\n  token = \"<your token>\"\n}}\n\noci_credentials \"{host}\" {{\n  username = \"tofu\"\n  password = \"<your token>\"\n}}\n{}",
-                if settings.git.allowed_hosts.is_empty() {
-                    String::new()
-                } else {
-                    let machine = base_url.host_str().unwrap_or("localhost");
-                    format!("\n# git, in ~/.netrc:\n# machine {machine} login git password <your token>\n")
-                }
+                "credentials \"{host}\" {{\n  token = \"<your token>\"\n}}\n\noci_credentials \"{host}\" {{\n  username = \"tofu\"\n  password = \"<your token>\"\n}}\n"
             ),
         });
+        if !settings.git.allowed_hosts.is_empty() || settings.releases.enabled {
+            let machine = base_url.host_str().unwrap_or("localhost");
+            out.push(Snippet {
+                id: "netrc",
+                title: "The token for git and installers: ~/.netrc",
+                intro: "Git and the installers send the same token from a netrc file: add this \
+                        line to ~/.netrc (readable by you alone: chmod 600 ~/.netrc), with your \
+                        token in place of the placeholder."
+                    .into(),
+                text: format!("machine {machine} login token password <your token>\n"),
+            });
+        }
     }
     out
 }

@@ -302,6 +302,10 @@ async fn terraform_init_fetches_git_sources_through_the_mirror_and_again_with_th
     mirror.stop().await;
     let sealed_cache = work.path().join("sealed-cache");
     let sealed = cli::sealed_config(work.path(), "sealed.toml", &sealed_cache, &ca);
+    // A site imports the git repositories it serves: their host is in its git.allowed_hosts.
+    let mut text = std::fs::read_to_string(&sealed).unwrap();
+    text.push_str(&format!("\n[git]\nallowed_hosts = [\"{GIT_HOST}\"]\n"));
+    std::fs::write(&sealed, text).unwrap();
     let imported = cli::import(cli::path_str(&sealed), &bundle).await;
     imported.ok();
     assert!(

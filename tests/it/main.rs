@@ -3,6 +3,7 @@
 mod support;
 
 mod access;
+mod air_gap_guide;
 mod catalogue;
 mod connections;
 mod custody;
