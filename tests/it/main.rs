@@ -3,6 +3,7 @@
 mod support;
 
 mod access;
+mod book;
 mod catalogue;
 mod connections;
 mod custody;
