@@ -107,6 +107,13 @@ fn summary_chapters(summary: &str, problems: &mut Vec<String>) -> Vec<String> {
                 link.line
             ));
         } else {
+            if link.dest == "README.md" || link.dest.ends_with("/README.md") {
+                problems.push(format!(
+                    "SUMMARY.md:{}: {}: mdBook renders a README chapter as index.html, so links \
+                     to it (README.html) would break; name the file otherwise",
+                    link.line, link.dest
+                ));
+            }
             chapters.push(link.dest);
         }
     }
@@ -364,7 +371,7 @@ fn the_checker_finds_each_kind_of_broken_link() {
     let book = small_book(&[
         (
             "src/SUMMARY.md",
-            "# Summary\n\n- [A](a.md)\n- [Gone](gone.md)\n- [Draft]()\n",
+            "# Summary\n\n- [A](a.md)\n- [Gone](gone.md)\n- [Draft]()\n- [Index](sub/README.md)\n",
         ),
         (
             "src/a.md",
@@ -372,6 +379,7 @@ fn the_checker_finds_each_kind_of_broken_link() {
              [rooted](/a.md)\n\n{{#include missing.toml}}\n",
         ),
         ("src/orphan.md", "# Not in the summary\n"),
+        ("src/sub/README.md", "# An index\n"),
         ("README.md", "[into the book](src/a.md#missing)\n"),
     ]);
     let problems = check(book.path(), &[book.path().join("README.md")]);
@@ -379,6 +387,7 @@ fn the_checker_finds_each_kind_of_broken_link() {
     for expected in [
         "names gone.md, which is missing",
         "a chapter without a file",
+        "sub/README.md: mdBook renders a README chapter as index.html",
         "orphan.md is not a chapter",
         "nothere.md does not exist",
         "has no heading #nowhere",
@@ -392,5 +401,5 @@ fn the_checker_finds_each_kind_of_broken_link() {
             "{expected:?} not found in:\n{text}"
         );
     }
-    assert_eq!(problems.len(), 9, "{text}");
+    assert_eq!(problems.len(), 10, "{text}");
 }
