@@ -85,8 +85,15 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 /// The operator subcommands (flattened into the top-level command line).
 #[derive(clap::Subcommand)]
 pub enum OpsCommand {
-    /// Fill the cache from the origins for the providers named by lock files, configurations or
-    /// provider lists.
+    /// Fill the cache from the origins with what configurations, lock files and lists need.
+    ///
+    /// A configuration directory gives its providers (`required_providers`, and those its
+    /// resources and `provider` blocks imply), the registry modules its `module` blocks call
+    /// (fetched through the mirror, then read for the providers and modules they call in turn)
+    /// and its direct git sources (`git::https://...`, `github.com/...`: each repository is
+    /// refreshed in the git cache, its host listed in `git.allowed_hosts`, and each call's `ref`
+    /// checked in it). A lock file gives its exact provider versions; `--provider`, `--module`
+    /// and `--cli` name more.
     Seed(seed::SeedArgs),
     /// Write the cache as a static network mirror directory (the `terraform providers mirror`
     /// layout), or as one bundle file with `--bundle`.

@@ -4,7 +4,8 @@
 //! trickle or reset. For each, with short deadlines (1-2 s): what is cached is still served at
 //! once, what truly needs the dependency is a 503/504 JSON error with `Retry-After` within its
 //! bound, nothing half-written is kept, and the mirror recovers by itself when the fault ends.
-//! The table in README's "Under load and when things fail" names these tests.
+//! The table in the guide's "Under load and when things fail" (docs/src/operations/failures.md)
+//! names these tests.
 
 use std::time::{Duration, Instant};
 

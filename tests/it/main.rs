@@ -4,6 +4,7 @@ mod support;
 
 mod access;
 mod air_gap_guide;
+mod book;
 mod catalogue;
 mod connections;
 mod custody;
