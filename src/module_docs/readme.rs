@@ -98,6 +98,21 @@ pub fn render(markdown: &str, module_path: &str) -> Readme {
                 _ => {}
             }
             match event {
+                // The page's own headings come first: the README's sit below them.
+                Event::Start(Tag::Heading {
+                    level,
+                    id,
+                    classes,
+                    attrs,
+                }) => Some(Event::Start(Tag::Heading {
+                    level: below_the_page(level),
+                    id,
+                    classes,
+                    attrs,
+                })),
+                Event::End(TagEnd::Heading(level)) => {
+                    Some(Event::End(TagEnd::Heading(below_the_page(level))))
+                }
                 Event::Start(Tag::Image { .. }) => {
                     in_image += 1;
                     Some(Event::Text("[image: ".into()))
@@ -131,6 +146,17 @@ pub fn render(markdown: &str, module_path: &str) -> Readme {
         html,
         text: text.trim().to_string(),
         first_paragraph: first_paragraph.trim().to_string(),
+    }
+}
+
+/// A README heading's level on the page, where it sits under the module's section (`h2`) and
+/// its README heading (`h3`): `#` becomes `h4`, and so on down to `h6`.
+fn below_the_page(level: pulldown_cmark::HeadingLevel) -> pulldown_cmark::HeadingLevel {
+    use pulldown_cmark::HeadingLevel::*;
+    match level {
+        H1 => H4,
+        H2 => H5,
+        _ => H6,
     }
 }
 
@@ -183,7 +209,7 @@ mod tests {
             "# Title\n\nSome *text*.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```hcl\nmodule \"x\" {}\n```\n",
             "",
         );
-        assert!(r.html.contains("<h1>Title</h1>"), "{}", r.html);
+        assert!(r.html.contains("<h4>Title</h4>"), "{}", r.html);
         assert!(r.html.contains("<em>text</em>"));
         assert!(
             r.html.contains("<table>") && r.html.contains("<td>2</td>"),
