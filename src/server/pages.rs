@@ -129,21 +129,31 @@ pub struct ProvidersPage<'a> {
 impl ProvidersPage<'_> {
     /// The link to page `n` of the same query.
     fn page_link(&self, n: usize) -> String {
-        let mut query = url::form_urlencoded::Serializer::new(String::new());
-        for (key, value) in [
-            ("q", &self.query.q),
-            ("hostname", &self.query.hostname),
-            ("namespace", &self.query.namespace),
-            ("trust", &self.query.trust),
-            ("platform", &self.query.platform),
-        ] {
-            if !value.is_empty() {
-                query.append_pair(key, value);
-            }
-        }
-        query.append_pair("page", &n.to_string());
-        format!("{}-/providers?{}", self.chrome.base, query.finish())
+        let q = self.query;
+        page_link(
+            &format!("{}-/providers", self.chrome.base),
+            &[
+                ("q", &q.q),
+                ("hostname", &q.hostname),
+                ("namespace", &q.namespace),
+                ("trust", &q.trust),
+                ("platform", &q.platform),
+            ],
+            n,
+        )
     }
+}
+
+/// `page` with the query's non-empty `pairs` and `page=n`.
+fn page_link(page: &str, pairs: &[(&str, &String)], n: usize) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    for (key, value) in pairs {
+        if !value.is_empty() {
+            query.append_pair(key, value);
+        }
+    }
+    query.append_pair("page", &n.to_string());
+    format!("{page}?{}", query.finish())
 }
 
 #[derive(Template)]
@@ -191,20 +201,18 @@ pub struct ModulesPage<'a> {
 impl ModulesPage<'_> {
     /// The link to page `n` of the same query.
     fn page_link(&self, n: usize) -> String {
-        let mut query = url::form_urlencoded::Serializer::new(String::new());
-        for (key, value) in [
-            ("q", &self.query.q),
-            ("hostname", &self.query.hostname),
-            ("namespace", &self.query.namespace),
-            ("trust", &self.query.trust),
-            ("source", &self.query.source),
-        ] {
-            if !value.is_empty() {
-                query.append_pair(key, value);
-            }
-        }
-        query.append_pair("page", &n.to_string());
-        format!("{}-/modules?{}", self.chrome.base, query.finish())
+        let q = self.query;
+        page_link(
+            &format!("{}-/modules", self.chrome.base),
+            &[
+                ("q", &q.q),
+                ("hostname", &q.hostname),
+                ("namespace", &q.namespace),
+                ("trust", &q.trust),
+                ("source", &q.source),
+            ],
+            n,
+        )
     }
 }
 

@@ -341,7 +341,10 @@ async fn a_module_version_page_shows_its_documentation_and_nothing_runs_or_loads
     clipboard_becomes(&browser, &block).await;
     check_page(&browser, &mirror, "module-version").await;
     browser
-        .run("document.getElementById('module-root').scrollIntoView();", vec![])
+        .run(
+            "document.getElementById('module-root').scrollIntoView();",
+            vec![],
+        )
         .await;
     browser.screenshot("module-readme").await;
     // The version selector.
