@@ -25,16 +25,18 @@ use crate::storage::{Key, Storage, StorageError};
 const ROOT: &str = "usage";
 
 /// `[usage]` as written in the configuration file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct UsageConfig {
     /// Count who fetches what.
     pub enabled: bool,
     /// How long daily counts are kept.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub retention: Duration,
     /// How often a server writes its counts to the store.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub flush_interval: Duration,
     /// The most (client, version) pairs a server counts per day.
     pub max_entries: usize,

@@ -4,6 +4,7 @@ mod support;
 
 mod access;
 mod catalogue;
+mod config_reference;
 mod connections;
 mod custody;
 mod deploy;
