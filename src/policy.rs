@@ -128,7 +128,9 @@ impl Action {
 }
 
 /// `policy.default`: what happens to a version no deciding rule matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DefaultAction {
     #[default]
