@@ -5,17 +5,17 @@
 //! a message that names the offending key. Validation touches no network and binds nothing, so a
 //! bad file fails before the server starts.
 //!
-//! Each section is declared where it is used when that module sits below this one (`[auth]` in
-//! `auth`, `[usage]` in `usage`, `[policy]` in `policy`); the sections of the doors and of the
-//! parts this module assembles from several sections (`[server]`, `[cache]`, `[upstream]`,
-//! `[modules]`, `[git]`, `[releases]`, `[publishing]`, `[bundles]`, `[complete_hashes]`,
-//! `[configurations]`) each have a file under `config/`, the type as written, its validation and
-//! its validated form side by side. Every key's `///` comment is its documentation: [`reference`]
-//! renders the configuration reference from them, with each key's type and default taken from
-//! the code.
+//! Each section is declared next to the code it configures wherever that module sits below this
+//! one in the layers (`[auth]` in `auth`, `[usage]` in `usage`, `[policy]` in `policy`, `[cache]`
+//! in `cache`, `[upstream]` in `upstream`, each with its own error type, taken in by
+//! [`ConfigError`]). The doors above this module cannot hold a type it reads: their sections
+//! (`[server]`, `[modules]`, `[git]`, `[releases]`, `[publishing]`, `[bundles]`,
+//! `[complete_hashes]`, `[configurations]`) each have a file under `config/`, the type as
+//! written, its validation and its validated form side by side. Every key's `///` comment is its
+//! documentation: [`reference`] renders the configuration reference from them, with each key's
+//! type and default taken from the code.
 
 mod bundles;
-mod cache;
 mod complete_hashes;
 mod configurations;
 mod git;
@@ -24,14 +24,12 @@ mod publishing;
 pub mod reference;
 mod releases;
 mod server;
-mod upstream;
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 pub use self::bundles::{BundleSettings, BundlesConfig};
-pub use self::cache::{CacheConfig, CacheSettings, ObjectStoreConfig};
 pub use self::complete_hashes::{CompleteHashesConfig, CompleteHashesSettings};
 pub use self::configurations::{ConfigurationsConfig, Tool};
 pub use self::git::{GitConfig, GitSettings};
@@ -39,8 +37,10 @@ pub use self::modules::{ModuleSettings, ModulesConfig};
 pub use self::publishing::{NamespaceConfig, NamespaceSettings, PublishSettings, PublishingConfig};
 pub use self::releases::{ReleaseSettings, ReleasesConfig};
 pub use self::server::{ConnectionLimits, ServerConfig, ServerSettings, TlsSource};
-pub use self::upstream::{HostConfig, ProxyText, UpstreamConfig, parse_via};
-pub use crate::upstream::{HostSettings, ProxyUrl, UpstreamSettings};
+pub use crate::cache::{CacheConfig, CacheSettings, ObjectStoreConfig};
+pub use crate::upstream::{
+    HostConfig, HostSettings, ProxyText, ProxyUrl, UpstreamConfig, UpstreamSettings, parse_via,
+};
 
 /// The configuration file as written.
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
@@ -84,6 +84,7 @@ pub struct Config {
     pub policy: crate::policy::PolicyConfig,
 }
 
+/// A configuration error, naming the key or file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
@@ -111,6 +112,24 @@ impl From<crate::usage::UsageConfigError> for ConfigError {
         ConfigError::Invalid {
             key: format!("usage.{}", e.key),
             message: e.message.to_string(),
+        }
+    }
+}
+
+impl From<crate::upstream::UpstreamConfigError> for ConfigError {
+    fn from(e: crate::upstream::UpstreamConfigError) -> ConfigError {
+        ConfigError::Invalid {
+            key: e.key,
+            message: e.message,
+        }
+    }
+}
+
+impl From<crate::cache::CacheConfigError> for ConfigError {
+    fn from(e: crate::cache::CacheConfigError) -> ConfigError {
+        ConfigError::Invalid {
+            key: e.key,
+            message: e.message,
         }
     }
 }

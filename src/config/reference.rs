@@ -22,8 +22,9 @@ pub const PATH: &str = "docs/src/reference/configuration.md";
 pub const HEADER: &str = r#"# Configuration reference
 
 <!-- Generated from the code: do not edit by hand. To change a key's text, edit the `///`
-comment on the field that declares it (src/config/*.rs, or the `auth`, `usage` and `policy`
-modules), then regenerate with `PROVENDER_BLESS=1 cargo test --test it config_reference`. -->
+comment on the field that declares it (src/config/*.rs, src/cache/config.rs,
+src/upstream/config.rs, or the `auth`, `usage` and `policy` modules), then regenerate with
+`PROVENDER_BLESS=1 cargo test --test it config_reference`. -->
 
 Every key of provender's configuration file, table by table. This page is generated from the
 code that reads the file: each key's description is the documentation comment on the field
@@ -281,7 +282,7 @@ impl Reference {
     /// The reference as Markdown: `header` first, then one section per table.
     pub fn markdown(&self, header: &str) -> String {
         let mut out = String::from(header.trim_end());
-        out.push_str("\n");
+        out.push('\n');
         for table in &self.tables {
             out.push_str(&format!("\n## `{}`\n\n", table.header()));
             let mut about = one_paragraph(&table.description);

@@ -1,5 +1,7 @@
-//! `[upstream]` and `[upstream.hosts."<hostname>"]`: the origins, how they are reached and
-//! trusted, and the sites a host is reached through (`via`).
+//! `[upstream]` and `[upstream.hosts."<hostname>"]` as written: the origins, how they are
+//! reached and trusted, and the sites a host is reached through (`via`); their validation into
+//! [`UpstreamSettings`] and the trust policy. `config` runs it, handing over the hosts other
+//! sections name (issuers, git, releases), and turns [`UpstreamConfigError`] into its own error.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,9 +11,23 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-use super::{ConfigError, invalid};
+use super::{HostSettings, ProxyUrl, UpstreamSettings};
 use crate::address::{Hostname, Platform};
-use crate::upstream::{HostSettings, ProxyUrl, UpstreamSettings};
+
+/// A bad `[upstream]` setting: the key at fault and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("config key {key}: {message}")]
+pub struct UpstreamConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> UpstreamConfigError {
+    UpstreamConfigError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
 
 /// `[upstream]`
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -191,7 +207,7 @@ pub fn parse_via(
     host: Option<&Hostname>,
     via: &str,
     fallback: Option<&str>,
-) -> Result<crate::upstream::Via, ConfigError> {
+) -> Result<super::Via, UpstreamConfigError> {
     let via_key = format!("{key}.via");
     let mut url = url::Url::parse(via).map_err(|e| invalid(&via_key, format!("not a URL: {e}")))?;
     if url.scheme() != "https" {
@@ -226,7 +242,7 @@ pub fn parse_via(
             ));
         }
     };
-    Ok(crate::upstream::Via {
+    Ok(super::Via {
         url,
         host: centre,
         fallback_to_origin,
@@ -240,7 +256,7 @@ pub fn parse_via(
 pub struct ProxyText(String);
 
 impl ProxyText {
-    fn parse(&self) -> Result<ProxyUrl, ConfigError> {
+    fn parse(&self) -> Result<ProxyUrl, UpstreamConfigError> {
         let url = Url::parse(&self.0).map_err(|e| invalid(PROXY_KEY, format!("not a URL: {e}")))?;
         let proxy = ProxyUrl(url);
         check_proxy(&proxy)?;
@@ -260,7 +276,7 @@ impl std::fmt::Debug for ProxyText {
 }
 
 /// Whether `upstream.proxy` names a proxy: scheme, optional credentials, host and port only.
-fn check_proxy(proxy: &ProxyUrl) -> Result<(), ConfigError> {
+fn check_proxy(proxy: &ProxyUrl) -> Result<(), UpstreamConfigError> {
     {
         let url = &proxy.0;
         let problem = if !matches!(url.scheme(), "http" | "https") {
@@ -276,15 +292,13 @@ fn check_proxy(proxy: &ProxyUrl) -> Result<(), ConfigError> {
     }
 }
 
-/// A configuration error, naming the key or file at fault.
-
 impl UpstreamConfig {
     /// `[upstream]`: the origin client's settings and the trust policy. `issuer_hosts` (those of
     /// `auth.issuers`) may have `upstream.hosts` entries too, without being origins.
-    pub(super) fn validate(
+    pub fn validate(
         &self,
         issuer_hosts: &[String],
-    ) -> Result<(UpstreamSettings, crate::trust::TrustPolicy), ConfigError> {
+    ) -> Result<(UpstreamSettings, crate::trust::TrustPolicy), UpstreamConfigError> {
         let u = self;
         if let Some(path) = &u.ca_file {
             if let Err(e) = std::fs::metadata(path) {
@@ -502,7 +516,7 @@ impl UpstreamConfig {
     }
 }
 
-fn parse_connect_to(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+fn parse_connect_to(key: &str, s: &str) -> Result<SocketAddr, UpstreamConfigError> {
     s.parse::<SocketAddr>().map_err(|_| {
         invalid(
             key,

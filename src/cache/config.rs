@@ -1,12 +1,28 @@
-//! `[cache]` and `[cache.object_store]`: where the cache is kept, its lifetimes and bounds.
+//! `[cache]` and `[cache.object_store]` as written: where the cache is kept, its lifetimes and
+//! bounds; their validation into [`CacheSettings`] (with the store's
+//! [`StorageSettings`]). `config` runs it and turns [`CacheConfigError`] into its own error.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, invalid};
 use crate::storage::StorageSettings;
+
+/// A bad `[cache]` setting: the key at fault and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("config key {key}: {message}")]
+pub struct CacheConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> CacheConfigError {
+    CacheConfigError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
 
 /// `[cache]`
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
@@ -202,7 +218,7 @@ fn yes() -> bool {
 
 impl CacheConfig {
     /// `[cache]` and `[cache.object_store]`
-    pub(super) fn validate(&self) -> Result<CacheSettings, ConfigError> {
+    pub fn validate(&self) -> Result<CacheSettings, CacheConfigError> {
         let c = self;
         if c.dir.as_os_str().is_empty() {
             return Err(invalid("cache.dir", "must not be empty"));
@@ -294,10 +310,10 @@ impl CacheConfig {
 
 impl ObjectStoreConfig {
     /// `[cache.object_store]`
-    pub(super) fn validate(
+    fn validate(
         &self,
         provider: crate::storage::Provider,
-    ) -> Result<crate::storage::ObjectStoreSettings, ConfigError> {
+    ) -> Result<crate::storage::ObjectStoreSettings, CacheConfigError> {
         let key = |k: &str| format!("cache.object_store.{k}");
         if provider == crate::storage::Provider::Directory {
             return self.validate_directory();
@@ -412,7 +428,7 @@ impl ObjectStoreConfig {
     /// The deadlines and breaker of calls to the store: every timeout longer than zero, and
     /// each call's whole deadline (`request_timeout`) at least as long as a connection may
     /// take to open.
-    fn deadlines(&self) -> Result<crate::storage::StoreDeadlines, ConfigError> {
+    fn deadlines(&self) -> Result<crate::storage::StoreDeadlines, CacheConfigError> {
         let key = |k: &str| format!("cache.object_store.{k}");
         for (name, value) in [
             ("connect_timeout", self.connect_timeout),
@@ -445,7 +461,7 @@ impl ObjectStoreConfig {
 
     /// `[cache.object_store]` with `cache.backend = "directory"`: `bucket` is the shared
     /// directory, and the keys of network stores are refused rather than ignored.
-    fn validate_directory(&self) -> Result<crate::storage::ObjectStoreSettings, ConfigError> {
+    fn validate_directory(&self) -> Result<crate::storage::ObjectStoreSettings, CacheConfigError> {
         let key = |k: &str| format!("cache.object_store.{k}");
         let path = std::path::Path::new(&self.bucket);
         if !path.is_absolute() {
