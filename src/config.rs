@@ -80,7 +80,9 @@ pub struct Config {
     /// The organisation's own providers and modules, published to this registry under its own
     /// hostname.
     pub publishing: PublishingConfig,
-    /// Which versions are admitted (`[policy]`).
+    /// Which versions are admitted: the platform team's rules, a cooldown for new versions, and
+    /// operators' approvals. Every door obeys it: version lists leave out what it refuses, and a
+    /// request for a refused version is answered 410 (denied) or 425 (held) naming the rule.
     pub policy: crate::policy::PolicyConfig,
 }
 

@@ -15,18 +15,20 @@ pub struct CompleteHashesConfig {
     /// platforms' archives (only those `upstream.platforms` allows), so `<version>.json` lists an
     /// `h1:` for each. Never runs with `upstream.offline`, nor in the operator commands.
     pub enabled: bool,
-    /// Archives fetched at once.
+    /// Archives fetched at once (1 to 64).
     pub concurrency: usize,
-    /// Bytes per second the job may download, all its archives together (0: no limit). A client
-    /// asking for an archive the job is fetching lifts the limit for that archive.
+    /// Bytes per second the job may download, all its archives together (0: no limit; else at
+    /// least 64 KiB). A client asking for an archive the job is fetching lifts the limit for that
+    /// archive.
     #[schemars(with = "String", extend("format" = "size"))]
     pub max_bandwidth: bytesize::ByteSize,
-    /// Versions waiting at most; more are dropped (and counted) until there is room.
+    /// Versions waiting at most (1 to 1000000); more are dropped (and counted in
+    /// `provender_hash_job_dropped_total`) until there is room.
     pub queue: usize,
     /// Keep the archives the job fetches (else it learns their `h1:` and drops them).
     pub keep_archives: bool,
     /// How long an archive the job fetched (and is not keeping) waits in the staging area for a
-    /// client to ask for it before it is dropped ("0s": dropped at once).
+    /// client to ask for it before it is dropped (`"0s"`: dropped at once; at most 1h).
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String", extend("format" = "duration"))]
     pub hold: Duration,

@@ -9,7 +9,10 @@ use super::{ConfigError, invalid};
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConfigurationsConfig {
-    /// `terraform` or `opentofu`.
+    /// Which CLI the configuration directories given to `seed` and `lock` are written for:
+    /// `"terraform"` or `"opentofu"` (unset: terraform). For OpenTofu, short sources
+    /// (`hashicorp/aws`) mean registry.opentofu.org and `*.tofu` files are read. `--tool`
+    /// overrides it.
     pub tool: Option<String>,
 }
 

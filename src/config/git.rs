@@ -46,7 +46,7 @@ pub struct GitConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String", extend("format" = "duration"))]
     pub stall_timeout: Duration,
-    /// Most refreshes from origins at once, in total and per host.
+    /// Most refreshes from origins at once, in total.
     pub max_concurrent_refreshes: usize,
     /// Most refreshes from one origin host at once; past it (or past
     /// `max_concurrent_refreshes`) a cached copy is served as it is, and a repository not cached

@@ -291,7 +291,7 @@ impl Reference {
             } else if table.optional && table.path.contains(&Segment::Any) {
                 about.push_str(" (One table per name, each optional.)");
             } else if table.optional {
-                about.push_str(" (An optional table: leave it out, and the feature is off.)");
+                about.push_str(" (An optional table.)");
             }
             out.push_str(about.trim());
             out.push_str("\n\n");
@@ -501,7 +501,7 @@ impl<'a> Walker<'a> {
                 }
             }
             let default = match prop.get("default") {
-                Some(v) => toml_text(v),
+                Some(v) => toml_text(&plain_default(prop, v)),
                 None if required.contains(name.as_str()) => "required".to_string(),
                 None => "unset".to_string(),
             };
@@ -615,6 +615,55 @@ fn toml_text(value: &Value) -> String {
     }
 }
 
+/// A default as a person writes it: durations in their largest whole unit (`"90d"`, not
+/// humantime's months), sizes in theirs (`"2 GiB"`, not `"2.0 GiB"`).
+fn plain_default(prop: &Value, default: &Value) -> Value {
+    let Some(text) = default.as_str() else {
+        return default.clone();
+    };
+    let plain = match prop.get("format").and_then(Value::as_str) {
+        Some("duration") => humantime::parse_duration(text).ok().map(duration_text),
+        Some("size") => text
+            .parse::<bytesize::ByteSize>()
+            .ok()
+            .map(|s| size_text(s.as_u64())),
+        _ => None,
+    };
+    plain.map(Value::String).unwrap_or_else(|| default.clone())
+}
+
+fn duration_text(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    if d.subsec_nanos() != 0 {
+        return if d.as_nanos() % 1_000_000 == 0 {
+            format!("{}ms", d.as_millis())
+        } else {
+            humantime::format_duration(d).to_string()
+        };
+    }
+    match secs {
+        0 => "0s".to_string(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn size_text(bytes: u64) -> String {
+    for (unit, name) in [
+        (1u64 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ] {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} B")
+}
+
 /// A metadata keyword's text, or "".
 fn text(schema: &Value, keyword: &str) -> String {
     schema
@@ -698,7 +747,7 @@ mod tests {
         );
         let wait = &r.tables[0].keys.iter().find(|k| k.name == "wait").unwrap();
         assert_eq!(wait.kind, "duration");
-        assert_eq!(wait.default, "`\"1m 30s\"`");
+        assert_eq!(wait.default, "`\"90s\"`");
         let bare = &r.tables[0].keys.iter().find(|k| k.name == "bare").unwrap();
         assert_eq!(
             (bare.kind.as_str(), bare.default.as_str()),
@@ -718,7 +767,7 @@ mod tests {
         let md = r.markdown("# Sample");
         assert!(md.contains("## `[[sample.entries]]`"), "{md}");
         assert!(
-            md.contains("| `wait` | duration | `\"1m 30s\"` | How long to wait. |"),
+            md.contains("| `wait` | duration | `\"90s\"` | How long to wait. |"),
             "{md}"
         );
     }

@@ -178,7 +178,10 @@ pub struct HostConfig {
     pub require_signature: Option<bool>,
     /// Allow plain http URLs on this host (testing only: nothing in transit is protected).
     pub allow_http: bool,
-    /// Another mirror (a site's centre) asked in this origin's place.
+    /// Another provender (a site's centre, `https://` base URL) asked in this origin's place:
+    /// its registry facade, module registry, release mirror and git door are asked for this
+    /// host, and what it sends is verified here as the origin's own. The centre's credential
+    /// goes in the centre's own `[upstream.hosts]` table.
     pub via: Option<String>,
     /// `"origin"`: ask the origin itself when the centre does not answer; `"none"` (default).
     pub fallback: Option<String>,

@@ -112,7 +112,7 @@ fn the_reference_covers_every_section_of_the_file() {
     );
     assert_eq!(
         key("[git]", "max_size"),
-        ("size".into(), "`\"20.0 GiB\"`".into())
+        ("size".into(), "`\"20 GiB\"`".into())
     );
     assert_eq!(
         key("[upstream]", "allowed_hosts"),
@@ -129,6 +129,10 @@ fn the_reference_covers_every_section_of_the_file() {
         )
     );
     assert_eq!(key("[[auth.issuers]]", "issuer").1, "required");
+    // Durations and sizes in their largest whole unit, as a person writes them.
+    assert_eq!(key("[usage]", "retention").1, "`\"90d\"`");
+    assert_eq!(key("[upstream]", "retry_base_delay").1, "`\"200ms\"`");
+    assert_eq!(key("[cache]", "local_max_size").1, "`\"0 B\"`");
 }
 
 fn example() -> (PathBuf, String) {
