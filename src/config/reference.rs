@@ -9,6 +9,19 @@
 //! the book's reference page. [`Reference::undocumented`] names every key and table without a
 //! description, and [`Reference::example_keys`] reads a commented example file (such as
 //! `config.toml.example`) key by key, set or commented out, against the same tables.
+//!
+//! How the serde types read: `#[serde(default)]` on a struct gives every key the default of the
+//! struct's `Default`, and a key's own `#[serde(default = ...)]` wins; a default is shown only
+//! when its type is `Serialize` ([`Reference::without_default`] names a key that is neither
+//! optional nor required and still has none). Durations (`humantime_serde`) and sizes
+//! (`bytesize::ByteSize`) are declared to schemars as strings with `format` `duration` or `size`
+//! (`#[schemars(with = "String", extend("format" = ...))]`), and their defaults are written in
+//! their largest whole unit; `PathBuf` keys carry `format` `path`. A struct field is a table, a
+//! `Vec` of structs an array of tables (`[[...]]`), a map of structs one table per name
+//! (`<name>`), and a map of plain values a key whose own keys are free. Untagged enums
+//! (`auth::Patterns`) read as their alternatives, unit enums as their values.
+//! `deny_unknown_fields` changes nothing here: an unknown key is an error whatever the
+//! reference says.
 
 use std::collections::BTreeSet;
 
@@ -187,6 +200,20 @@ impl Reference {
             }
         }
         missing
+    }
+
+    /// The keys that are neither optional nor required and have no default to show (a type
+    /// whose default cannot be serialised): each must say what it starts as.
+    pub fn without_default(&self) -> Vec<String> {
+        self.tables
+            .iter()
+            .flat_map(|t| {
+                t.keys
+                    .iter()
+                    .filter(|k| k.default == "unset" && !k.kind.ends_with(", optional"))
+                    .map(|k| t.key_path(&k.name))
+            })
+            .collect()
     }
 
     /// What `path` (a file's table header and key, split at their dots) names: a table, a key
@@ -730,6 +757,33 @@ mod tests {
             sample: Sample,
         }
         Reference::of::<Root>()
+    }
+
+    #[test]
+    fn a_key_whose_default_cannot_be_shown_is_named() {
+        /// Not `Serialize`: its default cannot be shown.
+        #[derive(Default, serde::Deserialize, schemars::JsonSchema)]
+        #[allow(dead_code)] // Read through its schema only.
+        struct Opaque(u8);
+        /// A section.
+        #[derive(Default, serde::Deserialize, schemars::JsonSchema)]
+        #[serde(default)]
+        #[allow(dead_code)] // Read through its schema only.
+        struct Section {
+            /// Shown.
+            shown: u8,
+            /// Not shown.
+            opaque: Opaque,
+        }
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Root {
+            /// The section.
+            section: Section,
+        }
+        let r = Reference::of::<Root>();
+        assert_eq!(r.without_default(), vec!["section.opaque".to_string()]);
+        assert!(sample().without_default().is_empty());
     }
 
     #[test]

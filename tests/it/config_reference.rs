@@ -67,6 +67,16 @@ fn every_key_and_table_says_what_it_does() {
 }
 
 #[test]
+fn every_key_shows_its_default() {
+    let missing = Reference::for_config().without_default();
+    assert!(
+        missing.is_empty(),
+        "keys that are neither optional nor required and show no default (make their type \
+         `Serialize`): {missing:?}"
+    );
+}
+
+#[test]
 fn the_reference_covers_every_section_of_the_file() {
     let r = Reference::for_config();
     let headers: BTreeSet<String> = r.tables.iter().map(|t| t.header()).collect();
