@@ -42,49 +42,73 @@ pub struct AuthConfigError {
 }
 
 /// `[auth]` as written in the configuration file.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
-    /// Client bearer tokens. Any of them (or of `token_file`) grants access.
+    /// Client bearer tokens, each at least 16 printable characters; any of them (or of
+    /// `token_file`, or of `[[auth.clients]]`) grants access. Clients send them as bearer
+    /// tokens (a `credentials` block or `TF_TOKEN_<host>`). None: authentication is off unless
+    /// issuers, clients or `cli_login` turn it on.
     pub tokens: Vec<String>,
     /// A file with one token per line (blank lines and `#` comments ignored).
+    #[schemars(extend("format" = "path"))]
     pub token_file: Option<PathBuf>,
-    /// Key for signing archive URLs (at least 32 characters).
+    /// Key for signing archive URLs (HMAC-SHA256 over the path and an expiry), which the CLIs
+    /// fetch without credentials; at least 32 characters. Unset: a random key per process
+    /// (URLs then die with the process, and replicas behind one load balancer need the same
+    /// key). It also signs the pages' session cookies.
     pub url_signing_key: Option<String>,
     /// A file holding the URL signing key (surrounding whitespace ignored).
+    #[schemars(extend("format" = "path"))]
     pub url_signing_key_file: Option<PathBuf>,
     /// How long a signed archive URL stays valid.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub url_ttl: Duration,
     /// Require a token for `/healthz` and `/readyz`.
     pub protect_health: bool,
     /// Require a token for `/metrics`.
     pub protect_metrics: bool,
-    /// Require a token for the CLIs' releases (`releases/`).
+    /// Require a token for the CLIs' releases (`releases/`): installers send one only as the
+    /// password of Basic credentials from a `.netrc` file.
     pub protect_releases: bool,
-    /// How long a sign-in to the pages lasts.
+    /// How long a sign-in to the pages lasts (1m to 30d).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub session_ttl: Duration,
-    /// OpenID Connect issuers whose ID tokens are accepted as bearer tokens.
+    /// OpenID Connect issuers whose ID tokens clients may present instead of a token (CI
+    /// workload identity); an issuer's host may have an `[upstream.hosts]` table without being
+    /// an origin.
     pub issuers: Vec<oidc::IssuerConfig>,
-    /// Named tokens: each client's name appears in logs instead of an anonymous `token:...`.
+    /// Named clients: tokens like `tokens`, each with a name the access log, rules and usage
+    /// counts show instead of an anonymous `token:<fingerprint>`.
     pub clients: Vec<ClientConfig>,
-    /// What each client may do (see [`rules`]).
+    /// What each client may do: rules tried in order, the first whose `clients` patterns match
+    /// a client's name deciding. A client no rule matches may do everything,
+    /// so end with a `clients = "*"` rule to set a default.
     pub rules: Vec<rules::RuleConfig>,
-    /// Single sign-on for the pages (see [`sso`]).
+    /// Single sign-on for the pages: people sign in with an OpenID Connect provider
+    /// (authorization code flow with PKCE) instead of a token. Register
+    /// `<public URL>-/sign-in/callback` as the redirect URI.
     pub single_sign_on: Option<sso::SsoConfig>,
-    /// `terraform login` through single sign-on (see [`login`]).
+    /// `terraform login` and `tofu login` through single sign-on: people get tokens of their
+    /// own, accepted at every door; its presence turns client authentication on.
     pub cli_login: Option<login::CliLoginConfig>,
 }
 
 /// One `[[auth.clients]]` entry: a named client and its token (inline or in a file).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
+    /// The client's name in logs, rules and usage: letters, digits, `-`, `_`, `.`, `@` (not
+    /// `anonymous` or `-`).
     pub name: String,
+    /// The client's token (at least 16 printable characters).
     #[serde(default)]
     pub token: Option<String>,
+    /// A file holding the client's token, instead of `token`.
     #[serde(default)]
+    #[schemars(extend("format" = "path"))]
     pub token_file: Option<PathBuf>,
 }
 
@@ -142,8 +166,9 @@ impl Default for AuthConfig {
     }
 }
 
-/// One pattern or several, as written in the configuration.
-#[derive(Debug, Clone, Deserialize)]
+/// One pattern or several, as written in the configuration (serialised only for the
+/// configuration reference's defaults).
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Patterns {
     One(String),
@@ -489,9 +514,13 @@ pub struct AuthSettings {
     pub session_ttl: Duration,
     /// The issuers whose ID tokens are accepted (see [`oidc`]).
     pub issuers: Vec<jwt::IssuerRules>,
-    /// What each client may do (see [`rules`]).
+    /// What each client may do: rules tried in order, the first whose `clients` patterns match
+    /// a client's name deciding. A client no rule matches may do everything,
+    /// so end with a `clients = "*"` rule to set a default.
     pub rules: rules::Rules,
-    /// Single sign-on for the pages (see [`sso`]).
+    /// Single sign-on for the pages: people sign in with an OpenID Connect provider
+    /// (authorization code flow with PKCE) instead of a token. Register
+    /// `<public URL>-/sign-in/callback` as the redirect URI.
     pub sso: Option<sso::SsoSettings>,
     /// `terraform login` (see [`login`]): people's own tokens.
     pub cli_login: Option<login::CliLoginSettings>,

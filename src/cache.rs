@@ -36,6 +36,7 @@
 //! (the generated CA and certificate).
 
 mod budget;
+mod config;
 mod flight;
 mod lease;
 mod listing;
@@ -46,6 +47,7 @@ mod published;
 mod staging;
 
 pub use budget::{Budget, Budgeted, Lease};
+pub use config::{CacheConfig, CacheConfigError, CacheSettings, ObjectStoreConfig};
 pub use flight::{Aborted, Flights};
 pub use lease::{Claim, Followed, LeaseGuard, Leases};
 pub use listing::{

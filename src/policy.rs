@@ -91,7 +91,7 @@ impl std::fmt::Display for Kind {
 }
 
 /// What a rule does with the versions it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Refused, for as long as the rule stands.
@@ -128,7 +128,9 @@ impl Action {
 }
 
 /// `policy.default`: what happens to a version no deciding rule matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DefaultAction {
     #[default]
@@ -137,26 +139,34 @@ pub enum DefaultAction {
 }
 
 /// One rule as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Named in refusals, logs, metrics and the pages; unique.
     pub name: String,
+    /// Provider addresses the rule matches (`hostname/namespace/type`, globs with `*` and `?`).
     #[serde(default)]
     pub providers: Vec<String>,
+    /// Module addresses the rule matches (`hostname/namespace/name/system`, globs).
     #[serde(default)]
     pub modules: Vec<String>,
+    /// CLI releases the rule matches (`terraform`, `tofu`, globs).
     #[serde(default)]
     pub releases: Vec<String>,
+    /// Git repositories the rule matches (`host/path`, globs).
     #[serde(default)]
     pub git: Vec<String>,
     /// A version constraint (`"3.6.1"`, `">= 3.6.1, < 3.7.0"`); every version when absent.
     #[serde(default)]
     pub versions: Option<String>,
+    /// What the rule does with the versions it matches: `deny` (refused), `hold` (refused until
+    /// an operator waives the version), `allow`, or `warn` (counted and logged only).
     pub action: Action,
     /// This rule's cooldown for the versions it matches.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>", extend("format" = "duration"))]
     pub min_age: Option<Duration>,
+    /// Why, shown to whoever is refused.
     #[serde(default)]
     pub reason: Option<String>,
     /// An advisory or ticket (`https://` URL).
@@ -169,16 +179,20 @@ pub struct RuleConfig {
 }
 
 /// `[policy]` as written in the configuration file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// The cooldown of every version no rule gives one of its own (`0s`: none).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub min_age: Duration,
     /// What a version no deciding rule matches gets.
     pub default: DefaultAction,
     /// A file of `[[rules]]`, read at start and again whenever it changes (and on SIGHUP).
+    #[schemars(extend("format" = "path"))]
     pub rules_file: Option<PathBuf>,
+    /// The rules, tried together: an operator's approval of a version first, then deny beats
+    /// hold beats allow among matching rules, then `default`; `warn` rules never decide.
     pub rules: Vec<RuleConfig>,
 }
 

@@ -8,6 +8,7 @@
 //! metric outcome and the HTTP status a client sees. It knows nothing about caching or the mirror
 //! protocol.
 
+mod config;
 mod documents;
 mod git;
 pub mod health;
@@ -28,6 +29,7 @@ use url::Url;
 
 use crate::breaker;
 pub use crate::breaker::Circuit;
+pub use config::{HostConfig, ProxyText, UpstreamConfig, UpstreamConfigError, parse_via};
 pub use documents::{
     DocumentError, ModuleVersionList, Services, VersionList, parse_discovery, parse_download,
     parse_module_versions, parse_versions,

@@ -25,18 +25,23 @@ use crate::storage::{Key, Storage, StorageError};
 const ROOT: &str = "usage";
 
 /// `[usage]` as written in the configuration file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct UsageConfig {
-    /// Count who fetches what.
+    /// Count the provider archives and module packages each server serves, by client, version
+    /// and day, written to the cache's store (`usage/<day>/`, one object per server process).
+    /// Shown by `provender usage`, the usage page and `provender prune --dry-run`.
     pub enabled: bool,
-    /// How long daily counts are kept.
+    /// How long daily counts are kept (whole days, 1d to 3660d); servers delete older ones.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub retention: Duration,
-    /// How often a server writes its counts to the store.
+    /// How often a server writes its counts to the store (1s to 1h); also when it stops.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub flush_interval: Duration,
-    /// The most (client, version) pairs a server counts per day.
+    /// The most (client, version) pairs a server counts per day; more uses are dropped and
+    /// counted in `provender_usage_dropped_total`.
     pub max_entries: usize,
 }
 

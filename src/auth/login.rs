@@ -36,11 +36,12 @@ pub const CODE_TTL: u64 = 120;
 const MAX_FIELD: usize = 1024;
 
 /// `[auth.cli_login]` as written: its presence turns `terraform login` on.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CliLoginConfig {
     /// How long a token that `terraform login` obtains lasts.
     #[serde(default = "default_token_ttl", with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub token_ttl: Duration,
 }
 

@@ -172,7 +172,7 @@ where
 }
 
 /// One `[[auth.issuers]]` entry as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IssuerConfig {
     /// A short name, the first part of the identities it vouches for (`github`).
@@ -195,6 +195,7 @@ pub struct IssuerConfig {
     /// The least time between two fetches of its keys (a token naming an unknown key ID
     /// causes one at most this often).
     #[serde(default = "default_refetch", with = "humantime_serde")]
+    #[schemars(with = "String", extend("format" = "duration"))]
     pub refetch_interval: Duration,
 }
 

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use super::{AuthConfigError, Globs, Patterns};
 
 /// One `[[auth.rules]]` entry as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Named in refusals and in the logs.

@@ -45,7 +45,7 @@ pub const PENDING_TTL: Duration = Duration::from_secs(600);
 pub const ENDPOINTS_TTL: Duration = Duration::from_secs(3600);
 
 /// `[auth.single_sign_on]` as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SsoConfig {
     /// The first part of the names of people signed in this way (`sso:alice@example.com`).
@@ -58,7 +58,9 @@ pub struct SsoConfig {
     /// The client secret, when the provider gave this mirror one (else PKCE alone).
     #[serde(default)]
     pub client_secret: Option<String>,
+    /// A file holding the client secret, instead of `client_secret`.
     #[serde(default)]
+    #[schemars(extend("format" = "path"))]
     pub client_secret_file: Option<PathBuf>,
     /// Scopes asked for; `openid` is always among them.
     #[serde(default = "default_scopes")]

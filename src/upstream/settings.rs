@@ -1,5 +1,5 @@
-//! `[upstream]`, validated (by `config`): what the origin client and the read-through flow
-//! need. The types live here, with the client they configure; `config` builds them.
+//! `[upstream]`, validated (from `UpstreamConfig`, in `upstream/config.rs`): what the origin
+//! client and the read-through flow need. The types live here, with the client they configure.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

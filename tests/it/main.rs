@@ -6,6 +6,7 @@ mod access;
 mod air_gap_guide;
 mod book;
 mod catalogue;
+mod config_reference;
 mod connections;
 mod custody;
 mod deploy;
