@@ -233,10 +233,15 @@ impl Catalogue {
         LockBlock::of(addr, &view.version, platforms)
     }
 
-    /// The cached modules a query selects. A query with words reads the documentation of each
-    /// module's newest version first (made once per version, then kept); without, the lists use
-    /// what is known and the rest is read in the background.
-    pub async fn modules(self: &Arc<Self>, query: &ModuleQuery) -> Result<ModuleList> {
+    /// The cached modules a query selects, with every version of each when `with_versions` (the
+    /// API) or their summaries alone (the pages). A query with words reads the documentation of
+    /// each module's newest version first (made once per version, then kept); without, the
+    /// lists use what is known and the rest is read in the background.
+    pub async fn modules(
+        self: &Arc<Self>,
+        query: &ModuleQuery,
+        with_versions: bool,
+    ) -> Result<ModuleList> {
         let snapshot = self.snapshot().await?;
         let newest: Vec<Option<(crate::records::ModuleKey, String)>> =
             modules::groups(&snapshot.modules)
@@ -259,15 +264,12 @@ impl Catalogue {
             }
             false => self.docs.index_all(&self.core, newest).await,
         };
-        let text = |i: usize| match indexed.get(i).and_then(Option::as_ref) {
-            Some(found) => (Some(found.text.clone()), found.summary.clone()),
-            None => (None, None),
-        };
         Ok(ModuleList::of(
             &snapshot.modules,
             &snapshot.git,
             query,
-            &text,
+            &indexed,
+            with_versions,
         ))
     }
 

@@ -2,7 +2,11 @@
 //! the commit the reference resolved to), its size and last use; and the git cache's
 //! repositories, for direct `git::https://` sources.
 
+use std::sync::Arc;
+
 use serde::Serialize;
+
+use super::module_docs::Indexed;
 
 use super::{API_VERSION, secs};
 use crate::error::Result;
@@ -150,7 +154,8 @@ pub struct ModuleList {
     pub api_version: u32,
     /// How many module versions the cache holds.
     pub total: usize,
-    /// Every version of the modules the query selects.
+    /// Every version of the modules the query selects (in the API; the pages show
+    /// `summaries`).
     pub modules: Vec<ModuleEntry>,
     /// The modules the query selects, one entry each.
     pub summaries: Vec<ModuleSummary>,
@@ -200,14 +205,16 @@ pub(super) fn summarise(versions: &[ModuleEntry], summary: Option<String>) -> Mo
 }
 
 impl ModuleList {
-    /// The modules a query selects among `all` (by address, newest version first); `text`
-    /// gives, per module (its index in [`groups`]), the words of its newest version's
-    /// documentation and its summary, where known.
+    /// The modules a query selects among `all` (by address, newest version first); `indexed`
+    /// holds, per module (its index in [`groups`]), what search reads of its newest version,
+    /// where known. `with_versions`: list every version of the modules selected too (the API),
+    /// not only their summaries (the pages).
     pub(super) fn of(
         all: &[ModuleEntry],
         git: &[GitRepoEntry],
         query: &ModuleQuery,
-        text: &dyn Fn(usize) -> (Option<String>, Option<String>),
+        indexed: &[Option<Arc<Indexed>>],
+        with_versions: bool,
     ) -> ModuleList {
         let words = query.words();
         let q = query.q.to_lowercase();
@@ -221,8 +228,8 @@ impl ModuleList {
         let total_modules = ranges.len();
         for (i, range) in ranges.into_iter().enumerate() {
             let versions = &all[range];
-            let (words_of_docs, summary) = text(i);
-            let summary = summarise(versions, summary);
+            let found = indexed.get(i).and_then(Option::as_deref);
+            let summary = summarise(versions, found.and_then(|f| f.summary.clone()));
             hostnames.insert(summary.hostname.clone());
             namespaces.insert(summary.namespace.clone());
             trust.insert(summary.trust);
@@ -230,16 +237,20 @@ impl ModuleList {
             if !query.filters(&summary) {
                 continue;
             }
-            let haystack = format!(
-                "{}\n{}\n{}",
-                summary.address.to_lowercase(),
-                summary.source.to_lowercase(),
-                words_of_docs.as_deref().unwrap_or_default()
-            );
-            if !words.iter().all(|w| haystack.contains(w.as_str())) {
-                continue;
+            if !words.is_empty() {
+                let address = summary.address.to_lowercase();
+                let source = summary.source.to_lowercase();
+                let text = found.map_or("", |f| f.text.as_str());
+                let all_found = words.iter().all(|w| {
+                    address.contains(w.as_str()) || source.contains(w.as_str()) || text.contains(w.as_str())
+                });
+                if !all_found {
+                    continue;
+                }
             }
-            modules.extend(versions.iter().cloned());
+            if with_versions {
+                modules.extend(versions.iter().cloned());
+            }
             summaries.push(summary);
         }
         ModuleList {
@@ -389,15 +400,16 @@ mod tests {
             entry("registry.terraform.io/other/dns/aws", "0.1.0", "git"),
         ];
         assert_eq!(groups(&all), [0..2, 2..3]);
-        let text = |i: usize| match i {
-            0 => (
-                Some("builds a network\ncidr_block".to_string()),
-                Some("Builds a network.".to_string()),
-            ),
-            _ => (None, None),
-        };
+        let text = [
+            Some(Arc::new(Indexed {
+                sha256: crate::hash::Sha256::of(b""),
+                text: "builds a network\ncidr_block".into(),
+                summary: Some("Builds a network.".into()),
+            })),
+            None,
+        ];
         let search = |q: &str| {
-            let list = ModuleList::of(&all, &[], &ModuleQuery::parse(Some(q)), &text);
+            let list = ModuleList::of(&all, &[], &ModuleQuery::parse(Some(q)), &text, true);
             (
                 list.summaries
                     .iter()
@@ -421,7 +433,8 @@ mod tests {
             search("namespace=acme&trust=origin"),
             (vec![vpc.clone()], 2)
         );
-        let list = ModuleList::of(&all, &[], &ModuleQuery::default(), &text);
+        let list = ModuleList::of(&all, &[], &ModuleQuery::default(), &text, false);
+        assert!(list.modules.is_empty(), "the pages' list holds summaries only");
         assert_eq!(list.summaries[0].latest, "2.0.0");
         assert_eq!(list.summaries[0].versions, 2);
         assert_eq!(

@@ -540,7 +540,7 @@ impl Site {
         match path {
             "" => return json(&api_index()),
             "providers" => return json(&c.providers(&ProviderQuery::parse(query)).await?),
-            "modules" => return json(&c.modules(&ModuleQuery::parse(query)).await?),
+            "modules" => return json(&c.modules(&ModuleQuery::parse(query), true).await?),
             "status" => return json(&c.status().await?),
             "usage" => return json(&c.usage(&UsageQuery::parse(query)).await?),
             "releases" => return json(&c.releases().await?),

@@ -23,7 +23,7 @@ impl Site {
         signed_in: bool,
     ) -> Result<Response<Body>, Error> {
         let parsed = ModuleQuery::parse(query);
-        let list = self.catalogue.modules(&parsed).await?;
+        let list = self.catalogue.modules(&parsed, false).await?;
         let pages = list.summaries.len().div_ceil(PAGE_SIZE).max(1);
         let page = page_number(query).clamp(1, pages);
         let start = (page - 1) * PAGE_SIZE;
@@ -79,7 +79,7 @@ impl Site {
         };
         let (provider_list, module_list) = tokio::try_join!(
             self.catalogue.providers(&providers),
-            self.catalogue.modules(&modules)
+            self.catalogue.modules(&modules, false)
         )?;
         html(SearchPage {
             chrome: self.chrome("Search", "", signed_in),
