@@ -6,7 +6,8 @@
 #     module's newest version read for its documentation and kept beside its package as
 #     docs.json), and the same after a restart (docs.json read back, no package opened);
 #   - under wrk: the modules page, a search, a module version's page (documentation in
-#     memory), its API document (requests/s, latency; every answer checked for status 200);
+#     memory), its API document (requests/s, latency; every answer checked for status 200),
+#     each also as a ratio to the same server's static stylesheet measured in the same run;
 #   - time to first render (first contentful paint) and to the load event in headless
 #     Chromium, for the modules page, a search and a module version page;
 #   - the server's peak memory.
@@ -100,6 +101,7 @@ timed restart.search_s "$BASE/-/modules?q=$WORD"
 check_search
 
 declare -A PATHS=(
+    [anchor.static]="/-/static/provender.css"
     [page.modules]="/-/modules"
     [page.search]="/-/modules?q=$WORD"
     [page.search_all]="/-/search?q=$WORD"
@@ -111,12 +113,14 @@ for name in "${!PATHS[@]}"; do
     record "$name.bytes" "$(size_of "$BASE${PATHS[$name]}")"
 done
 log "each path alone, wrk -c$CONNS ${DURATION}s"
-for name in page.modules page.search page.search_all page.module_version api.module_version api.modules; do
+for name in anchor.static page.modules page.search page.search_all page.module_version api.module_version api.modules; do
     read -r rps p50 p99 _e _n <<<"$(run_wrk "$name" "$CONNS" "$BASE${PATHS[$name]}")"
     printf '  %-20s %9.0f req/s  p50 %7.2f ms  p99 %7.2f ms\n' "$name" "$rps" "$p50" "$p99" >&2
     record "$name.rps" "$rps"
     record "$name.p50_ms" "$p50"
     record "$name.p99_ms" "$p99"
+    # Against the same server's smallest answer (a static file), in the same run.
+    [ "$name" = anchor.static ] || record "$name.rps_of_static" "$(calc "$rps / $(awk '$1 == "anchor.static.rps" { print $2 }' "$RESULTS")")"
 done
 
 log "time to first render in headless Chromium (median of 5)"
