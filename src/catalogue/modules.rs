@@ -242,7 +242,9 @@ impl ModuleList {
                 let source = summary.source.to_lowercase();
                 let text = found.map_or("", |f| f.text.as_str());
                 let all_found = words.iter().all(|w| {
-                    address.contains(w.as_str()) || source.contains(w.as_str()) || text.contains(w.as_str())
+                    address.contains(w.as_str())
+                        || source.contains(w.as_str())
+                        || text.contains(w.as_str())
                 });
                 if !all_found {
                     continue;
@@ -434,7 +436,10 @@ mod tests {
             (vec![vpc.clone()], 2)
         );
         let list = ModuleList::of(&all, &[], &ModuleQuery::default(), &text, false);
-        assert!(list.modules.is_empty(), "the pages' list holds summaries only");
+        assert!(
+            list.modules.is_empty(),
+            "the pages' list holds summaries only"
+        );
         assert_eq!(list.summaries[0].latest, "2.0.0");
         assert_eq!(list.summaries[0].versions, 2);
         assert_eq!(
