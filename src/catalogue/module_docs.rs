@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::ModuleKind;
@@ -21,8 +21,6 @@ use crate::mirror::Core;
 use crate::module_docs::{DocLimits, EXTRACTOR, ModuleDocs};
 use crate::records::ModuleKey;
 
-/// Largest package read for its documentation; a larger one shows none, and says why.
-pub const MAX_PACKAGE: u64 = 256 << 20;
 /// Packages read at once when a search needs many modules' documentation.
 pub const WARM_CONCURRENCY: usize = 8;
 /// Bytes of documentation kept in memory.
@@ -205,39 +203,28 @@ async fn load(
     let Some(opened) = core.modules().open(key).await? else {
         return Err(Error::NotFound(format!("{key} is not in this cache")));
     };
-    let mut package = Vec::new();
-    let mut body = opened.body;
-    let mut too_large = false;
-    while let Some(chunk) = body.try_next().await.map_err(|e| {
-        Error::unexpected(format!(
-            "reading the package of {key} for its documentation: {e}"
-        ))
-    })? {
-        if package.len() as u64 + chunk.len() as u64 > MAX_PACKAGE {
-            too_large = true;
-            break;
-        }
-        package.extend_from_slice(&chunk);
-    }
+    // The package streams from the store into the reader on a blocking thread: nothing of it
+    // is held but what the documentation keeps. A store that fails mid-way is an error for
+    // this request, not a property of the package to be written down.
+    let store_failure = Arc::new(std::sync::OnceLock::new());
+    let package = Watched {
+        inner: tokio_util::io::SyncIoBridge::new(opened.into_reader()),
+        failure: store_failure.clone(),
+    };
     let subdir = subdir.map(str::to_string);
-    let (docs, error) = match too_large {
-        true => (
-            None,
-            Some(format!(
-                "the package is larger than the {MAX_PACKAGE} bytes read for documentation"
-            )),
-        ),
-        false => {
-            let extracted = tokio::task::spawn_blocking(move || {
-                crate::module_docs::extract(package.as_slice(), subdir.as_deref(), limits)
-            })
-            .await
-            .map_err(|e| Error::unexpected(format!("reading the documentation of {key}: {e}")))?;
-            match extracted {
-                Ok(docs) => (Some(docs), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        }
+    let extracted = tokio::task::spawn_blocking(move || {
+        crate::module_docs::extract(package, subdir.as_deref(), limits)
+    })
+    .await
+    .map_err(|e| Error::unexpected(format!("reading the documentation of {key}: {e}")))?;
+    if let Some(e) = store_failure.get() {
+        return Err(Error::unexpected(format!(
+            "reading the package of {key} for its documentation: {e}"
+        )));
+    }
+    let (docs, error) = match extracted {
+        Ok(docs) => (Some(docs), None),
+        Err(e) => (None, Some(e.to_string())),
     };
     let stored = StoredDocs {
         package_sha256: sha256.clone(),
@@ -251,4 +238,18 @@ async fn load(
         tracing::warn!(key = %docs_key, "cannot keep the module's documentation in the store: {e}");
     }
     Ok(stored)
+}
+
+/// A reader that remembers the first error of what it reads from (the store).
+struct Watched<R> {
+    inner: R,
+    failure: Arc<std::sync::OnceLock<String>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Watched<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).inspect_err(|e| {
+            let _ = self.failure.set(e.to_string());
+        })
+    }
 }

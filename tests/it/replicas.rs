@@ -810,8 +810,44 @@ signing_key = "{key}"
     }
 
     // Published on A, listed on B, at the network mirror, the module registry and OCI.
-    let (status, body) = put(&a, "modules/acme/vpc/aws/1.0.0", module_tgz("# vpc\n")).await;
+    let (status, body) = put(
+        &a,
+        "modules/acme/vpc/aws/1.0.0",
+        module_tgz("variable \"cidr\" {\n  description = \"The range.\"\n}\n"),
+    )
+    .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Its documentation, read from the package by A, is kept in the bucket beside it, and B
+    // shows it.
+    let docs_path = format!("-/api/v1/modules/{HOST}/acme/vpc/aws/1.0.0");
+    let got = send("docs", client.get(a.url(&docs_path)).bearer_auth(TOKEN)).await;
+    assert_eq!(
+        got.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&got.body)
+    );
+    let storage = provender::storage::ObjectStorage::new(&garage.settings("mirror")).unwrap();
+    let docs_key =
+        provender::storage::Key::parse(&format!("modules/{HOST}/acme/vpc/aws/1.0.0/docs.json"))
+            .unwrap();
+    let kept = provender::storage::Storage::read(&storage, &docs_key)
+        .await
+        .unwrap();
+    let kept: serde_json::Value =
+        serde_json::from_slice(&kept.expect("docs.json in the bucket")).unwrap();
+    assert_eq!(kept["docs"]["root"]["inputs"][0]["name"], "cidr");
+    let shown = crate::support::poll(Duration::from_secs(15), async || {
+        let got = send("docs", client.get(b.url(&docs_path)).bearer_auth(TOKEN)).await;
+        (got.status == StatusCode::OK).then_some(got.body)
+    })
+    .await
+    .expect("B shows the module A published");
+    let shown: serde_json::Value = serde_json::from_slice(&shown).unwrap();
+    assert_eq!(
+        shown["docs"]["root"]["inputs"][0]["description"],
+        "The range."
+    );
     for path in [
         format!("{HOST}/acme/foo/index.json"),
         format!("v1/modules/{HOST}/acme/vpc/aws/versions"),
